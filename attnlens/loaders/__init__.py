@@ -1,0 +1,57 @@
+"""Load Hugging Face checkpoints into attnlens' HookedTransformer."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from attnlens.data.tokenizer import Tokenizer
+from attnlens.device import resolve_device, resolve_dtype
+from attnlens.loaders.checkpoint import read_config, read_weights, resolve_checkpoint
+from attnlens.loaders.registry import CONVERTERS, find_converter, supported_architectures
+from attnlens.loaders.weights import WeightReader
+from attnlens.model.transformer import HookedTransformer
+
+__all__ = ["CONVERTERS", "load", "load_model", "supported_architectures"]
+
+
+def load_model(
+    name_or_path: str | os.PathLike | None = None,
+    device: str | torch.device | None = "cpu",
+    dtype: str | torch.dtype | None = torch.float32,
+    allow_pickle: bool = False,
+) -> HookedTransformer:
+    """Convert a checkpoint into a HookedTransformer (eval mode) without its tokenizer."""
+    dev = resolve_device(device)
+    path = resolve_checkpoint(name_or_path)
+    hf = read_config(path)
+    converter, architecture = find_converter(hf)
+    tensors = read_weights(path, allow_pickle=allow_pickle)
+    prefix = converter.prefix if any(k.startswith(converter.prefix) for k in tensors) else ""
+    reader = WeightReader(tensors, prefix=prefix, ignore=converter.ignore)
+    cfg, state = converter.convert(hf, reader, architecture)
+    reader.finish()
+    cfg.source.update({"path": str(path), "architecture": architecture})
+    with torch.device("meta"):
+        model = HookedTransformer(cfg)
+    model.load_state_dict(state, strict=True, assign=True)
+    model.setup_hooks()
+    return model.to(device=dev, dtype=resolve_dtype(dtype)).eval()
+
+
+def load(
+    name_or_path: str | os.PathLike | None = None,
+    device: str | torch.device | None = "cpu",
+    dtype: str | torch.dtype | None = torch.float32,
+    allow_pickle: bool = False,
+) -> tuple[HookedTransformer, Tokenizer]:
+    """Load a checkpoint and its tokenizer.
+
+    ``name_or_path``: None (the embedded all-MiniLM-L6-v2), a local folder with config.json
+    and safetensors weights, or a hub id already in the local Hugging Face cache (attnlens
+    never downloads). Pickle weights are refused unless ``allow_pickle=True``.
+    """
+    model = load_model(name_or_path, device, dtype, allow_pickle)
+    tokenizer = Tokenizer.from_pretrained(model.cfg.source["path"])
+    return model, tokenizer

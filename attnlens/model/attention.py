@@ -1,0 +1,308 @@
+"""Multi-head attention with hook points: a manual reference path and an SDPA fast path.
+
+Seed notation (the texts this project grew from) and the arguments that carry it:
+
+===========  ===============================  ==============================
+seed symbol  meaning                          argument / shape
+===========  ===============================  ==============================
+S            sequence length                  ``query_pos`` / ``key_pos``
+I            input width                      ``d_in`` (``d_kv_in`` for keys/values)
+O            output width                     ``d_out``
+D            total query/key width            ``n_heads * d_head``
+N            number of heads                  ``n_heads``
+D/N          query/key width of one head      ``d_head``
+O/N          value width of one head          ``d_head_v``
+W_P          a head's "patterns" matrix       ``attn.QK[h]`` = W_Q[h] @ W_K[h]^T
+W_M          a head's "messages" matrix       ``attn.OV[h]`` = W_V[h] @ W_O[h]
+===========  ===============================  ==============================
+
+Per-head weights are stored per head so that analyses read them without reshaping:
+``W_Q [head, d_in, d_head]``, ``W_K [kv_head, d_kv_in, d_head]``,
+``W_V [kv_head, d_kv_in, d_head_v]``, ``W_O [head, d_head_v, d_out]``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import nn
+
+from attnlens.errors import ConfigError
+from attnlens.hooks import HookPoint
+from attnlens.model.factored import FactoredMatrix
+
+
+def additive_attention_mask(
+    key_padding_mask: torch.Tensor | None,
+    query_len: int,
+    key_len: int,
+    causal: bool,
+    dtype: torch.dtype,
+    device: torch.device | str,
+    attn_bias: torch.Tensor | None = None,
+) -> torch.Tensor | None:
+    """Combine padding, causal and additive masks into one additive mask.
+
+    ``key_padding_mask [batch, key_pos]`` is 1/True for real tokens. Returns
+    ``[batch | 1, head | 1, query_pos, key_pos]`` with ``finfo.min`` where attention is
+    forbidden, or None when nothing is masked (which lets SDPA take its fastest kernel).
+    """
+    neg = torch.finfo(dtype).min
+    mask = None
+    if key_padding_mask is not None and not bool(key_padding_mask.all()):
+        keep = key_padding_mask.bool()[:, None, None, :]  # [batch, 1, 1, key_pos]
+        mask = torch.zeros(keep.shape, dtype=dtype, device=device).masked_fill(~keep, neg)
+    if causal:
+        # Query i sees keys j <= i + (key_len - query_len): bottom-right aligned.
+        future = torch.ones(query_len, key_len, dtype=torch.bool, device=device).triu(
+            1 + key_len - query_len
+        )
+        causal_mask = torch.zeros(1, 1, query_len, key_len, dtype=dtype, device=device)
+        causal_mask = causal_mask.masked_fill(future, neg)
+        mask = causal_mask if mask is None else (mask + causal_mask).clamp(min=neg)
+    if attn_bias is not None:
+        bias = attn_bias.to(dtype)
+        while bias.dim() < 4:
+            bias = bias.unsqueeze(0)
+        mask = bias if mask is None else (mask + bias).clamp(min=neg)
+    return mask
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """(x1, x2) -> (-x2, x1) on the last axis, the rotation used by Llama-style RoPE."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rotary_cos_sin(
+    positions: torch.Tensor, rotary_dim: int, base: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin tables for ``positions [batch, pos]``: each ``[batch, pos, 1, rotary_dim]``."""
+    exponents = torch.arange(0, rotary_dim, 2, device=positions.device).float() / rotary_dim
+    inv_freq = 1.0 / (base**exponents)  # [rotary_dim / 2]
+    freqs = positions.float()[..., None] * inv_freq  # [batch, pos, rotary_dim / 2]
+    angles = torch.cat((freqs, freqs), dim=-1)[:, :, None, :]  # [batch, pos, 1, rotary_dim]
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate the first ``rotary_dim`` features of ``x [batch, pos, head, d_head]``."""
+    rotary_dim = cos.shape[-1]
+    x_rot, x_pass = x[..., :rotary_dim], x[..., rotary_dim:]
+    x_rot = x_rot * cos + rotate_half(x_rot) * sin
+    return torch.cat((x_rot, x_pass), dim=-1) if x_pass.shape[-1] else x_rot
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention, hookable, with an exact manual path and an SDPA fast path.
+
+    The manual path (scores, softmax, weighted sum) is the reference and feeds the hooks
+    ``hook_scores`` and ``hook_pattern``; ``torch.nn.functional.scaled_dot_product_attention``
+    is used whenever no hook needs those (and ``use_sdpa`` is True). Dropout is not applied:
+    attnlens analyses trained models in inference mode.
+
+    Hook shapes: ``hook_q``/``hook_k``/``hook_v [batch, pos, head, d_head]`` (keys and values
+    have ``n_kv_heads`` heads; q and k are taken after rotary embedding), ``hook_scores`` and
+    ``hook_pattern [batch, head, query_pos, key_pos]`` (scores are scaled and masked),
+    ``hook_z [batch, query_pos, head, d_head_v]`` (before the head gate),
+    ``hook_result [batch, query_pos, head, d_out]`` (each head's gated contribution; computed
+    only when hooked, since it costs ``n_heads`` times the output's memory).
+    """
+
+    def __init__(
+        self,
+        d_in: int,
+        n_heads: int,
+        d_head: int | None = None,
+        d_out: int | None = None,
+        d_head_v: int | None = None,
+        n_kv_heads: int | None = None,
+        d_kv_in: int | None = None,
+        use_out_proj: bool = True,
+        qkv_bias: bool = True,
+        out_bias: bool = True,
+        causal: bool = False,
+        scale: float | None = None,
+        rotary_dim: int = 0,
+        rotary_base: float = 10000.0,
+    ) -> None:
+        super().__init__()
+        d_out = d_in if d_out is None else d_out
+        d_head = d_in // n_heads if d_head is None else d_head
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        if use_out_proj:
+            d_head_v = d_head if d_head_v is None else d_head_v
+        else:
+            # Without W_O the heads are concatenated straight into the output: O = N * O/N.
+            if d_out % n_heads:
+                raise ConfigError(f"d_out={d_out} must be divisible by n_heads={n_heads}.")
+            d_head_v = d_out // n_heads if d_head_v is None else d_head_v
+            if d_head_v * n_heads != d_out:
+                raise ConfigError("without an output projection, n_heads * d_head_v == d_out.")
+        if n_kv_heads < 1 or n_heads % n_kv_heads:
+            raise ConfigError(f"n_heads={n_heads} must be a multiple of n_kv_heads={n_kv_heads}.")
+        if rotary_dim % 2 or rotary_dim > d_head:
+            raise ConfigError(f"rotary_dim={rotary_dim} must be even and at most d_head={d_head}.")
+        self.d_in, self.d_out, self.d_kv_in = d_in, d_out, d_in if d_kv_in is None else d_kv_in
+        self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
+        self.d_head, self.d_head_v = d_head, d_head_v
+        self.causal = causal
+        self.scale = 1.0 / math.sqrt(d_head) if scale is None else scale
+        self.rotary_dim, self.rotary_base = rotary_dim, rotary_base
+        self.use_sdpa = True
+
+        self.W_Q = nn.Parameter(torch.empty(n_heads, d_in, d_head))
+        self.W_K = nn.Parameter(torch.empty(n_kv_heads, self.d_kv_in, d_head))
+        self.W_V = nn.Parameter(torch.empty(n_kv_heads, self.d_kv_in, d_head_v))
+        self.b_Q = nn.Parameter(torch.zeros(n_heads, d_head)) if qkv_bias else None
+        self.b_K = nn.Parameter(torch.zeros(n_kv_heads, d_head)) if qkv_bias else None
+        self.b_V = nn.Parameter(torch.zeros(n_kv_heads, d_head_v)) if qkv_bias else None
+        self.W_O = nn.Parameter(torch.empty(n_heads, d_head_v, d_out)) if use_out_proj else None
+        self.b_O = nn.Parameter(torch.zeros(d_out)) if (use_out_proj and out_bias) else None
+
+        self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
+        self.hook_scores, self.hook_pattern = HookPoint(), HookPoint()
+        self.hook_z, self.hook_result = HookPoint(), HookPoint()
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Random init with unit-variance outputs for unit-variance inputs (std 1/sqrt(fan_in))."""
+        for w in (self.W_Q, self.W_K, self.W_V):
+            nn.init.normal_(w, std=w.shape[1] ** -0.5)
+        if self.W_O is not None:
+            nn.init.normal_(self.W_O, std=(self.n_heads * self.d_head_v) ** -0.5)
+
+    @property
+    def group_size(self) -> int:
+        return self.n_heads // self.n_kv_heads
+
+    @property
+    def needs_manual_path(self) -> bool:
+        return not self.use_sdpa or self.hook_scores.has_hooks or self.hook_pattern.has_hooks
+
+    def W_O_effective(self) -> torch.Tensor:
+        """``W_O``, or without a projection the block-identity placing each head in its slice."""
+        if self.W_O is not None:
+            return self.W_O
+        eye = torch.eye(self.d_out, device=self.W_V.device, dtype=self.W_V.dtype)
+        return rearrange(eye, "(head d_head_v) d_out -> head d_head_v d_out", head=self.n_heads)
+
+    def _project(
+        self, x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None
+    ) -> torch.Tensor:
+        # x [batch, pos, d_in] @ W [head, d_in, d] -> [batch, pos, head, d]
+        weight = rearrange(W, "head d_in d -> (head d) d_in")
+        bias = None if b is None else b.reshape(-1)
+        out = F.linear(x, weight, bias)  # [batch, pos, head * d]
+        return out.view(*x.shape[:-1], W.shape[0], W.shape[2])
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        kv_input: torch.Tensor | None = None,
+        *,
+        mask: torch.Tensor | None = None,
+        key_padding_mask: torch.Tensor | None = None,
+        attn_bias: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        kv_positions: torch.Tensor | None = None,
+        head_gate: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Attend from ``x [batch, query_pos, d_in]`` to ``kv_input [batch, key_pos, d_kv_in]``.
+
+        ``kv_input`` defaults to ``x`` (self-attention). ``mask`` is a ready additive mask
+        ``[batch | 1, head | 1, query_pos, key_pos]`` (built once per model forward); without
+        it one is built from ``key_padding_mask [batch, key_pos]`` (1 = real token), the
+        module's ``causal`` flag and ``attn_bias``. ``positions [batch, pos]`` number the
+        tokens for rotary embedding. ``head_gate [head]`` scales each head's contribution.
+        Returns ``[batch, query_pos, d_out]``.
+        """
+        kv = x if kv_input is None else kv_input
+        batch, query_len, _ = x.shape
+        key_len = kv.shape[1]
+        if mask is None:
+            mask = additive_attention_mask(
+                key_padding_mask, query_len, key_len, self.causal, x.dtype, x.device, attn_bias
+            )
+
+        q = self._project(x, self.W_Q, self.b_Q)  # [batch, query_pos, head, d_head]
+        k = self._project(kv, self.W_K, self.b_K)  # [batch, key_pos, kv_head, d_head]
+        v = self._project(kv, self.W_V, self.b_V)  # [batch, key_pos, kv_head, d_head_v]
+        if self.rotary_dim:
+            if positions is None:
+                positions = torch.arange(query_len, device=x.device).expand(batch, query_len)
+            if kv_positions is None:
+                kv_positions = positions if kv_input is None else torch.arange(
+                    key_len, device=x.device
+                ).expand(batch, key_len)
+            cos, sin = rotary_cos_sin(positions, self.rotary_dim, self.rotary_base, q.dtype)
+            q = apply_rotary(q, cos, sin)
+            cos, sin = rotary_cos_sin(kv_positions, self.rotary_dim, self.rotary_base, k.dtype)
+            k = apply_rotary(k, cos, sin)
+        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
+
+        q_h = q.transpose(1, 2)  # [batch, head, query_pos, d_head]
+        k_h = k.transpose(1, 2)  # [batch, kv_head, key_pos, d_head]
+        v_h = v.transpose(1, 2)  # [batch, kv_head, key_pos, d_head_v]
+        if self.needs_manual_path:
+            if self.group_size > 1:
+                k_h = k_h.repeat_interleave(self.group_size, dim=1)  # [batch, head, key_pos, d]
+                v_h = v_h.repeat_interleave(self.group_size, dim=1)
+            scores = torch.matmul(q_h, k_h.transpose(-1, -2)) * self.scale
+            if mask is not None:
+                scores = scores + mask  # [batch, head, query_pos, key_pos]
+            scores = self.hook_scores(scores)
+            pattern = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+            pattern = self.hook_pattern(pattern)
+            z = torch.matmul(pattern, v_h)  # [batch, head, query_pos, d_head_v]
+        else:
+            z = F.scaled_dot_product_attention(
+                q_h,
+                k_h,
+                v_h,
+                attn_mask=mask,
+                scale=self.scale,
+                enable_gqa=self.group_size > 1,
+            )  # [batch, head, query_pos, d_head_v]
+        z = self.hook_z(z.transpose(1, 2))  # [batch, query_pos, head, d_head_v]
+        if head_gate is not None:
+            z = z * head_gate.to(z.dtype)[:, None]  # gate [head] -> [head, 1], broadcast
+        return self._combine_heads(z)
+
+    def _combine_heads(self, z: torch.Tensor) -> torch.Tensor:
+        """Heads' values ``z [batch, pos, head, d_head_v]`` -> output ``[batch, pos, d_out]``."""
+        if self.hook_result.has_hooks:
+            W_O = self.W_O_effective()
+            result = torch.einsum("bphv,hvo->bpho", z, W_O)  # [batch, pos, head, d_out]
+            out = self.hook_result(result).sum(dim=2)
+            return out if self.b_O is None else out + self.b_O
+        z_flat = z.reshape(*z.shape[:2], -1)  # [batch, pos, head * d_head_v]
+        if self.W_O is None:
+            return z_flat
+        weight = rearrange(self.W_O, "head d_head_v d_out -> d_out (head d_head_v)")
+        return F.linear(z_flat, weight, self.b_O)
+
+    # Factored views -------------------------------------------------------------------
+    def _kv_per_query_head(self, W: torch.Tensor) -> torch.Tensor:
+        return W.repeat_interleave(self.group_size, dim=0) if self.group_size > 1 else W
+
+    @property
+    def QK(self) -> FactoredMatrix:
+        """Per-head ``W_Q W_K^T [head, d_in, d_kv_in]`` (the seed's patterns matrix W_P)."""
+        W_K = self._kv_per_query_head(self.W_K)
+        return FactoredMatrix(self.W_Q, W_K.transpose(-1, -2))
+
+    @property
+    def OV(self) -> FactoredMatrix:
+        """Per-head ``W_V W_O [head, d_kv_in, d_out]`` (the seed's messages matrix W_M)."""
+        return FactoredMatrix(self._kv_per_query_head(self.W_V), self.W_O_effective())
+
+    def extra_repr(self) -> str:
+        return (
+            f"d_in={self.d_in}, d_out={self.d_out}, n_heads={self.n_heads}, "
+            f"n_kv_heads={self.n_kv_heads}, d_head={self.d_head}, d_head_v={self.d_head_v}, "
+            f"causal={self.causal}, rotary_dim={self.rotary_dim}"
+        )

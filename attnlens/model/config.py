@@ -1,0 +1,92 @@
+"""The one configuration dataclass behind ``HookedTransformer``."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from attnlens.errors import ConfigError
+
+Activation = Literal["gelu", "gelu_new", "relu", "silu", "tanh"]
+
+
+@dataclass
+class TransformerConfig:
+    """Architecture of a HookedTransformer; loaders fill it from a Hugging Face config."""
+
+    d_model: int
+    n_layers: int
+    n_heads: int
+    d_mlp: int
+    vocab_size: int
+    # None: d_model // n_heads, the usual split of the model width across heads.
+    d_head: int | None = None
+    # None: same as n_heads (plain MHA). Fewer: grouped-query / multi-query attention.
+    n_kv_heads: int | None = None
+    # Per-layer head counts after structural pruning; None: n_heads everywhere.
+    heads_per_layer: list[int] | None = None
+    kv_heads_per_layer: list[int] | None = None
+    # Learned absolute positions (BERT, GPT-2), rotary (Llama) or none.
+    positional: Literal["learned", "rotary", "none"] = "learned"
+    n_ctx: int = 512
+    # RoBERTa numbers positions from pad_token_id + 1 and skips padding tokens.
+    position_offset: int = 0
+    positions_skip_padding: bool = False
+    rotary_base: float = 10000.0
+    # None: rotate the whole head (Llama); smaller: partial rotary (GPT-NeoX style).
+    rotary_dim: int | None = None
+    # 0: no segment embeddings (GPT-2, RoBERTa has 1, BERT 2).
+    n_token_types: int = 0
+    # BERT/RoBERTa/DistilBERT normalise the embedding sum; GPT-2 and Llama do not.
+    embed_norm: bool = False
+    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    norm_eps: float = 1e-5
+    # "post": x = norm(x + f(x)) as in BERT; "pre": x = x + f(norm(x)) as in GPT-2 and Llama.
+    norm_position: Literal["pre", "post"] = "post"
+    final_norm: bool = False
+    act: Activation = "gelu"
+    gated_mlp: bool = False
+    qkv_bias: bool = True
+    attn_out_bias: bool = True
+    mlp_bias: bool = True
+    causal: bool = False
+    # None: 1 / sqrt(d_head).
+    attn_scale: float | None = None
+    pad_token_id: int | None = None
+    # Output head: None (encoder only), "mlm", "lm" or "classifier"; "pooler" keeps BERT's pooler.
+    head: Literal["mlm", "lm", "classifier", "pooler"] | None = None
+    n_labels: int = 0
+    head_act: Activation = "gelu"
+    tie_word_embeddings: bool = False
+    lm_head_bias: bool = False
+    # Switches for the rank-collapse study: they remove parts of every block.
+    use_skip: bool = True
+    use_mlp: bool = True
+    use_norm: bool = True
+    # Free-form provenance (HF model_type, checkpoint path); not used by forward().
+    source: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.d_head is None:
+            if self.d_model % self.n_heads:
+                raise ConfigError(
+                    f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; set d_head."
+                )
+            self.d_head = self.d_model // self.n_heads
+        if self.n_kv_heads is None:
+            self.n_kv_heads = self.n_heads
+        if self.n_heads % self.n_kv_heads:
+            raise ConfigError(
+                f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}."
+            )
+        if self.heads_per_layer is None:
+            self.heads_per_layer = [self.n_heads] * self.n_layers
+        if self.kv_heads_per_layer is None:
+            self.kv_heads_per_layer = [
+                h * self.n_kv_heads // self.n_heads for h in self.heads_per_layer
+            ]
+        if len(self.heads_per_layer) != self.n_layers:
+            raise ConfigError("heads_per_layer must have one entry per layer.")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,216 @@
+"""Transformer blocks and the whole HookedTransformer."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import nn
+
+from attnlens.errors import ConfigError
+from attnlens.hooks import HookedModule, HookPoint
+from attnlens.model.attention import MultiHeadAttention, additive_attention_mask
+from attnlens.model.config import TransformerConfig
+from attnlens.model.layers import MLP, FirstTokenHead, LMHead, MaskedLMHead, make_norm
+
+ReturnType = Literal["auto", "hidden", "logits", "pooled"]
+
+
+class TransformerBlock(nn.Module):
+    """Attention + MLP with pre- or post-norm; skip connections, MLP and norms switchable."""
+
+    def __init__(self, cfg: TransformerConfig, layer: int) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.layer = layer
+        self.ln1 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.use_norm)
+        self.attn = MultiHeadAttention(
+            d_in=cfg.d_model,
+            n_heads=cfg.heads_per_layer[layer],
+            d_head=cfg.d_head,
+            n_kv_heads=cfg.kv_heads_per_layer[layer],
+            qkv_bias=cfg.qkv_bias,
+            out_bias=cfg.attn_out_bias,
+            causal=cfg.causal,
+            scale=cfg.attn_scale,
+            rotary_dim=(cfg.rotary_dim or cfg.d_head) if cfg.positional == "rotary" else 0,
+            rotary_base=cfg.rotary_base,
+        )
+        self.use_mlp = cfg.use_mlp
+        if cfg.use_mlp:
+            self.ln2 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.use_norm)
+            self.mlp = MLP(cfg.d_model, cfg.d_mlp, cfg.act, cfg.gated_mlp, cfg.mlp_bias)
+        self.hook_resid_pre = HookPoint()  # [batch, pos, d_model]
+        self.hook_attn_out = HookPoint()  # [batch, pos, d_model]
+        self.hook_resid_mid = HookPoint()  # [batch, pos, d_model]
+        self.hook_mlp_out = HookPoint()  # [batch, pos, d_model]
+        self.hook_resid_post = HookPoint()  # [batch, pos, d_model]
+
+    def forward(
+        self,
+        resid: torch.Tensor,
+        mask: torch.Tensor | None,
+        positions: torch.Tensor | None,
+        head_gate: torch.Tensor | None,
+    ) -> torch.Tensor:
+        pre = self.cfg.norm_position == "pre"
+        skip = self.cfg.use_skip
+        resid = self.hook_resid_pre(resid)
+        attn_in = self.ln1(resid) if pre else resid
+        attn_out = self.hook_attn_out(
+            self.attn(attn_in, mask=mask, positions=positions, head_gate=head_gate)
+        )
+        mid = resid + attn_out if skip else attn_out
+        mid = self.hook_resid_mid(mid if pre else self.ln1(mid))
+        if not self.use_mlp:
+            return self.hook_resid_post(mid)
+        mlp_out = self.hook_mlp_out(self.mlp(self.ln2(mid) if pre else mid))
+        post = mid + mlp_out if skip else mlp_out
+        return self.hook_resid_post(post if pre else self.ln2(post))
+
+
+class HookedTransformer(HookedModule):
+    """A transformer built from one ``TransformerConfig``, with hook points everywhere.
+
+    ``forward(input_ids, attention_mask)`` returns the output head's logits when the model
+    has an LM/MLM/classifier head, otherwise the final hidden states ``[batch, pos, d_model]``.
+    """
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos_embed = (
+            nn.Embedding(cfg.n_ctx, cfg.d_model) if cfg.positional == "learned" else None
+        )
+        self.type_embed = (
+            nn.Embedding(cfg.n_token_types, cfg.d_model) if cfg.n_token_types else None
+        )
+        self.embed_norm = (
+            make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cfg.embed_norm else nn.Identity()
+        )
+        self.hook_embed = HookPoint()  # [batch, pos, d_model], the input of block 0
+        self.blocks = nn.ModuleList(TransformerBlock(cfg, i) for i in range(cfg.n_layers))
+        self.final_norm = (
+            make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.use_norm)
+            if cfg.final_norm
+            else nn.Identity()
+        )
+        self.head = self._make_head(cfg)
+        self.setup_hooks()
+
+    @staticmethod
+    def _make_head(cfg: TransformerConfig) -> nn.Module | None:
+        if cfg.head is None:
+            return None
+        if cfg.head == "mlm":
+            return MaskedLMHead(cfg.d_model, cfg.vocab_size, cfg.head_act, cfg.norm_eps)
+        if cfg.head == "lm":
+            return LMHead(cfg.d_model, cfg.vocab_size, cfg.lm_head_bias)
+        if cfg.head == "classifier":
+            return FirstTokenHead(cfg.d_model, cfg.head_act, cfg.n_labels)
+        if cfg.head == "pooler":
+            return FirstTokenHead(cfg.d_model, "tanh")
+        raise ConfigError(f"unknown head {cfg.head!r}.")
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed.weight.dtype
+
+    @property
+    def n_layers(self) -> int:
+        return self.cfg.n_layers
+
+    @property
+    def heads_per_layer(self) -> list[int]:
+        return [block.attn.n_heads for block in self.blocks]
+
+    def set_use_sdpa(self, enabled: bool) -> None:
+        """Force the manual attention path everywhere (False) or allow SDPA (True)."""
+        for block in self.blocks:
+            block.attn.use_sdpa = enabled
+
+    def positions(
+        self, input_ids: torch.Tensor | None, shape: tuple[int, int], device: torch.device
+    ) -> torch.Tensor:
+        """Position ids ``[batch, pos]`` as the source architecture numbers them."""
+        batch, length = shape
+        if self.cfg.positions_skip_padding and input_ids is not None:
+            real = (input_ids != self.cfg.pad_token_id).long()
+            return torch.cumsum(real, dim=1) * real + self.cfg.position_offset
+        return (torch.arange(length, device=device) + self.cfg.position_offset).expand(
+            batch, length
+        )
+
+    def embed_tokens(
+        self,
+        input_ids: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+        positions: torch.Tensor,
+        inputs_embeds: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        x = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
+        if self.type_embed is not None:
+            if token_type_ids is None:
+                token_type_ids = torch.zeros(x.shape[:2], dtype=torch.long, device=x.device)
+            x = x + self.type_embed(token_type_ids)
+        if self.pos_embed is not None:
+            if int(positions.max()) >= self.cfg.n_ctx:
+                raise ConfigError(
+                    f"input of {positions.shape[1]} tokens exceeds the model's "
+                    f"{self.cfg.n_ctx} positions; use a smaller max length."
+                )
+            x = x + self.pos_embed(positions)
+        return self.hook_embed(self.embed_norm(x))
+
+    def _head_gates(self, head_mask: torch.Tensor | list | None) -> list:
+        if head_mask is None:
+            return [None] * self.cfg.n_layers
+        if len(head_mask) != self.cfg.n_layers:
+            raise ConfigError(f"head_mask needs one row per layer ({self.cfg.n_layers}).")
+        return [head_mask[i][: n] for i, n in enumerate(self.heads_per_layer)]
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        head_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        return_type: ReturnType = "auto",
+    ) -> torch.Tensor:
+        """Run the model on ``input_ids [batch, pos]`` (or ``inputs_embeds [batch, pos, d]``).
+
+        ``attention_mask [batch, pos]`` is 1 for real tokens. ``head_mask [layer, head]``
+        scales each head's output (a differentiable gate: 1 keeps, 0 removes a head).
+        ``return_type``: "hidden" (final hidden states, after the final norm if any),
+        "logits" (the output head), "pooled" (BERT's pooler), or "auto".
+        """
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ConfigError("pass exactly one of input_ids and inputs_embeds.")
+        ref = input_ids if input_ids is not None else inputs_embeds
+        batch, length = ref.shape[:2]
+        if position_ids is None:
+            position_ids = self.positions(input_ids, (batch, length), ref.device)
+        resid = self.embed_tokens(input_ids, token_type_ids, position_ids, inputs_embeds)
+        mask = additive_attention_mask(
+            attention_mask, length, length, self.cfg.causal, resid.dtype, resid.device
+        )
+        for block, gate in zip(self.blocks, self._head_gates(head_mask), strict=True):
+            resid = block(resid, mask, position_ids, gate)
+        hidden = self.final_norm(resid)
+        if return_type == "hidden" or (
+            return_type == "auto" and self.cfg.head in (None, "pooler")
+        ):
+            return hidden
+        if self.head is None or (return_type == "pooled") != (self.cfg.head == "pooler"):
+            raise ConfigError(
+                f"return_type={return_type!r} needs a model with that head "
+                f"(this one has head={self.cfg.head!r})."
+            )
+        return self.head(hidden)
