@@ -1,0 +1,73 @@
+"""Plain-text corpora: reading, the built-in sample, batching by length."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+
+import torch
+
+from attnlens.analysis.base import Batch
+from attnlens.data.tokenizer import Tokenizer
+from attnlens.errors import DataError
+
+
+def sample_sentences() -> list[str]:
+    """The built-in sample: 50 English sentences written by the attnlens authors."""
+    text = resources.files("attnlens.data").joinpath("sample_sentences.txt").read_text("utf-8")
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def read_text_file(path: str | Path) -> list[str]:
+    """One sentence (or passage) per non-empty line."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"text file {path} does not exist; pass a file with one sentence per line.")
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path} is not UTF-8 text ({exc.reason}).") from exc
+    texts = [line.strip() for line in lines if line.strip()]
+    if not texts:
+        raise DataError(f"{path} contains no text; write one sentence per line.")
+    return texts
+
+
+def length_sorted_chunks(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices grouped into batches of similar length (less padding, same results)."""
+    if batch_size < 1:
+        raise DataError(f"batch size must be at least 1, not {batch_size}.")
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def special_token_mask(tokenizer: Tokenizer, input_ids: torch.Tensor) -> torch.Tensor:
+    """``[batch, pos]`` True where the token is one of the tokenizer's special tokens."""
+    special = torch.tensor(sorted(tokenizer.special_ids), dtype=input_ids.dtype)
+    return torch.isin(input_ids, special)
+
+
+def text_batches(
+    tokenizer: Tokenizer,
+    texts: Sequence[str],
+    batch_size: int = 16,
+    max_length: int = 128,
+) -> list[Batch]:
+    """Tokenise ``texts`` into length-sorted batches of at most ``batch_size`` sentences."""
+    if max_length < 4:
+        raise DataError(f"max length must be at least 4 tokens, not {max_length}.")
+    lengths = [len(t) for t in texts]
+    batches = []
+    for chunk in length_sorted_chunks(lengths, batch_size):
+        enc = tokenizer([texts[i] for i in chunk], max_length=max_length)
+        batches.append(
+            Batch(
+                input_ids=enc["input_ids"],
+                attention_mask=enc["attention_mask"],
+                token_type_ids=enc.get("token_type_ids"),
+                special_mask=special_token_mask(tokenizer, enc["input_ids"]),
+                extra={"index": chunk},
+            )
+        )
+    return batches

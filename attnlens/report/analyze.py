@@ -1,0 +1,58 @@
+"""The `attnlens analyze` pipeline: one corpus pass feeding every section, then files."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from attnlens.analysis.base import Batch
+from attnlens.analysis.runner import run_analyzers
+from attnlens.model.transformer import HookedTransformer
+from attnlens.report.html import write_html_report
+from attnlens.report.sections import Section, SectionOutput
+from attnlens.report.stats_section import AttentionStatsSection
+from attnlens.report.writer import atomic_open, check_output_dir
+
+
+def default_sections() -> list[Section]:
+    """Every section `attnlens analyze` runs, in report order."""
+    return [AttentionStatsSection()]
+
+
+def analyze(
+    model: HookedTransformer,
+    tokenizer,
+    batches: Sequence[Batch],
+    out_dir: str | Path,
+    sections: Sequence[Section] | None = None,
+    formats: tuple[str, ...] = ("png",),
+    show_progress: bool = True,
+    corpus_name: str = "",
+) -> list[SectionOutput]:
+    """Run all sections' analyzers in one pass over ``batches`` and write their outputs."""
+    out = check_output_dir(out_dir)
+    sections = list(default_sections() if sections is None else sections)
+    start = time.perf_counter()
+    per_section = [s.analyzers(model, tokenizer) for s in sections]
+    everything = [a for group in per_section for a in group]
+    n_sentences = sum(int(b.input_ids.shape[0]) for b in batches)
+    if everything:
+        run_analyzers(model, batches, everything, total=n_sentences, show_progress=show_progress)
+    outputs = [
+        section.write(model, group, out, formats)
+        for section, group in zip(sections, per_section, strict=True)
+    ]
+    meta = {
+        "model": model.cfg.source.get("path", ""),
+        "architecture": model.cfg.source.get("architecture", ""),
+        "corpus": corpus_name,
+        "sentences": n_sentences,
+        "seconds": round(time.perf_counter() - start, 2),
+        "layers_and_heads_numbered_from": 0,
+    }
+    with atomic_open(out / "run.json") as handle:
+        json.dump(meta, handle, indent=2)
+    write_html_report(outputs, out / "index.html", meta)
+    return outputs

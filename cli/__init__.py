@@ -1,0 +1,1 @@
+"""attnlens' command-line interface (installed as the module ``attnlens.cli``)."""

@@ -1,0 +1,50 @@
+"""`attnlens analyze`: the full report for one model on one corpus."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from attnlens.cli import options as opt
+
+console = Console(stderr=True)
+
+
+def analyze(
+    model: opt.OptionalStr = opt.ModelArg,
+    text: opt.OptionalPath = opt.TextOpt,
+    out: Path = opt.OutOpt,
+    batch_size: int = opt.BatchSizeOpt,
+    max_length: int = opt.MaxLengthOpt,
+    device: str = opt.DeviceOpt,
+    dtype: str = opt.DtypeOpt,
+    allow_pickle: bool = opt.AllowPickleOpt,
+    fmt: str = opt.FormatOpt,
+    quiet: bool = opt.QuietOpt,
+) -> None:
+    """Analyse every attention head of MODEL on a corpus and write a report folder."""
+    from attnlens.data.text import read_text_file, sample_sentences, text_batches
+    from attnlens.loaders import load
+    from attnlens.report.analyze import analyze as run_analysis
+    from attnlens.report.writer import check_output_dir
+
+    formats = opt.figure_formats(fmt)
+    texts = read_text_file(text) if text else sample_sentences()
+    corpus_name = str(text) if text else "built-in sample (50 sentences)"
+    model_obj, tokenizer = load(model, device=device, dtype=dtype, allow_pickle=allow_pickle)
+    batches = text_batches(tokenizer, texts, batch_size=batch_size, max_length=max_length)
+    check_output_dir(out)
+    outputs = run_analysis(
+        model_obj, tokenizer, batches, out, formats=formats, show_progress=not quiet,
+        corpus_name=corpus_name,
+    )
+    n_figures = sum(len(o.figures) for o in outputs)
+    n_tables = sum(len(o.tables) for o in outputs)
+    console.print(f"wrote {n_tables} tables and {n_figures} figures to {out}/ "
+                  f"(open {out / 'index.html'})")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("analyze")(analyze)
