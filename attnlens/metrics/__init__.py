@@ -1,0 +1,1 @@
+"""Task metrics computed through attnlens models."""
