@@ -10,15 +10,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Union
+from typing import Any
 
 import torch
 from torch import nn
 
 from attnlens.errors import AttnlensError
 
-HookFn = Callable[..., Union[torch.Tensor, None]]
-NamesFilter = Union[None, str, Sequence[str], Callable[[str], bool]]
+HookFn = Callable[..., torch.Tensor | None]
+NamesFilter = str | Sequence[str] | Callable[[str], bool] | None
 
 
 class HookPoint(nn.Module):

@@ -20,7 +20,6 @@ app = typer.Typer(
 )
 
 
-
 @app.callback()
 def _root() -> None:
     """Explain what the attention heads of a transformer do. Layers and heads count from 0."""
@@ -51,7 +50,9 @@ def main() -> None:
     try:
         app(prog_name="attnlens")
     except KeyboardInterrupt:
-        print("Error: interrupted; rerun the command (runs that support it resume).", file=sys.stderr)
+        print(
+            "Error: interrupted; rerun the command (runs that support it resume).", file=sys.stderr
+        )
         sys.exit(130)
     except Exception as exc:
         message = _known_error(exc)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -30,5 +29,5 @@ def figure_formats(value: str) -> tuple[str, ...]:
     return tuple(f.strip().lower() for f in value.split(",") if f.strip())
 
 
-OptionalPath = Optional[Path]
-OptionalStr = Optional[str]
+OptionalPath = Path | None
+OptionalStr = str | None

@@ -79,8 +79,8 @@ class AttentionStats(Analyzer):
     def result(self) -> dict[str, pd.DataFrame]:
         means = (self.sums / max(self.rows, 1)).numpy()
         records = [
-            {"layer": layer, "head": head, "measure": measure, "value": float(means[m, layer, head])}
-            for m, measure in enumerate(MEASURES)
+            {"layer": layer, "head": head, "measure": name, "value": float(means[m, layer, head])}
+            for m, name in enumerate(MEASURES)
             for layer in range(self.n_layers)
             for head in range(self.n_heads)
         ]

@@ -37,7 +37,9 @@ def read_pairs(path: str | Path) -> SentencePairs:
     """A CSV of ``sentence1,sentence2,score`` rows without header."""
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"pairs file {path} does not exist; pass a CSV of sentence1,sentence2,score.")
+        raise DataError(
+            f"pairs file {path} does not exist; pass a CSV of sentence1,sentence2,score."
+        )
     first, second, scores = [], [], []
     with path.open(encoding="utf-8", newline="") as handle:
         for line_no, row in enumerate(csv.reader(handle), start=1):
@@ -45,7 +47,8 @@ def read_pairs(path: str | Path) -> SentencePairs:
                 continue
             if len(row) != 3:
                 raise DataError(
-                    f"{path}:{line_no}: expected 3 columns (sentence1,sentence2,score), got {len(row)}."
+                    f"{path}:{line_no}: expected 3 columns (sentence1,sentence2,score), "
+                    f"got {len(row)}."
                 )
             try:
                 scores.append(float(row[2]))

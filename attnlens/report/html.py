@@ -16,7 +16,8 @@ MAX_TABLE_ROWS = 60
 def _figure_html(path: Path) -> str:
     if path.suffix == ".png":
         data = base64.b64encode(path.read_bytes()).decode("ascii")
-        return f'<figure><img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}"></figure>'
+        alt = html.escape(path.stem)
+        return f'<figure><img alt="{alt}" src="data:image/png;base64,{data}"></figure>'
     if path.suffix == ".svg":
         return f"<figure>{path.read_text(encoding='utf-8')}</figure>"
     return ""
@@ -28,7 +29,11 @@ def _section_html(section: SectionOutput) -> str:
         parts.append(f"<pre>{html.escape(section.summary)}</pre>")
     for name, table in section.tables.items():
         shown = table.head(MAX_TABLE_ROWS)
-        note = "" if len(table) <= MAX_TABLE_ROWS else f" (first {MAX_TABLE_ROWS} of {len(table)} rows; full table in {name}.csv)"
+        note = (
+            ""
+            if len(table) <= MAX_TABLE_ROWS
+            else f" (first {MAX_TABLE_ROWS} of {len(table)} rows; full table in {name}.csv)"
+        )
         parts.append(f"<h3>{html.escape(name)}{html.escape(note)}</h3>")
         parts.append(shown.to_html(index=False, float_format=lambda v: f"{v:.4g}", border=0))
     parts.extend(_figure_html(p) for p in section.figures)
@@ -39,7 +44,8 @@ def _section_html(section: SectionOutput) -> str:
 def write_html_report(sections: list[SectionOutput], path: Path, meta: dict) -> Path:
     template = resources.files("attnlens.report").joinpath("template.html").read_text("utf-8")
     meta_rows = "".join(
-        f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in meta.items()
+        f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
+        for k, v in meta.items()
     )
     page = template.replace("{{meta}}", meta_rows).replace(
         "{{sections}}", "\n".join(_section_html(s) for s in sections)

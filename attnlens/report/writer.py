@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 import pandas as pd
 
@@ -63,7 +63,9 @@ def write_table(
     return paths
 
 
-def save_figure(fig, out_dir: str | Path, name: str, formats: Iterable[str] = ("png",)) -> list[Path]:
+def save_figure(
+    fig, out_dir: str | Path, name: str, formats: Iterable[str] = ("png",)
+) -> list[Path]:
     """Save a matplotlib Figure atomically in each format, then close it."""
     import matplotlib.pyplot as plt
 

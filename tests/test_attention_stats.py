@@ -1,0 +1,64 @@
+"""AttentionStats on hand-built patterns whose statistics are known."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attnlens.analysis.attention_stats import AttentionStats
+from attnlens.analysis.base import Batch
+from attnlens.hooks import ActivationCache
+
+CLS, SEP = 101, 102
+
+
+def batch_and_cache(pattern: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor):
+    special = torch.isin(ids, torch.tensor([CLS, SEP]))
+    batch = Batch(input_ids=ids, attention_mask=mask, special_mask=special)
+    return batch, ActivationCache({"blocks.0.attn.hook_pattern": pattern})
+
+
+def values(stats: AttentionStats) -> dict[str, float]:
+    table = stats.result()["attention_stats"]
+    return dict(
+        zip(table["measure"] + "." + table["head"].astype(str), table["value"], strict=True)
+    )
+
+
+def test_known_patterns_give_known_statistics() -> None:
+    # One sentence: [CLS] a b c [SEP] <pad>; head 0 looks at [CLS], head 1 uniform over the
+    # 5 real tokens, head 2 looks one token back.
+    ids = torch.tensor([[CLS, 5, 6, 7, SEP, 0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0]])
+    p = torch.zeros(1, 3, 6, 6)
+    p[0, 0, :, 0] = 1.0
+    p[0, 1, :, :5] = 0.2
+    for i in range(6):
+        p[0, 2, i, max(i - 1, 0)] = 1.0
+    stats = AttentionStats(n_layers=1, n_heads=3, cls_ids={CLS}, sep_ids={SEP})
+    stats.update(*batch_and_cache(p, ids, mask))
+    v = values(stats)
+    assert stats.rows == 3  # a, b, c: special rows and padding excluded
+    assert math.isclose(v["to_cls.0"], 1.0) and math.isclose(v["confidence.0"], 1.0)
+    assert math.isclose(v["entropy.0"], 0.0, abs_tol=1e-6)
+    assert math.isclose(v["distance.0"], (1 + 2 + 3) / 3)
+    assert math.isclose(v["entropy.1"], math.log(5), rel_tol=1e-6)
+    assert math.isclose(v["to_sep.1"], 0.2, rel_tol=1e-6)
+    assert math.isclose(v["confidence.1"], 0.2, rel_tol=1e-6)
+    assert math.isclose(v["distance.2"], 1.0)
+    assert math.isclose(v["to_cls.2"], 1 / 3)  # only token a's previous token is [CLS]
+
+
+def test_merge_of_two_halves_equals_the_whole() -> None:
+    torch.manual_seed(1)
+    ids = torch.tensor([[CLS, 5, 6, 7, SEP], [CLS, 8, 9, SEP, 0]])
+    mask = (ids != 0).long()
+    p = torch.softmax(torch.randn(2, 4, 5, 5), dim=-1)
+    whole = AttentionStats(1, 4, {CLS}, {SEP})
+    whole.update(*batch_and_cache(p, ids, mask))
+    first, second = AttentionStats(1, 4, {CLS}, {SEP}), AttentionStats(1, 4, {CLS}, {SEP})
+    first.update(*batch_and_cache(p[:1], ids[:1], mask[:1]))
+    second.update(*batch_and_cache(p[1:], ids[1:], mask[1:]))
+    merged = first.merge(second)
+    assert torch.allclose(merged.sums, whole.sums) and merged.rows == whole.rows

@@ -1,0 +1,91 @@
+"""`attnlens analyze` end to end on the embedded MiniLM, and its one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from attnlens.analysis.attention_stats import MEASURES
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "attnlens.cli.app", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("report")
+    result = run_cli("analyze", "--out", str(out), "--quiet", cwd=out)
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def test_analyze_writes_the_attention_statistics(report: Path) -> None:
+    table = pd.read_csv(report / "attention_stats.csv")
+    assert set(table.columns) >= {"layer", "head", "measure", "value"}
+    assert set(table["measure"]) == set(MEASURES)
+    assert sorted(table["layer"].unique()) == list(range(6))
+    assert sorted(table["head"].unique()) == list(range(12))
+    assert len(table) == 6 * 12 * len(MEASURES)
+    value = table.set_index(["measure", "layer", "head"])["value"]
+    assert value["confidence"].between(0.0, 1.0).all()
+    assert value["to_cls"].between(0.0, 1.0).all() and value["to_sep"].between(0.0, 1.0).all()
+    assert (value["to_cls"] + value["to_sep"] <= 1.0 + 1e-9).all()
+    # Entropy of a distribution over n tokens lies in [0, log n]; sample sentences are < 40 tokens.
+    assert value["entropy"].between(0.0, float(pd.Series([40]).apply("log").iloc[0])).all()
+    assert (value["distance"] >= 0).all()
+    # MiniLM's heads differ: some park most attention on [CLS], some almost none; at least
+    # one head is near one-hot (measured on the built-in sample: to_cls 0.0-0.86, max conf 0.9996).
+    assert value["to_cls"].max() > 0.6 and value["to_cls"].min() < 0.2
+    assert value["confidence"].max() > 0.9
+
+
+def test_analyze_writes_figures_markdown_and_html(report: Path) -> None:
+    for measure in MEASURES:
+        png = report / f"attention_{measure}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (report / "attention_stats.md").read_text().startswith("| layer | head |")
+    html = (report / "index.html").read_text()
+    assert "data:image/png;base64," in html and "Attention statistics" in html
+    meta = json.loads((report / "run.json").read_text())
+    assert meta["sentences"] > 0 and meta["layers_and_heads_numbered_from"] == 0
+    assert not list(report.glob(".*.tmp"))
+
+
+def test_bad_text_file_is_one_line_error_and_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "never"
+    result = run_cli(
+        "analyze", "--text", str(tmp_path / "missing.txt"), "--out", str(out), cwd=tmp_path
+    )
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and "missing.txt" in lines[0]
+    assert "Traceback" not in result.stderr
+    assert not out.exists()
+
+
+def test_unknown_model_is_one_line_error(tmp_path: Path) -> None:
+    result = run_cli("analyze", str(tmp_path / "no-such-model"), cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.strip().count("\n") == 0 and "does not exist" in result.stderr
+
+
+def test_cuda_without_gpu_is_one_line_error(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the error path cannot be reached")
+    result = run_cli("analyze", "--device", "cuda", "--out", str(tmp_path / "o"), cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.startswith("Error: ") and "no CUDA GPU" in result.stderr
