@@ -165,3 +165,104 @@ def path_collapse_curve(df: pd.DataFrame, title: str, value: str = "geo_mean") -
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+def pruning_curves(curve: pd.DataFrame, metric_label: str, title: str) -> Figure:
+    """Metric against the fraction of heads pruned, one line per order of a pruning table.
+
+    ``curve`` has columns ``order, seed, step, fraction_pruned, metric`` (the pruning loop's
+    table). Orders with several seeds (random) are drawn as their mean with a min-max band.
+    """
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for index, (order, rows) in enumerate(curve.groupby("order", sort=False)):
+        color = f"C{index}"
+        if rows["seed"].nunique() > 1:
+            by_step = rows.groupby("step").agg(
+                x=("fraction_pruned", "mean"), lo=("metric", "min"), hi=("metric", "max"),
+                mean=("metric", "mean"), n=("metric", "size"),
+            )
+            n_seeds = rows["seed"].nunique()
+            ax.fill_between(by_step["x"], by_step["lo"], by_step["hi"], color=color, alpha=0.25,
+                            label=f"{order} (min-max of {n_seeds} seeds)")
+            ax.plot(by_step["x"], by_step["mean"], color=color, linestyle="--", linewidth=1)
+        else:
+            rows = rows.sort_values("step")
+            ax.plot(rows["fraction_pruned"], rows["metric"], color=color, marker="o",
+                    markersize=3, label=order)
+    ax.set_xlabel("fraction of heads pruned")
+    ax.set_ylabel(metric_label)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _layer_axes(n_layers: int, width: float = 2.6, height: float = 2.3):
+    """A grid of one small axes per layer (at most 4 per row); unused axes hidden."""
+    cols = min(4, n_layers)
+    rows = -(-n_layers // cols)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(width * cols, height * rows), squeeze=False, sharex=True, sharey=True
+    )
+    flat = axes.reshape(-1)
+    for ax in flat[n_layers:]:
+        ax.set_visible(False)
+    return fig, flat
+
+
+def cumulative_curves_by_layer(
+    curve: pd.DataFrame, title: str, x: str = "fraction", value: str = "value"
+) -> Figure:
+    """Per layer, the heads' mean cumulative curve with a min-max band across heads.
+
+    ``curve`` has columns ``layer, head, <x>, <value>`` (layers numbered from 0). The dotted
+    diagonal is the flat spectrum of a full-rank matrix with equal singular values.
+    """
+    n_layers = int(curve["layer"].max()) + 1
+    fig, axes = _layer_axes(n_layers)
+    for layer, rows in curve.groupby("layer"):
+        ax = axes[int(layer)]
+        stats = rows.groupby(x)[value].agg(["min", "mean", "max"])
+        ax.fill_between(stats.index, stats["min"], stats["max"], alpha=0.3, label="heads (min-max)")
+        ax.plot(stats.index, stats["mean"], linewidth=1.5, label="mean over heads")
+        ax.plot([0, 1], [0, 1], linestyle=":", color="grey", linewidth=1, label="flat spectrum")
+        ax.set_title(f"layer {int(layer)}", fontsize=9)
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=6, loc="lower right")
+    for ax in axes[:n_layers]:
+        ax.set_xlabel("k / n", fontsize=8)
+    axes[0].set_ylabel("cumulative share of sum s", fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def shared_subspace_curves(curve: pd.DataFrame, d_model: int, title: str) -> Figure:
+    """Per layer, cumulative energy of the heads' concatenated matrices against one head's.
+
+    ``curve`` has columns ``layer, matrix, scope, k, energy`` with ``scope`` in ``concat`` and
+    ``per_head_mean``; solid lines are the concatenations, dashed lines a single head (mean).
+    """
+    n_layers = int(curve["layer"].max()) + 1
+    fig, axes = _layer_axes(n_layers, width=3.0)
+    matrices = list(dict.fromkeys(curve["matrix"]))
+    for layer, rows in curve.groupby("layer"):
+        ax = axes[int(layer)]
+        for index, matrix in enumerate(matrices):
+            for scope, style in (("concat", "-"), ("per_head_mean", "--")):
+                part = rows[(rows["matrix"] == matrix) & (rows["scope"] == scope)]
+                label = f"{matrix} {'all heads' if scope == 'concat' else 'one head'}"
+                ax.plot(part["k"], part["energy"], linestyle=style, color=f"C{index}",
+                        linewidth=1.2, label=label)
+        ax.axvline(d_model, color="grey", linestyle=":", linewidth=1)
+        ax.set_title(f"layer {int(layer)}", fontsize=9)
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+        ax.set_xlabel("dimensions k", fontsize=8)
+    axes[0].set_ylabel("cumulative energy (sum s^2)", fontsize=8)
+    axes[0].legend(fontsize=6, loc="lower right")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig

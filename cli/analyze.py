@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
-
 from attnlens.cli import options as opt
+from rich.console import Console
 
 console = Console(stderr=True)
 
@@ -15,6 +14,7 @@ console = Console(stderr=True)
 def analyze(
     model: opt.OptionalStr = opt.ModelArg,
     text: opt.OptionalPath = opt.TextOpt,
+    treebank: opt.OptionalPath = opt.TreebankOpt,
     out: Path = opt.OutOpt,
     batch_size: int = opt.BatchSizeOpt,
     max_length: int = opt.MaxLengthOpt,
@@ -25,16 +25,19 @@ def analyze(
     quiet: bool = opt.QuietOpt,
 ) -> None:
     """Analyse every attention head of MODEL on a corpus and write a report folder."""
-    from attnlens.data.text import read_text_file, sample_sentences, text_batches
+    from attnlens.data.words import load_corpus
     from attnlens.loaders import load
     from attnlens.report.analyze import analyze as run_analysis
     from attnlens.report.writer import check_output_dir
 
     formats = opt.figure_formats(fmt)
-    texts = read_text_file(text) if text else sample_sentences()
-    corpus_name = str(text) if text else "built-in sample (50 sentences)"
+    # Corpus: --treebank, else --text (split into words), else the embedded sample treebank.
+    corpus = load_corpus(
+        text=str(text) if text else None, treebank=str(treebank) if treebank else None
+    )
+    corpus_name = corpus.name
     model_obj, tokenizer = load(model, device=device, dtype=dtype, allow_pickle=allow_pickle)
-    batches = text_batches(tokenizer, texts, batch_size=batch_size, max_length=max_length)
+    batches = corpus.batches(tokenizer, batch_size=batch_size, max_length=max_length)
     check_output_dir(out)
     outputs = run_analysis(
         model_obj, tokenizer, batches, out, formats=formats, show_progress=not quiet,

@@ -26,7 +26,9 @@ def _root() -> None:
 
 
 # Each module defines register(app). Order = order in `attnlens --help`.
-COMMAND_MODULES = ["analyze"]
+COMMAND_MODULES = [
+    "analyze", "collapse", "prune", "heads", "models", "eval", "spectrum", "asymmetry",
+]
 
 for _module in COMMAND_MODULES:
     importlib.import_module(f"attnlens.cli.{_module}").register(app)

@@ -13,6 +13,9 @@ ModelArg = typer.Argument(
     show_default=False,
 )
 TextOpt = typer.Option(None, "--text", help="Text file, one sentence per line.", show_default=False)
+TreebankOpt = typer.Option(
+    None, "--treebank", help="CoNLL-U treebank (default: the embedded sample).", show_default=False
+)
 OutOpt = typer.Option(Path("attnlens-report"), "--out", "-o", help="Output folder.")
 BatchSizeOpt = typer.Option(16, "--batch-size", min=1, help="Sentences per forward pass.")
 MaxLengthOpt = typer.Option(128, "--max-length", min=4, help="Truncate inputs to this many tokens.")

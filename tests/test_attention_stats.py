@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import math
+import os
+import stat
 
+import pandas as pd
+import pytest
 import torch
 
 from attnlens.analysis.attention_stats import AttentionStats
 from attnlens.analysis.base import Batch
 from attnlens.hooks import ActivationCache
+from attnlens.report.writer import atomic_open, write_table
 
 CLS, SEP = 101, 102
 
@@ -62,3 +67,15 @@ def test_merge_of_two_halves_equals_the_whole() -> None:
     second.update(*batch_and_cache(p[1:], ids[1:], mask[1:]))
     merged = first.merge(second)
     assert torch.allclose(merged.sums, whole.sums) and merged.rows == whole.rows
+
+
+def test_atomic_writes_leave_no_temporary_files_and_normal_permissions(tmp_path) -> None:
+    paths = write_table(pd.DataFrame({"layer": [0], "value": [0.5]}), tmp_path, "t")
+    assert [p.name for p in paths] == ["t.csv", "t.md"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(paths[0].stat().st_mode) == 0o666 & ~umask
+    with pytest.raises(RuntimeError), atomic_open(tmp_path / "half.csv") as handle:
+        handle.write("layer,value\n0,")
+        raise RuntimeError("interrupted")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv", "t.md"]

@@ -9,11 +9,19 @@ import torch
 from attnlens.data.tokenizer import Tokenizer
 from attnlens.device import resolve_device, resolve_dtype
 from attnlens.loaders.checkpoint import read_config, read_weights, resolve_checkpoint
+from attnlens.loaders.export import export_hf, pad_heads_to_uniform
 from attnlens.loaders.registry import CONVERTERS, find_converter, supported_architectures
 from attnlens.loaders.weights import WeightReader
 from attnlens.model.transformer import HookedTransformer
 
-__all__ = ["CONVERTERS", "load", "load_model", "supported_architectures"]
+__all__ = [
+    "CONVERTERS",
+    "export_hf",
+    "load",
+    "load_model",
+    "pad_heads_to_uniform",
+    "supported_architectures",
+]
 
 
 def load_model(
@@ -46,11 +54,13 @@ def load(
     dtype: str | torch.dtype | None = torch.float32,
     allow_pickle: bool = False,
 ) -> tuple[HookedTransformer, Tokenizer]:
-    """Load a checkpoint and its tokenizer.
+    """Load a checkpoint and its tokenizer: ``(HookedTransformer, Tokenizer)``.
 
     ``name_or_path``: None (the embedded all-MiniLM-L6-v2), a local folder with config.json
     and safetensors weights, or a hub id already in the local Hugging Face cache (attnlens
-    never downloads). Pickle weights are refused unless ``allow_pickle=True``.
+    never downloads). Pickle weights are refused unless ``allow_pickle=True`` (then read
+    with ``torch.load(weights_only=True)``); ``trust_remote_code`` is never used. A folder
+    without tokenizer files is an error: use ``load_model`` for the model alone.
     """
     model = load_model(name_or_path, device, dtype, allow_pickle)
     tokenizer = Tokenizer.from_pretrained(model.cfg.source["path"])

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from attnlens.loaders.weights import WeightReader, linear_to_heads, out_linear_to_heads
+from attnlens.errors import UnsupportedArchitectureError
+from attnlens.loaders.weights import (
+    WeightReader,
+    heads_to_linear,
+    heads_to_out_linear,
+    linear_to_heads,
+    out_linear_to_heads,
+)
 from attnlens.model.config import TransformerConfig
 
 HEAD_BY_ARCHITECTURE = {
@@ -14,7 +21,23 @@ HEAD_BY_ARCHITECTURE = {
 }
 
 
+def check_encoder_config(hf: dict) -> None:
+    """Refuse BERT/RoBERTa options attnlens does not model rather than compute something else."""
+    position_type = hf.get("position_embedding_type") or "absolute"
+    if position_type != "absolute":
+        raise UnsupportedArchitectureError(
+            f"position_embedding_type={position_type!r} is not supported; attnlens models "
+            "absolute learned positions only."
+        )
+    if hf.get("is_decoder") or hf.get("add_cross_attention"):
+        raise UnsupportedArchitectureError(
+            "BERT-style decoders (is_decoder / add_cross_attention) are not supported; "
+            "attnlens models bidirectional encoders of this family."
+        )
+
+
 def bert_config(hf: dict, head: str | None) -> TransformerConfig:
+    check_encoder_config(hf)
     n_labels = (len(hf.get("id2label") or {}) or 2) if head == "classifier" else 0
     return TransformerConfig(
         d_model=hf["hidden_size"],
@@ -29,7 +52,8 @@ def bert_config(hf: dict, head: str | None) -> TransformerConfig:
         norm_eps=hf.get("layer_norm_eps", 1e-12),
         norm_position="post",
         act=hf.get("hidden_act", "gelu"),
-        head_act=hf.get("hidden_act", "gelu"),
+        # BERT's classifier reads the pooler (dense + tanh); the MLM transform uses hidden_act.
+        head_act="tanh" if head == "classifier" else hf.get("hidden_act", "gelu"),
         pad_token_id=hf.get("pad_token_id", 0),
         head=head,
         n_labels=n_labels,
@@ -96,7 +120,9 @@ def convert_mlm_head(
     }
 
 
-def convert_bert(hf: dict, reader: WeightReader, architecture: str) -> tuple[TransformerConfig, dict]:
+def convert_bert(
+    hf: dict, reader: WeightReader, architecture: str
+) -> tuple[TransformerConfig, dict]:
     head = HEAD_BY_ARCHITECTURE[architecture]
     if head is None and reader.has("pooler.dense.weight"):
         head = "pooler"
@@ -123,3 +149,97 @@ def convert_bert(hf: dict, reader: WeightReader, architecture: str) -> tuple[Tra
         sd["head.out.weight"] = reader.take("classifier.weight", (cfg.n_labels, d))
         sd["head.out.bias"] = reader.take("classifier.bias", (cfg.n_labels,))
     return cfg, sd
+
+
+# Export (attnlens -> Hugging Face) ------------------------------------------------------
+ARCHITECTURE_BY_HEAD = {None: "BertModel", "pooler": "BertModel"} | {
+    head: arch for arch, head in HEAD_BY_ARCHITECTURE.items() if head is not None
+}
+
+
+def label_fields(cfg: TransformerConfig) -> dict:
+    """``id2label``/``label2id`` for a classifier head (generic names), else nothing."""
+    if cfg.head != "classifier":
+        return {}
+    id2label = {str(i): f"LABEL_{i}" for i in range(cfg.n_labels)}
+    return {"id2label": id2label, "label2id": {v: int(k) for k, v in id2label.items()}}
+
+
+def export_encoder_layers(cfg: TransformerConfig, state: dict, layer_prefix: str) -> dict:
+    """Inverse of ``convert_encoder_layers``: attnlens names -> BERT/RoBERTa layer names."""
+    out = {}
+    for i in range(cfg.n_layers):
+        src, dst = f"blocks.{i}.", f"{layer_prefix}{i}."
+        for ours, theirs in (("Q", "query"), ("K", "key"), ("V", "value")):
+            W = state[f"{src}attn.W_{ours}"]  # [head, d_model, d_head]
+            out[f"{dst}attention.self.{theirs}.weight"] = heads_to_linear(W)
+            out[f"{dst}attention.self.{theirs}.bias"] = state[f"{src}attn.b_{ours}"].reshape(-1)
+        out[f"{dst}attention.output.dense.weight"] = heads_to_out_linear(state[f"{src}attn.W_O"])
+        out[f"{dst}attention.output.dense.bias"] = state[f"{src}attn.b_O"]
+        out[f"{dst}attention.output.LayerNorm.weight"] = state[f"{src}ln1.weight"]
+        out[f"{dst}attention.output.LayerNorm.bias"] = state[f"{src}ln1.bias"]
+        out[f"{dst}intermediate.dense.weight"] = state[f"{src}mlp.W_in.weight"]
+        out[f"{dst}intermediate.dense.bias"] = state[f"{src}mlp.W_in.bias"]
+        out[f"{dst}output.dense.weight"] = state[f"{src}mlp.W_out.weight"]
+        out[f"{dst}output.dense.bias"] = state[f"{src}mlp.W_out.bias"]
+        out[f"{dst}output.LayerNorm.weight"] = state[f"{src}ln2.weight"]
+        out[f"{dst}output.LayerNorm.bias"] = state[f"{src}ln2.bias"]
+    return out
+
+
+def export_embeddings(cfg: TransformerConfig, state: dict) -> dict:
+    out = {
+        "embeddings.word_embeddings.weight": state["embed.weight"],
+        "embeddings.position_embeddings.weight": state["pos_embed.weight"],
+        "embeddings.LayerNorm.weight": state["embed_norm.weight"],
+        "embeddings.LayerNorm.bias": state["embed_norm.bias"],
+    }
+    if cfg.n_token_types:
+        out["embeddings.token_type_embeddings.weight"] = state["type_embed.weight"]
+    return out
+
+
+def decoder_is_tied(state: dict) -> bool:
+    """Whether the output decoder is (still) the token embedding matrix."""
+    decoder = state.get("head.decoder.weight")
+    return decoder is not None and torch.equal(decoder, state["embed.weight"])
+
+
+def export_bert(cfg: TransformerConfig, state: dict) -> tuple[dict, dict]:
+    """Inverse of ``convert_bert``: (config.json fields, checkpoint tensors)."""
+    tied = decoder_is_tied(state)
+    fields = {
+        "architectures": [ARCHITECTURE_BY_HEAD[cfg.head]],
+        "hidden_size": cfg.d_model,
+        "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads,
+        "intermediate_size": cfg.d_mlp,
+        "vocab_size": cfg.vocab_size,
+        "max_position_embeddings": cfg.n_ctx,
+        "type_vocab_size": cfg.n_token_types,
+        "layer_norm_eps": cfg.norm_eps,
+        "hidden_act": cfg.act,
+        "pad_token_id": cfg.pad_token_id,
+        "tie_word_embeddings": tied if cfg.head == "mlm" else True,
+        **label_fields(cfg),
+    }
+    base = "" if cfg.head in (None, "pooler") else "bert."
+    tensors = {base + k: v for k, v in export_embeddings(cfg, state).items()}
+    layers = export_encoder_layers(cfg, state, "encoder.layer.")
+    tensors.update({base + k: v for k, v in layers.items()})
+    if cfg.head in ("pooler", "classifier"):
+        tensors[base + "pooler.dense.weight"] = state["head.dense.weight"]
+        tensors[base + "pooler.dense.bias"] = state["head.dense.bias"]
+    if cfg.head == "classifier":
+        tensors["classifier.weight"] = state["head.out.weight"]
+        tensors["classifier.bias"] = state["head.out.bias"]
+    elif cfg.head == "mlm":
+        tensors["cls.predictions.transform.dense.weight"] = state["head.dense.weight"]
+        tensors["cls.predictions.transform.dense.bias"] = state["head.dense.bias"]
+        tensors["cls.predictions.transform.LayerNorm.weight"] = state["head.norm.weight"]
+        tensors["cls.predictions.transform.LayerNorm.bias"] = state["head.norm.bias"]
+        tensors["cls.predictions.bias"] = state["head.decoder.bias"]
+        if not tied:  # untied, transformers reads the decoder's own weight and bias
+            tensors["cls.predictions.decoder.weight"] = state["head.decoder.weight"]
+            tensors["cls.predictions.decoder.bias"] = state["head.decoder.bias"]
+    return fields, tensors

@@ -32,7 +32,9 @@ def resolve_checkpoint(name_or_path: str | os.PathLike | None) -> Path:
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
-            raise ModelLoadError(f"{path} has no config.json; point to a Hugging Face model folder.")
+            raise ModelLoadError(
+                f"{path} has no config.json; point to a Hugging Face model folder."
+            )
         return path
     if path.exists():
         raise ModelLoadError(f"{path} is a file; pass the folder that holds config.json.")
@@ -84,7 +86,10 @@ def read_weights(path: Path, allow_pickle: bool = False) -> dict[str, torch.Tens
     if files:
         tensors: dict[str, torch.Tensor] = {}
         for file in files:
-            tensors.update(load_file(str(file)))
+            try:
+                tensors.update(load_file(str(file)))
+            except Exception as exc:  # safetensors raises its own error types
+                raise ModelLoadError(f"cannot read {file}: {exc}; the file is damaged.") from exc
         return tensors
     pickles = _pickle_files(path)
     if not pickles:
@@ -96,5 +101,13 @@ def read_weights(path: Path, allow_pickle: bool = False) -> dict[str, torch.Tens
         )
     tensors = {}
     for file in pickles:
-        tensors.update(torch.load(file, map_location="cpu", weights_only=True))
+        try:
+            # weights_only: tensors and plain containers only, never arbitrary objects.
+            tensors.update(torch.load(file, map_location="cpu", weights_only=True))
+        except Exception as exc:  # UnpicklingError for anything but plain weights
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc)
+            raise ModelLoadError(
+                f"{file} holds more than plain weights and was refused "
+                f"(torch.load weights_only=True: {first_line})."
+            ) from exc
     return tensors

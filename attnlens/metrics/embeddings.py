@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -25,8 +25,12 @@ def sentence_embeddings(
     max_length: int = 256,
     head_mask: torch.Tensor | None = None,
     normalize: bool = True,
+    progress: Callable[[int], None] | None = None,
 ) -> torch.Tensor:
-    """Embeddings ``[n, d_model]`` in input order; gradients flow if enabled by the caller."""
+    """Embeddings ``[n, d_model]`` in input order; gradients flow if enabled by the caller.
+
+    ``progress(n)`` is called after each batch with its number of sentences.
+    """
     out = torch.empty(len(sentences), model.cfg.d_model, dtype=model.dtype, device=model.device)
     for chunk in length_sorted_chunks([len(s) for s in sentences], batch_size):
         enc = tokenizer([sentences[i] for i in chunk], max_length=max_length)
@@ -36,4 +40,6 @@ def sentence_embeddings(
         out[torch.tensor(chunk, device=model.device)] = (
             F.normalize(pooled, dim=-1) if normalize else pooled
         )
+        if progress is not None:
+            progress(len(chunk))
     return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +73,11 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
     return float((rx * ry).sum() / denom) if denom > 0 else float("nan")
 
 
+def distinct_sentences(pairs: SentencePairs) -> list[str]:
+    """Every sentence of the pairs once (each is embedded once)."""
+    return sorted(set(pairs.first) | set(pairs.second))
+
+
 @torch.no_grad()
 def pair_cosines(
     model: HookedTransformer,
@@ -80,11 +86,17 @@ def pair_cosines(
     batch_size: int = 32,
     max_length: int = 256,
     head_mask: torch.Tensor | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> np.ndarray:
-    """Cosine similarity of each pair's normalised mean-pooled embeddings."""
-    unique = sorted(set(pairs.first) | set(pairs.second))
+    """Cosine similarity of each pair's normalised mean-pooled embeddings.
+
+    ``progress(n)`` is called after each batch of ``n`` distinct sentences.
+    """
+    unique = distinct_sentences(pairs)
     index = {s: i for i, s in enumerate(unique)}
-    emb = sentence_embeddings(model, tokenizer, unique, batch_size, max_length, head_mask)
+    emb = sentence_embeddings(
+        model, tokenizer, unique, batch_size, max_length, head_mask, progress=progress
+    )
     a = emb[[index[s] for s in pairs.first]]
     b = emb[[index[s] for s in pairs.second]]
     return (a * b).sum(dim=-1).double().cpu().numpy()
@@ -97,7 +109,8 @@ def sts_spearman(
     batch_size: int = 32,
     max_length: int = 256,
     head_mask: torch.Tensor | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> float:
     """STS Benchmark score: Spearman x 100 between pair cosines and gold scores."""
-    cos = pair_cosines(model, tokenizer, pairs, batch_size, max_length, head_mask)
+    cos = pair_cosines(model, tokenizer, pairs, batch_size, max_length, head_mask, progress)
     return 100.0 * spearman(cos, pairs.scores)

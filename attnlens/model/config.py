@@ -33,6 +33,9 @@ class TransformerConfig:
     position_offset: int = 0
     positions_skip_padding: bool = False
     rotary_base: float = 10000.0
+    # Sliding attention window (Mistral): attnlens computes full attention, so inputs longer
+    # than the window, where the two differ, are refused. None: no window.
+    sliding_window: int | None = None
     # None: rotate the whole head (Llama); smaller: partial rotary (GPT-NeoX style).
     rotary_dim: int | None = None
     # 0: no segment embeddings (GPT-2, RoBERTa has 1, BERT 2).
@@ -70,7 +73,8 @@ class TransformerConfig:
         if self.d_head is None:
             if self.d_model % self.n_heads:
                 raise ConfigError(
-                    f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; set d_head."
+                    f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
+                    "set d_head."
                 )
             self.d_head = self.d_model // self.n_heads
         if self.n_kv_heads is None:

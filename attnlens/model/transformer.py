@@ -139,7 +139,10 @@ class HookedTransformer(HookedModule):
     ) -> torch.Tensor:
         """Position ids ``[batch, pos]`` as the source architecture numbers them."""
         batch, length = shape
-        if self.cfg.positions_skip_padding and input_ids is not None:
+        if self.cfg.positions_skip_padding:
+            if input_ids is None:  # no ids to find padding in: every token is real
+                return (torch.arange(1, length + 1, device=device) + self.cfg.position_offset
+                        ).expand(batch, length)
             real = (input_ids != self.cfg.pad_token_id).long()
             return torch.cumsum(real, dim=1) * real + self.cfg.position_offset
         return (torch.arange(length, device=device) + self.cfg.position_offset).expand(
@@ -195,6 +198,12 @@ class HookedTransformer(HookedModule):
             raise ConfigError("pass exactly one of input_ids and inputs_embeds.")
         ref = input_ids if input_ids is not None else inputs_embeds
         batch, length = ref.shape[:2]
+        if self.cfg.sliding_window is not None and length > self.cfg.sliding_window:
+            raise ConfigError(
+                f"input of {length} tokens is longer than the model's sliding attention window "
+                f"({self.cfg.sliding_window}), which attnlens does not implement; use a max "
+                "length of at most the window."
+            )
         if position_ids is None:
             position_ids = self.positions(input_ids, (batch, length), ref.device)
         resid = self.embed_tokens(input_ids, token_type_ids, position_ids, inputs_embeds)

@@ -10,15 +10,22 @@ from pathlib import Path
 from attnlens.analysis.base import Batch
 from attnlens.analysis.runner import run_analyzers
 from attnlens.model.transformer import HookedTransformer
+from attnlens.report.asymmetry_section import AsymmetrySection
+from attnlens.report.collapse_section import CollapseSection
+from attnlens.report.heads_section import HeadRolesSection
 from attnlens.report.html import write_html_report
 from attnlens.report.sections import Section, SectionOutput
+from attnlens.report.spectrum_section import SpectrumSection
 from attnlens.report.stats_section import AttentionStatsSection
 from attnlens.report.writer import atomic_open, check_output_dir
 
 
 def default_sections() -> list[Section]:
     """Every section `attnlens analyze` runs, in report order."""
-    return [AttentionStatsSection()]
+    return [
+        AttentionStatsSection(), CollapseSection(), HeadRolesSection(), SpectrumSection(),
+        AsymmetrySection(),
+    ]
 
 
 def analyze(

@@ -14,6 +14,8 @@ import pandas as pd
 from attnlens.errors import DataError
 
 FIGURE_FORMATS = ("png", "svg", "pdf")
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 
 @contextmanager
@@ -22,6 +24,7 @@ def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600 files; give the usual permissions
     try:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
             yield handle

@@ -1,0 +1,187 @@
+"""Rank collapse along paths of attention heads (Dong et al. 2021, path decomposition).
+
+A path of length ``k`` picks ``k`` distinct layers ``l_1 < ... < l_k`` (the skip connections
+let a path pass over the other layers) and one head ``h_i`` in each. Its attention product,
+per sentence and over real tokens only, is ``P = A[l_k, h_k] @ ... @ A[l_1, h_1]``
+``[query_pos, key_pos]``: the token mixing that path applies to the embeddings. Its rank-1
+residual is ``sqrt(sum_{i >= 2} s_i^2) / ||P||_F`` with ``s_1 >= s_2 >= ...`` the singular
+values: the relative Frobenius distance from ``P`` to its best rank-1 approximation.
+
+Paths are sampled uniformly (layers as a uniform k-subset of the layers that have heads, then
+one uniform head per chosen layer) with a fixed seed, so every sentence sees the same paths
+and two analyzers built alike can be merged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from attnlens.analysis.base import Analyzer, Batch
+from attnlens.analysis.collapse import summarize
+from attnlens.errors import ConfigError
+from attnlens.hooks import ActivationCache
+from attnlens.model.transformer import HookedTransformer
+
+
+@dataclass(frozen=True)
+class HeadPath:
+    """One head per layer: ``heads[i]`` in layer ``layers[i]``, layers increasing."""
+
+    layers: tuple[int, ...]
+    heads: tuple[int, ...]
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def label(self) -> str:
+        pairs = zip(self.layers, self.heads, strict=True)
+        return " > ".join(f"L{layer}H{head}" for layer, head in pairs)
+
+
+def count_paths(heads_per_layer: list[int], length: int) -> int:
+    """Number of distinct paths of ``length`` (sum over layer subsets of the head products)."""
+    # Elementary symmetric polynomial e_length(heads_per_layer), by dynamic programming.
+    e = [1] + [0] * length
+    for n in heads_per_layer:
+        for k in range(length, 0, -1):
+            e[k] += e[k - 1] * n
+    return e[length]
+
+
+def sample_paths(
+    heads_per_layer: list[int], n_paths: int, seed: int = 0
+) -> dict[int, list[HeadPath]]:
+    """Up to ``n_paths`` distinct paths per length 1..(layers with heads), with a fixed seed.
+
+    When fewer than ``n_paths`` paths of a length exist, all of them are returned.
+    """
+    if n_paths < 1:
+        raise ConfigError(f"paths per length must be at least 1, not {n_paths}.")
+    layers = [layer for layer, n in enumerate(heads_per_layer) if n > 0]
+    rng = np.random.default_rng(seed)
+    paths: dict[int, list[HeadPath]] = {}
+    for length in range(1, len(layers) + 1):
+        wanted = min(n_paths, count_paths(heads_per_layer, length))
+        chosen: dict[HeadPath, None] = {}
+        while len(chosen) < wanted:
+            picked = sorted(rng.choice(layers, size=length, replace=False).tolist())
+            heads = tuple(int(rng.integers(heads_per_layer[layer])) for layer in picked)
+            chosen.setdefault(HeadPath(tuple(picked), heads), None)
+        paths[length] = list(chosen)
+    return paths
+
+
+def rank1_residual(matrices: torch.Tensor) -> torch.Tensor:
+    """``sqrt(sum_{i>=2} s_i^2) / ||M||_F`` of each ``[..., rows, cols]`` matrix -> ``[...]``.
+
+    Zero rows and columns (padding) change no singular value but add zeros, so they are exact.
+    """
+    s = torch.linalg.svdvals(matrices.double())  # [..., min(rows, cols)], descending
+    total = s.pow(2).sum(-1)
+    return torch.sqrt(s[..., 1:].pow(2).sum(-1) / total.clamp_min(torch.finfo(s.dtype).tiny))
+
+
+def real_patterns(
+    patterns: dict[int, torch.Tensor], mask: torch.Tensor | None
+) -> dict[int, torch.Tensor]:
+    """``patterns[layer] [batch, head, query_pos, key_pos]`` with padded rows and columns set to
+    0 (``mask [batch, pos]``, 1 = real), as ``[head, batch, query_pos, key_pos]`` views.
+
+    A real query gives padded keys zero weight, so the real block of a product of such
+    matrices is the product of their real blocks. The dtype is kept (multiplying by 0 or 1 is
+    exact); ``path_products`` converts to float64 one step at a time.
+    """
+    out = {}
+    for layer, pattern in patterns.items():
+        a = pattern
+        if mask is not None:
+            keep = mask.to(device=a.device, dtype=a.dtype)
+            a = a * keep[:, None, :, None] * keep[:, None, None, :]
+        out[layer] = a.transpose(0, 1)  # [head, batch, query_pos, key_pos]
+    return out
+
+
+def path_products(patterns: dict[int, torch.Tensor], paths: list[HeadPath]) -> torch.Tensor:
+    """Attention products ``A[l_k, h_k] @ ... @ A[l_1, h_1]`` of equally long ``paths``.
+
+    ``patterns`` from ``real_patterns``; returns ``[path, batch, query_pos, key_pos]`` (float64).
+    """
+    length = len(paths[0])
+    product = None
+    for step in range(length):
+        a = torch.stack(
+            [patterns[p.layers[step]][p.heads[step]] for p in paths]
+        ).double()  # [path, batch, query_pos, key_pos]
+        product = a if product is None else a @ product
+    return product
+
+
+class PathCollapse(Analyzer):
+    """Rank-1 residual of sampled head paths' attention products, against path length.
+
+    State per length: each path's running sum over sentences (float64) and the sentence
+    count, so ``merge`` adds. ``result`` gives ``path_collapse`` (per length: mean, geo_mean,
+    min, q10, q90, max over the sampled paths of each path's mean over sentences) and
+    ``path_samples`` (one row per path).
+    """
+
+    name = "path_collapse"
+
+    def __init__(self, heads_per_layer: list[int], n_paths: int = 32, seed: int = 0) -> None:
+        self.heads_per_layer = list(heads_per_layer)
+        self.n_paths, self.seed = n_paths, seed
+        self.paths = sample_paths(self.heads_per_layer, n_paths, seed)
+        self.sums = {k: torch.zeros(len(p), dtype=torch.float64) for k, p in self.paths.items()}
+        self.sentences = 0
+
+    @classmethod
+    def for_model(cls, model: HookedTransformer, n_paths: int = 32, seed: int = 0) -> PathCollapse:
+        return cls(model.heads_per_layer, n_paths, seed)
+
+    @property
+    def layers(self) -> list[int]:
+        """Layers that some sampled path passes through."""
+        return sorted({layer for paths in self.paths.values() for p in paths for layer in p.layers})
+
+    def hook_names(self, model: HookedTransformer) -> list[str]:
+        return [f"blocks.{layer}.attn.hook_pattern" for layer in self.layers]
+
+    def update(self, batch: Batch, cache: ActivationCache) -> None:
+        patterns = real_patterns(
+            {layer: cache["pattern", layer] for layer in self.layers}, batch.attention_mask
+        )
+        for length, paths in self.paths.items():
+            products = path_products(patterns, paths)
+            residual = rank1_residual(products)  # [path, batch]
+            self.sums[length] += residual.sum(dim=1).cpu()
+        self.sentences += int(batch.input_ids.shape[0])
+
+    def merge(self, other: PathCollapse) -> PathCollapse:
+        if (other.heads_per_layer, other.n_paths, other.seed) != (
+            self.heads_per_layer, self.n_paths, self.seed
+        ):
+            raise ConfigError("cannot merge path analyzers built with different paths.")
+        for length in self.sums:
+            self.sums[length] += other.sums[length]
+        self.sentences += other.sentences
+        return self
+
+    def result(self) -> dict[str, pd.DataFrame]:
+        curve, samples = [], []
+        if self.sentences:
+            for length, paths in self.paths.items():
+                means = (self.sums[length] / self.sentences).numpy()
+                curve.append({"path_length": length, **summarize(means)})
+                samples += [
+                    {"path_length": length, "path": p.label(), "residual": float(m)}
+                    for p, m in zip(paths, means, strict=True)
+                ]
+        return {
+            "path_collapse": pd.DataFrame.from_records(curve),
+            "path_samples": pd.DataFrame.from_records(samples),
+        }
+

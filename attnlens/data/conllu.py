@@ -1,0 +1,184 @@
+"""Dependency treebanks in CoNLL-U: sentences of words with 0-based heads and relations.
+
+Read with the ``conllu`` library. Only the basic tree is used: multiword-token ranges
+(``3-4  don't``) and empty nodes (``8.1``) are skipped, so a sentence's words are its
+syntactic words (``do``, ``n't``), numbered from 0. The root's head is -1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from attnlens.errors import DataError
+
+ROOT = -1  # head index of the root word
+
+
+def base_relation(relation: str) -> str:
+    """The universal relation without its subtype: ``nmod:poss`` -> ``nmod``."""
+    return relation.split(":", 1)[0]
+
+
+@dataclass(frozen=True)
+class DepSentence:
+    """One sentence: ``heads[i]`` is the 0-based index of word i's head (-1 for the root)."""
+
+    words: tuple[str, ...]
+    heads: tuple[int, ...]
+    relations: tuple[str, ...]  # full labels, subtypes kept (nmod:poss)
+    upos: tuple[str, ...]
+    sent_id: str = ""
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    @property
+    def base_relations(self) -> tuple[str, ...]:
+        return tuple(base_relation(r) for r in self.relations)
+
+    def arcs(self) -> list[tuple[int, int, str]]:
+        """``(dependent, head, relation)`` for every word except the root."""
+        pairs = zip(self.heads, self.relations, strict=True)
+        return [(d, h, r) for d, (h, r) in enumerate(pairs) if h >= 0]
+
+
+def _sentence_from_tokens(tokens, where: str) -> DepSentence:
+    for t in tokens:
+        if len(t) != 10:
+            raise DataError(
+                f"{where}: token {t.get('form', '?')!r} has {len(t)} columns; CoNLL-U needs 10 "
+                "tab-separated columns (ID FORM LEMMA UPOS XPOS FEATS HEAD DEPREL DEPS MISC)."
+            )
+    words = [t for t in tokens if isinstance(t["id"], int)]  # skips 3-4 ranges and 8.1 nodes
+    if not words:
+        raise DataError(f"{where}: a sentence has no words; check the file is CoNLL-U.")
+    index = {t["id"]: i for i, t in enumerate(words)}
+    heads, relations = [], []
+    for t in words:
+        head, relation = t["head"], t["deprel"]
+        if not isinstance(head, int) or (head not in index and head != 0):
+            raise DataError(
+                f"{where}: word {t['id']} ({t['form']!r}) has head {head!r}, which is not a "
+                f"word of the sentence; fix the HEAD column."
+            )
+        if not relation or relation == "_":
+            raise DataError(f"{where}: word {t['id']} ({t['form']!r}) has no DEPREL.")
+        heads.append(ROOT if head == 0 else index[head])
+        relations.append(str(relation))
+    return DepSentence(
+        words=tuple(str(t["form"]) for t in words),
+        heads=tuple(heads),
+        relations=tuple(relations),
+        upos=tuple(str(t["upos"] or "_") for t in words),
+        sent_id=str(tokens.metadata.get("sent_id", "")),
+    )
+
+
+def parse_conllu(text: str, source: str = "<string>") -> list[DepSentence]:
+    """Parse CoNLL-U text into sentences; malformed input raises ``DataError``."""
+    import conllu
+    from conllu.exceptions import ParseException
+
+    try:
+        token_lists = conllu.parse(text)
+    except (ParseException, ValueError, KeyError, IndexError) as exc:
+        raise DataError(f"{source} is not valid CoNLL-U: {exc}".rstrip(".") + ".") from exc
+    sentences = []
+    for n, tokens in enumerate(token_lists):
+        if not len(tokens):
+            continue  # a block of comments only (e.g. a file header)
+        sent_id = tokens.metadata.get("sent_id")
+        where = f"{source}, sentence {n + 1}" + (f" ({sent_id})" if sent_id else "")
+        sentences.append(_sentence_from_tokens(tokens, where))
+    if not sentences:
+        raise DataError(f"{source} contains no sentences; is it a CoNLL-U treebank?")
+    return sentences
+
+
+def read_conllu(path: str | Path) -> list[DepSentence]:
+    """Read a CoNLL-U file (UTF-8) into sentences of words with heads and relations."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"treebank {path} does not exist; pass a CoNLL-U file with --treebank.")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path} is not UTF-8 text ({exc.reason}).") from exc
+    return parse_conllu(text, source=str(path))
+
+
+def sample_treebank() -> list[DepSentence]:
+    """The embedded sample: English sentences written and annotated (UD v2) by attnlens."""
+    text = resources.files("attnlens.data").joinpath("sample.conllu").read_text("utf-8")
+    return parse_conllu(text, source="attnlens sample.conllu")
+
+
+def tree_problems(sentence: DepSentence) -> list[str]:
+    """What makes ``sentence`` not a well-formed tree (empty list when it is one)."""
+    problems = []
+    n = len(sentence)
+    roots = [i for i, h in enumerate(sentence.heads) if h == ROOT]
+    if len(roots) != 1:
+        problems.append(f"{len(roots)} roots")
+    for i, (h, r) in enumerate(zip(sentence.heads, sentence.relations, strict=True)):
+        if not ROOT <= h < n or h == i:
+            problems.append(f"word {i} has head {h}")
+        if (h == ROOT) != (r == "root"):
+            problems.append(f"word {i} has relation {r} with head {h}")
+    if problems:
+        return problems
+    for start in range(n):  # follow heads upwards; more than n steps means a cycle
+        node, steps = start, 0
+        while node != ROOT and steps <= n:
+            node, steps = sentence.heads[node], steps + 1
+        if node != ROOT:
+            problems.append(f"word {start} is on a cycle")
+            break
+    return problems
+
+
+def relation_counts(sentences: Sequence[DepSentence], base: bool = False) -> dict[str, int]:
+    """Number of arcs per relation (full labels, or base labels when ``base``)."""
+    counts: dict[str, int] = {}
+    for sentence in sentences:
+        for _, _, relation in sentence.arcs():
+            key = base_relation(relation) if base else relation
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def parse_with_spacy(texts: Sequence[str], pipeline: str = "en_core_web_sm") -> list[DepSentence]:
+    """Parse plain text with spaCy (optional extra). Labels are the pipeline's own
+    (ClearNLP style for English: ``dobj``, ``prep``, ``pobj``...), not UD."""
+    try:
+        import spacy
+    except ImportError as exc:
+        raise DataError(
+            "--parse needs spaCy: pip install 'attnlens[spacy]' and an English pipeline "
+            f"(python -m spacy download {pipeline}), or pass a CoNLL-U file with --treebank."
+        ) from exc
+    try:
+        nlp = spacy.load(pipeline)
+    except OSError as exc:
+        raise DataError(
+            f"spaCy pipeline {pipeline!r} is not installed; run python -m spacy download "
+            f"{pipeline}, or pass a CoNLL-U file with --treebank."
+        ) from exc
+    sentences = []
+    for doc in nlp.pipe(texts):
+        for sent in doc.sents:
+            tokens = [t for t in sent if not t.is_space]
+            index = {t.i: n for n, t in enumerate(tokens)}
+            heads = [ROOT if t.head.i == t.i else index.get(t.head.i, ROOT) for t in tokens]
+            pairs = zip(tokens, heads, strict=True)
+            relations = ["root" if h == ROOT else t.dep_.lower() for t, h in pairs]
+            sentences.append(DepSentence(
+                words=tuple(t.text for t in tokens), heads=tuple(heads),
+                relations=tuple(relations), upos=tuple(t.pos_ for t in tokens),
+            ))
+    if not sentences:
+        raise DataError("spaCy found no sentences in the text.")
+    return sentences

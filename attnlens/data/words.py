@@ -1,0 +1,284 @@
+"""Word-level attention (Clark et al. 2019) and batches of pre-split words.
+
+A token-level pattern ``P [batch, head, query_pos, key_pos]`` becomes a word-level one
+``W [batch, head, query_word, key_word]``:
+
+- attention *to* a word split into several tokens is the **sum** over its tokens (columns);
+- attention *from* a split word is the **mean** over its tokens' rows;
+- rows and columns of special tokens ([CLS], [SEP]) and of words cut by truncation are
+  dropped **without renormalising**, so a word row sums to 1 minus its weight on those.
+  Attention to special tokens is reported separately (``to_special``).
+
+Both steps are one batched product with a token->word assignment matrix
+``A [batch, word, pos]``: ``W = A_mean @ P @ A.T``.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from attnlens.analysis.base import Batch
+from attnlens.data.text import length_sorted_chunks, special_token_mask
+from attnlens.data.tokenizer import Tokenizer
+from attnlens.errors import DataError
+
+_WORD_RE = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]")
+
+
+def split_words(text: str) -> list[str]:
+    """Split plain text into words and punctuation marks (``"don't stop."`` -> 3 words)."""
+    return _WORD_RE.findall(text)
+
+
+def is_wordlike(word: str) -> bool:
+    """True when ``word`` contains a letter or a digit (punctuation is not a word here)."""
+    return any(ch.isalnum() for ch in word)
+
+
+@dataclass
+class WordAttention:
+    """Word-level attention of one layer for a batch.
+
+    ``weights [batch, head, query_word, key_word]``; ``to_special [batch, head, query_word]``
+    is a word's total attention to special tokens; ``valid [batch, word]`` marks real words
+    (False for padding words of shorter sentences).
+    """
+
+    weights: torch.Tensor
+    to_special: torch.Tensor
+    valid: torch.Tensor
+
+
+def assignment_matrix(word_ids: torch.Tensor, n_words: int) -> torch.Tensor:
+    """``A [batch, word, pos]``: 1 where token ``pos`` belongs to word ``word``."""
+    words = torch.arange(n_words, device=word_ids.device)  # [word]
+    return (word_ids[:, None, :] == words[None, :, None]).to(torch.float32)
+
+
+def word_attention(
+    pattern: torch.Tensor,
+    word_ids: torch.Tensor,
+    special_mask: torch.Tensor | None = None,
+    n_words: int | None = None,
+) -> WordAttention:
+    """Aggregate a token pattern ``[batch, head, query_pos, key_pos]`` to words.
+
+    ``word_ids [batch, pos]`` gives each token's word (-1: special, padding or a word cut by
+    truncation). ``special_mask [batch, pos]`` marks the special tokens whose total weight is
+    returned as ``to_special``.
+    """
+    if n_words is None:
+        n_words = int(word_ids.max().item()) + 1 if word_ids.numel() else 0
+    n_words = max(n_words, 0)
+    assign = assignment_matrix(word_ids, n_words)  # [batch, word, pos]
+    tokens_per_word = assign.sum(-1)  # [batch, word]
+    valid = tokens_per_word > 0
+    from_mean = assign / tokens_per_word.clamp_min(1)[..., None]  # [batch, word, pos]
+    p = pattern.to(torch.float32)
+    # rows: mean over a word's tokens; columns: sum over a word's tokens
+    rows = from_mean[:, None] @ p  # [batch, head, query_word, key_pos]
+    weights = rows @ assign.transpose(1, 2)[:, None]  # [batch, head, query_word, key_word]
+    if special_mask is None:
+        to_special = torch.zeros(weights.shape[:3], device=weights.device)
+    else:
+        to_special = (rows * special_mask[:, None, None, :].to(rows.dtype)).sum(-1)
+    return WordAttention(weights=weights, to_special=to_special, valid=valid)
+
+
+_memo: dict[str, object] = {"cache": None, "key": None, "layers": {}}
+
+
+def cached_word_attention(cache, batch: Batch, layer: int) -> WordAttention:
+    """``word_attention`` of one layer, computed once per (cache, batch) for all analyzers.
+
+    Only the most recent cache's layers are remembered, so memory stays at one batch.
+    """
+    key = (id(batch.word_ids), tuple(batch.extra.get("n_words", ())))
+    owner = _memo["cache"]
+    if owner is None or owner() is not cache or _memo["key"] != key:
+        _memo.update(cache=weakref.ref(cache), key=key, layers={})
+    layers = _memo["layers"]
+    if layer not in layers:
+        n_words = max(batch.extra["n_words"]) if batch.extra.get("n_words") else None
+        layers[layer] = word_attention(
+            cache["pattern", layer], batch.word_ids, batch.special_mask, n_words=n_words
+        )
+    return layers[layer]
+
+
+def argmax_credit(
+    scores: torch.Tensor, allowed: torch.Tensor, target: torch.Tensor
+) -> torch.Tensor:
+    """Credit for ``target`` being the maximum of ``scores`` over ``allowed`` entries.
+
+    ``scores [..., n]``, ``allowed`` broadcastable to it, ``target [...]`` an index into the
+    last axis. Ties share the credit: 1 / (number of tied maxima) when ``target`` is one of
+    them, else 0 (the expected accuracy of breaking ties at random). Shape ``[...]``.
+    """
+    masked = scores.masked_fill(~allowed, float("-inf"))
+    is_max = masked == masked.amax(-1, keepdim=True)  # [..., n]
+    is_max &= allowed
+    n_max = is_max.sum(-1).clamp_min(1)
+    hit = is_max.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    return hit.to(torch.float32) / n_max
+
+
+def tokens_per_word(tokenizer: Tokenizer, sentences: Sequence[Sequence[str]]) -> list[list[int]]:
+    """How many tokens each word of each sentence has, without truncation."""
+    kwargs = {}
+    if getattr(tokenizer.hf, "add_prefix_space", None) is False:
+        kwargs["add_prefix_space"] = True
+    enc = tokenizer.hf(
+        [list(s) for s in sentences], is_split_into_words=True, add_special_tokens=False, **kwargs
+    )
+    counts = []
+    for b, sentence in enumerate(sentences):
+        row = [0] * len(sentence)
+        for w in enc.word_ids(b):
+            if w is not None:
+                row[w] += 1
+        counts.append(row)
+    return counts
+
+
+def complete_word_ids(
+    word_ids: torch.Tensor, full_counts: Sequence[Sequence[int]]
+) -> tuple[torch.Tensor, list[int]]:
+    """Set to -1 the tokens of words that truncation cut; return the ids and words kept.
+
+    ``full_counts[b][w]`` is word w's token count without truncation (``tokens_per_word``).
+    """
+    word_ids = word_ids.clone()
+    kept = []
+    for b, counts in enumerate(full_counts):
+        ids = word_ids[b]
+        truncated = torch.bincount(ids[ids >= 0], minlength=len(counts))[: len(counts)]
+        complete = truncated == torch.tensor(counts, dtype=truncated.dtype)
+        n = int(complete.long().cumprod(0).sum())  # words are contiguous: a complete prefix
+        ids[ids >= n] = -1
+        kept.append(n)
+    return word_ids, kept
+
+
+def word_batches(
+    tokenizer: Tokenizer,
+    sentences: Sequence[Sequence[str]],
+    batch_size: int = 16,
+    max_length: int = 128,
+    annotations: dict[str, Sequence[Any]] | None = None,
+) -> list[Batch]:
+    """Length-sorted batches of pre-split sentences with ``word_ids`` and ``words``.
+
+    ``annotations`` maps a name to one value per sentence (e.g. dependency heads); each
+    batch carries its sentences' values in ``extra`` under the same name, plus
+    ``n_words`` (words that survived truncation) and ``index`` (positions in ``sentences``).
+    """
+    if max_length < 4:
+        raise DataError(f"max length must be at least 4 tokens, not {max_length}.")
+    sentences = [list(s) for s in sentences]
+    empty = [i for i, s in enumerate(sentences) if not s]
+    if empty:
+        raise DataError(f"sentence {empty[0]} has no words; remove empty sentences.")
+    annotations = dict(annotations or {})
+    for name, values in annotations.items():
+        if len(values) != len(sentences):
+            raise DataError(f"{len(values)} values of {name!r} for {len(sentences)} sentences.")
+    counts = tokens_per_word(tokenizer, sentences)
+    batches = []
+    for chunk in length_sorted_chunks([sum(c) for c in counts], batch_size):
+        chunk_sentences = [sentences[i] for i in chunk]
+        enc = tokenizer.encode_words(chunk_sentences, max_length=max_length)
+        word_ids, n_words = complete_word_ids(enc.word_ids, [counts[i] for i in chunk])
+        extra: dict[str, Any] = {"index": chunk, "n_words": n_words}
+        for name, values in annotations.items():
+            extra[name] = [values[i] for i in chunk]
+        batches.append(
+            Batch(
+                input_ids=enc.input_ids,
+                attention_mask=enc.attention_mask,
+                token_type_ids=enc.token_type_ids,
+                word_ids=word_ids,
+                words=chunk_sentences,
+                special_mask=special_token_mask(tokenizer, enc.input_ids),
+                extra=extra,
+            )
+        )
+    return batches
+
+
+def text_word_batches(
+    tokenizer: Tokenizer, texts: Sequence[str], batch_size: int = 16, max_length: int = 128
+) -> list[Batch]:
+    """Plain-text lines split into words (``split_words``), batched like a treebank."""
+    sentences = [split_words(t) for t in texts]
+    kept = [s for s in sentences if s]
+    if not kept:
+        raise DataError("the text has no words; write one sentence per line.")
+    return word_batches(tokenizer, kept, batch_size=batch_size, max_length=max_length)
+
+
+def treebank_batches(
+    tokenizer: Tokenizer, sentences: Sequence, batch_size: int = 16, max_length: int = 128
+) -> list[Batch]:
+    """Batches of ``DepSentence``s; ``extra`` carries ``heads`` and ``relations`` per sentence."""
+    return word_batches(
+        tokenizer,
+        [s.words for s in sentences],
+        batch_size=batch_size,
+        max_length=max_length,
+        annotations={
+            "heads": [s.heads for s in sentences],
+            "relations": [s.relations for s in sentences],
+        },
+    )
+
+
+def check_corpus_options(text: str | None, treebank: str | None, parse: bool) -> None:
+    """Fail early on contradictory corpus options."""
+    if text and treebank:
+        raise DataError("give either --text or --treebank, not both.")
+    if parse and not text:
+        raise DataError("--parse parses a plain-text file; pass it with --text.")
+
+
+@dataclass
+class Corpus:
+    """A corpus read from disk: dependency trees, or plain-text lines split into words."""
+
+    name: str
+    sentences: list | None = None  # DepSentence list (treebank or spaCy parse)
+    texts: list[str] | None = None  # plain-text lines
+
+    def batches(self, tokenizer: Tokenizer, batch_size: int = 16, max_length: int = 128):
+        """Word batches for the analyzers (``treebank_batches`` or ``text_word_batches``)."""
+        if self.sentences is not None:
+            return treebank_batches(tokenizer, self.sentences, batch_size, max_length)
+        return text_word_batches(tokenizer, self.texts or [], batch_size, max_length)
+
+
+def load_corpus(
+    text: str | None = None, treebank: str | None = None, parse: bool = False
+) -> Corpus:
+    """The corpus a command was given: ``treebank`` (CoNLL-U), else ``text`` (one sentence per
+    line; dependency-parsed by spaCy when ``parse``), else the embedded sample treebank."""
+    from attnlens.data import conllu
+    from attnlens.data.text import read_text_file
+
+    check_corpus_options(text, treebank, parse)
+    if treebank:
+        sentences = conllu.read_conllu(treebank)
+        return Corpus(f"{treebank} ({len(sentences)} sentences)", sentences=sentences)
+    if text and parse:
+        sentences = conllu.parse_with_spacy(read_text_file(text))
+        return Corpus(f"{text} parsed by spaCy ({len(sentences)} sentences)", sentences=sentences)
+    if text:
+        texts = read_text_file(text)
+        return Corpus(f"{text} ({len(texts)} lines)", texts=texts)
+    sentences = conllu.sample_treebank()
+    return Corpus(f"built-in sample treebank ({len(sentences)} sentences)", sentences=sentences)

@@ -1,0 +1,185 @@
+"""Export a HookedTransformer back to a Hugging Face folder (config.json + model.safetensors).
+
+Each family's inverse converter (``Converter.export`` in the registry) maps attnlens' weights
+back to the checkpoint's names; this module pads structurally pruned layers back to a uniform
+head count, merges the config with the source checkpoint's one and writes the files atomically.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from attnlens.errors import ConfigError
+from attnlens.loaders.registry import CONVERTERS
+from attnlens.model.config import TransformerConfig
+from attnlens.model.transformer import HookedTransformer
+from attnlens.report.writer import atomic_open
+
+# Tokenizer files copied from the source checkpoint when present.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "sentencepiece.bpe.model",
+    "spiece.model",
+)
+
+# Source config.json fields not carried over (transformers writes its own).
+_DROP_FROM_SOURCE = ("_name_or_path", "transformers_version", "torch_dtype")
+
+
+def _pad_heads(W: torch.Tensor, n: int) -> torch.Tensor:
+    """Append zero heads on axis 0: ``[head, ...] -> [n, ...]``."""
+    missing = n - W.shape[0]
+    if missing <= 0:
+        return W
+    return torch.cat([W, W.new_zeros(missing, *W.shape[1:])], dim=0)
+
+
+def pad_heads_to_uniform(model: HookedTransformer) -> HookedTransformer:
+    """A copy of ``model`` whose every layer has ``cfg.n_heads`` heads (``model`` if already so).
+
+    Removed heads come back as zero weights appended after the kept heads: a zero ``W_V``,
+    ``b_V`` and ``W_O`` make each padded head's contribution exactly zero, so the padded
+    model computes the same outputs. Hugging Face configs hold one head count per model,
+    which is why export needs this for structurally pruned models.
+    """
+    cfg = model.cfg
+    n_heads = max([cfg.n_heads, *model.heads_per_layer])
+    n_kv = max([cfg.n_kv_heads, *(b.attn.n_kv_heads for b in model.blocks)])
+    if all(
+        b.attn.n_heads == n_heads and b.attn.n_kv_heads == n_kv for b in model.blocks
+    ):
+        return model
+    new_cfg = copy.deepcopy(cfg)
+    new_cfg.n_heads, new_cfg.n_kv_heads = n_heads, n_kv
+    new_cfg.heads_per_layer = [n_heads] * cfg.n_layers
+    new_cfg.kv_heads_per_layer = [n_kv] * cfg.n_layers
+    state = dict(model.state_dict())
+    for i, block in enumerate(model.blocks):
+        attn, prefix = block.attn, f"blocks.{i}.attn."
+        for name in ("W_Q", "b_Q", "W_O"):
+            if getattr(attn, name) is not None:
+                state[prefix + name] = _pad_heads(getattr(attn, name).detach(), n_heads)
+        for name in ("W_K", "b_K", "W_V", "b_V"):
+            if getattr(attn, name) is not None:
+                state[prefix + name] = _pad_heads(getattr(attn, name).detach(), n_kv)
+    with torch.device("meta"):
+        padded = HookedTransformer(new_cfg)
+    padded.load_state_dict(state, strict=True, assign=True)
+    padded.setup_hooks()
+    return padded.to(device=model.device, dtype=model.dtype).eval()
+
+
+def _source_config(cfg: TransformerConfig) -> dict:
+    path = cfg.source.get("path")
+    config_file = Path(path) / "config.json" if path else None
+    if config_file is None or not config_file.is_file():
+        return {}
+    source = json.loads(config_file.read_text())
+    return {k: v for k, v in source.items() if k not in _DROP_FROM_SOURCE}
+
+
+def _check_exportable(cfg: TransformerConfig) -> None:
+    removed = [s for s in ("use_skip", "use_mlp", "use_norm") if not getattr(cfg, s)]
+    if removed:
+        raise ConfigError(
+            f"cannot export a model built with {', '.join(f'{s}=False' for s in removed)}: "
+            "Hugging Face architectures always have skips, MLPs and norms."
+        )
+
+
+def _unshare(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """CPU, contiguous tensors that share no memory (safetensors refuses shared storage)."""
+    seen: set[int] = set()
+    out = {}
+    for name, tensor in tensors.items():
+        t = tensor.detach().to("cpu").contiguous()
+        ptr = t.untyped_storage().data_ptr()
+        if ptr in seen:
+            t = t.clone()
+        seen.add(t.untyped_storage().data_ptr())
+        out[name] = t
+    return out
+
+
+def hf_state(model: HookedTransformer) -> tuple[dict, dict[str, torch.Tensor]]:
+    """The Hugging Face config dict and tensors for ``model`` (heads padded when pruned)."""
+    cfg = model.cfg
+    _check_exportable(cfg)
+    model_type = cfg.source.get("model_type")
+    converter = CONVERTERS.get(model_type)
+    if converter is None or converter.export is None:
+        known = ", ".join(k for k, c in CONVERTERS.items() if c.export is not None)
+        raise ConfigError(
+            f"cannot export model_type {model_type!r} (cfg.source['model_type']); "
+            f"export supports models loaded from: {known}."
+        )
+    uniform = pad_heads_to_uniform(model)
+    state = {k: v.detach() for k, v in uniform.state_dict().items()}
+    fields, tensors = converter.export(uniform.cfg, state)
+    hf = _source_config(cfg)
+    source_labels = hf.get("id2label") or {}
+    hf.update(fields)
+    if "id2label" in fields and len(source_labels) == len(fields["id2label"]):
+        # Keep the checkpoint's own label names when the classifier still has its labels.
+        hf["id2label"] = source_labels
+        hf["label2id"] = {name: int(i) for i, name in source_labels.items()}
+    hf["model_type"] = model_type
+    hf["dtype"] = str(uniform.dtype).removeprefix("torch.")
+    return hf, _unshare(tensors)
+
+
+def _copy_tokenizer_files(source: str | None, out_dir: Path) -> list[Path]:
+    if not source or not Path(source).is_dir():
+        return []
+    copied = []
+    for name in TOKENIZER_FILES:
+        src = Path(source) / name
+        if src.is_file():
+            with atomic_open(out_dir / name, "wb") as handle, src.open("rb") as original:
+                shutil.copyfileobj(original, handle)
+            copied.append(out_dir / name)
+    return copied
+
+
+def export_hf(model: HookedTransformer, out_dir: str | os.PathLike) -> Path:
+    """Write ``model`` as a Hugging Face folder that ``transformers`` loads; return the folder.
+
+    Writes ``config.json`` (the source checkpoint's config with the structural fields
+    replaced), ``model.safetensors`` and, when the source checkpoint has them, its tokenizer
+    files. Structurally pruned layers are padded back to ``cfg.n_heads`` zero heads (see
+    ``pad_heads_to_uniform``), so the exported model computes the same outputs.
+    """
+    from safetensors.torch import save_file
+
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{out} is a file; choose a folder to export into.")
+    hf, tensors = hf_state(model)
+    out.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out, prefix=".model.safetensors.", suffix=".tmp")
+    os.close(fd)
+    try:
+        save_file(tensors, tmp, metadata={"format": "pt"})
+        os.replace(tmp, out / "model.safetensors")
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    with atomic_open(out / "config.json") as handle:
+        json.dump(hf, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+    _copy_tokenizer_files(model.cfg.source.get("path"), out)
+    return out

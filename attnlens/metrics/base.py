@@ -1,0 +1,140 @@
+"""The task-metric protocol used by head importance and pruning.
+
+A ``Metric`` holds one data set. ``evaluate(model, head_mask)`` gives the number reported
+after each pruning step; ``example_losses`` gives one differentiable loss per example, the
+quantity whose gradient with respect to the head gates defines importance.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnlens.analysis.base import Batch
+from attnlens.data.text import special_token_mask
+from attnlens.errors import ConfigError
+from attnlens.model.transformer import HookedTransformer
+
+
+@dataclass
+class LossBatch:
+    """Model inputs for a group of examples; ``row_example [rows]`` maps input rows to them.
+
+    An STS pair is two rows (its two sentences) sharing one example index.
+    """
+
+    inputs: dict[str, torch.Tensor]
+    row_example: torch.Tensor  # [rows], values in 0 .. n_examples - 1
+    n_examples: int
+    target: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to(self, device: torch.device | str) -> LossBatch:
+        def move(value):
+            return value.to(device) if isinstance(value, torch.Tensor) else value
+
+        return LossBatch(
+            {k: v.to(device) for k, v in self.inputs.items()},
+            self.row_example.to(device),
+            self.n_examples,
+            move(self.target),
+            {k: move(v) for k, v in self.extra.items()},
+        )
+
+
+class Metric(ABC):
+    """A task metric on one data set, with the differentiable loss behind its gradient."""
+
+    name: str = "metric"
+    label: str = "metric"  # axis label of the pruning chart
+    higher_is_better: bool = True
+    loss_description: str = ""
+
+    def __init__(self, tokenizer, batch_size: int = 32, max_length: int = 128) -> None:
+        if batch_size < 1:
+            raise ConfigError(f"batch size must be at least 1, not {batch_size}.")
+        if max_length < 4:
+            raise ConfigError(f"max length must be at least 4 tokens, not {max_length}.")
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.max_length = max_length
+
+    @property
+    @abstractmethod
+    def n_examples(self) -> int:
+        """Number of examples (pairs, sentences, rows) in the data set."""
+
+    @abstractmethod
+    def evaluate(self, model: HookedTransformer, head_mask: torch.Tensor | None = None) -> float:
+        """The metric with heads gated by ``head_mask [layer, head]`` (None: all heads)."""
+
+    @abstractmethod
+    def loss_batches(self) -> list[LossBatch]:
+        """The data as model-ready batches (built once, reused by every scoring pass)."""
+
+    @abstractmethod
+    def example_losses(
+        self,
+        model: HookedTransformer,
+        batch: LossBatch,
+        head_mask: torch.Tensor | None = None,
+        row_gates: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """One differentiable loss per example ``[n_examples]`` (lower is better)."""
+
+    @abstractmethod
+    def texts(self) -> list[str]:
+        """The data's texts, for attention statistics (confidence, entropy orders)."""
+
+    def subset(self, indices) -> Metric:
+        """The same metric on the examples at ``indices`` (for importance/evaluation splits)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be split")
+
+    def text_batches(self) -> list[Batch]:
+        """``texts()`` tokenised as analyzer batches."""
+        from attnlens.data.text import text_batches
+
+        return text_batches(self.tokenizer, self.texts(), self.batch_size, self.max_length)
+
+    def improvement(self, value: float, baseline: float) -> float:
+        """How much better ``value`` is than ``baseline`` (positive = better)."""
+        return value - baseline if self.higher_is_better else baseline - value
+
+
+def split_indices(n: int, eval_fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """Deterministic split of ``range(n)`` into (importance, evaluation) index lists.
+
+    A seeded permutation; each part keeps the file's order. Both parts are non-empty.
+    """
+    if not 0.0 < eval_fraction < 1.0:
+        raise ConfigError(f"evaluation fraction must be between 0 and 1, not {eval_fraction}.")
+    if n < 2:
+        raise ConfigError(f"cannot split {n} example(s) into importance and evaluation parts.")
+    order = np.random.default_rng(seed).permutation(n)
+    n_eval = min(max(1, round(n * eval_fraction)), n - 1)
+    return sorted(order[n_eval:].tolist()), sorted(order[:n_eval].tolist())
+
+
+def tokenize_rows(tokenizer, texts: Sequence[str], max_length: int) -> dict[str, torch.Tensor]:
+    """Tokenised, padded model inputs for ``texts``."""
+    return tokenizer(list(texts), max_length=max_length)
+
+
+def non_special(tokenizer, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """``[batch, pos]`` True for real tokens that are not special tokens."""
+    real = inputs["attention_mask"].bool()
+    return real & ~special_token_mask(tokenizer, inputs["input_ids"])
+
+
+def require_head(model: HookedTransformer, heads: tuple, metric: str) -> None:
+    """Refuse a metric whose output head the model lacks."""
+    if model.cfg.head not in heads:
+        raise ConfigError(
+            f"--metric {metric} needs a model with a {'/'.join(str(h) for h in heads)} head; "
+            f"this one has head={model.cfg.head!r} (try --metric fidelity)."
+        )

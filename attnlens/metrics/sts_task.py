@@ -1,0 +1,90 @@
+"""STS Benchmark as a pruning metric: Spearman to report, cosine MSE for gradients.
+
+The reported number is exactly ``sts_spearman`` (the STS command's computation). Spearman is
+not differentiable, so gradients come from sentence-transformers' ``CosineSimilarityLoss``:
+per pair ``(cos(u, v) - score / 5) ** 2`` with ``u, v`` the mean-pooled embeddings. It is a
+sum over pairs, so each pair has its own gradient (needed for Michel's per-example |.|).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from attnlens.data.text import length_sorted_chunks
+from attnlens.metrics.base import LossBatch, Metric
+from attnlens.metrics.embeddings import mean_pool
+from attnlens.metrics.sts import SentencePairs, read_pairs, sts_spearman
+from attnlens.model.transformer import HookedTransformer
+from attnlens.pruning.gates import gated_forward
+
+STS_SCALE = 5.0  # STS Benchmark scores run from 0 to 5
+
+
+class StsMetric(Metric):
+    """Spearman x 100 between pair cosines and gold scores on sentence pairs."""
+
+    name = "sts"
+    label = "STS Spearman x100"
+    higher_is_better = True
+    loss_description = "per pair (cos(u, v) - score/5)^2 (CosineSimilarityLoss)"
+
+    def __init__(
+        self, pairs: SentencePairs, tokenizer, batch_size: int = 32, max_length: int = 128
+    ) -> None:
+        super().__init__(tokenizer, batch_size, max_length)
+        self.pairs = pairs
+        self._batches: list[LossBatch] | None = None
+
+    @classmethod
+    def from_csv(cls, path: str | Path, tokenizer, **kwargs) -> StsMetric:
+        return cls(read_pairs(path), tokenizer, **kwargs)
+
+    def subset(self, indices) -> StsMetric:
+        return StsMetric(self.pairs.subset(indices), self.tokenizer, self.batch_size,
+                         self.max_length)
+
+    @property
+    def n_examples(self) -> int:
+        return len(self.pairs)
+
+    def evaluate(self, model: HookedTransformer, head_mask: torch.Tensor | None = None) -> float:
+        return sts_spearman(
+            model, self.tokenizer, self.pairs, self.batch_size, self.max_length, head_mask
+        )
+
+    def loss_batches(self) -> list[LossBatch]:
+        if self._batches is None:
+            p = self.pairs
+            lengths = [len(a) + len(b) for a, b in zip(p.first, p.second, strict=True)]
+            self._batches = []
+            for chunk in length_sorted_chunks(lengths, self.batch_size):
+                texts = [p.first[i] for i in chunk] + [p.second[i] for i in chunk]
+                n = len(chunk)
+                self._batches.append(
+                    LossBatch(
+                        inputs=self.tokenizer(texts, max_length=self.max_length),
+                        row_example=torch.arange(n).repeat(2),  # [2 n]: first then second
+                        n_examples=n,
+                        target=torch.tensor(p.scores[chunk] / STS_SCALE),  # [n]
+                    )
+                )
+        return self._batches
+
+    def example_losses(
+        self,
+        model: HookedTransformer,
+        batch: LossBatch,
+        head_mask: torch.Tensor | None = None,
+        row_gates: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        hidden = gated_forward(model, batch.inputs, head_mask, row_gates, "hidden")
+        pooled = mean_pool(hidden, batch.inputs["attention_mask"])  # [2 n, d_model]
+        first, second = pooled[: batch.n_examples], pooled[batch.n_examples :]
+        cos = F.cosine_similarity(first, second, dim=-1)  # [n]
+        return (cos - batch.target.to(cos.dtype)) ** 2
+
+    def texts(self) -> list[str]:
+        return sorted(set(self.pairs.first) | set(self.pairs.second))

@@ -1,0 +1,88 @@
+"""Report section: query/key asymmetry of the weights and of the attention patterns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from attnlens.analysis.asymmetry import PatternAsymmetry, weight_asymmetry_table
+from attnlens.model.transformer import HookedTransformer
+from attnlens.plots import layer_head_heatmap
+from attnlens.report.sections import Section, SectionOutput
+from attnlens.report.writer import save_figure, write_table
+
+
+def asymmetry_summary_text(
+    weights: pd.DataFrame, patterns: pd.DataFrame | None, baseline: pd.DataFrame | None
+) -> str:
+    def stat(table: pd.DataFrame, measure: str) -> str:
+        v = table[table["measure"] == measure]["value"]
+        return f"mean {v.mean():.3f} (range {v.min():.3f} .. {v.max():.3f})"
+
+    lines = [
+        f"weights: antisymmetric share of ||W_Q W_K^T||^2 {stat(weights, 'antisym_share')}",
+    ]
+    if patterns is not None:
+        lines.append("patterns (heads | unweighted softmax(X X^T / sqrt(C)) baseline, per layer):")
+        for measure in ("asym_ratio", "directed_share", "reciprocity"):
+            base = stat(baseline, measure) if baseline is not None else "-"
+            lines.append(f"  {measure}: heads {stat(patterns, measure)} | baseline {base}")
+        if baseline is not None:
+            for measure in ("product_violations", "dominance_violations"):
+                worst = baseline[baseline["measure"] == measure]["value"].max()
+                lines.append(f"  baseline {measure}: at most {worst:.3g} of pairs in a layer")
+    return "\n".join(lines)
+
+
+class AsymmetrySection(Section):
+    """Weight asymmetry of every head; with a corpus, pattern asymmetry and the baseline."""
+
+    name = "asymmetry"
+    title = "Query/key asymmetry"
+
+    def __init__(self, weights_only: bool = False, factor: float = 2.0) -> None:
+        self.weights_only = weights_only
+        self.factor = factor
+        self.needs_corpus = not weights_only
+
+    def analyzers(self, model: HookedTransformer, tokenizer) -> list[PatternAsymmetry]:
+        if self.weights_only or model.cfg.causal:
+            return []
+        return [PatternAsymmetry.for_model(model, factor=self.factor)]
+
+    def write(self, model, analyzers, out_dir: Path, formats) -> SectionOutput:
+        weights = weight_asymmetry_table(model)
+        write_table(weights, out_dir, "weight_asymmetry")
+        output = SectionOutput(self.title, tables={"weight_asymmetry": weights})
+        fig = layer_head_heatmap(
+            weights[weights["measure"] == "antisym_share"],
+            "Antisymmetric share of ||W_Q W_K^T||_F^2",
+            vmin=0,
+            vmax=1,
+        )
+        output.figures += save_figure(fig, out_dir, "asymmetry_weights", formats)
+        patterns = baseline = None
+        found = [a for a in analyzers if isinstance(a, PatternAsymmetry)]
+        if found:
+            tables = found[0].result()
+            for name, table in tables.items():
+                write_table(table, out_dir, name)
+            output.tables.update(tables)
+            patterns = tables["pattern_asymmetry"]
+            baseline = tables.get("asymmetry_baseline")
+            fig = layer_head_heatmap(
+                patterns[patterns["measure"] == "asym_ratio"],
+                "Pattern asymmetry ||P - P^T||_F / ||P||_F",
+                vmin=0,
+            )
+            output.figures += save_figure(fig, out_dir, "asymmetry_patterns", formats)
+            fig = layer_head_heatmap(
+                patterns[patterns["measure"] == "directed_share"],
+                f"Share of attended pairs that are one-way (>= {found[0].factor:g}x)",
+                vmin=0,
+                vmax=1,
+            )
+            output.figures += save_figure(fig, out_dir, "asymmetry_directed", formats)
+        output.summary = asymmetry_summary_text(weights, patterns, baseline)
+        return output

@@ -1,0 +1,137 @@
+"""Report section and writers: rank collapse with depth (pretrained variants, paths, synthetic)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from attnlens.analysis.collapse import VariantCollapse, collapse_dtype
+from attnlens.analysis.paths import PathCollapse
+from attnlens.analysis.synthetic import machine_floor
+from attnlens.model.transformer import HookedTransformer
+from attnlens.plots import collapse_curves, double_log_fit, path_collapse_curve
+from attnlens.report.sections import Section, SectionOutput
+from attnlens.report.writer import save_figure, write_table
+
+# `attnlens analyze` keeps this section cheap: a few sentences of every batch, 32 in all,
+# and 16 sampled paths per length.
+REPORT_PER_BATCH = 4
+REPORT_MAX_SENTENCES = 32
+REPORT_PATHS = 16
+
+
+def _last_depth_line(curves: pd.DataFrame, norm: str = "composite") -> str:
+    rows = curves[curves["norm"] == norm]
+    last = rows[rows["depth"] == rows["depth"].max()]
+    parts = [f"{r.variant} {r.geo_mean:.2e}" for r in last.itertuples()]
+    return f"depth {int(rows['depth'].max())}: " + ", ".join(parts)
+
+
+def _floor_depths(curves: pd.DataFrame, threshold: float = 1e-13, norm: str = "composite") -> str:
+    """For each variant, the first depth whose geometric-mean residual is below ``threshold``."""
+    parts = []
+    for variant, rows in curves[curves["norm"] == norm].groupby("variant", sort=False):
+        below = rows[rows["geo_mean"] < threshold]["depth"]
+        parts.append(f"{variant} {int(below.min()) if len(below) else 'never'}")
+    return ", ".join(parts)
+
+
+def write_pretrained_collapse(
+    variants: VariantCollapse,
+    paths: PathCollapse,
+    out_dir: str | Path,
+    formats: tuple[str, ...],
+    title: str = "Rank collapse",
+) -> SectionOutput:
+    """Tables and figures of the pretrained variants and the head paths of one model."""
+    tables = {**variants.result(), **paths.result()}
+    output = SectionOutput(title, tables=tables)
+    for name, table in tables.items():
+        write_table(table, out_dir, name)
+    curves, fits = tables["collapse_variants"], tables["collapse_fits"]
+    if not curves.empty:
+        fig = collapse_curves(
+            curves,
+            f"Block variants on the model's weights ({variants.sentences} sentences; "
+            "geometric mean, band q10..q90)",
+            band=("q10", "q90"),
+            floor=machine_floor(),
+        )
+        output.figures += save_figure(fig, out_dir, "collapse_variants", formats)
+    if not tables["path_collapse"].empty:
+        fig = path_collapse_curve(
+            tables["path_collapse"],
+            f"Head paths: {paths.n_paths} sampled per length, {paths.sentences} sentences",
+        )
+        output.figures += save_figure(fig, out_dir, "path_collapse", formats)
+    lines = []
+    if not curves.empty:
+        lines.append("Relative residual ||res(X)|| / ||X|| (composite norm, geometric mean over "
+                     f"{variants.sentences} sentences) at the last " + _last_depth_line(curves))
+        lines.append("First depth below 1e-13: " + _floor_depths(curves))
+        san = fits[(fits["variant"] == "san") & (fits["norm"] == "composite")]
+        if not san.empty and san["points"].iloc[0] >= 3:
+            s = san.iloc[0]
+            lines.append(
+                f"Pure attention: -log r grows x{s.double_base:.2f} per layer "
+                f"(log(-log r) fit R² {s.double_r2:.3f}; log r fit R² {s.single_r2:.3f})"
+            )
+    if not tables["path_collapse"].empty:
+        p = tables["path_collapse"].sort_values("path_length")
+        lines.append("Rank-1 residual of head-path attention products (geometric mean over "
+                     "paths), by length: "
+                     + ", ".join(f"{r.path_length}: {r.geo_mean:.2e}" for r in p.itertuples()))
+    output.summary = "\n\n".join(lines)
+    return output
+
+
+def write_synthetic_collapse(
+    tables: dict[str, pd.DataFrame], out_dir: str | Path, formats: tuple[str, ...]
+) -> SectionOutput:
+    """Tables and figures of ``synthetic.run_synthetic``."""
+    output = SectionOutput("Rank collapse in random attention stacks", tables=dict(tables))
+    for name, table in tables.items():
+        write_table(table, out_dir, name)
+    curves, fits = tables["synthetic_collapse"], tables["synthetic_fits"]
+    spec = dict(zip(tables["synthetic_spec"]["parameter"], tables["synthetic_spec"]["value"],
+                    strict=True))
+    fig = collapse_curves(
+        curves,
+        f"Random stacks: width {spec['width']}, {spec['heads']} heads, {spec['tokens']} tokens, "
+        f"{spec['seeds']} seeds (geometric mean, band min..max)",
+        floor=machine_floor(),
+    )
+    output.figures += save_figure(fig, out_dir, "synthetic_collapse", formats)
+    fig = double_log_fit(curves, fits, "Doubly exponential decay: log(-log r) against depth")
+    output.figures += save_figure(fig, out_dir, "synthetic_fit", formats)
+    output.summary = (
+        "Relative residual (composite norm, geometric mean over seeds) at the last "
+        + _last_depth_line(curves)
+        + "\n\nFirst depth below 1e-13: "
+        + _floor_depths(curves)
+    )
+    return output
+
+
+class CollapseSection(Section):
+    """Rank collapse of the model at hand: its block variants and its head paths."""
+
+    name = "collapse"
+    title = "Rank collapse with depth"
+
+    def analyzers(self, model: HookedTransformer, tokenizer) -> list:
+        return [
+            VariantCollapse(
+                model,
+                dtype=collapse_dtype(model),
+                per_batch=REPORT_PER_BATCH,
+                max_sentences=REPORT_MAX_SENTENCES,
+            ),
+            PathCollapse.for_model(model, n_paths=REPORT_PATHS),
+        ]
+
+    def write(self, model, analyzers, out_dir: Path, formats) -> SectionOutput:
+        (variants,) = [a for a in analyzers if isinstance(a, VariantCollapse)]
+        (paths,) = [a for a in analyzers if isinstance(a, PathCollapse)]
+        return write_pretrained_collapse(variants, paths, out_dir, formats, self.title)

@@ -1,0 +1,124 @@
+"""Report section: how low-rank attention is (corpus) and how the heads' weights are spread."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from attnlens.analysis.circuits import circuit_spectra, circuit_summary
+from attnlens.analysis.shared_subspace import shared_subspace_tables
+from attnlens.analysis.spectrum import SpectrumAnalyzer
+from attnlens.model.transformer import HookedTransformer
+from attnlens.plots import cumulative_curves_by_layer, layer_head_heatmap, shared_subspace_curves
+from attnlens.report.sections import Section, SectionOutput
+from attnlens.report.writer import save_figure, write_table
+
+
+def _range_line(table: pd.DataFrame, measure: str, label: str) -> str:
+    values = table[table["measure"] == measure]["value"]
+    spread = f"heads range {values.min():.3f} .. {values.max():.3f}"
+    return f"{label}: mean {values.mean():.3f} ({spread})"
+
+
+def spectrum_summary_text(tables: dict[str, pd.DataFrame], sentences: int, mean_n: float) -> str:
+    """A few lines a reader can quote: the corpus-wide figures of the spectrum tables."""
+    summary = tables["spectrum_summary"]
+    lines = [
+        f"{sentences} sentences, mean {mean_n:.1f} real tokens; "
+        "energy = share of the sum of singular values.",
+        _range_line(summary, "cum_at_quarter", "cumulative share at k = n/4"),
+        _range_line(summary, "effective_rank_frac", "effective rank / n"),
+        _range_line(summary, "rank90_frac", "rank at 90% / n"),
+        _range_line(summary, "rank99_frac", "rank at 99% / n"),
+    ]
+    cost = tables.get("low_rank_cost")
+    if cost is not None:
+        for fraction, rows in cost.groupby("k_fraction"):
+            means = rows.groupby("measure")["value"].mean()
+            lines.append(
+                f"k = ceil({fraction:g} n): P error {means['p_error']:.3f}, "
+                f"output error {means['output_error']:.3f}, "
+                f"Linformer (random E, F) error {means['linformer_error']:.3f} (means over heads)"
+            )
+    return "\n".join(lines)
+
+
+def weight_summary_text(dims: pd.DataFrame, d_model: int) -> str:
+    rows = dims[(dims["energy"] == 0.9)]
+    lines = [f"dimensions holding 90% of the energy (sum s^2), d_model = {d_model}:"]
+    for matrix, part in rows.groupby("matrix", sort=False):
+        concat = part[part["scope"] == "concat"]["dims"]
+        summed = part[part["scope"] == "sum_of_heads"]["dims"]
+        lines.append(
+            f"  {matrix}: all heads together {concat.min():.0f} .. {concat.max():.0f} per layer, "
+            f"sum of the heads' own counts {summed.min():.0f} .. {summed.max():.0f}"
+        )
+    return "\n".join(lines)
+
+
+def write_weight_spectra(
+    model: HookedTransformer, out_dir: Path, formats: tuple[str, ...], output: SectionOutput
+) -> None:
+    """Circuit spectra (QK/OV) and shared-subspace tables and figure (no corpus needed)."""
+    tables = {
+        "circuit_summary": circuit_summary(model),
+        "circuit_spectra": circuit_spectra(model),
+        **shared_subspace_tables(model),
+    }
+    for name, table in tables.items():
+        write_table(table, out_dir, name)
+    output.tables.update(tables)
+    fig = shared_subspace_curves(
+        tables["shared_subspace_curve"],
+        model.cfg.d_model,
+        "Shared query/key subspaces: all heads of a layer (solid) vs one head (dashed)",
+    )
+    output.figures += save_figure(fig, out_dir, "shared_subspace", formats)
+    qk_rank = tables["circuit_summary"].query("circuit == 'QK' and measure == 'effective_rank'")
+    fig = layer_head_heatmap(qk_rank, "Effective rank of each head's W_Q W_K^T", fmt="{:.1f}")
+    output.figures += save_figure(fig, out_dir, "qk_effective_rank", formats)
+    output.summary += "\n" + weight_summary_text(tables["shared_subspace_dims"], model.cfg.d_model)
+
+
+class SpectrumSection(Section):
+    """Singular-value spectra of attention matrices, low-rank costs, shared subspaces."""
+
+    name = "spectrum"
+    title = "Attention spectrum (low rank) and shared subspaces"
+
+    def __init__(self, low_rank_cost: bool = True) -> None:
+        self.low_rank_cost = low_rank_cost
+
+    def analyzers(self, model: HookedTransformer, tokenizer) -> list[SpectrumAnalyzer]:
+        return [SpectrumAnalyzer.for_model(model, low_rank_cost=self.low_rank_cost)]
+
+    def write(self, model, analyzers, out_dir: Path, formats) -> SectionOutput:
+        (spectrum,) = [a for a in analyzers if isinstance(a, SpectrumAnalyzer)]
+        tables = spectrum.result()
+        for name, table in tables.items():
+            write_table(table, out_dir, name)
+        output = SectionOutput(self.title, tables=dict(tables))
+        summary = tables["spectrum_summary"]
+        fig = layer_head_heatmap(
+            summary[summary["measure"] == "cum_at_quarter"],
+            "Cumulative singular-value share at k = n/4",
+            vmin=0,
+            vmax=1,
+        )
+        output.figures += save_figure(fig, out_dir, "spectrum_at_quarter", formats)
+        fig = cumulative_curves_by_layer(
+            tables["spectrum_curve"], "Normalised cumulative singular values of attention"
+        )
+        output.figures += save_figure(fig, out_dir, "spectrum_curves", formats)
+        if "low_rank_cost" in tables:
+            cost = tables["low_rank_cost"]
+            quarter = cost[(cost["measure"] == "output_error") & (cost["k_fraction"] == 0.25)]
+            if not quarter.empty:
+                fig = layer_head_heatmap(
+                    quarter, "Relative error of the head output P V at rank n/4", vmin=0
+                )
+                output.figures += save_figure(fig, out_dir, "spectrum_output_error", formats)
+        output.summary = spectrum_summary_text(tables, spectrum.sentences, spectrum.mean_length)
+        write_weight_spectra(model, out_dir, formats, output)
+        return output

@@ -1,0 +1,280 @@
+"""Spectrum analyzer: hand-built matrices, an independent float64 reference, streaming."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from attnlens.analysis.base import Batch
+from attnlens.analysis.runner import run_analyzers
+from attnlens.analysis.spectrum import (
+    SpectrumAnalyzer,
+    cumulative_curve,
+    curve_at,
+    entropy_effective_rank,
+    gather_square,
+    length_groups,
+    linformer_errors,
+    linformer_projection,
+    numerical_rank,
+    rank_ks,
+    singular_values,
+    truncation_errors,
+)
+from attnlens.errors import ConfigError
+from attnlens.model.config import TransformerConfig
+from attnlens.model.transformer import HookedTransformer
+
+
+def random_patterns(batch: int, n: int, seed: int = 0, sharpness: float = 3.0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.softmax(sharpness * torch.randn(batch, n, n, generator=gen), dim=-1)
+
+
+# --- hand-built matrices -----------------------------------------------------------------
+@pytest.mark.parametrize("method", ["gram64", "gram32", "svdvals"])
+def test_rank_two_matrix_has_two_nonzero_singular_values(method):
+    u = torch.tensor([[1.0, 0, 0, 0, 0], [0, 1.0, 0, 0, 0]]).T  # [5, 2]
+    v = torch.tensor([[0.5, 0.5, 0, 0, 0], [0, 0, 1.0, 0, 0]])  # [2, 5]
+    P = (u @ v)[None]  # rows 0 and 1 non-zero, rank 2
+    s = singular_values(P, method)[0]
+    expected = sorted(np.linalg.svd((u @ v).double().numpy(), compute_uv=False), reverse=True)
+    assert s[:2].numpy() == pytest.approx(expected[:2], abs=1e-6)
+    tol = 1e-3 if method == "gram32" else 1e-7  # sqrt of eigenvalue rounding
+    assert s[2:].abs().max() < tol
+    assert cumulative_curve(s)[1] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_identity_attention_has_flat_spectrum():
+    n = 8
+    s = singular_values(torch.eye(n)[None])[0]
+    curve = cumulative_curve(s)
+    assert s.numpy() == pytest.approx(np.ones(n))
+    assert curve.numpy() == pytest.approx(np.arange(1, n + 1) / n)
+    assert float(entropy_effective_rank(s)) == pytest.approx(n)
+    assert float(numerical_rank(curve, 0.9)) == math.ceil(0.9 * n)  # 7.2 -> 8
+    assert float(numerical_rank(curve, 0.99)) == n
+    assert float(curve_at(curve, torch.tensor([n / 4]))[0]) == pytest.approx(0.25)
+
+
+def test_all_attend_to_first_token_is_rank_one():
+    n = 6
+    P = torch.zeros(1, n, n)
+    P[..., 0] = 1.0
+    s = singular_values(P)[0]
+    assert float(s[0]) == pytest.approx(math.sqrt(n))
+    curve = cumulative_curve(s)
+    assert float(curve[0]) == pytest.approx(1.0, abs=1e-7)
+    assert float(entropy_effective_rank(s)) == pytest.approx(1.0, abs=1e-6)
+    assert float(numerical_rank(curve, 0.99)) == 1
+
+
+def test_curve_interpolates_linearly_between_integers():
+    curve = torch.tensor([[0.5, 0.75, 0.9, 1.0]], dtype=torch.float64)
+    x = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.25, 4.0], dtype=torch.float64)
+    got = curve_at(curve, x)[0].numpy()
+    assert got == pytest.approx([0.0, 0.25, 0.5, 0.625, 0.75 + 0.25 * 0.15, 1.0])
+
+
+def test_rank_ks_rounds_up_and_stays_in_range():
+    assert rank_ks(10, (0.125, 0.25, 0.5, 1.0)) == [2, 3, 5, 10]
+    assert rank_ks(1, (0.1,)) == [1]
+    assert rank_ks(8, (0.25,)) == [2]
+
+
+def test_gram64_agrees_with_float64_svd_on_curve_and_values():
+    P = random_patterns(64, 40)
+    ref = torch.linalg.svdvals(P.double())
+    got = singular_values(P, "gram64")
+    assert (got - ref).abs().max() < 1e-7 * float(ref[:, 0].max())
+    assert (cumulative_curve(got) - cumulative_curve(ref)).abs().max() < 1e-6
+    assert (entropy_effective_rank(got) - entropy_effective_rank(ref)).abs().max() < 1e-5
+
+
+def test_unknown_method_is_a_config_error():
+    with pytest.raises(ConfigError, match="method"):
+        singular_values(torch.eye(3)[None], "qr")
+    with pytest.raises(ConfigError, match="fractions"):
+        SpectrumAnalyzer([2], rank_fractions=(0.0,))
+
+
+# --- low-rank costs against explicit constructions -------------------------------------
+def test_truncation_errors_match_explicit_rank_k_approximations():
+    P = random_patterns(3, 12, seed=1)
+    gen = torch.Generator().manual_seed(2)
+    V = torch.randn(3, 12, 5, generator=gen)
+    ks = [1, 3, 6, 12]
+    s, p_err, out_err = truncation_errors(P, V, ks)
+    for b in range(3):
+        Pn, Vn = P[b].double().numpy(), V[b].double().numpy()
+        U, S, Wt = np.linalg.svd(Pn)
+        assert s[b].numpy() == pytest.approx(S, abs=1e-9)
+        for j, k in enumerate(ks):
+            Pk = (U[:, :k] * S[:k]) @ Wt[:k]
+            expected_p = np.linalg.norm(Pn - Pk) / np.linalg.norm(Pn)
+            expected_out = np.linalg.norm((Pn - Pk) @ Vn) / np.linalg.norm(Pn @ Vn)
+            assert float(p_err[b, j]) == pytest.approx(expected_p, abs=1e-7)
+            assert float(out_err[b, j]) == pytest.approx(expected_out, abs=1e-7)
+    assert p_err[:, -1].abs().max() < 1e-6  # full rank: no error
+
+
+def test_linformer_error_matches_explicit_formula():
+    gen = torch.Generator().manual_seed(3)
+    n, d, scale = 10, 4, 0.5
+    Q, K, V = (torch.randn(2, n, d, generator=gen, dtype=torch.float64) for _ in range(3))
+    P = torch.softmax(scale * Q @ K.mT, dim=-1)
+    ks = [2, 5]
+    got = linformer_errors(Q, K, V, P, scale, ks, seed=7)
+    for j, k in enumerate(ks):
+        E, F = (m.numpy() for m in linformer_projection(n, k, 7))
+        for b in range(2):
+            q, key, v = Q[b].numpy(), K[b].numpy(), V[b].numpy()
+            logits = scale * q @ (E @ key).T
+            weights = np.exp(logits - logits.max(1, keepdims=True))
+            weights /= weights.sum(1, keepdims=True)
+            exact = P[b].numpy() @ v
+            expected = np.linalg.norm(weights @ (F @ v) - exact) / np.linalg.norm(exact)
+            assert float(got[b, j]) == pytest.approx(expected, rel=1e-9)
+    # E, F depend on (seed, n, k) only: the same draw twice.
+    assert torch.equal(linformer_projection(n, 2, 7)[0], linformer_projection(n, 2, 7)[0])
+    assert not torch.equal(linformer_projection(n, 2, 7)[0], linformer_projection(n, 2, 8)[0])
+
+
+# --- real-token extraction ---------------------------------------------------------------
+def test_length_groups_handle_right_and_left_padding():
+    mask = torch.tensor([[1, 1, 1, 0], [0, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]])
+    groups = {g.n: g for g in length_groups(mask)}
+    assert sorted(groups) == [2, 3]  # the empty row is skipped
+    assert groups[3].rows.tolist() == [0, 1]
+    assert groups[3].positions.tolist() == [[0, 1, 2], [1, 2, 3]]
+    x = torch.arange(4 * 1 * 4 * 4, dtype=torch.float32).reshape(4, 1, 4, 4)
+    block = gather_square(x, groups[3])  # [2, 1, 3, 3]
+    assert torch.equal(block[0, 0], x[0, 0, :3, :3])
+    assert torch.equal(block[1, 0], x[1, 0, 1:, 1:])
+
+
+# --- streaming on a tiny random model ----------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_model():
+    torch.manual_seed(0)
+    cfg = TransformerConfig(
+        d_model=16, n_layers=2, n_heads=4, d_mlp=32, vocab_size=60, n_ctx=64,
+        n_kv_heads=2,  # grouped-query attention: v and k are repeated per query head
+    )
+    return HookedTransformer(cfg).eval()
+
+
+def make_batches(lengths: list[list[int]], seed: int = 0) -> list[Batch]:
+    gen = torch.Generator().manual_seed(seed)
+    batches = []
+    for group in lengths:
+        width = max(group)
+        ids = torch.randint(1, 60, (len(group), width), generator=gen)
+        mask = (torch.arange(width)[None, :] < torch.tensor(group)[:, None]).long()
+        batches.append(Batch(input_ids=ids * mask, attention_mask=mask))
+    return batches
+
+
+def all_at_once(batches: list[Batch]) -> Batch:
+    """The same sentences in one batch (padded to the longest)."""
+    width = max(b.input_ids.shape[1] for b in batches)
+    pad = [torch.nn.functional.pad(b.input_ids, (0, width - b.input_ids.shape[1])) for b in batches]
+    masks = [
+        torch.nn.functional.pad(b.attention_mask, (0, width - b.input_ids.shape[1]))
+        for b in batches
+    ]
+    return Batch(input_ids=torch.cat(pad), attention_mask=torch.cat(masks))
+
+
+def assert_tables_close(a: dict, b: dict, atol: float) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        left, right = a[name], b[name]
+        assert list(left.columns) == list(right.columns), name
+        assert len(left) == len(right), name
+        np.testing.assert_allclose(
+            left["value"].to_numpy(), right["value"].to_numpy(), atol=atol, err_msg=name
+        )
+
+
+LENGTHS = [[5, 7, 7], [3, 12], [9, 9, 4, 20]]
+
+
+def test_streamed_average_equals_all_at_once(tiny_model):
+    batches = make_batches(LENGTHS)
+    streamed = SpectrumAnalyzer.for_model(tiny_model)
+    run_analyzers(tiny_model, batches, [streamed], show_progress=False)
+    once = SpectrumAnalyzer.for_model(tiny_model)
+    run_analyzers(tiny_model, [all_at_once(batches)], [once], show_progress=False)
+    assert streamed.sentences == once.sentences == 9
+    # Padding changes float32 rounding of the patterns only.
+    assert_tables_close(streamed.result(), once.result(), atol=1e-5)
+
+
+def test_merge_of_two_halves_equals_the_whole(tiny_model):
+    batches = make_batches(LENGTHS, seed=1)
+    whole = SpectrumAnalyzer.for_model(tiny_model)
+    run_analyzers(tiny_model, batches, [whole], show_progress=False)
+    first, second = SpectrumAnalyzer.for_model(tiny_model), SpectrumAnalyzer.for_model(tiny_model)
+    run_analyzers(tiny_model, batches[:1], [first], show_progress=False)
+    run_analyzers(tiny_model, batches[1:], [second], show_progress=False)
+    merged = first.merge(second)
+    assert merged.sentences == whole.sentences
+    assert_tables_close(merged.result(), whole.result(), atol=1e-12)
+    with pytest.raises(ConfigError, match="merge"):
+        merged.merge(SpectrumAnalyzer([4, 4], rank_fractions=(0.5,)))
+
+
+def test_analyzer_rows_average_per_sentence_reference(tiny_model):
+    """The analyzer's means equal a per-sentence loop written independently in numpy."""
+    batches = make_batches([[6, 11, 11]], seed=2)
+    analyzer = SpectrumAnalyzer.for_model(tiny_model, rank_fractions=(0.25,))
+    run_analyzers(tiny_model, batches, [analyzer], show_progress=False)
+    tables = analyzer.result()
+    batch = batches[0]
+    _, cache = tiny_model.run_with_cache(**batch.model_inputs(), names_filter=None)
+    for layer in range(2):
+        pattern = cache["pattern", layer].double().numpy()
+        values = {"cum_at_quarter": [], "effective_rank": [], "rank90": [], "p_error": []}
+        for b, n in enumerate(batch.lengths.tolist()):
+            s = np.linalg.svd(pattern[b, :, :n, :n], compute_uv=False)  # [head, n]
+            c = np.cumsum(s, -1) / s.sum(-1, keepdims=True)
+            c0 = np.concatenate([np.zeros((s.shape[0], 1)), c], -1)
+            values["cum_at_quarter"].append([np.interp(n / 4, np.arange(n + 1), row) for row in c0])
+            p = s / s.sum(-1, keepdims=True)
+            values["effective_rank"].append(np.exp(-(p * np.log(p)).sum(-1)))
+            values["rank90"].append((c < 0.9 - 1e-12).sum(-1) + 1)
+            k = math.ceil(n / 4)
+            values["p_error"].append(np.sqrt((s[:, k:] ** 2).sum(-1) / (s**2).sum(-1)))
+        summary = tables["spectrum_summary"].query("layer == @layer")
+        cost = tables["low_rank_cost"].query("layer == @layer and measure == 'p_error'")
+        for measure, rows in values.items():
+            expected = np.mean(rows, axis=0)  # [head]
+            got = (cost if measure == "p_error" else summary.query("measure == @measure"))
+            np.testing.assert_allclose(got["value"].to_numpy(), expected, atol=1e-6)
+
+
+def test_tables_are_tidy_and_complete(tiny_model):
+    analyzer = SpectrumAnalyzer.for_model(tiny_model)
+    run_analyzers(tiny_model, make_batches(LENGTHS), [analyzer], show_progress=False)
+    tables = analyzer.result()
+    assert set(tables) == {
+        "spectrum_summary", "spectrum_curve", "spectrum_curve_by_length", "low_rank_cost"
+    }
+    curve = tables["spectrum_curve"]
+    assert list(curve.columns) == ["layer", "head", "fraction", "value"]
+    assert len(curve) == 2 * 4 * 20
+    by_length = tables["spectrum_curve_by_length"]
+    assert set(by_length["bucket"]) == {"1-8", "9-16", "17-32"}
+    assert by_length.groupby("bucket")["sentences"].first().to_dict() == {
+        "1-8": 5, "9-16": 3, "17-32": 1  # lengths 5 7 7 3 4 | 12 9 9 | 20
+    }
+    without = SpectrumAnalyzer.for_model(tiny_model, low_rank_cost=False)
+    assert "blocks.0.attn.hook_v" not in without.hook_names(tiny_model)
+    run_analyzers(tiny_model, make_batches(LENGTHS), [without], show_progress=False)
+    assert "low_rank_cost" not in without.result()
+    with pytest.raises(ConfigError, match="no sentences"):
+        SpectrumAnalyzer.for_model(tiny_model).result()

@@ -1,0 +1,78 @@
+"""`attnlens spectrum` and `attnlens asymmetry` end to end on the embedded MiniLM."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from attnlens.cli.app import app
+from typer.testing import CliRunner
+
+from attnlens.errors import ConfigError
+from attnlens.report.analyze import default_sections
+from attnlens.report.asymmetry_section import AsymmetrySection
+from attnlens.report.spectrum_section import SpectrumSection
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def text_file(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text(
+        "The cat sat on the mat.\nA quick brown fox jumps over the lazy dog.\nIt rained.\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_spectrum_command_writes_tables_and_figures(tmp_path, text_file):
+    out = tmp_path / "report"
+    result = runner.invoke(
+        app, ["spectrum", "--text", str(text_file), "--out", str(out), "-q", "--format", "png,svg"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "cumulative share at k = n/4" in result.output
+    for name in ("spectrum_summary", "spectrum_curve", "spectrum_curve_by_length",
+                 "low_rank_cost", "circuit_summary", "shared_subspace_dims"):
+        assert (out / f"{name}.csv").is_file() and (out / f"{name}.md").is_file(), name
+    for name in ("spectrum_at_quarter", "spectrum_curves", "shared_subspace"):
+        assert (out / f"{name}.png").stat().st_size > 0
+        assert (out / f"{name}.svg").is_file()
+    summary = pd.read_csv(out / "spectrum_summary.csv")
+    assert list(summary.columns) == ["layer", "head", "measure", "value"]
+    assert len(summary[summary["measure"] == "cum_at_quarter"]) == 6 * 12
+    assert (out / "index.html").is_file()
+
+
+def test_asymmetry_weights_only_reads_no_corpus(tmp_path):
+    out = tmp_path / "weights"
+    result = runner.invoke(app, ["asymmetry", "--weights-only", "--out", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(out / "weight_asymmetry.csv")
+    assert set(table["measure"]) >= {"sym_share", "antisym_share", "sym_share_affine"}
+    assert not (out / "pattern_asymmetry.csv").exists()
+    assert (out / "asymmetry_weights.png").is_file()
+
+
+def test_asymmetry_with_corpus_reports_the_baseline(tmp_path, text_file):
+    out = tmp_path / "patterns"
+    result = runner.invoke(app, ["asymmetry", "--text", str(text_file), "--out", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    assert "baseline" in result.output
+    baseline = pd.read_csv(out / "asymmetry_baseline.csv")
+    assert set(baseline["layer"]) == set(range(6))
+    assert (out / "asymmetry_patterns.png").is_file()
+
+
+def test_weights_only_with_text_is_a_one_line_error(tmp_path, text_file):
+    result = runner.invoke(
+        app, ["asymmetry", "--weights-only", "--text", str(text_file), "--out", str(tmp_path)]
+    )
+    assert result.exit_code != 0
+    assert isinstance(result.exception, ConfigError)
+    assert "--weights-only" in str(result.exception)
+
+
+def test_analyze_runs_both_sections():
+    kinds = {type(section) for section in default_sections()}
+    assert {SpectrumSection, AsymmetrySection} <= kinds
