@@ -5,7 +5,7 @@ matrices, with a cumulative-curve error <= 1e-4 against float64 SVD. Matrices: t
 attention matrices of all-MiniLM-L6-v2 (every layer and head) for a batch of 16 x 128 tokens,
 and for the 50 built-in sample sentences (grouped by length, as the analyzer does).
 
-    python benchmarks/spectrum.py [--threads 2] [--rounds 5]
+    python benchmarks/spectrum.py [--threads 2] [--rounds 3]
 
 Printed per case: median seconds, the speed ratio ``svdvals time / case time`` and the largest
 absolute error of the normalised cumulative curve against float64 SVD.
@@ -72,7 +72,7 @@ def svdvals_single_thread(P: torch.Tensor) -> torch.Tensor:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model, tokenizer = attnlens.load()
@@ -85,7 +85,8 @@ def main() -> None:
     methods: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
         "torch.linalg.svdvals (float32, baseline)": torch.linalg.svdvals,
         "svdvals on one thread": svdvals_single_thread,
-        "spectral path: eigvalsh(P P^T) float64": lambda P: singular_values(P, "gram64"),
+        "spectral path (auto, as the analyzer)": singular_values,
+        "eigvalsh(P P^T) float64": lambda P: singular_values(P, "gram64"),
         "eigvalsh(P P^T) float32": lambda P: singular_values(P, "gram32"),
     }
     print(f"threads={args.threads}, rounds={args.rounds} (median)")
@@ -95,7 +96,7 @@ def main() -> None:
         print(f"\n{case}: {count} matrices, n = {sizes[0]}..{sizes[-1]}")
         base = None
         for name, fn in methods.items():
-            seconds = timed(lambda fn=fn: [fn(P) for P in mats], args.rounds)
+            seconds = timed(lambda fn=fn, mats=mats: [fn(P) for P in mats], args.rounds)
             base = seconds if base is None else base
             error = curve_error(fn, mats)
             print(f"  {name:42s} {seconds:8.4f} s  ratio {base / seconds:5.2f}x  "

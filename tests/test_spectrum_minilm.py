@@ -61,7 +61,9 @@ def corpus_run(minilm):
 
 def test_corpus_includes_ud_when_present(corpus_run):
     n_texts, tables, _ = corpus_run
-    expected = 50 + (UD_SENTENCES if ud_texts(1) else 0)
+    if not ud_texts(1):
+        pytest.skip(f"{SHARED_DATA} is absent: the other tests ran on the 50 sample sentences only")
+    expected = 50 + UD_SENTENCES
     assert n_texts == expected
     counts = tables["spectrum_curve_by_length"].groupby("bucket")["sentences"].first()
     assert counts.sum() == expected
@@ -127,13 +129,16 @@ def test_independent_float64_numpy_reference_on_real_matrices(minilm):
         values = cache["v", layer]
         for b, n in enumerate(lengths):
             P = pattern[b, :, :n, :n]  # [head, n, n]
-            s = singular_values(P)  # the analyzer's path
+            s = singular_values(P)  # the analyzer's path (float32 SVD for these short n)
             curve = cumulative_curve(s)
+            curve64 = cumulative_curve(singular_values(P, "gram64"))  # the path for n > 32
             for head in (0, 7, 11):
                 Pn = P[head].double().numpy()
                 U, S, Wt = np.linalg.svd(Pn)
-                np.testing.assert_allclose(s[head].numpy(), S, atol=1e-7)
-                np.testing.assert_allclose(curve[head].numpy(), np.cumsum(S) / S.sum(), atol=1e-9)
+                reference = np.cumsum(S) / S.sum()
+                np.testing.assert_allclose(s[head].numpy(), S, atol=1e-6)
+                np.testing.assert_allclose(curve[head].numpy(), reference, atol=1e-6)
+                np.testing.assert_allclose(curve64[head].numpy(), reference, atol=1e-9)
                 Vn = values[b, :n, head].double().numpy()
                 k = math.ceil(n / 4)
                 Pk = (U[:, :k] * S[:k]) @ Wt[:k]

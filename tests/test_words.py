@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from attnlens.data.words import (
-    argmax_credit,
     is_wordlike,
     split_words,
     text_word_batches,
@@ -56,13 +55,6 @@ def test_word_attention_batches_sentences_of_different_lengths():
     torch.testing.assert_close(wa.weights[1, 0, :2, :2], torch.tensor([[0.6, 0.2], [0.6, 0.2]]))
     assert float(wa.weights[1, 0, :, 2].abs().sum()) == 0.0
     assert float(wa.to_special.abs().sum()) == 0.0  # no special mask given
-
-
-def test_argmax_credit_shares_ties():
-    scores = torch.tensor([[0.4, 0.4, 0.2], [0.1, 0.7, 0.2], [0.5, 0.1, 0.9]])
-    allowed = torch.tensor([[True, True, True], [True, True, True], [True, True, False]])
-    credit = argmax_credit(scores, allowed, torch.tensor([0, 2, 0]))
-    assert credit.tolist() == [0.5, 0.0, 1.0]  # tie; miss; 0.9 is not allowed
 
 
 def test_split_words_and_wordlike():
@@ -127,3 +119,13 @@ def test_load_corpus_selects_treebank_text_or_the_sample(tmp_path):
         load_corpus(text=str(text), treebank=str(treebank))
     with pytest.raises(DataError, match="--parse"):
         load_corpus(parse=True)
+
+
+def test_corpus_batches_in_one_call(minilm):
+    from attnlens.data.words import corpus_batches
+
+    _, tokenizer = minilm
+    batches, name = corpus_batches(tokenizer, batch_size=50)
+    assert name.startswith("built-in sample treebank")
+    assert sum(len(b.words) for b in batches) == 43
+    assert all("heads" in b.extra for b in batches)

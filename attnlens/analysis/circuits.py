@@ -11,7 +11,12 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from attnlens.analysis.spectrum import cumulative_curve, entropy_effective_rank, numerical_rank
+from attnlens.analysis.spectrum import (
+    cumulative_curve,
+    entropy_effective_rank,
+    lapack_single_thread,
+    numerical_rank,
+)
 from attnlens.errors import ConfigError
 from attnlens.model.transformer import HookedTransformer
 
@@ -22,7 +27,7 @@ def circuit_singular_values(model: HookedTransformer, circuit: str) -> list[torc
     """Per layer, ``[head, r]`` singular values (float64, descending) of ``circuit``."""
     if circuit not in CIRCUITS:
         raise ConfigError(f"unknown circuit {circuit!r}; use one of {CIRCUITS}.")
-    with torch.no_grad():
+    with torch.no_grad(), lapack_single_thread(model.device):
         return [getattr(block.attn, circuit).svdvals().double() for block in model.blocks]
 
 

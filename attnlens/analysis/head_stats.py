@@ -79,6 +79,10 @@ class HeadStats(Analyzer):
     ) -> None:
         self.n_layers, self.n_heads = n_layers, n_heads
         self.cls_ids, self.sep_ids, self.punct_ids = set(cls_ids), set(sep_ids), set(punct_ids)
+        self._id_sets = [  # [CLS], [SEP], punctuation ids as sorted tensors, built once
+            torch.tensor(sorted(s), dtype=torch.long)
+            for s in (self.cls_ids, self.sep_ids, self.punct_ids)
+        ]
         self.sums = torch.zeros(len(MEASURES), n_layers, n_heads, dtype=torch.float64)
         self.rows = 0
 
@@ -92,23 +96,20 @@ class HeadStats(Analyzer):
     def hook_names(self, model: HookedTransformer) -> list[str]:
         return pattern_hook_names(model)
 
-    def _is(self, ids: torch.Tensor, members: set[int]) -> torch.Tensor:
-        return torch.isin(ids, torch.tensor(sorted(members), dtype=ids.dtype, device=ids.device))
-
     def update(self, batch: Batch, cache: ActivationCache) -> None:
         real = batch.attention_mask.bool()  # [batch, pos]
         rows = real & ~batch.special_mask if batch.special_mask is not None else real
         ids = batch.input_ids
         targets = torch.stack(
-            [self._is(ids, s) & real for s in (self.cls_ids, self.sep_ids, self.punct_ids)], -1
-        ).to(torch.float32)  # [batch, key_pos, 3]
+            [torch.isin(ids, s.to(ids.device)) & real for s in self._id_sets], -1
+        ).to(torch.float32)  # [batch, key_pos, 3]: is [CLS], is [SEP], is punctuation
         pos = torch.arange(ids.shape[1], device=ids.device)
         distance = (pos[:, None] - pos[None, :]).abs().to(torch.float32)  # [query_pos, key_pos]
         row_weight = rows.to(torch.float32)[:, None, :]  # [batch, 1, query_pos]
         for layer in range(self.n_layers):
             p = cache["pattern", layer].float()  # [batch, head, query_pos, key_pos]
             n_heads = p.shape[1]
-            to_targets = torch.einsum("bhqk,bkm->mbhq", p, targets)  # [3, batch, head, query_pos]
+            to_targets = (p @ targets[:, None]).permute(3, 0, 1, 2)  # [3, batch, head, query_pos]
             diag = p.diagonal(dim1=-2, dim2=-1)  # [batch, head, query_pos]: p[i, i]
             prev = F.pad(p.diagonal(offset=-1, dim1=-2, dim2=-1), (1, 0))  # p[i, i-1]
             nxt = F.pad(p.diagonal(offset=1, dim1=-2, dim2=-1), (0, 1))  # p[i, i+1]
@@ -120,7 +121,7 @@ class HeadStats(Analyzer):
                     diag,
                     prev,
                     nxt,
-                    torch.einsum("bhqk,qk->bhq", p, distance),
+                    (p * distance).sum(-1),
                 ]
             )  # [measure, batch, head, query_pos]
             totals = (per_row * row_weight).sum(dim=(1, 3))  # [measure, head]

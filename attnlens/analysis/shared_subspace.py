@@ -24,6 +24,7 @@ import pandas as pd
 import torch
 from einops import rearrange
 
+from attnlens.analysis.spectrum import lapack_single_thread
 from attnlens.model.attention import MultiHeadAttention
 from attnlens.model.transformer import HookedTransformer
 
@@ -49,7 +50,8 @@ def head_factors(attn: MultiHeadAttention) -> dict[str, torch.Tensor]:
     """
     W_Q = attn.W_Q.detach().double()  # [head, d_in, d_head]
     W_K = attn._kv_per_query_head(attn.W_K).detach().double()  # [head, d_in, d_head]
-    _, R = torch.linalg.qr(W_K)  # W_K[h] = Q_h R_h, R [head, d_head, d_head]
+    with lapack_single_thread(W_K.device):
+        _, R = torch.linalg.qr(W_K)  # W_K[h] = Q_h R_h, R [head, d_head, d_head]
     return {"W_Q": W_Q, "W_K": W_K, "W_QK": W_Q @ R.mT}
 
 
@@ -61,7 +63,9 @@ def gram_singular_values(M: torch.Tensor) -> torch.Tensor:
     """
     M = M.double()
     gram = M.mT @ M if M.shape[-1] <= M.shape[-2] else M @ M.mT
-    return torch.linalg.eigvalsh(gram).flip(-1).clamp_min(0).sqrt()
+    with lapack_single_thread(M.device):
+        eig = torch.linalg.eigvalsh(gram)
+    return eig.flip(-1).clamp_min(0).sqrt()
 
 
 def layer_spectra(attn: MultiHeadAttention) -> dict[str, dict[str, torch.Tensor]]:

@@ -34,7 +34,8 @@ Cost of low rank, for ``k = ceil(r n)`` with ``r`` in ``rank_fractions``:
   ``k``, so the result does not depend on batching) and ``c`` the head's score scale. Not
   defined for causal models (Linformer's projection mixes future keys); NaN there.
 
-Singular values come from ``eigvalsh(P P^T)`` in float64 (see ``singular_values``).
+Singular values: float32 SVD for ``n <= 32`` and ``eigvalsh(P P^T)`` in float64 above (see
+``singular_values``); with the low-rank costs, from the float64 ``eigh`` of ``P P^T``.
 """
 
 from __future__ import annotations
@@ -65,7 +66,9 @@ SUMMARY_MEASURES = (
     "rank99_frac",
 )
 COST_MEASURES = ("p_error", "output_error", "linformer_error")
-METHODS = ("gram64", "gram32", "svdvals")
+METHODS = ("auto", "gram64", "svd32", "gram32", "svdvals")
+# Up to this size float32 SVD beats the float64 Gram eigenvalues (benchmarks/spectrum.py).
+AUTO_SVD_MAX_N = 32
 
 
 # --- real-token submatrices ---------------------------------------------------------------
@@ -131,21 +134,26 @@ def lapack_single_thread(device: torch.device) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
-def singular_values(P: torch.Tensor, method: str = "gram64") -> torch.Tensor:
+def singular_values(P: torch.Tensor, method: str = "auto") -> torch.Tensor:
     """Singular values ``[..., n]`` (descending, float64) of square matrices ``P [..., n, n]``.
 
-    ``gram64`` (default): ``sqrt(eigvalsh(P P^T))`` in float64; eigenvalues are accurate to
-    about ``1e-16 s_1^2``, so each singular value to ``1e-8 s_1`` and the cumulative curve to
-    about ``1e-9`` (checked against float64 SVD in the tests). ``gram32``: the same in float32,
-    faster but only about ``1e-3`` on the curve of real attention matrices, whose small
-    singular values drown in float32 noise of ``s_1^2``. ``svdvals``: ``torch.linalg.svdvals``
-    in float64, the reference.
+    ``gram64``: ``sqrt(eigvalsh(P P^T))`` in float64; eigenvalues are accurate to about
+    ``1e-16 s_1^2``, so each singular value to ``1e-8 s_1`` and the cumulative curve to about
+    ``1e-9``. ``svd32``: ``torch.linalg.svdvals`` in float32 on one thread (curve error about
+    ``3e-7``). ``auto`` (default): ``svd32`` for ``n <= 32``, ``gram64`` above, the faster of
+    the two at each size in ``benchmarks/spectrum.py``. ``gram32``: eigenvalues in float32,
+    faster but about ``1e-3`` off on the curve of real attention matrices, whose small
+    singular values drown in float32 noise of ``s_1^2``. ``svdvals``: float64 SVD, the
+    reference. Batched CPU solvers run on one thread (``lapack_single_thread``).
     """
     if method not in METHODS:
         raise ConfigError(f"unknown spectrum method {method!r}; use one of {METHODS}.")
+    if method == "auto":
+        method = "svd32" if P.shape[-1] <= AUTO_SVD_MAX_N else "gram64"
     with lapack_single_thread(P.device):
-        if method == "svdvals":
-            return torch.linalg.svdvals(P.double())
+        if method in ("svdvals", "svd32"):
+            X = P.double() if method == "svdvals" else P.float()
+            return torch.linalg.svdvals(X).double()
         X = P.double() if method == "gram64" else P.float()
         eig = torch.linalg.eigvalsh(X @ X.mT).double()  # [..., n] ascending
     return eig.clamp_min(0).sqrt().flip(-1)
@@ -241,19 +249,23 @@ def linformer_errors(
     """Relative error of a Linformer projection of keys and values, per ``k``: ``[..., len(ks)]``.
 
     ``Q, K [..., n, d_head]``, ``V [..., n, d_head_v]``, ``P [..., n, n]`` the exact pattern.
+    Computed in float32 (the errors are ratios of order 1; float64 made this the slowest
+    step of the analyzer), returned as float64.
     """
     n = Q.shape[-2]
-    Q, K, V = Q.double(), K.double(), V.double()
-    exact = P.double() @ V  # [..., n, d_head_v]
-    norm = torch.linalg.matrix_norm(exact).clamp_min(1e-300)
+    Q, K, V = Q.float(), K.float(), V.float()
+    if torch.is_tensor(scale):
+        scale = scale.float()
+    exact = P.float() @ V  # [..., n, d_head_v]
+    norm = torch.linalg.matrix_norm(exact).clamp_min(torch.finfo(torch.float32).tiny)
     errors = []
     for k in ks:
-        E, F = (m.to(Q.device) for m in linformer_projection(n, k, seed))
+        E, F = (m.to(Q.device, torch.float32) for m in linformer_projection(n, k, seed))
         K_proj = E @ K  # [..., k, d_head]
         V_proj = F @ V  # [..., k, d_head_v]
         approx = torch.softmax(scale * Q @ K_proj.mT, dim=-1) @ V_proj  # [..., n, d_head_v]
         errors.append(torch.linalg.matrix_norm(approx - exact) / norm)
-    return torch.stack(errors, dim=-1)
+    return torch.stack(errors, dim=-1).double()
 
 
 def length_bucket(n: int) -> int:
@@ -283,7 +295,7 @@ class SpectrumAnalyzer(Analyzer):
         rank_fractions: tuple[float, ...] = (0.125, 0.25, 0.5),
         low_rank_cost: bool = True,
         seed: int = 0,
-        method: str = "gram64",
+        method: str = "auto",
         scales: list[float] | None = None,
         causal: bool = False,
     ) -> None:
@@ -314,7 +326,7 @@ class SpectrumAnalyzer(Analyzer):
         return cls(model.heads_per_layer, scales=scales, causal=model.cfg.causal, **kwargs)
 
     def hook_names(self, model: HookedTransformer) -> list[str]:
-        kinds = ["pattern"] + (["q", "k", "v"] if self.low_rank_cost else [])
+        kinds = ["pattern", *self._qkv_kinds()]
         return [f"blocks.{i}.attn.hook_{kind}" for i in range(model.n_layers) for kind in kinds]
 
     def layer_blocks(self) -> list[list[int]]:
@@ -335,10 +347,16 @@ class SpectrumAnalyzer(Analyzer):
             self.sentences += len(group.rows)
             self.token_sum += group.n * len(group.rows)
 
+    def _qkv_kinds(self) -> tuple[str, ...]:
+        """Cached activations the low-rank costs read (no Linformer for causal models)."""
+        if not self.low_rank_cost:
+            return ()
+        return ("v",) if self.causal else ("q", "k", "v")
+
     def _qkv(self, cache: ActivationCache, layers: list[int]) -> dict[str, torch.Tensor]:
         """q, k, v of ``layers`` side by side: ``[batch, pos, L*head, d]`` (kv heads repeated)."""
         out = {}
-        for kind in ("q", "k", "v"):
+        for kind in self._qkv_kinds():
             parts = []
             for i in layers:
                 x = cache[kind, i]  # [batch, pos, head | kv_head, d]

@@ -87,7 +87,8 @@ def word_attention(
     if special_mask is None:
         to_special = torch.zeros(weights.shape[:3], device=weights.device)
     else:
-        to_special = (rows * special_mask[:, None, None, :].to(rows.dtype)).sum(-1)
+        special = special_mask.to(rows.dtype)[:, None, :, None]  # [batch, 1, key_pos, 1]
+        to_special = (rows @ special)[..., 0]  # [batch, head, query_word]
     return WordAttention(weights=weights, to_special=to_special, valid=valid)
 
 
@@ -110,23 +111,6 @@ def cached_word_attention(cache, batch: Batch, layer: int) -> WordAttention:
             cache["pattern", layer], batch.word_ids, batch.special_mask, n_words=n_words
         )
     return layers[layer]
-
-
-def argmax_credit(
-    scores: torch.Tensor, allowed: torch.Tensor, target: torch.Tensor
-) -> torch.Tensor:
-    """Credit for ``target`` being the maximum of ``scores`` over ``allowed`` entries.
-
-    ``scores [..., n]``, ``allowed`` broadcastable to it, ``target [...]`` an index into the
-    last axis. Ties share the credit: 1 / (number of tied maxima) when ``target`` is one of
-    them, else 0 (the expected accuracy of breaking ties at random). Shape ``[...]``.
-    """
-    masked = scores.masked_fill(~allowed, float("-inf"))
-    is_max = masked == masked.amax(-1, keepdim=True)  # [..., n]
-    is_max &= allowed
-    n_max = is_max.sum(-1).clamp_min(1)
-    hit = is_max.gather(-1, target.unsqueeze(-1)).squeeze(-1)
-    return hit.to(torch.float32) / n_max
 
 
 def tokens_per_word(tokenizer: Tokenizer, sentences: Sequence[Sequence[str]]) -> list[list[int]]:
@@ -282,3 +266,16 @@ def load_corpus(
         return Corpus(f"{text} ({len(texts)} lines)", texts=texts)
     sentences = conllu.sample_treebank()
     return Corpus(f"built-in sample treebank ({len(sentences)} sentences)", sentences=sentences)
+
+
+def corpus_batches(
+    tokenizer: Tokenizer,
+    text: str | None = None,
+    treebank: str | None = None,
+    parse: bool = False,
+    batch_size: int = 16,
+    max_length: int = 128,
+) -> tuple[list[Batch], str]:
+    """``load_corpus(...)`` batched in one call: (word batches, the corpus name)."""
+    corpus = load_corpus(text=text, treebank=treebank, parse=parse)
+    return corpus.batches(tokenizer, batch_size, max_length), corpus.name

@@ -52,7 +52,8 @@ class StsMetric(Metric):
 
     def evaluate(self, model: HookedTransformer, head_mask: torch.Tensor | None = None) -> float:
         return sts_spearman(
-            model, self.tokenizer, self.pairs, self.batch_size, self.max_length, head_mask
+            model, self.tokenizer, self.pairs, self.batch_size, self.max_length,
+            head_mask=head_mask,
         )
 
     def loss_batches(self) -> list[LossBatch]:

@@ -55,10 +55,11 @@ class PruneSettings:
     normalize: bool = True
 
     def validate(self) -> None:
+        if not self.orders:
+            raise ConfigError(f"--order is empty; choose from {', '.join(ORDERS)}.")
         unknown = [o for o in self.orders if o not in ORDERS]
-        if unknown or not self.orders:
-            raise ConfigError(f"unknown order {unknown[0] if unknown else ''!r}; choose from "
-                              f"{', '.join(ORDERS)}.")
+        if unknown:
+            raise ConfigError(f"unknown order {unknown[0]!r}; choose from {', '.join(ORDERS)}.")
         if not 0.0 < self.step <= 1.0:
             raise ConfigError(f"--step must be a fraction in (0, 1], not {self.step}.")
         if not 0.0 < self.max_fraction <= 1.0:
@@ -162,11 +163,10 @@ class PruneRun:
             raise DataError(f"{out} has {curve_path.name} but no {SETTINGS_FILE}; "
                             "cannot check that --resume continues the same run.")
         saved = json.loads(settings_path.read_text())
-        if saved != json.loads(json.dumps(self._record())):
-            changed = sorted(
-                k for k in set(saved) | set(self._record())
-                if saved.get(k) != json.loads(json.dumps(self._record())).get(k)
-            )
+        current = json.loads(json.dumps(self._record()))  # as it would be saved
+        if saved != current:
+            changed = sorted(k for k in set(saved) | set(current)
+                             if saved.get(k) != current.get(k))
             raise ConfigError(
                 f"the run in {out} used different settings ({', '.join(changed)}); "
                 "rerun with the same options, or choose another --out without --resume."

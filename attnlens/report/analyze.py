@@ -23,7 +23,8 @@ from attnlens.report.writer import atomic_open, check_output_dir
 def default_sections() -> list[Section]:
     """Every section `attnlens analyze` runs, in report order."""
     return [
-        AttentionStatsSection(), CollapseSection(), HeadRolesSection(), SpectrumSection(),
+        AttentionStatsSection(), CollapseSection(), HeadRolesSection(),
+        SpectrumSection(low_rank_cost=False),  # eigenvectors: `attnlens spectrum` has them
         AsymmetrySection(),
     ]
 
