@@ -68,8 +68,9 @@ def test_padding_is_ignored_per_sentence() -> None:
     mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
     for norm in ("composite", "frobenius"):
         got = relative_residual(padded, mask, norm)
-        alone = torch.cat([relative_residual(short[None], None, norm),
-                           relative_residual(long[None], None, norm)])
+        alone = torch.cat(
+            [relative_residual(short[None], None, norm), relative_residual(long[None], None, norm)]
+        )
         assert torch.allclose(got, alone, rtol=1e-12, atol=0)
     with pytest.raises(ConfigError):
         relative_residual(padded, mask, "spectral")
@@ -176,3 +177,29 @@ def test_sampled_paths_are_distinct_increasing_and_counted() -> None:
     assert sample_head_paths(heads, 20, seed=5) == paths  # fixed seed, same paths
     with pytest.raises(ConfigError):
         sample_head_paths(heads, 0)
+
+
+def test_path_collapse_sentence_bounds_use_exactly_the_sampled_rows() -> None:
+    from attnlens.analysis.paths import PathCollapse
+    from attnlens.hooks import ActivationCache
+
+    torch.manual_seed(4)
+    patterns = {
+        f"blocks.{i}.attn.hook_pattern": torch.randn(4, 2, 5, 5).softmax(-1) for i in range(3)
+    }
+    mask = torch.ones(4, 5, dtype=torch.long)
+    batch = Batch(input_ids=torch.ones(4, 5, dtype=torch.long), attention_mask=mask)
+    bounded = PathCollapse([2, 2, 2], n_paths=4, per_batch=2, max_sentences=3)
+    bounded.update(batch, ActivationCache(patterns))
+    bounded.update(batch, ActivationCache(patterns))
+    bounded.update(batch, ActivationCache(patterns))
+    assert bounded.sentences == 3  # 2 from the first batch, 1 from the second, none after
+    # The rows taken: evenly spaced 2 of 4 = rows 0 and 3; then 1 of those = row 0.
+    rows = [0, 3, 0]
+    picked = {k: v[rows] for k, v in patterns.items()}
+    direct = PathCollapse([2, 2, 2], n_paths=4)
+    direct.update(
+        Batch(input_ids=batch.input_ids[rows], attention_mask=mask[rows]), ActivationCache(picked)
+    )
+    for length in bounded.sums:
+        assert torch.allclose(bounded.sums[length], direct.sums[length])

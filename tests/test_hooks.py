@@ -183,3 +183,10 @@ def test_unknown_hook_name_is_a_clear_error() -> None:
         model.hooks([("blocks.0.attn.hook_nope", lambda t, hook: None)]),
     ):
         pass
+
+
+def test_public_api_names_resolve() -> None:
+    import attnlens
+
+    for name in attnlens.__all__:
+        assert getattr(attnlens, name) is not None, name

@@ -259,15 +259,23 @@ def variant_model(
     return copy.to(model.device).eval()
 
 
+def sample_rows(size: int, n: int) -> torch.Tensor:
+    """Indices of at most ``n`` of ``size`` rows, evenly spaced: ``[min(n, size)]``."""
+    if n >= size:
+        return torch.arange(size)
+    return torch.linspace(0, size - 1, max(n, 0)).round().long()  # distinct when n <= size
+
+
 def subsample(batch: Batch, n: int) -> Batch:
     """At most ``n`` sentences of ``batch``, evenly spaced (model inputs and mask only).
 
-    Corpora are batched by length, so a few sentences from every batch span all lengths.
+    Batches come in a shuffled order of lengths, so a few sentences from each of the first
+    batches span all lengths.
     """
     size = int(batch.input_ids.shape[0])
     if n >= size:
         return batch
-    rows = torch.linspace(0, size - 1, max(n, 0)).round().long()  # [n] distinct when n <= size
+    rows = sample_rows(size, n)
 
     def pick(t: torch.Tensor | None) -> torch.Tensor | None:
         return None if t is None else t[rows.to(t.device)]

@@ -21,7 +21,7 @@ import pandas as pd
 import torch
 
 from attnlens.analysis.base import Analyzer, Batch
-from attnlens.analysis.collapse import summarize
+from attnlens.analysis.collapse import sample_rows, summarize
 from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
@@ -131,16 +131,27 @@ class PathCollapse(Analyzer):
 
     name = "path_collapse"
 
-    def __init__(self, heads_per_layer: list[int], n_paths: int = 32, seed: int = 0) -> None:
+    def __init__(
+        self,
+        heads_per_layer: list[int],
+        n_paths: int = 32,
+        seed: int = 0,
+        per_batch: int | None = None,
+        max_sentences: int | None = None,
+    ) -> None:
         self.heads_per_layer = list(heads_per_layer)
         self.n_paths, self.seed = n_paths, seed
+        # Cost bounds: at most per_batch sentences of each batch, max_sentences in all.
+        self.per_batch, self.max_sentences = per_batch, max_sentences
         self.paths = sample_paths(self.heads_per_layer, n_paths, seed)
         self.sums = {k: torch.zeros(len(p), dtype=torch.float64) for k, p in self.paths.items()}
         self.sentences = 0
 
     @classmethod
-    def for_model(cls, model: HookedTransformer, n_paths: int = 32, seed: int = 0) -> PathCollapse:
-        return cls(model.heads_per_layer, n_paths, seed)
+    def for_model(
+        cls, model: HookedTransformer, n_paths: int = 32, seed: int = 0, **bounds
+    ) -> PathCollapse:
+        return cls(model.heads_per_layer, n_paths, seed, **bounds)
 
     @property
     def layers(self) -> list[int]:
@@ -151,14 +162,22 @@ class PathCollapse(Analyzer):
         return [f"blocks.{layer}.attn.hook_pattern" for layer in self.layers]
 
     def update(self, batch: Batch, cache: ActivationCache) -> None:
+        rows = torch.arange(int(batch.input_ids.shape[0]))
+        if self.per_batch is not None:
+            rows = sample_rows(len(rows), self.per_batch)
+        if self.max_sentences is not None:
+            rows = rows[sample_rows(len(rows), self.max_sentences - self.sentences)]
+        if len(rows) == 0:
+            return
+        mask = batch.attention_mask[rows.to(batch.attention_mask.device)]
         patterns = real_patterns(
-            {layer: cache["pattern", layer] for layer in self.layers}, batch.attention_mask
+            {layer: cache["pattern", layer][rows.to(mask.device)] for layer in self.layers}, mask
         )
         for length, paths in self.paths.items():
             products = path_products(patterns, paths)
             residual = rank1_residual(products)  # [path, batch]
             self.sums[length] += residual.sum(dim=1).cpu()
-        self.sentences += int(batch.input_ids.shape[0])
+        self.sentences += len(rows)
 
     def merge(self, other: PathCollapse) -> PathCollapse:
         if (other.heads_per_layer, other.n_paths, other.seed) != (

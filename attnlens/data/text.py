@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -35,11 +36,18 @@ def read_text_file(path: str | Path) -> list[str]:
 
 
 def length_sorted_chunks(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Indices grouped into batches of similar length (less padding, same results)."""
+    """Indices grouped into batches of similar length (less padding, same results).
+
+    The batches come in a fixed pseudo-random order, so that any prefix of the corpus spans
+    all lengths (analyzers that sample the first sentences they see stay representative,
+    and progress-bar estimates are not skewed by short sentences coming first).
+    """
     if batch_size < 1:
         raise DataError(f"batch size must be at least 1, not {batch_size}.")
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    chunks = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    random.Random(0).shuffle(chunks)
+    return chunks
 
 
 def special_token_mask(tokenizer: Tokenizer, input_ids: torch.Tensor) -> torch.Tensor:

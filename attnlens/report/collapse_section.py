@@ -14,10 +14,12 @@ from attnlens.plots import collapse_curves, double_log_fit, path_collapse_curve
 from attnlens.report.sections import Section, SectionOutput
 from attnlens.report.writer import save_figure, write_table
 
-# `attnlens analyze` keeps this section cheap: a few sentences of every batch, 32 in all,
+# `attnlens analyze` keeps this section cheap: a few sentences of every batch (batches come
+# in a shuffled order of lengths), 32 in all for the variants and 128 for the head paths,
 # and 16 sampled paths per length.
 REPORT_PER_BATCH = 4
 REPORT_MAX_SENTENCES = 32
+REPORT_PATH_SENTENCES = 128
 REPORT_PATHS = 16
 
 
@@ -128,7 +130,12 @@ class CollapseSection(Section):
                 per_batch=REPORT_PER_BATCH,
                 max_sentences=REPORT_MAX_SENTENCES,
             ),
-            PathCollapse.for_model(model, n_paths=REPORT_PATHS),
+            PathCollapse.for_model(
+                model,
+                n_paths=REPORT_PATHS,
+                per_batch=REPORT_PER_BATCH,
+                max_sentences=REPORT_PATH_SENTENCES,
+            ),
         ]
 
     def write(self, model, analyzers, out_dir: Path, formats) -> SectionOutput:
