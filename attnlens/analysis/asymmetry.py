@@ -126,17 +126,18 @@ def pattern_asymmetry(
     Counts: edges, reciprocated edges, unordered pairs with at least one edge, and those of
     them that are directed (stronger direction >= ``factor`` x weaker).
     """
-    P = P.double()
+    # Norms in float32 are accurate to ~1e-7 relative; the ratio is reported in float64.
     n = P.shape[-1]
-    norm = torch.linalg.matrix_norm(P).clamp_min(torch.finfo(torch.float64).tiny)
-    ratio = torch.linalg.matrix_norm(P - P.mT) / norm
-    off = ~torch.eye(n, dtype=torch.bool, device=P.device)
-    edge = (edge_level / n <= P) & off  # [..., n, n]
-    mutual = edge & edge.mT
+    Pt = P.mT
+    norm = torch.linalg.matrix_norm(P).double().clamp_min(torch.finfo(torch.float64).tiny)
+    ratio = torch.linalg.matrix_norm(P - Pt).double() / norm
+    edge = edge_level / n <= P  # [..., n, n]
+    edge.diagonal(dim1=-2, dim2=-1).fill_(False)
+    edge_t = edge.mT
+    mutual = edge & edge_t
     upper = torch.ones(n, n, dtype=torch.bool, device=P.device).triu(1)
-    any_edge = (edge | edge.mT) & upper
-    strong, weak = torch.maximum(P, P.mT), torch.minimum(P, P.mT)
-    directed = any_edge & (strong >= factor * weak)
+    any_edge = (edge | edge_t) & upper
+    directed = any_edge & (torch.maximum(P, Pt) >= factor * torch.minimum(P, Pt))
     counts = torch.stack(
         [m.sum(dim=(-1, -2)) for m in (edge, mutual, any_edge, directed)], dim=-1
     ).double()
@@ -216,24 +217,31 @@ class PatternAsymmetry(Analyzer):
         return names
 
     def update(self, batch: Batch, cache: ActivationCache) -> None:
+        layers = range(self.n_layers)
+        # All layers side by side on the head axis: one batched call per length group.
+        patterns = torch.cat([cache["pattern", i] for i in layers], dim=1)  # [b, L*head, q, k]
+        offsets = np.cumsum([0, *self.heads_per_layer])
+        if self.baseline:
+            inputs = [cache["resid_pre", i] for i in layers]  # L x [batch, pos, d_model]
+            if self.input_fn is not None:
+                inputs = [self.input_fn(i, x) for i, x in zip(layers, inputs, strict=True)]
+            X_all = torch.stack(inputs, dim=2)  # [batch, pos, layer, d_model]
         for group in length_groups(batch.attention_mask):
             self.sentences += len(group.rows)
-            for layer in range(self.n_layers):
-                P = gather_square(cache["pattern", layer], group)  # [group, head, n, n]
-                h = P.shape[1]
-                ratio, counts = pattern_asymmetry(P, self.factor, self.edge_level)
-                self.ratio_sum[layer, :h] += ratio.sum(0).cpu()
-                self.counts[layer, :h] += counts.sum(0).cpu()
-                if not self.baseline:
-                    continue
-                X = cache["resid_pre", layer]
-                if self.input_fn is not None:
-                    X = self.input_fn(layer, X)
-                alpha = unweighted_attention(gather_tokens(X, group))  # [group, n, n]
-                ratio, counts = pattern_asymmetry(alpha, self.factor, self.edge_level)
-                self.base_ratio_sum[layer] += ratio.sum().cpu()
-                self.base_counts[layer] += counts.sum(0).cpu()
-                self.base_violations[layer] += dominance_violations(alpha).sum(0).cpu()
+            P = gather_square(patterns, group)  # [group, L*head, n, n]
+            ratio, counts = pattern_asymmetry(P, self.factor, self.edge_level)
+            ratio, counts = ratio.sum(0).cpu(), counts.sum(0).cpu()  # [L*head], [L*head, 4]
+            for layer, h in enumerate(self.heads_per_layer):
+                self.ratio_sum[layer, :h] += ratio[offsets[layer] : offsets[layer + 1]]
+                self.counts[layer, :h] += counts[offsets[layer] : offsets[layer + 1]]
+            if not self.baseline:
+                continue
+            X = gather_tokens(X_all, group).transpose(1, 2)  # [group, layer, n, d_model]
+            alpha = unweighted_attention(X)  # [group, layer, n, n]
+            ratio, counts = pattern_asymmetry(alpha, self.factor, self.edge_level)
+            self.base_ratio_sum += ratio.sum(0).cpu()
+            self.base_counts += counts.sum(0).cpu()
+            self.base_violations += dominance_violations(alpha).sum(0).cpu()
 
     def merge(self, other: PatternAsymmetry) -> PatternAsymmetry:
         if other.heads_per_layer != self.heads_per_layer:
