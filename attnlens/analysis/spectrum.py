@@ -34,8 +34,8 @@ Cost of low rank, for ``k = ceil(r n)`` with ``r`` in ``rank_fractions``:
   ``k``, so the result does not depend on batching) and ``c`` the head's score scale. Not
   defined for causal models (Linformer's projection mixes future keys); NaN there.
 
-Singular values: float32 SVD for ``n <= 32`` and ``eigvalsh(P P^T)`` in float64 above (see
-``singular_values``); with the low-rank costs, from the float64 ``eigh`` of ``P P^T``.
+Singular values: ``sqrt(eigvalsh(P P^T))`` in float64 (see ``singular_values``); with the
+low-rank costs, from the float64 ``eigh`` of ``P P^T``.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ SUMMARY_MEASURES = (
 COST_MEASURES = ("p_error", "output_error", "linformer_error")
 METHODS = ("auto", "gram64", "svd32", "gram32", "svdvals")
 # Up to this size float32 SVD beats the float64 Gram eigenvalues (benchmarks/spectrum.py).
-AUTO_SVD_MAX_N = 32
+AUTO_SVD_MAX_N = 0  # "auto" uses svd32 up to this size, gram64 above (measured: gram64 wins)
 
 
 # --- real-token submatrices ---------------------------------------------------------------
@@ -142,11 +142,12 @@ def singular_values(P: torch.Tensor, method: str = "auto") -> torch.Tensor:
     ``gram64``: ``sqrt(eigvalsh(P P^T))`` in float64; eigenvalues are accurate to about
     ``1e-16 s_1^2``, so each singular value to ``1e-8 s_1`` and the cumulative curve to about
     ``1e-9``. ``svd32``: ``torch.linalg.svdvals`` in float32 on one thread (curve error about
-    ``3e-7``). ``auto`` (default): ``svd32`` for ``n <= 32``, ``gram64`` above, the faster of
-    the two at each size in ``benchmarks/spectrum.py``. ``gram32``: eigenvalues in float32,
+    ``3e-7``). ``auto`` (default): ``gram64``, the fastest method within the 1e-4 curve
+    error target at every size in ``benchmarks/spectrum.py``. ``gram32``: eigenvalues in float32,
     faster but about ``1e-3`` off on the curve of real attention matrices, whose small
     singular values drown in float32 noise of ``s_1^2``. ``svdvals``: float64 SVD, the
-    reference. Batched CPU solvers run on one thread (``lapack_single_thread``).
+    reference. On the CPU the batch is split across one single-threaded solver per core
+    (threaded LAPACK drivers are slow on small matrices; see ``lapack_single_thread``).
     """
     if method not in METHODS:
         raise ConfigError(f"unknown spectrum method {method!r}; use one of {METHODS}.")

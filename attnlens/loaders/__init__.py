@@ -40,7 +40,8 @@ def load_model(
     reader = WeightReader(tensors, prefix=prefix, ignore=converter.ignore)
     cfg, state = converter.convert(hf, reader, architecture)
     reader.finish()
-    cfg.source.update({"path": str(path), "architecture": architecture})
+    name = str(name_or_path) if name_or_path is not None else "all-MiniLM-L6-v2 (embedded)"
+    cfg.source.update({"path": str(path), "name": name, "architecture": architecture})
     with torch.device("meta"):
         model = HookedTransformer(cfg)
     model.load_state_dict(state, strict=True, assign=True)

@@ -53,7 +53,7 @@ def analyze(
         for section, group in zip(sections, per_section, strict=True)
     ]
     meta = {
-        "model": model.cfg.source.get("path", ""),
+        "model": model.cfg.source.get("name") or model.cfg.source.get("path", ""),
         "architecture": model.cfg.source.get("architecture", ""),
         "corpus": corpus_name,
         "sentences": n_sentences,
