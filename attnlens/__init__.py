@@ -21,7 +21,6 @@ _LAZY = {
     "Analyzer": "attnlens.analysis.base",
     "Batch": "attnlens.analysis.base",
     "run_analyzers": "attnlens.analysis.runner",
-    "AttentionStats": "attnlens.analysis.attention_stats",
     "HeadStats": "attnlens.analysis.head_stats",
     "PositionalHeads": "attnlens.analysis.positional",
     "SyntacticHeads": "attnlens.analysis.syntactic",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from attnlens.analysis.attention_stats import MEASURES
+from attnlens.analysis.head_stats import MEASURES
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -32,7 +33,7 @@ def report(tmp_path_factory) -> Path:
 
 
 def test_analyze_writes_the_attention_statistics(report: Path) -> None:
-    table = pd.read_csv(report / "attention_stats.csv")
+    table = pd.read_csv(report / "head_stats.csv")
     assert set(table.columns) >= {"layer", "head", "measure", "value"}
     assert set(table["measure"]) == set(MEASURES)
     assert sorted(table["layer"].unique()) == list(range(6))
@@ -43,8 +44,10 @@ def test_analyze_writes_the_attention_statistics(report: Path) -> None:
     assert value["to_cls"].between(0.0, 1.0).all() and value["to_sep"].between(0.0, 1.0).all()
     assert (value["to_cls"] + value["to_sep"] <= 1.0 + 1e-9).all()
     # Entropy of a distribution over n tokens lies in [0, log n]; sample sentences are < 40 tokens.
-    assert value["entropy"].between(0.0, float(pd.Series([40]).apply("log").iloc[0])).all()
+    assert value["entropy"].between(0.0, math.log(60)).all()
     assert (value["distance"] >= 0).all()
+    for share in ("to_punct", "to_self", "to_prev", "to_next"):
+        assert value[share].between(0.0, 1.0).all()
     # MiniLM's heads differ: some park most attention on [CLS], some almost none; at least
     # one head is near one-hot (measured on the built-in sample: to_cls 0.0-0.86, max conf 0.9996).
     assert value["to_cls"].max() > 0.6 and value["to_cls"].min() < 0.2
@@ -53,11 +56,11 @@ def test_analyze_writes_the_attention_statistics(report: Path) -> None:
 
 def test_analyze_writes_figures_markdown_and_html(report: Path) -> None:
     for measure in MEASURES:
-        png = report / f"attention_{measure}.png"
+        png = report / f"heads_{measure}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert (report / "attention_stats.md").read_text().startswith("| layer | head |")
+    assert (report / "head_stats.md").read_text().startswith("| layer | head |")
     html = (report / "index.html").read_text()
-    assert "data:image/png;base64," in html and "Attention statistics" in html
+    assert "data:image/png;base64," in html and "Head roles" in html
     meta = json.loads((report / "run.json").read_text())
     assert meta["sentences"] > 0 and meta["layers_and_heads_numbered_from"] == 0
     assert not list(report.glob(".*.tmp"))

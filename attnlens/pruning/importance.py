@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from attnlens.analysis.attention_stats import AttentionStats
+from attnlens.analysis.head_stats import HeadStats
 from attnlens.errors import ConfigError
 from attnlens.metrics.base import Metric
 from attnlens.model.transformer import HookedTransformer
@@ -104,8 +104,8 @@ def attention_measures(
     head_mask: torch.Tensor | None = None,
     show_progress: bool = False,
 ) -> pd.DataFrame:
-    """Attention statistics (``AttentionStats``) on the metric's texts, heads gated."""
-    stats = AttentionStats.for_model(model, metric.tokenizer)
+    """Attention statistics (``HeadStats``) on the metric's texts, heads gated."""
+    stats = HeadStats.for_model(model, metric.tokenizer)
     names = stats.hook_names(model)
     batches = metric.text_batches()
     with progress_bar("attention statistics", total=len(batches), enabled=show_progress) as adv:
@@ -117,7 +117,7 @@ def attention_measures(
             )
             stats.update(batch, cache)
             adv(1)
-    return stats.result()["attention_stats"]
+    return stats.result()["head_stats"]
 
 
 def attention_scores(

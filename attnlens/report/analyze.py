@@ -16,16 +16,16 @@ from attnlens.report.heads_section import HeadRolesSection
 from attnlens.report.html import write_html_report
 from attnlens.report.sections import Section, SectionOutput
 from attnlens.report.spectrum_section import SpectrumSection
-from attnlens.report.stats_section import AttentionStatsSection
 from attnlens.report.writer import atomic_open, check_output_dir
 
 
 def default_sections() -> list[Section]:
     """Every section `attnlens analyze` runs, in report order."""
     return [
-        AttentionStatsSection(), CollapseSection(), HeadRolesSection(),
+        HeadRolesSection(),
         SpectrumSection(low_rank_cost=False),  # eigenvectors: `attnlens spectrum` has them
         AsymmetrySection(),
+        CollapseSection(),
     ]
 
 

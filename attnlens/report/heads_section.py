@@ -23,6 +23,11 @@ from attnlens.report.sections import Section, SectionOutput
 from attnlens.report.writer import markdown_table, save_figure, write_table
 
 STAT_FIGURES = {
+    "confidence": "Confidence: mean max attention weight",
+    "entropy": "Mean attention entropy (nats)",
+    "distance": "Mean attention distance (tokens)",
+    "to_cls": "Mean attention to [CLS]",
+    "to_sep": "Mean attention to [SEP]",
     "to_punct": "Mean attention to punctuation (tokens)",
     "to_self": "Mean attention to the token itself",
     "to_prev": "Mean attention to the previous token",

@@ -1,4 +1,4 @@
-"""AttentionStats on hand-built patterns whose statistics are known."""
+"""HeadStats on hand-built patterns whose statistics are known; atomic writers."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
-from attnlens.analysis.attention_stats import AttentionStats
 from attnlens.analysis.base import Batch
+from attnlens.analysis.head_stats import HeadStats
 from attnlens.hooks import ActivationCache
 from attnlens.report.writer import atomic_open, write_table
 
@@ -24,8 +24,8 @@ def batch_and_cache(pattern: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor
     return batch, ActivationCache({"blocks.0.attn.hook_pattern": pattern})
 
 
-def values(stats: AttentionStats) -> dict[str, float]:
-    table = stats.result()["attention_stats"]
+def values(stats: HeadStats) -> dict[str, float]:
+    table = stats.result()["head_stats"]
     return dict(
         zip(table["measure"] + "." + table["head"].astype(str), table["value"], strict=True)
     )
@@ -41,7 +41,7 @@ def test_known_patterns_give_known_statistics() -> None:
     p[0, 1, :, :5] = 0.2
     for i in range(6):
         p[0, 2, i, max(i - 1, 0)] = 1.0
-    stats = AttentionStats(n_layers=1, n_heads=3, cls_ids={CLS}, sep_ids={SEP})
+    stats = HeadStats(n_layers=1, n_heads=3, cls_ids={CLS}, sep_ids={SEP}, punct_ids={7})
     stats.update(*batch_and_cache(p, ids, mask))
     v = values(stats)
     assert stats.rows == 3  # a, b, c: special rows and padding excluded
@@ -53,6 +53,8 @@ def test_known_patterns_give_known_statistics() -> None:
     assert math.isclose(v["confidence.1"], 0.2, rel_tol=1e-6)
     assert math.isclose(v["distance.2"], 1.0)
     assert math.isclose(v["to_cls.2"], 1 / 3)  # only token a's previous token is [CLS]
+    assert math.isclose(v["to_prev.2"], 1.0) and math.isclose(v["to_self.2"], 0.0)
+    assert math.isclose(v["to_punct.1"], 0.2, rel_tol=1e-6)  # token 7 counts as punctuation
 
 
 def test_merge_of_two_halves_equals_the_whole() -> None:
@@ -60,9 +62,9 @@ def test_merge_of_two_halves_equals_the_whole() -> None:
     ids = torch.tensor([[CLS, 5, 6, 7, SEP], [CLS, 8, 9, SEP, 0]])
     mask = (ids != 0).long()
     p = torch.softmax(torch.randn(2, 4, 5, 5), dim=-1)
-    whole = AttentionStats(1, 4, {CLS}, {SEP})
+    whole = HeadStats(1, 4, {CLS}, {SEP}, {7})
     whole.update(*batch_and_cache(p, ids, mask))
-    first, second = AttentionStats(1, 4, {CLS}, {SEP}), AttentionStats(1, 4, {CLS}, {SEP})
+    first, second = HeadStats(1, 4, {CLS}, {SEP}, {7}), HeadStats(1, 4, {CLS}, {SEP}, {7})
     first.update(*batch_and_cache(p[:1], ids[:1], mask[:1]))
     second.update(*batch_and_cache(p[1:], ids[1:], mask[1:]))
     merged = first.merge(second)
