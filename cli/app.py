@@ -27,7 +27,7 @@ def _root() -> None:
 
 # Each module defines register(app). Order = order in `attnlens --help`.
 COMMAND_MODULES = [
-    "analyze", "collapse", "prune", "heads", "models", "eval", "spectrum", "asymmetry",
+    "analyze", "heads", "spectrum", "asymmetry", "collapse", "prune", "eval", "models",
 ]
 
 for _module in COMMAND_MODULES:
