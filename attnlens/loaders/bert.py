@@ -103,6 +103,15 @@ def convert_embeddings(cfg: TransformerConfig, reader: WeightReader) -> dict[str
     return sd
 
 
+# attnlens MLM head part -> checkpoint name (BERT; RoBERTa has its own table).
+BERT_MLM_NAMES = {
+    "dense": "cls.predictions.transform.dense",
+    "norm": "cls.predictions.transform.LayerNorm",
+    "decoder": "cls.predictions.decoder.weight",
+    "bias": "cls.predictions.bias",
+}
+
+
 def convert_mlm_head(
     cfg: TransformerConfig, reader: WeightReader, names: dict[str, str], embed: torch.Tensor
 ) -> dict[str, torch.Tensor]:
@@ -134,15 +143,9 @@ def convert_bert(
         sd["head.dense.weight"] = reader.take("pooler.dense.weight", (d, d))
         sd["head.dense.bias"] = reader.take("pooler.dense.bias", (d,))
     elif head == "mlm":
-        names = {
-            "dense": "cls.predictions.transform.dense",
-            "norm": "cls.predictions.transform.LayerNorm",
-            "decoder": "cls.predictions.decoder.weight",
-            "bias": "cls.predictions.bias",
-        }
         if reader.has("cls.predictions.decoder.bias"):
             reader.take("cls.predictions.decoder.bias", (cfg.vocab_size,))
-        sd.update(convert_mlm_head(cfg, reader, names, sd["embed.weight"]))
+        sd.update(convert_mlm_head(cfg, reader, BERT_MLM_NAMES, sd["embed.weight"]))
     elif head == "classifier":
         sd["head.dense.weight"] = reader.take("pooler.dense.weight", (d, d))
         sd["head.dense.bias"] = reader.take("pooler.dense.bias", (d,))
@@ -205,11 +208,10 @@ def decoder_is_tied(state: dict) -> bool:
     return decoder is not None and torch.equal(decoder, state["embed.weight"])
 
 
-def export_bert(cfg: TransformerConfig, state: dict) -> tuple[dict, dict]:
-    """Inverse of ``convert_bert``: (config.json fields, checkpoint tensors)."""
-    tied = decoder_is_tied(state)
-    fields = {
-        "architectures": [ARCHITECTURE_BY_HEAD[cfg.head]],
+def encoder_fields(cfg: TransformerConfig, architecture: str) -> dict:
+    """config.json fields shared by BERT and RoBERTa exports."""
+    return {
+        "architectures": [architecture],
         "hidden_size": cfg.d_model,
         "num_hidden_layers": cfg.n_layers,
         "num_attention_heads": cfg.n_heads,
@@ -220,13 +222,38 @@ def export_bert(cfg: TransformerConfig, state: dict) -> tuple[dict, dict]:
         "layer_norm_eps": cfg.norm_eps,
         "hidden_act": cfg.act,
         "pad_token_id": cfg.pad_token_id,
-        "tie_word_embeddings": tied if cfg.head == "mlm" else True,
         **label_fields(cfg),
     }
+
+
+def export_encoder(cfg: TransformerConfig, state: dict, base: str) -> dict:
+    """Embeddings and encoder layers, each name prefixed with ``base`` ("bert." or "")."""
+    tensors = export_embeddings(cfg, state) | export_encoder_layers(cfg, state, "encoder.layer.")
+    return {base + k: v for k, v in tensors.items()}
+
+
+def export_mlm_head(state: dict, names: dict[str, str], tied: bool) -> dict:
+    """Inverse of ``convert_mlm_head``; an untied decoder is written with its own bias."""
+    out = {
+        names["dense"] + ".weight": state["head.dense.weight"],
+        names["dense"] + ".bias": state["head.dense.bias"],
+        names["norm"] + ".weight": state["head.norm.weight"],
+        names["norm"] + ".bias": state["head.norm.bias"],
+        names["bias"]: state["head.decoder.bias"],
+    }
+    if not tied:  # untied, transformers reads the decoder's own weight and bias
+        out[names["decoder"]] = state["head.decoder.weight"]
+        out[names["decoder"].removesuffix("weight") + "bias"] = state["head.decoder.bias"]
+    return out
+
+
+def export_bert(cfg: TransformerConfig, state: dict) -> tuple[dict, dict]:
+    """Inverse of ``convert_bert``: (config.json fields, checkpoint tensors)."""
+    tied = decoder_is_tied(state)
+    fields = encoder_fields(cfg, ARCHITECTURE_BY_HEAD[cfg.head])
+    fields["tie_word_embeddings"] = tied if cfg.head == "mlm" else True
     base = "" if cfg.head in (None, "pooler") else "bert."
-    tensors = {base + k: v for k, v in export_embeddings(cfg, state).items()}
-    layers = export_encoder_layers(cfg, state, "encoder.layer.")
-    tensors.update({base + k: v for k, v in layers.items()})
+    tensors = export_encoder(cfg, state, base)
     if cfg.head in ("pooler", "classifier"):
         tensors[base + "pooler.dense.weight"] = state["head.dense.weight"]
         tensors[base + "pooler.dense.bias"] = state["head.dense.bias"]
@@ -234,12 +261,5 @@ def export_bert(cfg: TransformerConfig, state: dict) -> tuple[dict, dict]:
         tensors["classifier.weight"] = state["head.out.weight"]
         tensors["classifier.bias"] = state["head.out.bias"]
     elif cfg.head == "mlm":
-        tensors["cls.predictions.transform.dense.weight"] = state["head.dense.weight"]
-        tensors["cls.predictions.transform.dense.bias"] = state["head.dense.bias"]
-        tensors["cls.predictions.transform.LayerNorm.weight"] = state["head.norm.weight"]
-        tensors["cls.predictions.transform.LayerNorm.bias"] = state["head.norm.bias"]
-        tensors["cls.predictions.bias"] = state["head.decoder.bias"]
-        if not tied:  # untied, transformers reads the decoder's own weight and bias
-            tensors["cls.predictions.decoder.weight"] = state["head.decoder.weight"]
-            tensors["cls.predictions.decoder.bias"] = state["head.decoder.bias"]
+        tensors.update(export_mlm_head(state, BERT_MLM_NAMES, tied))
     return fields, tensors

@@ -15,9 +15,9 @@ from attnlens.loaders.bert import (
     convert_encoder_layers,
     convert_mlm_head,
     decoder_is_tied,
-    export_embeddings,
-    export_encoder_layers,
-    label_fields,
+    encoder_fields,
+    export_encoder,
+    export_mlm_head,
 )
 from attnlens.loaders.weights import WeightReader
 from attnlens.model.config import TransformerConfig
@@ -48,6 +48,14 @@ def roberta_config(hf: dict, head: str | None) -> TransformerConfig:
     )
 
 
+ROBERTA_MLM_NAMES = {
+    "dense": "lm_head.dense",
+    "norm": "lm_head.layer_norm",
+    "decoder": "lm_head.decoder.weight",
+    "bias": "lm_head.bias",
+}
+
+
 def convert_roberta(
     hf: dict, reader: WeightReader, architecture: str
 ) -> tuple[TransformerConfig, dict]:
@@ -62,15 +70,9 @@ def convert_roberta(
         sd["head.dense.weight"] = reader.take("pooler.dense.weight", (d, d))
         sd["head.dense.bias"] = reader.take("pooler.dense.bias", (d,))
     elif head == "mlm":
-        names = {
-            "dense": "lm_head.dense",
-            "norm": "lm_head.layer_norm",
-            "decoder": "lm_head.decoder.weight",
-            "bias": "lm_head.bias",
-        }
         if reader.has("lm_head.decoder.bias"):  # the same tensor as lm_head.bias
             reader.take("lm_head.decoder.bias", (cfg.vocab_size,))
-        sd.update(convert_mlm_head(cfg, reader, names, sd["embed.weight"]))
+        sd.update(convert_mlm_head(cfg, reader, ROBERTA_MLM_NAMES, sd["embed.weight"]))
     elif head == "classifier":
         sd["head.dense.weight"] = reader.take("classifier.dense.weight", (d, d))
         sd["head.dense.bias"] = reader.take("classifier.dense.bias", (d,))
@@ -82,25 +84,10 @@ def convert_roberta(
 def export_roberta(cfg: TransformerConfig, state: dict) -> tuple[dict, dict]:
     """Inverse of ``convert_roberta``: (config.json fields, checkpoint tensors)."""
     tied = decoder_is_tied(state)
-    fields = {
-        "architectures": [ARCHITECTURE_BY_HEAD[cfg.head]],
-        "hidden_size": cfg.d_model,
-        "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads,
-        "intermediate_size": cfg.d_mlp,
-        "vocab_size": cfg.vocab_size,
-        "max_position_embeddings": cfg.n_ctx,
-        "type_vocab_size": cfg.n_token_types,
-        "layer_norm_eps": cfg.norm_eps,
-        "hidden_act": cfg.act,
-        "pad_token_id": cfg.pad_token_id,
-        "tie_word_embeddings": tied if cfg.head == "mlm" else True,
-        **label_fields(cfg),
-    }
+    fields = encoder_fields(cfg, ARCHITECTURE_BY_HEAD[cfg.head])
+    fields["tie_word_embeddings"] = tied if cfg.head == "mlm" else True
     base = "" if cfg.head in (None, "pooler") else "roberta."
-    tensors = {base + k: v for k, v in export_embeddings(cfg, state).items()}
-    layers = export_encoder_layers(cfg, state, "encoder.layer.")
-    tensors.update({base + k: v for k, v in layers.items()})
+    tensors = export_encoder(cfg, state, base)
     if cfg.head == "pooler":
         tensors["pooler.dense.weight"] = state["head.dense.weight"]
         tensors["pooler.dense.bias"] = state["head.dense.bias"]
@@ -110,12 +97,5 @@ def export_roberta(cfg: TransformerConfig, state: dict) -> tuple[dict, dict]:
         tensors["classifier.out_proj.weight"] = state["head.out.weight"]
         tensors["classifier.out_proj.bias"] = state["head.out.bias"]
     elif cfg.head == "mlm":
-        tensors["lm_head.dense.weight"] = state["head.dense.weight"]
-        tensors["lm_head.dense.bias"] = state["head.dense.bias"]
-        tensors["lm_head.layer_norm.weight"] = state["head.norm.weight"]
-        tensors["lm_head.layer_norm.bias"] = state["head.norm.bias"]
-        tensors["lm_head.bias"] = state["head.decoder.bias"]
-        if not tied:
-            tensors["lm_head.decoder.weight"] = state["head.decoder.weight"]
-            tensors["lm_head.decoder.bias"] = state["head.decoder.bias"]
+        tensors.update(export_mlm_head(state, ROBERTA_MLM_NAMES, tied))
     return fields, tensors
