@@ -9,7 +9,6 @@ from attnlens.data.words import (
     is_wordlike,
     split_words,
     text_word_batches,
-    tokens_per_word,
     treebank_batches,
     word_attention,
     word_batches,
@@ -69,7 +68,7 @@ def test_split_words_and_wordlike():
 def test_word_batches_exclude_words_cut_by_truncation(minilm):
     _, tokenizer = minilm
     sentences = [["hello", "freewheeling", "world"], ["a", "cat"]]
-    assert tokens_per_word(tokenizer, sentences) == [[1, 3, 1], [1, 1]]
+    assert tokenizer.tokens_per_word(sentences) == [[1, 3, 1], [1, 1]]
     (batch,) = word_batches(tokenizer, sentences, batch_size=2, max_length=4)
     by_index = dict(zip(batch.extra["index"], range(2), strict=True))
     first, second = by_index[0], by_index[1]

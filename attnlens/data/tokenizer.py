@@ -173,11 +173,17 @@ class Tokenizer:
             counts.append(row)
         return counts
 
-    def encode_words(self, sentences: Sequence[Sequence[str]], max_length: int = 128) -> WordBatch:
+    def encode_words(
+        self,
+        sentences: Sequence[Sequence[str]],
+        max_length: int = 128,
+        full_counts: Sequence[Sequence[int]] | None = None,
+    ) -> WordBatch:
         """Tokenise pre-split sentences, keeping each token's word index (-1: special/pad).
 
         Words whose tokens ``max_length`` cut (wholly or partly) are dropped: their tokens
-        get -1 and they are counted in ``n_cut_words``.
+        get -1 and they are counted in ``n_cut_words``. ``full_counts`` (from
+        ``tokens_per_word``) saves re-tokenising when the caller already has it.
         """
         if not self.hf.is_fast:
             raise DataError("word alignment needs a fast (Rust) tokenizer; this one is slow.")
@@ -191,7 +197,8 @@ class Tokenizer:
             return_tensors="pt",
             **self._word_kwargs(),
         )
-        full_counts = self.tokens_per_word(sentences)
+        if full_counts is None:
+            full_counts = self.tokens_per_word(sentences)
         word_ids = torch.full_like(enc["input_ids"], -1)
         n_words, n_cut = [], []
         for b, counts in enumerate(full_counts):

@@ -113,43 +113,6 @@ def cached_word_attention(cache, batch: Batch, layer: int) -> WordAttention:
     return layers[layer]
 
 
-def tokens_per_word(tokenizer: Tokenizer, sentences: Sequence[Sequence[str]]) -> list[list[int]]:
-    """How many tokens each word of each sentence has, without truncation."""
-    kwargs = {}
-    if getattr(tokenizer.hf, "add_prefix_space", None) is False:
-        kwargs["add_prefix_space"] = True
-    enc = tokenizer.hf(
-        [list(s) for s in sentences], is_split_into_words=True, add_special_tokens=False, **kwargs
-    )
-    counts = []
-    for b, sentence in enumerate(sentences):
-        row = [0] * len(sentence)
-        for w in enc.word_ids(b):
-            if w is not None:
-                row[w] += 1
-        counts.append(row)
-    return counts
-
-
-def complete_word_ids(
-    word_ids: torch.Tensor, full_counts: Sequence[Sequence[int]]
-) -> tuple[torch.Tensor, list[int]]:
-    """Set to -1 the tokens of words that truncation cut; return the ids and words kept.
-
-    ``full_counts[b][w]`` is word w's token count without truncation (``tokens_per_word``).
-    """
-    word_ids = word_ids.clone()
-    kept = []
-    for b, counts in enumerate(full_counts):
-        ids = word_ids[b]
-        truncated = torch.bincount(ids[ids >= 0], minlength=len(counts))[: len(counts)]
-        complete = truncated == torch.tensor(counts, dtype=truncated.dtype)
-        n = int(complete.long().cumprod(0).sum())  # words are contiguous: a complete prefix
-        ids[ids >= n] = -1
-        kept.append(n)
-    return word_ids, kept
-
-
 def word_batches(
     tokenizer: Tokenizer,
     sentences: Sequence[Sequence[str]],
@@ -173,13 +136,14 @@ def word_batches(
     for name, values in annotations.items():
         if len(values) != len(sentences):
             raise DataError(f"{len(values)} values of {name!r} for {len(sentences)} sentences.")
-    counts = tokens_per_word(tokenizer, sentences)
+    counts = tokenizer.tokens_per_word(sentences)
     batches = []
     for chunk in length_sorted_chunks([sum(c) for c in counts], batch_size):
         chunk_sentences = [sentences[i] for i in chunk]
-        enc = tokenizer.encode_words(chunk_sentences, max_length=max_length)
-        word_ids, n_words = complete_word_ids(enc.word_ids, [counts[i] for i in chunk])
-        extra: dict[str, Any] = {"index": chunk, "n_words": n_words}
+        enc = tokenizer.encode_words(
+            chunk_sentences, max_length=max_length, full_counts=[counts[i] for i in chunk]
+        )
+        extra: dict[str, Any] = {"index": chunk, "n_words": enc.n_words}
         for name, values in annotations.items():
             extra[name] = [values[i] for i in chunk]
         batches.append(
@@ -187,7 +151,7 @@ def word_batches(
                 input_ids=enc.input_ids,
                 attention_mask=enc.attention_mask,
                 token_type_ids=enc.token_type_ids,
-                word_ids=word_ids,
+                word_ids=enc.word_ids,
                 words=chunk_sentences,
                 special_mask=special_token_mask(tokenizer, enc.input_ids),
                 extra=extra,
