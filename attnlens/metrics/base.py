@@ -91,9 +91,9 @@ class Metric(ABC):
     def texts(self) -> list[str]:
         """The data's texts, for attention statistics (confidence, entropy orders)."""
 
+    @abstractmethod
     def subset(self, indices) -> Metric:
         """The same metric on the examples at ``indices`` (for importance/evaluation splits)."""
-        raise NotImplementedError(f"{type(self).__name__} cannot be split")
 
     def text_batches(self) -> list[Batch]:
         """``texts()`` tokenised as analyzer batches."""

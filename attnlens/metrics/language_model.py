@@ -13,6 +13,7 @@ predicted tokens; an example's loss is the mean over its own tokens.
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 from collections.abc import Sequence
 
 import torch
@@ -66,8 +67,9 @@ class _TokenLossMetric(Metric):
     def _subset_kwargs(self) -> dict:
         return {}
 
+    @abstractmethod
     def _labels(self, inputs: dict[str, torch.Tensor], line_ids: list[int]):
-        raise NotImplementedError
+        """(model inputs, per-token labels ``[batch, pos]``, IGNORE where not scored)."""
 
     def loss_batches(self) -> list[LossBatch]:
         if self._batches is None:
