@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.setup-stamp
 TORCH := torch==2.13.0
 
-.PHONY: setup demo test lint clean-venv
+.PHONY: setup demo test test-kernels lint clean-venv
 
 setup: $(STAMP)
 
@@ -28,6 +28,17 @@ lint: setup
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
+
+# Float-sensitive tests (parity, export, pruning equivalence) under each CPU kernel set the
+# CPU supports: fp32 summation order differs between them.
+KERNEL_TESTS := tests/test_parity_*.py tests/test_export.py tests/test_pruning.py tests/test_loaders.py
+test-kernels: setup
+	@for cap in default avx2; do \
+	  if [ "$$cap" = avx2 ] && ! grep -qw avx2 /proc/cpuinfo; then \
+	    echo "skipping ATEN_CPU_CAPABILITY=avx2: this CPU lacks AVX2"; continue; fi; \
+	  echo "ATEN_CPU_CAPABILITY=$$cap"; \
+	  ATEN_CPU_CAPABILITY=$$cap $(BIN)/pytest -q -p no:cacheprovider $(KERNEL_TESTS) || exit 1; \
+	done
 
 clean-venv:
 	rm -rf $(VENV)

@@ -136,7 +136,10 @@ def test_pad_heads_to_uniform_keeps_outputs(tiny_bert_base):
     assert (padded.blocks[1].attn.W_O[1:] == 0).all()  # the padded heads write nothing
     real = batch.attention_mask.bool()
     assert float((got_pruned - expected).abs()[real].max()) <= 1e-5
-    assert float((got_padded - got_pruned).abs()[real].max()) <= 1e-6
+    # Zero heads change the length of W_O's fp32 sums, hence their order: hidden states of
+    # magnitude <= ~4 after LayerNorm, eps 1.19e-7, a few ulps per layer -> 1e-5 (AVX2
+    # kernels measured 1.19e-6, so 1e-6 is too tight on some CPUs).
+    assert float((got_padded - got_pruned).abs()[real].max()) <= 1e-5
     assert pad_heads_to_uniform(model) is model  # nothing to pad
 
 
@@ -160,7 +163,9 @@ def test_pruned_model_exports_and_loads_in_transformers(tiny_bert_base, tmp_path
     assert diff <= 1e-5
     reloaded = load_model(out)
     with torch.no_grad():
-        assert float((reloaded(**batch.inputs()) - ours).abs()[real].max()) <= 1e-6
+        # Same weights, fp32 rounding of the safetensors round trip is exact, but padded
+        # heads reorder the sums (see test_pad_heads_to_uniform_keeps_outputs): 1e-5.
+        assert float((reloaded(**batch.inputs()) - ours).abs()[real].max()) <= 1e-5
 
 
 def test_export_copies_tokenizer_files(minilm, tmp_path):

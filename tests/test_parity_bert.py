@@ -107,4 +107,6 @@ def test_minilm_sentence_embeddings_match_transformers(minilm, hf_minilm):
     theirs = F.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)
     diff = float((ours - theirs).abs().max())
     print(f"MiniLM sentence embeddings max abs difference {diff:.2e}")
-    assert diff <= 1e-6
+    # Unit vectors from a mean over <= 256 tokens and a 384-wide L2 norm computed in other
+    # batch shapes: fp32 eps 1.19e-7 x sqrt(384) x |x| <= 1 ~ 2.3e-6 per reordered sum -> 1e-5.
+    assert diff <= 1e-5
