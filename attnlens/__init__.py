@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 _LAZY = {
     # analyzers (streaming: update / merge / result)
     "Analyzer": "attnlens.analysis.base",
-    "Batch": "attnlens.analysis.base",
+    "Batch": "attnlens.data.batch",
     "run_analyzers": "attnlens.analysis.runner",
     "HeadStats": "attnlens.analysis.head_stats",
     "PositionalHeads": "attnlens.analysis.positional",

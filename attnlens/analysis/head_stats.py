@@ -68,6 +68,8 @@ class HeadStats(Analyzer):
     """Streaming token-level statistics per head (see the module docstring)."""
 
     name = "head_stats"
+    layerwise = True
+    state_fields = ("sums", "rows")
 
     def __init__(
         self,
@@ -96,42 +98,44 @@ class HeadStats(Analyzer):
     def hook_names(self, model: HookedTransformer) -> list[str]:
         return pattern_hook_names(model)
 
-    def update(self, batch: Batch, cache: ActivationCache) -> None:
+    def settings(self) -> dict:
+        return {
+            "n_layers": self.n_layers, "n_heads": self.n_heads, "cls_ids": self.cls_ids,
+            "sep_ids": self.sep_ids, "punct_ids": self.punct_ids,
+        }
+
+    def begin_batch(self, batch: Batch) -> None:
         real = batch.attention_mask.bool()  # [batch, pos]
         rows = real & ~batch.special_mask if batch.special_mask is not None else real
         ids = batch.input_ids
-        targets = torch.stack(
+        self._targets = torch.stack(
             [torch.isin(ids, s.to(ids.device)) & real for s in self._id_sets], -1
         ).to(torch.float32)  # [batch, key_pos, 3]: is [CLS], is [SEP], is punctuation
         pos = torch.arange(ids.shape[1], device=ids.device)
-        distance = (pos[:, None] - pos[None, :]).abs().to(torch.float32)  # [query_pos, key_pos]
-        row_weight = rows.to(torch.float32)[:, None, :]  # [batch, 1, query_pos]
-        for layer in range(self.n_layers):
-            p = cache["pattern", layer].float()  # [batch, head, query_pos, key_pos]
-            n_heads = p.shape[1]
-            to_targets = (p @ targets[:, None]).permute(3, 0, 1, 2)  # [3, batch, head, query_pos]
-            diag = p.diagonal(dim1=-2, dim2=-1)  # [batch, head, query_pos]: p[i, i]
-            prev = F.pad(p.diagonal(offset=-1, dim1=-2, dim2=-1), (1, 0))  # p[i, i-1]
-            nxt = F.pad(p.diagonal(offset=1, dim1=-2, dim2=-1), (0, 1))  # p[i, i+1]
-            per_row = torch.stack(
-                [
-                    p.amax(-1),
-                    torch.special.entr(p).sum(-1),  # -sum p log p, 0 log 0 = 0
-                    *to_targets,
-                    diag,
-                    prev,
-                    nxt,
-                    (p * distance).sum(-1),
-                ]
-            )  # [measure, batch, head, query_pos]
-            totals = (per_row * row_weight).sum(dim=(1, 3))  # [measure, head]
-            self.sums[:, layer, :n_heads] += totals.double().cpu()
+        self._distance = (pos[:, None] - pos[None, :]).abs().to(torch.float32)  # [query, key]
+        self._row_weight = rows.to(torch.float32)[:, None, :]  # [batch, 1, query_pos]
         self.rows += int(rows.sum())
 
-    def merge(self, other: HeadStats) -> HeadStats:
-        self.sums += other.sums
-        self.rows += other.rows
-        return self
+    def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
+        p = cache["pattern", layer].float()  # [batch, head, query_pos, key_pos]
+        n_heads = p.shape[1]
+        to_targets = (p @ self._targets[:, None]).permute(3, 0, 1, 2)  # [3, batch, head, query]
+        diag = p.diagonal(dim1=-2, dim2=-1)  # [batch, head, query_pos]: p[i, i]
+        prev = F.pad(p.diagonal(offset=-1, dim1=-2, dim2=-1), (1, 0))  # p[i, i-1]
+        nxt = F.pad(p.diagonal(offset=1, dim1=-2, dim2=-1), (0, 1))  # p[i, i+1]
+        per_row = torch.stack(
+            [
+                p.amax(-1),
+                torch.special.entr(p).sum(-1),  # -sum p log p, 0 log 0 = 0
+                *to_targets,
+                diag,
+                prev,
+                nxt,
+                (p * self._distance).sum(-1),
+            ]
+        )  # [measure, batch, head, query_pos]
+        totals = (per_row * self._row_weight).sum(dim=(1, 3))  # [measure, head]
+        self.sums[:, layer, :n_heads] += totals.double().cpu()
 
     def result(self) -> dict[str, pd.DataFrame]:
         means = (self.sums / max(self.rows, 1)).numpy()

@@ -1,4 +1,11 @@
-"""One forward pass per batch feeds every analyzer."""
+"""One forward pass per batch feeds every analyzer, layer by layer.
+
+Layerwise analyzers receive each layer's activations from inside the forward pass, as soon
+as that layer has produced everything they read, and the runner drops those activations
+right after: memory holds one layer's patterns, not the whole model's. Whole-batch
+analyzers (``layerwise = False``) get a cache of every activation they read once the
+forward pass ends.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +13,67 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from attnlens.analysis.base import Analyzer, Batch
+from attnlens.analysis.base import Analyzer, group_by_layer, layer_of
+from attnlens.data.batch import Batch
+from attnlens.hooks import ActivationCache, HookPoint
 from attnlens.model.transformer import HookedTransformer
 from attnlens.progress import progress_bar
+
+
+class _LayerFeeder:
+    """Collects one batch's activations and hands each layer to the analyzers reading it."""
+
+    def __init__(self, model: HookedTransformer, analyzers: Sequence[Analyzer]) -> None:
+        self.layerwise = [a for a in analyzers if a.layerwise]
+        self.whole = [a for a in analyzers if not a.layerwise]
+        # needs[i][layer] = names analyzer i reads at that layer
+        self.needs = [group_by_layer(a.hook_names(model)) for a in self.layerwise]
+        self.whole_names = {n for a in self.whole for n in a.hook_names(model)}
+        layer_names = {n for a in self.layerwise for n in a.hook_names(model)}
+        self.names = sorted(self.whole_names | layer_names)
+        self.store: dict[str, torch.Tensor] = {}
+        self.batch: Batch | None = None
+        self.pending: list[set[int]] = []
+
+    def begin(self, batch: Batch) -> None:
+        self.batch, self.store = batch, {}
+        self.pending = [set(need) for need in self.needs]
+        for analyzer in self.layerwise:
+            analyzer.begin_batch(batch)
+
+    def save(self, x: torch.Tensor, hook: HookPoint) -> None:
+        self.store[hook.name] = x.detach()
+        self._deliver(layer_of(hook.name))
+
+    def _deliver(self, layer: int) -> None:
+        delivered = False
+        for analyzer, need, pending in zip(self.layerwise, self.needs, self.pending, strict=True):
+            if layer in pending and all(n in self.store for n in need[layer]):
+                pending.discard(layer)
+                cache = ActivationCache({n: self.store[n] for n in need[layer]})
+                analyzer.update_layer(self.batch, layer, cache)
+                delivered = True
+        if delivered:
+            self._free(layer)
+
+    def _free(self, layer: int) -> None:
+        still_needed = {n for need, pending in zip(self.needs, self.pending, strict=True)
+                        for lay in pending for n in need[lay]}
+        for name in [n for n in self.store if layer_of(n) == layer]:
+            if name not in still_needed and name not in self.whole_names:
+                del self.store[name]
+
+    def end(self) -> None:
+        for layer in sorted({lay for pending in self.pending for lay in pending}):
+            self._deliver(layer)  # layers whose names were cached but never all produced
+        if self.whole:
+            cache = ActivationCache({n: self.store[n] for n in self.names
+                                     if n in self.whole_names and n in self.store})
+            for analyzer in self.whole:
+                analyzer.update(self.batch, cache)
+        for analyzer in self.layerwise:
+            analyzer.end_batch(self.batch)
+        self.store, self.batch = {}, None
 
 
 @torch.no_grad()
@@ -20,15 +85,16 @@ def run_analyzers(
     show_progress: bool = True,
     description: str = "analysing",
 ) -> Sequence[Analyzer]:
-    """Run ``model`` over ``batches`` once, caching the union of what the analyzers read."""
-    names = sorted({name for a in analyzers for name in a.hook_names(model)})
-    with progress_bar(description, total=total, enabled=show_progress) as advance:
+    """Run ``model`` over ``batches`` once, feeding every analyzer what it reads."""
+    feeder = _LayerFeeder(model, analyzers)
+    hooks = [(name, feeder.save) for name in feeder.names]
+    with progress_bar(description, total=total, enabled=show_progress) as advance, model.hooks(
+        fwd_hooks=hooks
+    ):
         for batch in batches:
             batch = batch.to(model.device)
-            _, cache = model.run_with_cache(
-                **batch.model_inputs(), names_filter=names, return_type="hidden"
-            )
-            for analyzer in analyzers:
-                analyzer.update(batch, cache)
-            advance(int(batch.input_ids.shape[0]))
+            feeder.begin(batch)
+            model(**batch.model_inputs(), return_type="hidden")
+            feeder.end()
+            advance(batch.size)
     return analyzers

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from attnlens.analysis.base import Batch
+from attnlens.data.batch import Batch
 from attnlens.data.tokenizer import Tokenizer
 from attnlens.errors import DataError
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from attnlens.analysis.base import Batch
+from attnlens.data.batch import Batch
 from attnlens.data.text import length_sorted_chunks, special_token_mask
 from attnlens.data.tokenizer import Tokenizer
 from attnlens.errors import DataError

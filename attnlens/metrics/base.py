@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnlens.analysis.base import Batch
+from attnlens.data.batch import Batch
 from attnlens.data.text import special_token_mask
 from attnlens.errors import ConfigError
 from attnlens.model.transformer import HookedTransformer

@@ -7,8 +7,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from attnlens.analysis.base import Batch
 from attnlens.analysis.runner import run_analyzers
+from attnlens.data.batch import Batch
 from attnlens.model.transformer import HookedTransformer
 from attnlens.report.asymmetry_section import AsymmetrySection
 from attnlens.report.collapse_section import CollapseSection
