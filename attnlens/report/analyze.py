@@ -14,7 +14,10 @@ from attnlens.report.asymmetry_section import AsymmetrySection
 from attnlens.report.collapse_section import CollapseSection
 from attnlens.report.heads_section import HeadRolesSection
 from attnlens.report.html import write_html_report
+from attnlens.report.linear_section import LinearSection
+from attnlens.report.rollout_section import RolloutSection
 from attnlens.report.sections import Section, SectionOutput
+from attnlens.report.sparse_section import SparseSection
 from attnlens.report.spectrum_section import SpectrumSection
 from attnlens.report.writer import atomic_open, check_output_dir
 
@@ -26,6 +29,9 @@ def default_sections() -> list[Section]:
         SpectrumSection(low_rank_cost=False),  # eigenvectors: `attnlens spectrum` has them
         AsymmetrySection(),
         CollapseSection(),
+        RolloutSection(),  # corpus shares; matrices and figures of the first 2 sentences only
+        SparseSection(),
+        LinearSection(),
     ]
 
 

@@ -1,0 +1,281 @@
+"""Sparse-pattern coverage: how much of each head's attention a sparse pattern would keep.
+
+Sparse transformers attend to a fixed subset of keys per query: a local window (Longformer,
+Beltagy et al. 2020), a few global tokens, and in BigBird (Zaheer et al. 2020) also a few
+random keys. For every head, over the real query rows of a corpus (special tokens included):
+
+- ``mass``: mean share of a row's attention inside the sparse set ``S_i`` of query ``i``:
+  ``window`` ``|i - j| <= w`` (``w`` in ``windows``), ``global`` (special tokens plus the
+  first ``n_global`` positions), ``window+global`` (their union), ``bigbird`` (window of 3
+  keys ``|i - j| <= 1``, 2 global tokens: special tokens plus the first 2 positions, and 3
+  random other visible keys per row, seeded), and
+  ``random``: what ``|S_i|`` uniformly random visible keys keep, i.e. its exact expectation
+  ``|S_i| / n_i`` (``n_i`` visible keys: ``n`` in encoders, ``i + 1`` in causal models),
+  with ``|S_i|`` the size of the BigBird set;
+- ``output_error``: ``||(P - P_S) V||_F / ||P V||_F`` per sentence and head (real query rows;
+  ``P_S`` is ``P`` restricted to ``S`` with rows renormalised; ``V`` the layer's values,
+  query head ``h`` reading key/value head ``h // group``), averaged over sentences;
+- per head: ``window90``, the smallest ``w`` of ``windows`` whose window keeps 90 %
+  (``coverage``) of the mass on average (NaN: none does), ``window90_exact``, the smallest
+  integer window that does (from the mass at each distance, NaN beyond ``max_distance``),
+  ``window90_global`` the same with the global tokens added, and the mass and output error
+  at ``window90``.
+
+The random keys of BigBird come from an integer hash of ``(seed, sentence index, layer,
+head, query, key)``: the same on every device and for any batching, so merged partial runs
+equal one run.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import torch
+
+from attnlens.analysis.base import Analyzer, Batch
+from attnlens.analysis.linear_attention import per_query_head
+from attnlens.analysis.rollout import _sentence_ids
+from attnlens.errors import ConfigError
+from attnlens.hooks import ActivationCache
+from attnlens.model.transformer import HookedTransformer
+
+WINDOWS = (1, 2, 4, 8, 16)
+BIGBIRD = {"window": 1, "n_global": 2, "n_random": 3}  # window 1 each side = 3 keys
+MAX_DISTANCE = 128
+PATTERNS = ("window", "window+global", "global", "bigbird", "random")
+
+
+def hash_scores(seed: int, sentences: torch.Tensor, layer: int, n_heads: int, n: int
+                ) -> torch.Tensor:
+    """Pseudo-random integers ``[batch, head, query_pos, key_pos]`` in ``[0, 2**32)`` from
+    ``(seed, sentence index, layer, head, query, key)`` (exact integer arithmetic)."""
+    device = sentences.device
+
+    def mix(x: torch.Tensor) -> torch.Tensor:  # x < 2**32; products < 2**59 fit int64
+        x = ((x >> 16) ^ x) * 0x45D9F3B % 2**32
+        x = ((x >> 16) ^ x) * 0x45D9F3B % 2**32
+        return (x >> 16) ^ x
+
+    axis = [torch.arange(k, device=device, dtype=torch.int64) for k in (n_heads, n, n)]
+    x = mix(torch.full((), seed % 2**32, dtype=torch.int64, device=device))
+    x = mix(x ^ (sentences.to(torch.int64) % 2**32))[:, None, None, None]  # [batch, 1, 1, 1]
+    x = mix(x ^ layer)
+    x = mix(x ^ axis[0][None, :, None, None])  # [batch, head, 1, 1]
+    x = mix(x ^ axis[1][None, None, :, None])  # [batch, head, query_pos, 1]
+    return mix(x ^ axis[2][None, None, None, :])  # [batch, head, query_pos, key_pos]
+
+
+def restricted_output_error(
+    pattern: torch.Tensor,
+    keep: torch.Tensor,
+    values: torch.Tensor,
+    rows: torch.Tensor,
+    full: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``||(P - P_S) V||_F / ||P V||_F`` per sentence and head: ``[batch, head]``.
+
+    ``pattern [batch, head, query_pos, key_pos]``; ``keep`` (broadcastable to it) is the
+    sparse set; ``values [batch, head, key_pos, d_head_v]``; ``rows [batch, query_pos]`` the
+    real query rows. ``P_S`` is ``P`` on ``S`` with rows renormalised. ``full``: ``P V``
+    when already computed.
+    """
+    kept = pattern * keep
+    kept = kept / kept.sum(-1, keepdim=True).clamp_min(torch.finfo(kept.dtype).tiny)
+    weight = rows[:, None, :, None].to(pattern.dtype)  # [batch, 1, query_pos, 1]
+    if full is None:
+        full = pattern @ values  # [batch, head, query_pos, d_head_v]
+    diff = (full - kept @ values) * weight
+    full = full * weight
+    return diff.square().sum((-2, -1)).sqrt() / full.square().sum((-2, -1)).sqrt().clamp_min(
+        torch.finfo(full.dtype).tiny
+    )
+
+
+class SparseCoverage(Analyzer):
+    """Streaming sparse-pattern coverage per head (see the module docstring)."""
+
+    name = "sparse"
+    layerwise = True
+    state_fields = ("by_distance", "nonglobal_by_distance", "masses", "errors", "rows",
+                    "sentences")
+
+    def __init__(
+        self,
+        n_layers: int,
+        n_heads: int,
+        causal: bool = False,
+        windows: tuple[int, ...] = WINDOWS,
+        n_global: int = 2,
+        coverage: float = 0.9,
+        seed: int = 0,
+        max_distance: int = MAX_DISTANCE,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        windows = tuple(sorted(set(int(w) for w in windows)))
+        if not windows or windows[0] < 0:
+            raise ConfigError("windows must be non-negative integers, e.g. 1,2,4,8,16.")
+        if n_global < 0:
+            raise ConfigError(f"the number of global tokens must be at least 0, not {n_global}.")
+        if not 0.0 < coverage <= 1.0:
+            raise ConfigError(f"coverage must lie in (0, 1], not {coverage}.")
+        self.n_layers, self.n_heads, self.causal = n_layers, n_heads, causal
+        self.windows, self.n_global, self.coverage, self.seed = windows, n_global, coverage, seed
+        self.max_distance = max(max_distance, windows[-1])
+        shape = (n_layers, n_heads)
+        kwargs = {"dtype": torch.float64, "device": device}
+        # mass at distance d = |i - j| summed over rows; the last bucket holds d > max_distance
+        self.by_distance = torch.zeros(*shape, self.max_distance + 2, **kwargs)
+        self.nonglobal_by_distance = torch.zeros(*shape, self.max_distance + 2, **kwargs)
+        self.masses = torch.zeros(*shape, 3, **kwargs)  # global, bigbird, random (row sums)
+        # output errors summed over sentences: [window | window+global], then global, bigbird
+        self.errors = torch.zeros(*shape, 2 * len(windows) + 2, **kwargs)
+        self.rows = 0
+        self.sentences = 0
+
+    @classmethod
+    def for_model(cls, model: HookedTransformer, **options) -> SparseCoverage:
+        return cls(model.n_layers, max(model.heads_per_layer), causal=model.cfg.causal,
+                   device=model.device, **options)
+
+    def hook_names(self, model: HookedTransformer) -> list[str]:
+        return [f"blocks.{i}.attn.hook_{kind}" for i in range(model.n_layers)
+                for kind in ("v", "pattern")]
+
+    def settings(self) -> dict:
+        return {"n_layers": self.n_layers, "n_heads": self.n_heads, "causal": self.causal,
+                "windows": list(self.windows), "n_global": self.n_global,
+                "coverage": self.coverage, "seed": self.seed, "max_distance": self.max_distance}
+
+    # Feeding --------------------------------------------------------------------------
+    def begin_batch(self, batch: Batch) -> None:
+        real = batch.attention_mask.bool()  # [batch, pos]
+        n = real.shape[1]
+        pos = torch.arange(n, device=real.device)
+        distance = (pos[:, None] - pos[None, :]).abs()  # [query_pos, key_pos]
+        visible = real[:, None, :] & real[:, :, None]  # [batch, query_pos, key_pos]
+        if self.causal:
+            visible = visible & (pos[None, :] <= pos[:, None])
+        special = (batch.special_mask.bool() if batch.special_mask is not None
+                   else torch.zeros_like(real))
+        is_global = (special | (pos < self.n_global)[None, :]) & real  # [batch, key_pos]
+        bigbird_global = (special | (pos < BIGBIRD["n_global"])[None, :]) & real
+        self._real, self._visible, self._distance = real, visible, distance
+        self._global = is_global[:, None, :]  # [batch, 1, key_pos]
+        self._bigbird_global = bigbird_global[:, None, None, :]  # [batch, 1, 1, key_pos]
+        self._bucket = distance.clamp(max=self.max_distance + 1).flatten()  # [query*key]
+        self._sentence_ids = torch.tensor(_sentence_ids(batch, self.sentences), device=real.device)
+        self.rows += int(real.sum())
+        self.sentences += batch.size
+
+    def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
+        pattern = cache["pattern", layer].float()  # [batch, head, query_pos, key_pos]
+        values = cache["v", layer].float()  # [batch, pos, kv_head, d_head_v]
+        n_heads = pattern.shape[1]
+        values = per_query_head(values, n_heads)  # [batch, head, key_pos, d_head_v]
+        rows = self._real
+        row_weight = rows[:, None, :, None].to(pattern.dtype)  # [batch, 1, query_pos, 1]
+        masked = pattern * row_weight  # padded query rows dropped
+        self._histograms(layer, masked, n_heads)
+        full = pattern @ values  # [batch, head, query_pos, d_head_v]
+        local = [(self._distance <= w)[None, None] for w in self.windows]  # [1, 1, query, key]
+        glob = self._global[:, None]  # [batch, 1, 1, key_pos]
+        bigbird = self._bigbird_set(layer, n_heads)  # [batch, head, query_pos, key_pos]
+        sets = [*local, *(window | glob for window in local), glob, bigbird]
+        errors = [restricted_output_error(pattern, keep, values, rows, full) for keep in sets]
+        self.errors[layer, :n_heads] += torch.stack(errors, -1).sum(0).double()
+        visible_count = self._visible.sum(-1, keepdim=True).clamp_min(1)  # [batch, query, 1]
+        set_size = (bigbird & self._visible[:, None]).sum(-1, keepdim=True)
+        per_row = torch.stack([
+            (masked * self._global[:, None]).sum(-1),
+            (masked * bigbird).sum(-1),
+            (set_size / visible_count[:, None] * row_weight).squeeze(-1),
+        ], -1)  # [batch, head, query_pos, 3]
+        self.masses[layer, :n_heads] += per_row.sum((0, 2)).double()
+
+    def _histograms(self, layer: int, masked: torch.Tensor, n_heads: int) -> None:
+        """Add the mass at each distance (all keys, and non-global keys) of one layer."""
+        totals = masked.sum(0)  # [head, query_pos, key_pos]
+        nonglobal = (masked * ~self._global[:, None]).sum(0)
+        index = self._bucket.expand(n_heads, -1)  # [head, query_pos * key_pos]
+        for target, source in ((self.by_distance, totals), (self.nonglobal_by_distance, nonglobal)):
+            hist = torch.zeros(n_heads, self.max_distance + 2, dtype=torch.float64,
+                               device=masked.device)
+            hist.scatter_add_(1, index, source.flatten(1).double())
+            target[layer, :n_heads] += hist
+
+    def _bigbird_set(self, layer: int, n_heads: int) -> torch.Tensor:
+        """BigBird's keys per query row: window, global tokens and seeded random visible keys."""
+        n = self._distance.shape[0]
+        window = (self._distance <= BIGBIRD["window"])[None, None]  # [1, 1, query_pos, key_pos]
+        fixed = window | self._bigbird_global  # [batch, 1, query_pos, key_pos]
+        eligible = self._visible[:, None] & ~fixed  # [batch, 1, query_pos, key_pos]
+        scores = hash_scores(self.seed, self._sentence_ids, layer, n_heads, n)
+        scores = torch.where(eligible, scores, torch.full_like(scores, -1))
+        k = min(BIGBIRD["n_random"], n)
+        top = scores.topk(k, dim=-1)  # the k largest hashes among eligible keys
+        chosen = torch.zeros(scores.shape, dtype=torch.bool, device=scores.device)
+        chosen.scatter_(-1, top.indices, top.values >= 0)
+        return (fixed | chosen) & self._visible[:, None]
+
+    # Results --------------------------------------------------------------------------
+    def _window_curves(self) -> tuple[np.ndarray, np.ndarray]:
+        """Mean share within ``|i - j| <= w`` for ``w = 0..max_distance``: (window, +global)."""
+        rows = max(self.rows, 1)
+        window = (self.by_distance.cumsum(-1) / rows).cpu().numpy()[..., :-1]
+        glob = (self.masses[..., 0] / rows).cpu().numpy()[..., None]
+        plus = glob + (self.nonglobal_by_distance.cumsum(-1) / rows).cpu().numpy()[..., :-1]
+        return window, plus
+
+    def _smallest(self, curve: np.ndarray, candidates) -> float:
+        for w in candidates:
+            if curve[w] >= self.coverage:
+                return float(w)
+        return math.nan
+
+    def result(self) -> dict[str, pd.DataFrame]:
+        window, plus = self._window_curves()
+        sentences, rows = max(self.sentences, 1), max(self.rows, 1)
+        errors = (self.errors / sentences).cpu().numpy()
+        masses = (self.masses / rows).cpu().numpy()
+        n_w = len(self.windows)
+        coverage, heads, curve = [], [], []
+        for layer in range(self.n_layers):
+            for head in range(self.n_heads):
+                rows_of = []
+                for k, w in enumerate(self.windows):
+                    rows_of.append(("window", w, window[layer, head, w], errors[layer, head, k]))
+                    rows_of.append(("window+global", w, plus[layer, head, w],
+                                    errors[layer, head, n_w + k]))
+                rows_of.append(("global", math.nan, masses[layer, head, 0],
+                                errors[layer, head, 2 * n_w]))
+                rows_of.append(("bigbird", BIGBIRD["window"], masses[layer, head, 1],
+                                errors[layer, head, 2 * n_w + 1]))
+                rows_of.append(("random", math.nan, masses[layer, head, 2], math.nan))
+                for pattern, w, mass, error in rows_of:
+                    for measure, value in (("mass", mass), ("output_error", error)):
+                        coverage.append({"layer": layer, "head": head, "pattern": pattern,
+                                         "window": w, "measure": measure, "value": float(value)})
+                heads += self._head_rows(layer, head, window, plus, errors)
+                curve += [{"layer": layer, "head": head, "window": w,
+                           "window_mass": float(window[layer, head, w]),
+                           "window_global_mass": float(plus[layer, head, w])}
+                          for w in range(self.max_distance + 1)]
+        return {"sparse_coverage": pd.DataFrame.from_records(coverage),
+                "sparse_heads": pd.DataFrame.from_records(heads),
+                "sparse_window_curve": pd.DataFrame.from_records(curve)}
+
+    def _head_rows(self, layer, head, window, plus, errors) -> list[dict]:
+        all_w = range(self.max_distance + 1)
+        grid = self._smallest(window[layer, head], self.windows)
+        k = self.windows.index(int(grid)) if not math.isnan(grid) else None
+        measures = {
+            "window90": grid,
+            "window90_exact": self._smallest(window[layer, head], all_w),
+            "window90_global": self._smallest(plus[layer, head], all_w),
+            "mass_at_window90": math.nan if k is None else window[layer, head, int(grid)],
+            "error_at_window90": math.nan if k is None else errors[layer, head, k],
+        }
+        return [{"layer": layer, "head": head, "measure": m, "value": float(v)}
+                for m, v in measures.items()]
