@@ -184,7 +184,7 @@ class LinearAttentionView(Analyzer):
             relative_error(raw, exact, rows),
             relative_error(gain[..., None, None] * raw, exact, rows),
         ])  # [measure, batch, head]
-        self.sums[:, layer, :n_heads] += per_sentence.sum(1).double()
+        self.sums[:, layer, :n_heads] += per_sentence.double().sum(1)
         self.by_length[layer, :n_heads] += effective.double().mT @ self._bucket
 
     def result(self) -> dict[str, pd.DataFrame]:

@@ -184,7 +184,7 @@ class SparseCoverage(Analyzer):
         bigbird = self._bigbird_set(layer, n_heads)  # [batch, head, query_pos, key_pos]
         sets = [*local, *(window | glob for window in local), glob, bigbird]
         errors = [restricted_output_error(pattern, keep, values, rows, full) for keep in sets]
-        self.errors[layer, :n_heads] += torch.stack(errors, -1).sum(0).double()
+        self.errors[layer, :n_heads] += torch.stack(errors, -1).double().sum(0)
         visible_count = self._visible.sum(-1, keepdim=True).clamp_min(1)  # [batch, query, 1]
         set_size = (bigbird & self._visible[:, None]).sum(-1, keepdim=True)
         per_row = torch.stack([
@@ -192,18 +192,22 @@ class SparseCoverage(Analyzer):
             (masked * bigbird).sum(-1),
             (set_size / visible_count[:, None] * row_weight).squeeze(-1),
         ], -1)  # [batch, head, query_pos, 3]
-        self.masses[layer, :n_heads] += per_row.sum((0, 2)).double()
+        self.masses[layer, :n_heads] += per_row.sum(2).double().sum(0)
 
     def _histograms(self, layer: int, masked: torch.Tensor, n_heads: int) -> None:
-        """Add the mass at each distance (all keys, and non-global keys) of one layer."""
-        totals = masked.sum(0)  # [head, query_pos, key_pos]
-        nonglobal = (masked * ~self._global[:, None]).sum(0)
-        index = self._bucket.expand(n_heads, -1)  # [head, query_pos * key_pos]
-        for target, source in ((self.by_distance, totals), (self.nonglobal_by_distance, nonglobal)):
-            hist = torch.zeros(n_heads, self.max_distance + 2, dtype=torch.float64,
-                               device=masked.device)
-            hist.scatter_add_(1, index, source.flatten(1).double())
-            target[layer, :n_heads] += hist
+        """Add the mass at each distance (all keys, and non-global keys) of one layer.
+
+        Each sentence's histogram is summed in the pattern's precision, then the sentences
+        in float64 (so a merged split run adds the same per-sentence terms as one run).
+        """
+        batch = masked.shape[0]
+        nonglobal = masked * ~self._global[:, None]
+        index = self._bucket.expand(batch, n_heads, -1)  # [batch, head, query_pos * key_pos]
+        for target, source in ((self.by_distance, masked), (self.nonglobal_by_distance, nonglobal)):
+            hist = torch.zeros(batch, n_heads, self.max_distance + 2, dtype=source.dtype,
+                               device=source.device)
+            hist.scatter_add_(2, index, source.flatten(2))  # [batch, head, distance]
+            target[layer, :n_heads] += hist.double().sum(0)
 
     def _bigbird_set(self, layer: int, n_heads: int) -> torch.Tensor:
         """BigBird's keys per query row: window, global tokens and seeded random visible keys."""
