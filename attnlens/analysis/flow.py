@@ -191,4 +191,4 @@ class FlowAnalyzer(Analyzer):
         return sorted(self.kept, key=lambda record: record["sentence"])
 
     def result(self) -> dict[str, pd.DataFrame]:
-        return {"flow": matrices_table(self.kept_sentences())}
+        return {"flow": matrices_table(self.kept_sentences(), extra_columns=("max_flow",))}

@@ -224,8 +224,11 @@ class RolloutAnalyzer(Analyzer):
         return tables
 
 
-def matrices_table(records: Sequence[dict[str, Any]], column: str = "value") -> pd.DataFrame:
-    """Tidy ``sentence, layer, query, key, query_token, key_token, value`` rows of matrices."""
+def matrices_table(
+    records: Sequence[dict[str, Any]], extra_columns: Sequence[str] = ()
+) -> pd.DataFrame:
+    """Tidy ``sentence, layer, query, key, query_token, key_token, value`` rows of matrices
+    (plus ``extra_columns``, each from ``record["extra_columns"][name]``)."""
     frames = []
     for record in records:
         matrices = record["matrices"]  # [layer, query_pos, key_pos]
@@ -242,10 +245,10 @@ def matrices_table(records: Sequence[dict[str, Any]], column: str = "value") -> 
         })
         frame["query_token"] = tokens.iloc[frame["query"]].to_numpy()
         frame["key_token"] = tokens.iloc[frame["key"]].to_numpy()
-        frame[column] = matrices.flatten().double().numpy()
-        for extra, values in record.get("extra_columns", {}).items():
-            frame[extra] = values.flatten().double().numpy()
+        frame["value"] = matrices.flatten().double().numpy()
+        for name in extra_columns:
+            frame[name] = record["extra_columns"][name].flatten().double().numpy()
         frames.append(frame)
     if not frames:
-        return pd.DataFrame(columns=[*ROLLOUT_COLUMNS[:-1], column])
+        return pd.DataFrame(columns=[*ROLLOUT_COLUMNS, *extra_columns])
     return pd.concat(frames, ignore_index=True)
