@@ -10,12 +10,19 @@ from rich.console import Console
 
 console = Console(stderr=True)
 
+MaxSentencesOpt = typer.Option(
+    None, "--max-sentences", min=1,
+    help="Read at most this many sentences (batches come in a shuffled order). (default all)",
+    show_default=False,
+)
+
 
 def linear(
     model: opt.OptionalStr = opt.ModelArg,
     text: opt.OptionalPath = opt.TextOpt,
     treebank: opt.OptionalPath = opt.TreebankOpt,
     out: Path = opt.OutOpt,
+    max_sentences: int | None = MaxSentencesOpt,
     batch_size: int = opt.BatchSizeOpt,
     max_length: int = opt.MaxLengthOpt,
     device: str = opt.DeviceOpt,
@@ -39,7 +46,8 @@ def linear(
     check_output_dir(out)
     model_obj, tokenizer = load(model, device=device, dtype=dtype, allow_pickle=allow_pickle)
     batches = corpus.batches(tokenizer, batch_size=batch_size, max_length=max_length)
-    (output,) = run_analysis(model_obj, tokenizer, batches, out, sections=[LinearSection()],
+    section = LinearSection(per_batch=None, max_sentences=max_sentences)
+    (output,) = run_analysis(model_obj, tokenizer, batches, out, sections=[section],
                              formats=formats, show_progress=not quiet, corpus_name=corpus.name)
     typer.echo(output.summary)
     console.print(f"wrote {len(output.tables)} tables and {len(output.figures)} figures "

@@ -10,6 +10,12 @@ from rich.console import Console
 
 console = Console(stderr=True)
 
+MaxSentencesOpt = typer.Option(
+    None, "--max-sentences", min=1,
+    help="Read at most this many sentences (batches come in a shuffled order). (default all)",
+    show_default=False,
+)
+
 WindowsOpt = typer.Option("1,2,4,8,16", "--windows", help="Window half-widths w, comma-separated.")
 GlobalOpt = typer.Option(
     2, "--global-tokens", min=0, help="Global tokens: special tokens plus the first G positions."
@@ -37,6 +43,7 @@ def sparse(
     text: opt.OptionalPath = opt.TextOpt,
     treebank: opt.OptionalPath = opt.TreebankOpt,
     out: Path = opt.OutOpt,
+    max_sentences: int | None = MaxSentencesOpt,
     windows: str = WindowsOpt,
     global_tokens: int = GlobalOpt,
     coverage: float = CoverageOpt,
@@ -59,7 +66,8 @@ def sparse(
     from attnlens.report.writer import check_output_dir
 
     formats = opt.figure_formats(fmt)
-    section = SparseSection(windows=parse_windows(windows), n_global=global_tokens,
+    section = SparseSection(per_batch=None, max_sentences=max_sentences,
+                            windows=parse_windows(windows), n_global=global_tokens,
                             coverage=coverage, seed=seed)
     corpus = load_corpus(text=str(text) if text else None,
                          treebank=str(treebank) if treebank else None)

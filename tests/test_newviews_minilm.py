@@ -112,7 +112,7 @@ def test_linear_view_matches_a_direct_computation_and_its_bounds(minilm, corpus)
     k = cache["k", 4][0, :, 7].double()[None, None]
     v = cache["v", 4][0, :, 7].double()[None, None]
     exact = cache["pattern", 4][0, 7].double() @ v[0, 0]
-    lin, _ = linear_outputs(q, k, v, torch.ones(1, n, n, dtype=torch.bool))
+    lin, _ = linear_outputs(q, k, v, torch.ones(1, n, dtype=torch.bool), causal=False)
     expected = (torch.linalg.norm(lin[0, 0] - exact) / torch.linalg.norm(exact)).item()
     got = alone.result()["linear_attention"].set_index(["measure", "layer", "head"])["value"]
     assert got["linear_error", 4, 7] == pytest.approx(expected, rel=TOL)

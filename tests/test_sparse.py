@@ -128,14 +128,52 @@ def test_uniform_attention_keeps_what_random_keys_keep():
 
 
 def test_bigbird_random_keys_are_seeded_and_batch_independent():
-    scores = hash_scores(0, torch.tensor([3, 4]), 1, 2, 6)
-    again = hash_scores(0, torch.tensor([4]), 1, 2, 6)
+    scores = hash_scores(0, torch.tensor([3, 4]), 6)
+    again = hash_scores(0, torch.tensor([4]), 6)
     assert torch.equal(scores[1], again[0])  # sentence 4's keys do not depend on its batch
-    assert not torch.equal(hash_scores(1, torch.tensor([4]), 1, 2, 6), again)  # seed matters
+    assert not torch.equal(hash_scores(1, torch.tensor([4]), 6), again)  # seed matters
     assert scores.min() >= 0 and scores.max() < 2**32
     # the three chosen keys differ between rows (not a fixed column)
-    top = scores[0, 0].topk(3, dim=-1).indices.sort(-1).values
+    top = scores[0].topk(3, dim=-1).indices.sort(-1).values
     assert len({tuple(row.tolist()) for row in top}) > 1
+
+
+def test_bigbird_mass_and_error_match_the_explicit_set():
+    # Rebuild BigBird's set from its definition (window ±1, [CLS]/[SEP] and positions 0, 1,
+    # the 3 visible non-set keys with the largest hashes) and compare with the analyzer.
+    n = 14
+    ids = torch.tensor([[CLS, *range(5, 5 + n - 2), SEP], [CLS, *range(5, 5 + n - 5), SEP,
+                                                           PAD, PAD, PAD]])
+    batch = _batch(ids, [7, 8])
+    real = batch.attention_mask.bool()
+    scores = torch.randn(1, 2, 2, n, n).masked_fill(~real[None, :, None, None, :], -torch.inf)
+    pattern, values = torch.softmax(scores, -1), torch.randn(1, 2, n, 2, 3)
+    analyzer = SparseCoverage(1, 2)
+    analyzer.update(batch, _cache(pattern, values))
+    hashes = hash_scores(0, torch.tensor([7, 8]), n)
+    masses, errors = [], []
+    for b in range(2):
+        m = int(real[b].sum())
+        fixed = torch.zeros(m, m, dtype=torch.bool)
+        for i in range(m):
+            for j in range(m):
+                fixed[i, j] = abs(i - j) <= 1 or j in (0, 1, m - 1)
+        keep = fixed.clone()
+        for i in range(m):
+            free = [j for j in range(m) if not fixed[i, j]]
+            chosen = sorted(free, key=lambda j: -int(hashes[b, i, j]))[:3]
+            keep[i, chosen] = True
+        p, v = pattern[0, b, :, :m, :m], values[0, b, :m].transpose(0, 1)  # [head, key, d]
+        masses.append((p * keep).sum(-1).sum(-1))  # [head]: row sums over rows
+        errors.append(restricted_output_error(p[None], keep, v[None],
+                                              torch.ones(1, m, dtype=torch.bool))[0])
+    rows = int(real.sum())
+    for head in range(2):
+        mass = sum(float(x[head]) for x in masses) / rows
+        error = sum(float(x[head]) for x in errors) / 2
+        assert _coverage(analyzer, "bigbird", "mass", head=head) == pytest.approx(mass, abs=TOL)
+        assert _coverage(analyzer, "bigbird", "output_error", head=head) == pytest.approx(
+            error, abs=TOL)
 
 
 def test_restricted_output_error_matches_a_direct_computation():
@@ -210,3 +248,27 @@ def test_merge_of_halves_equals_the_whole_and_state_round_trips():
         whole.merge(SparseCoverage(2, 2, n_global=3))
     with pytest.raises(ConfigError, match="coverage"):
         SparseCoverage(1, 1, coverage=0)
+
+
+def test_per_batch_and_max_sentences_sample_evenly_spaced_sentences():
+    ids = torch.tensor([[CLS, 5, 6, 7, 8, 9, SEP]] * 4 + [[CLS, 5, 6, SEP, PAD, PAD, PAD]])
+    mask = ids != PAD
+    scores = torch.randn(1, 5, 2, 7, 7).masked_fill(~mask[None, :, None, None, :], -torch.inf)
+    patterns, values = torch.softmax(scores, -1), torch.randn(1, 5, 7, 1, 3)
+    sampled = SparseCoverage(1, 2, per_batch=3, max_sentences=4)
+    sampled.update(_batch(ids, [0, 1, 2, 3, 4]), _cache(patterns, values))
+    sampled.update(_batch(ids, [5, 6, 7, 8, 9]), _cache(patterns, values))  # 1 more allowed
+    direct = SparseCoverage(1, 2, per_batch=3, max_sentences=4)  # same settings, fed by hand
+    rows = [0, 2, 4]  # evenly spaced 3 of 5
+    direct.per_batch = direct.max_sentences = None
+    direct.update(_batch(ids[rows], [0, 2, 4]), _cache(patterns[:, rows], values[:, rows]))
+    direct.update(_batch(ids[[0]], [5]), _cache(patterns[:, [0]], values[:, [0]]))
+    assert sampled.sentences == 4 and sampled.rows == direct.rows
+    for field in ("by_distance", "masses", "errors"):
+        # the same float32 per-sentence terms, float64 sums: 1e-12 is ample
+        torch.testing.assert_close(getattr(sampled, field), getattr(direct, field),
+                                   rtol=0, atol=1e-12)
+    sampled.update(_batch(ids, [10, 11, 12, 13, 14]), _cache(patterns, values))  # cap reached
+    assert sampled.sentences == 4
+    with pytest.raises(ConfigError, match="per_batch"):
+        SparseCoverage(1, 1, per_batch=0)

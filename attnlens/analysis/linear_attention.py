@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlens.analysis.base import Analyzer, Batch
+from attnlens.analysis.sentence_sample import check_sample_options, sample_batch
 from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
 
@@ -53,9 +54,10 @@ LENGTH_EDGES = (8, 16, 32, 64, 128, 256)  # buckets 1-8, 9-16, ..., 129-256, 257
 
 def per_query_head(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     """``[batch, pos, kv_head, d]`` -> ``[batch, head, pos, d]``: query head ``h`` gets key/value
-    head ``h // (n_heads / n_kv_heads)`` (grouped-query attention; a copy when equal)."""
+    head ``h // (n_heads / n_kv_heads)`` (grouped-query attention; a view when equal)."""
     x = x.transpose(1, 2)  # [batch, kv_head, pos, d]
-    return x.repeat_interleave(n_heads // x.shape[1], dim=1)
+    group = n_heads // x.shape[1]
+    return x if group == 1 else x.repeat_interleave(group, dim=1)
 
 
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -74,6 +76,15 @@ def relative_error(
     diff = ((approx - exact) * weight).square().sum((-2, -1)).sqrt()
     norm = (exact * weight).square().sum((-2, -1)).sqrt()
     return diff / norm.clamp_min(torch.finfo(exact.dtype).tiny)
+
+
+def rescaled_error(approx: torch.Tensor, exact: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``relative_error`` of ``c · approx`` with the best gain ``c = <approx, exact> /
+    ||approx||^2`` per sentence and head (real query rows): ``[batch, head]``."""
+    weight = rows[:, None, :, None].to(approx.dtype)
+    gain = (approx * exact * weight).sum((-2, -1)) / (approx * weight).square().sum(
+        (-2, -1)).clamp_min(torch.finfo(approx.dtype).tiny)  # [batch, head]
+    return relative_error(gain[..., None, None] * approx, exact, rows)
 
 
 def key_geometry(
@@ -97,19 +108,30 @@ def key_geometry(
 
 
 def linear_outputs(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, real: torch.Tensor, causal: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(normalised elu+1 linear attention, unnormalised ``(Q K^T) V``) over visible keys.
 
     ``q``/``k [batch, head, pos, d_head]``, ``v [batch, head, key_pos, d_head_v]``,
-    ``visible [batch, query_pos, key_pos]``; returns two ``[batch, head, query_pos, d_head_v]``.
-    Written with the ``n x n`` kernel matrix (the same numbers as the linear-time recurrence).
+    ``real [batch, key_pos]`` the real keys; ``causal``: query ``i`` sees keys ``j <= i``.
+    Returns two ``[batch, head, query_pos, d_head_v]``. Without a causal mask the products are
+    taken in the linear-time order ``φ(Q) (φ(K)^T V)``; with it, through the ``n x n`` kernel
+    matrix (the same numbers as the causal recurrence).
     """
-    mask = visible[:, None].to(q.dtype)  # [batch, 1, query_pos, key_pos]
-    kernel = elu_feature_map(q) @ elu_feature_map(k).mT * mask  # [batch, head, query, key]
-    kernel = kernel / kernel.sum(-1, keepdim=True).clamp_min(torch.finfo(q.dtype).tiny)
-    raw = (q @ k.mT) * mask
-    return kernel @ v, raw @ v
+    key_mask = real[:, None, :, None].to(q.dtype)  # [batch, 1, key_pos, 1]
+    phi_q, phi_k = elu_feature_map(q), elu_feature_map(k) * key_mask
+    tiny = torch.finfo(q.dtype).tiny
+    if not causal:
+        memory = phi_k.mT @ v  # [batch, head, d_head, d_head_v]: Σ_j φ(k_j) v_j^T
+        normaliser = phi_q @ phi_k.sum(-2, keepdim=True).mT  # [batch, head, query_pos, 1]
+        raw = q @ ((k * key_mask).mT @ v)  # Q (K^T V)
+        return phi_q @ memory / normaliser.clamp_min(tiny), raw
+    n = q.shape[-2]
+    future = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
+    kernel = (phi_q @ phi_k.mT).masked_fill(future, 0.0)  # [batch, head, query_pos, key_pos]
+    kernel = kernel / kernel.sum(-1, keepdim=True).clamp_min(tiny)
+    scores = (q @ (k * key_mask).mT).masked_fill(future, 0.0)
+    return kernel @ v, scores @ v
 
 
 class LinearAttentionView(Analyzer):
@@ -125,8 +147,12 @@ class LinearAttentionView(Analyzer):
         n_heads: int,
         d_head: int,
         causal: bool = False,
+        per_batch: int | None = None,
+        max_sentences: int | None = None,
         device: torch.device | str = "cpu",
     ) -> None:
+        check_sample_options(per_batch, max_sentences)
+        self.per_batch, self.max_sentences = per_batch, max_sentences
         self.n_layers, self.n_heads, self.d_head, self.causal = n_layers, n_heads, d_head, causal
         kwargs = {"dtype": torch.float64, "device": device}
         self.sums = torch.zeros(len(MEASURES), n_layers, n_heads, **kwargs)
@@ -136,9 +162,9 @@ class LinearAttentionView(Analyzer):
         self.length_counts = torch.zeros(len(LENGTH_EDGES) + 1, **kwargs)
 
     @classmethod
-    def for_model(cls, model: HookedTransformer) -> LinearAttentionView:
+    def for_model(cls, model: HookedTransformer, **options) -> LinearAttentionView:
         return cls(model.n_layers, max(model.heads_per_layer), model.cfg.d_head,
-                   causal=model.cfg.causal, device=model.device)
+                   causal=model.cfg.causal, device=model.device, **options)
 
     def hook_names(self, model: HookedTransformer) -> list[str]:
         return [f"blocks.{i}.attn.hook_{kind}" for i in range(model.n_layers)
@@ -146,15 +172,17 @@ class LinearAttentionView(Analyzer):
 
     def settings(self) -> dict:
         return {"n_layers": self.n_layers, "n_heads": self.n_heads, "d_head": self.d_head,
-                "causal": self.causal}
+                "causal": self.causal, "per_batch": self.per_batch,
+                "max_sentences": self.max_sentences}
 
     def begin_batch(self, batch: Batch) -> None:
+        remaining = None if self.max_sentences is None else self.max_sentences - self.sentences
+        batch, self._rows = sample_batch(batch, self.per_batch, remaining)
+        self._skip = batch.size == 0
+        if self._skip:
+            return
         real = batch.attention_mask.bool()  # [batch, pos]
-        pos = torch.arange(real.shape[1], device=real.device)
-        visible = real[:, None, :] & real[:, :, None]  # [batch, query_pos, key_pos]
-        if self.causal:
-            visible = visible & (pos[None, :] <= pos[:, None])
-        self._real, self._visible = real, visible
+        self._real = real
         self._length = real.sum(-1)  # [batch]
         edges = torch.tensor(LENGTH_EDGES, device=real.device)
         bucket = torch.bucketize(self._length, edges)  # [batch]: 1-8 -> 0, 9-16 -> 1, ...
@@ -163,16 +191,19 @@ class LinearAttentionView(Analyzer):
         self.sentences += batch.size
 
     def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
-        pattern = cache["pattern", layer].float()  # [batch, head, query_pos, key_pos]
+        if self._skip:
+            return
+        take = (lambda x: x) if self._rows is None else (lambda x: x[self._rows.to(x.device)])
+        pattern = take(cache["pattern", layer]).float()  # [batch, head, query_pos, key_pos]
         n_heads = pattern.shape[1]
-        q, k, v = (per_query_head(cache[name, layer].float(), n_heads) for name in "qkv")
+        q, k, v = (per_query_head(take(cache[name, layer]).float(), n_heads) for name in "qkv")
         rows = self._real
         exact = pattern @ v  # [batch, head, query_pos, d_head_v]
-        lin, raw = linear_outputs(q, k, v, self._visible)
-        weight = rows[:, None, :, None].to(raw.dtype)
-        gain = (raw * exact * weight).sum((-2, -1)) / (raw * weight).square().sum(
-            (-2, -1)).clamp_min(torch.finfo(raw.dtype).tiny)  # [batch, head]
-        interference, effective = key_geometry(k, rows)
+        lin, raw = linear_outputs(q, k, v, rows, self.causal)
+        kv_keys = take(cache["k", layer]).float().transpose(1, 2)  # [batch, kv_head, pos, d]
+        group = n_heads // kv_keys.shape[1]
+        interference, effective = (  # per kv head, then shared by its query heads
+            x.repeat_interleave(group, dim=1) for x in key_geometry(kv_keys, rows))
         length = self._length.to(effective.dtype)[:, None]  # [batch, 1]
         capacity = length.clamp(max=self.d_head).clamp_min(1)
         per_sentence = torch.stack([
@@ -182,7 +213,7 @@ class LinearAttentionView(Analyzer):
             length.expand_as(effective),
             relative_error(lin, exact, rows),
             relative_error(raw, exact, rows),
-            relative_error(gain[..., None, None] * raw, exact, rows),
+            rescaled_error(raw, exact, rows),
         ])  # [measure, batch, head]
         self.sums[:, layer, :n_heads] += per_sentence.double().sum(1)
         self.by_length[layer, :n_heads] += effective.double().mT @ self._bucket

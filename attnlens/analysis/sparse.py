@@ -21,9 +21,12 @@ random keys. For every head, over the real query rows of a corpus (special token
   ``window90_global`` the same with the global tokens added, and the mass and output error
   at ``window90``.
 
-The random keys of BigBird come from an integer hash of ``(seed, sentence index, layer,
-head, query, key)``: the same on every device and for any batching, so merged partial runs
-equal one run.
+The random keys of BigBird come from an integer hash of ``(seed, sentence index, query,
+key)``: the same on every device and for any batching, so merged partial runs equal one run.
+They are drawn once per sentence and query row and shared by every layer and head (BigBird
+draws per head; the mean mass kept is the same in expectation). Every set is evaluated from
+gathered columns plus one ``n x n`` product per window, so the cost stays a few times that
+of the attention itself.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import torch
 from attnlens.analysis.base import Analyzer, Batch
 from attnlens.analysis.linear_attention import per_query_head
 from attnlens.analysis.rollout import _sentence_ids
+from attnlens.analysis.sentence_sample import check_sample_options, sample_batch
 from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
@@ -47,10 +51,9 @@ MAX_DISTANCE = 128
 PATTERNS = ("window", "window+global", "global", "bigbird", "random")
 
 
-def hash_scores(seed: int, sentences: torch.Tensor, layer: int, n_heads: int, n: int
-                ) -> torch.Tensor:
-    """Pseudo-random integers ``[batch, head, query_pos, key_pos]`` in ``[0, 2**32)`` from
-    ``(seed, sentence index, layer, head, query, key)`` (exact integer arithmetic)."""
+def hash_scores(seed: int, sentences: torch.Tensor, n: int) -> torch.Tensor:
+    """Pseudo-random integers ``[batch, query_pos, key_pos]`` in ``[0, 2**32)`` from
+    ``(seed, sentence index, query, key)`` (exact integer arithmetic on any device)."""
     device = sentences.device
 
     def mix(x: torch.Tensor) -> torch.Tensor:  # x < 2**32; products < 2**59 fit int64
@@ -58,13 +61,11 @@ def hash_scores(seed: int, sentences: torch.Tensor, layer: int, n_heads: int, n:
         x = ((x >> 16) ^ x) * 0x45D9F3B % 2**32
         return (x >> 16) ^ x
 
-    axis = [torch.arange(k, device=device, dtype=torch.int64) for k in (n_heads, n, n)]
+    pos = torch.arange(n, device=device, dtype=torch.int64)
     x = mix(torch.full((), seed % 2**32, dtype=torch.int64, device=device))
-    x = mix(x ^ (sentences.to(torch.int64) % 2**32))[:, None, None, None]  # [batch, 1, 1, 1]
-    x = mix(x ^ layer)
-    x = mix(x ^ axis[0][None, :, None, None])  # [batch, head, 1, 1]
-    x = mix(x ^ axis[1][None, None, :, None])  # [batch, head, query_pos, 1]
-    return mix(x ^ axis[2][None, None, None, :])  # [batch, head, query_pos, key_pos]
+    x = mix(x ^ (sentences.to(torch.int64) % 2**32))[:, None, None]  # [batch, 1, 1]
+    x = mix(x ^ pos[None, :, None])  # [batch, query_pos, 1]
+    return mix(x ^ pos[None, None, :])  # [batch, query_pos, key_pos]
 
 
 def restricted_output_error(
@@ -72,25 +73,56 @@ def restricted_output_error(
     keep: torch.Tensor,
     values: torch.Tensor,
     rows: torch.Tensor,
-    full: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``||(P - P_S) V||_F / ||P V||_F`` per sentence and head: ``[batch, head]``.
 
     ``pattern [batch, head, query_pos, key_pos]``; ``keep`` (broadcastable to it) is the
     sparse set; ``values [batch, head, key_pos, d_head_v]``; ``rows [batch, query_pos]`` the
-    real query rows. ``P_S`` is ``P`` on ``S`` with rows renormalised. ``full``: ``P V``
-    when already computed.
+    real query rows. ``P_S`` is ``P`` on ``S`` with rows renormalised. (The analyzer computes
+    the same quantity from gathered columns; this is the plain definition.)
     """
     kept = pattern * keep
-    kept = kept / kept.sum(-1, keepdim=True).clamp_min(torch.finfo(kept.dtype).tiny)
-    weight = rows[:, None, :, None].to(pattern.dtype)  # [batch, 1, query_pos, 1]
-    if full is None:
-        full = pattern @ values  # [batch, head, query_pos, d_head_v]
-    diff = (full - kept @ values) * weight
-    full = full * weight
-    return diff.square().sum((-2, -1)).sqrt() / full.square().sum((-2, -1)).sqrt().clamp_min(
-        torch.finfo(full.dtype).tiny
-    )
+    return relative_row_error(pattern @ values, kept @ values, kept.sum(-1), rows)
+
+
+def relative_row_error(
+    full: torch.Tensor,
+    kept_product: torch.Tensor,
+    kept_mass: torch.Tensor,
+    rows: torch.Tensor,
+    full_norm: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``||full - kept_product / kept_mass||_F / ||full||_F`` over real rows, ``[batch, head]``.
+
+    ``full = P V`` and ``kept_product = (P ⊙ S) V`` are ``[batch, head, query_pos, d_head_v]``;
+    ``kept_mass [batch, head, query_pos]`` the row sums of ``P ⊙ S``; ``full_norm`` the
+    denominator when already computed (``output_norm``).
+    """
+    tiny = torch.finfo(full.dtype).tiny
+    weight = rows[:, None, :, None].to(full.dtype)  # [batch, 1, query_pos, 1]
+    approx = kept_product / kept_mass.clamp_min(tiny)[..., None]
+    diff = torch.linalg.vector_norm((full - approx) * weight, dim=(-2, -1))
+    if full_norm is None:
+        full_norm = output_norm(full, rows)
+    return diff / full_norm.clamp_min(tiny)
+
+
+def output_norm(full: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``||P V||_F`` over the real query rows: ``[batch, head]``."""
+    return torch.linalg.vector_norm(full * rows[:, None, :, None].to(full.dtype), dim=(-2, -1))
+
+
+def _columns(mask: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The marked keys of ``mask [batch, key_pos]`` as a few columns: (``select [batch,
+    key_pos, c]`` one-hot float, ``valid [batch, c]``, ``|query - key| [batch, query_pos, c]``),
+    ``c`` the most marked keys of a sentence (one host sync per batch)."""
+    c = int(mask.sum(1).max()) if mask.numel() else 0
+    order = torch.sort((~mask).to(torch.int8), dim=1, stable=True).indices[:, :c]  # [batch, c]
+    valid = mask.gather(1, order)
+    pos = torch.arange(n, device=mask.device)
+    select = (pos[None, :, None] == order[:, None, :]).float()  # [batch, key_pos, c]
+    distance = (pos[None, :, None] - order[:, None, :]).abs()  # [batch, query_pos, c]
+    return select, valid, distance
 
 
 class SparseCoverage(Analyzer):
@@ -111,8 +143,12 @@ class SparseCoverage(Analyzer):
         coverage: float = 0.9,
         seed: int = 0,
         max_distance: int = MAX_DISTANCE,
+        per_batch: int | None = None,
+        max_sentences: int | None = None,
         device: torch.device | str = "cpu",
     ) -> None:
+        check_sample_options(per_batch, max_sentences)
+        self.per_batch, self.max_sentences = per_batch, max_sentences
         windows = tuple(sorted(set(int(w) for w in windows)))
         if not windows or windows[0] < 0:
             raise ConfigError("windows must be non-negative integers, e.g. 1,2,4,8,16.")
@@ -146,10 +182,16 @@ class SparseCoverage(Analyzer):
     def settings(self) -> dict:
         return {"n_layers": self.n_layers, "n_heads": self.n_heads, "causal": self.causal,
                 "windows": list(self.windows), "n_global": self.n_global,
-                "coverage": self.coverage, "seed": self.seed, "max_distance": self.max_distance}
+                "coverage": self.coverage, "seed": self.seed, "max_distance": self.max_distance,
+                "per_batch": self.per_batch, "max_sentences": self.max_sentences}
 
     # Feeding --------------------------------------------------------------------------
     def begin_batch(self, batch: Batch) -> None:
+        remaining = None if self.max_sentences is None else self.max_sentences - self.sentences
+        batch, self._rows = sample_batch(batch, self.per_batch, remaining)
+        self._skip = batch.size == 0
+        if self._skip:
+            return
         real = batch.attention_mask.bool()  # [batch, pos]
         n = real.shape[1]
         pos = torch.arange(n, device=real.device)
@@ -160,39 +202,84 @@ class SparseCoverage(Analyzer):
         special = (batch.special_mask.bool() if batch.special_mask is not None
                    else torch.zeros_like(real))
         is_global = (special | (pos < self.n_global)[None, :]) & real  # [batch, key_pos]
-        bigbird_global = (special | (pos < BIGBIRD["n_global"])[None, :]) & real
-        self._real, self._visible, self._distance = real, visible, distance
+        self._real, self._distance = real, distance
         self._global = is_global[:, None, :]  # [batch, 1, key_pos]
-        self._bigbird_global = bigbird_global[:, None, None, :]  # [batch, 1, 1, key_pos]
         self._bucket = distance.clamp(max=self.max_distance + 1).flatten()  # [query*key]
-        self._sentence_ids = torch.tensor(_sentence_ids(batch, self.sentences), device=real.device)
+        self._global_cols = _columns(is_global, n)
+        self._bigbird_sets(batch, special, visible)
         self.rows += int(real.sum())
         self.sentences += batch.size
 
+    def _bigbird_sets(self, batch: Batch, special: torch.Tensor, visible: torch.Tensor) -> None:
+        """BigBird's set as a mask ``[batch, 1, query_pos, key_pos]``: window, global tokens and
+        seeded random keys (one draw per sentence and query row, shared by every layer and
+        head), and the sum over real rows of the random baseline ``|S_i| / n_i``."""
+        real, distance = self._real, self._distance
+        n = real.shape[1]
+        pos = torch.arange(n, device=real.device)
+        bb_global = (special | (pos < BIGBIRD["n_global"])[None, :]) & real  # [batch, key_pos]
+        fixed = visible & ((distance <= BIGBIRD["window"]) | bb_global[:, None, :])
+        eligible = visible & ~fixed  # [batch, query_pos, key_pos]
+        ids = torch.tensor(_sentence_ids(batch, self.sentences), device=real.device)
+        scores = torch.where(eligible, hash_scores(self.seed, ids, n), -1)
+        top = scores.topk(min(BIGBIRD["n_random"], n), dim=-1)  # largest hashes among eligible
+        chosen = torch.zeros_like(fixed).scatter_(-1, top.indices, top.values >= 0)
+        keep = fixed | chosen
+        self._bigbird_keep = keep[:, None].float()  # [batch, 1, query_pos, key_pos]
+        share = keep.sum(-1) / visible.sum(-1).clamp_min(1)  # [batch, query_pos]: |S_i| / n_i
+        self._baseline = (share * real).double().sum()
+
     def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
-        pattern = cache["pattern", layer].float()  # [batch, head, query_pos, key_pos]
-        values = cache["v", layer].float()  # [batch, pos, kv_head, d_head_v]
-        n_heads = pattern.shape[1]
-        values = per_query_head(values, n_heads)  # [batch, head, key_pos, d_head_v]
+        if self._skip:
+            return
+        pattern = self._take(cache["pattern", layer]).float()  # [batch, head, query, key]
+        values = per_query_head(self._take(cache["v", layer]).float(), pattern.shape[1])
+        # values: [batch, head, key_pos, d_head_v]
+        n_heads, n = pattern.shape[1], pattern.shape[-1]
         rows = self._real
-        row_weight = rows[:, None, :, None].to(pattern.dtype)  # [batch, 1, query_pos, 1]
-        masked = pattern * row_weight  # padded query rows dropped
-        self._histograms(layer, masked, n_heads)
+        row_weight = rows[:, None, :].to(pattern.dtype)  # [batch, 1, query_pos]
+        self._histograms(layer, pattern * row_weight[..., None], n_heads)
         full = pattern @ values  # [batch, head, query_pos, d_head_v]
-        local = [(self._distance <= w)[None, None] for w in self.windows]  # [1, 1, query, key]
-        glob = self._global[:, None]  # [batch, 1, 1, key_pos]
-        bigbird = self._bigbird_set(layer, n_heads)  # [batch, head, query_pos, key_pos]
-        sets = [*local, *(window | glob for window in local), glob, bigbird]
-        errors = [restricted_output_error(pattern, keep, values, rows, full) for keep in sets]
-        self.errors[layer, :n_heads] += torch.stack(errors, -1).double().sum(0)
-        visible_count = self._visible.sum(-1, keepdim=True).clamp_min(1)  # [batch, query, 1]
-        set_size = (bigbird & self._visible[:, None]).sum(-1, keepdim=True)
-        per_row = torch.stack([
-            (masked * self._global[:, None]).sum(-1),
-            (masked * bigbird).sum(-1),
-            (set_size / visible_count[:, None] * row_weight).squeeze(-1),
-        ], -1)  # [batch, head, query_pos, 3]
-        self.masses[layer, :n_heads] += per_row.sum(2).double().sum(0)
+        norm = output_norm(full, rows)  # [batch, head]
+        select, valid, col_distance = self._global_cols
+        global_pattern = pattern @ select[:, None]  # [batch, head, query_pos, c]
+        global_values = select.mT[:, None] @ values  # [batch, head, c, d_head_v]
+
+        def columns(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            taken = global_pattern * weight[:, None].to(pattern.dtype)  # weight [batch, q, c]
+            return taken.sum(-1), taken @ global_values
+
+        global_mass, global_product = columns(valid[:, None, :].expand_as(col_distance))
+        covered = torch.zeros(pattern.shape[:2], dtype=full.dtype, device=full.device)
+        window_errors, union_errors = [], []
+        for w in self.windows:
+            if w >= n - 1:  # the window holds every key: P_S = P, no error
+                window_errors.append(covered)
+                union_errors.append(covered)
+                continue
+            kept = pattern * (self._distance <= w)
+            window_mass, window_product = kept.sum(-1), kept @ values
+            window_errors.append(relative_row_error(full, window_product, window_mass, rows,
+                                                    norm))
+            mass, product = columns(valid[:, None, :] & (col_distance > w))
+            union_errors.append(relative_row_error(full, window_product + product,
+                                                   window_mass + mass, rows, norm))
+        kept = pattern * self._bigbird_keep
+        bigbird_mass, bigbird_product = kept.sum(-1), kept @ values
+        errors = torch.stack([
+            *window_errors, *union_errors,
+            relative_row_error(full, global_product, global_mass, rows, norm),
+            relative_row_error(full, bigbird_product, bigbird_mass, rows, norm),
+        ], -1)  # [batch, head, set]
+        self.errors[layer, :n_heads] += errors.double().sum(0)
+        masses = torch.stack([(global_mass * row_weight).sum(-1),
+                              (bigbird_mass * row_weight).sum(-1)], -1)  # [batch, head, 2]
+        self.masses[layer, :n_heads, :2] += masses.double().sum(0)
+        self.masses[layer, :n_heads, 2] += self._baseline.to(self.masses.device)
+
+    def _take(self, x: torch.Tensor) -> torch.Tensor:
+        """The sampled sentences of an activation ``[batch, ...]``."""
+        return x if self._rows is None else x[self._rows.to(x.device)]
 
     def _histograms(self, layer: int, masked: torch.Tensor, n_heads: int) -> None:
         """Add the mass at each distance (all keys, and non-global keys) of one layer.
@@ -208,20 +295,6 @@ class SparseCoverage(Analyzer):
                                device=source.device)
             hist.scatter_add_(2, index, source.flatten(2))  # [batch, head, distance]
             target[layer, :n_heads] += hist.double().sum(0)
-
-    def _bigbird_set(self, layer: int, n_heads: int) -> torch.Tensor:
-        """BigBird's keys per query row: window, global tokens and seeded random visible keys."""
-        n = self._distance.shape[0]
-        window = (self._distance <= BIGBIRD["window"])[None, None]  # [1, 1, query_pos, key_pos]
-        fixed = window | self._bigbird_global  # [batch, 1, query_pos, key_pos]
-        eligible = self._visible[:, None] & ~fixed  # [batch, 1, query_pos, key_pos]
-        scores = hash_scores(self.seed, self._sentence_ids, layer, n_heads, n)
-        scores = torch.where(eligible, scores, torch.full_like(scores, -1))
-        k = min(BIGBIRD["n_random"], n)
-        top = scores.topk(k, dim=-1)  # the k largest hashes among eligible keys
-        chosen = torch.zeros(scores.shape, dtype=torch.bool, device=scores.device)
-        chosen.scatter_(-1, top.indices, top.values >= 0)
-        return (fixed | chosen) & self._visible[:, None]
 
     # Results --------------------------------------------------------------------------
     def _window_curves(self) -> tuple[np.ndarray, np.ndarray]:

@@ -22,6 +22,10 @@ EXPLANATION = (
     "raw_error_rescaled after its best single gain."
 )
 RANKED = 5
+# `attnlens analyze` bounds this section's cost: 4 evenly spaced sentences of every batch
+# (batches come in a shuffled order of lengths), 512 in all. `attnlens linear` reads every one.
+REPORT_PER_BATCH = 4
+REPORT_MAX_SENTENCES = 512
 
 
 def _ranked(table: pd.DataFrame, measure: str, best: bool) -> str:
@@ -77,8 +81,13 @@ class LinearSection(Section):
     name = "linear"
     title = "Fast weights and linear attention: how linearisable is each head?"
 
+    def __init__(self, per_batch: int | None = REPORT_PER_BATCH,
+                 max_sentences: int | None = REPORT_MAX_SENTENCES) -> None:
+        self.per_batch, self.max_sentences = per_batch, max_sentences
+
     def analyzers(self, model: HookedTransformer, tokenizer) -> list[LinearAttentionView]:
-        return [LinearAttentionView.for_model(model)]
+        return [LinearAttentionView.for_model(model, per_batch=self.per_batch,
+                                              max_sentences=self.max_sentences)]
 
     def write(self, model, analyzers, out_dir: Path, formats) -> SectionOutput:
         (analyzer,) = [a for a in analyzers if isinstance(a, LinearAttentionView)]

@@ -12,6 +12,11 @@ from attnlens.plots import layer_head_heatmap, window_coverage_curves
 from attnlens.report.sections import Section, SectionOutput
 from attnlens.report.writer import save_figure, write_table
 
+# `attnlens analyze` bounds this section's cost: 4 evenly spaced sentences of every batch
+# (batches come in a shuffled order of lengths), 512 in all. `attnlens sparse` reads every one.
+REPORT_PER_BATCH = 4
+REPORT_MAX_SENTENCES = 512
+
 EXPLANATION = (
     "Sparse attention keeps a fixed subset of keys per query: a local window |i - j| <= w "
     "(Longformer, Beltagy et al. 2020), global tokens (special tokens plus the first g "
@@ -97,8 +102,9 @@ class SparseSection(Section):
     name = "sparse"
     title = "Sparse-pattern coverage: windows, global tokens, BigBird"
 
-    def __init__(self, **options) -> None:
-        self.options = options
+    def __init__(self, per_batch: int | None = REPORT_PER_BATCH,
+                 max_sentences: int | None = REPORT_MAX_SENTENCES, **options) -> None:
+        self.options = {"per_batch": per_batch, "max_sentences": max_sentences, **options}
 
     def analyzers(self, model: HookedTransformer, tokenizer) -> list[SparseCoverage]:
         return [SparseCoverage.for_model(model, **self.options)]
