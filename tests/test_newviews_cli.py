@@ -85,7 +85,8 @@ def test_rollout_on_a_tiny_bert_with_texts(tiny_bert, tmp_path):
     assert first.drop_duplicates("key")["key_token"].tolist() == ["[CLS]", "the", "cat", "sat",
                                                                    "[SEP]"]
     layers = pd.read_csv(out / "rollout_layers.csv")
-    assert set(layers["measure"]) == {"special_share", "self_share", "moved", "distance"}
+    assert set(layers["measure"]) == {"special_share", "self_share", "moved", "distance",
+                                      "mixing"}
     for name in ("rollout_layers", "rollout_sentence0_heatmap", "rollout_sentence1_readout"):
         assert (out / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
 

@@ -119,7 +119,8 @@ def test_analyzer_matches_per_sentence_rollout_with_padding_excluded():
 def test_layer_shares_of_uniform_attention_match_the_closed_form():
     # R_l = a I + (1 - a) J/n with a = ½^(l+1): self share a + (1 - a)/n; special share
     # (2 specials) 2 (1 - a)/n + a (2/n of the rows are special themselves); moved =
-    # ½ Σ_j |R_l - R_(l-1)| = (½^l - ½^(l+1)) (n - 1)/n; distance Σ_j R|i-j| averaged.
+    # ½ Σ_j |R_l - R_(l-1)| = (½^l - ½^(l+1)) (n - 1)/n; distance Σ_j R|i-j| averaged;
+    # mixing 1 - Ã[i, i].
     n, layers = 6, 4
     ids = torch.tensor([[CLS, 5, 6, 7, 8, SEP]])
     patterns = torch.full((layers, 1, 3, n, n), 1.0 / n, dtype=torch.float64)
@@ -135,6 +136,7 @@ def test_layer_shares_of_uniform_attention_match_the_closed_form():
             "special_share": 2 * (1 - a) / n + a * 2 / n,
             "moved": (2 * a - a) * (n - 1) / n,
             "distance": (1 - a) * mean_distance,
+            "mixing": 0.5 - 0.5 / n,  # Ã[i, i] = ½ + ½ / n at every layer
         }
         for measure, value in expected.items():
             assert table[measure, layer] == pytest.approx(value, abs=F64_TOL), measure

@@ -23,6 +23,9 @@ rows of ``Ã`` are identity rows, so they never leak into real rows).
   information most have the largest values;
 - ``distance``: mean distance in tokens between a position and its sources,
   ``Σ_j R_l[i, j] |i - j|``;
+- ``mixing``: how much block ``l`` alone mixes positions, ``1 - Ã_l[i, i]`` (the share of
+  the residual-mixed attention leaving the token), independent of the earlier layers:
+  ``moved`` also shrinks with depth because the rolled-out rows are already spread out;
 
 and keeps the full matrices of chosen sentences (``keep``) for tables and figures.
 """
@@ -41,7 +44,7 @@ from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
 
 FUSIONS = ("mean", "max", "min")
-LAYER_MEASURES = ("special_share", "self_share", "moved", "distance")
+LAYER_MEASURES = ("special_share", "self_share", "moved", "distance", "mixing")
 ROLLOUT_COLUMNS = ("sentence", "layer", "query", "key", "query_token", "key_token", "value")
 
 
@@ -182,6 +185,7 @@ class RolloutAnalyzer(Analyzer):
             rolled.diagonal(dim1=-2, dim2=-1),  # R_l[i, i]
             0.5 * (rolled - previous).abs().sum(-1),  # total variation to R_{l-1}
             (rolled * self._distance).sum(-1),
+            1.0 - mixed.diagonal(dim1=-2, dim2=-1),  # block l's own mixing
         ])  # [measure, batch, query_pos]
         self.sums[:, layer] += (per_row * self._row_weight).sum(dim=(1, 2)).to(self.sums.device)
         self._rolled = rolled

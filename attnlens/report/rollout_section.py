@@ -70,7 +70,10 @@ def rollout_summary(layers: pd.DataFrame) -> str:
     value = layers.set_index(["measure", "layer"])["value"]
     moved = value["moved"].sort_values(ascending=False)
     last = int(layers["layer"].max())
+    mixing = value["mixing"].sort_values(ascending=False)
     return "\n".join([
+        "Mixing of each block alone (1 - Ã_l[i, i]), largest first: "
+        + ", ".join(f"layer {int(k)} {v:.3f}" for k, v in mixing.items()),
         "Information moved per layer (mean total variation between R_l and R_(l-1) rows), "
         "largest first: " + ", ".join(f"layer {int(k)} {v:.3f}" for k, v in moved.items()),
         "Rollout mass on special tokens by layer: "
@@ -98,7 +101,7 @@ def write_rollout(
         write_table(table, out_dir, name, formats=("csv",) if name == "rollout" else ("csv", "md"))
     layers = tables["rollout_layers"]
     fig = layer_measure_lines(
-        layers, ["special_share", "self_share", "moved"],
+        layers, ["special_share", "self_share", "moved", "mixing"],
         f"Rollout by layer (r = {rollout.residual}, {rollout.fusion} over heads; "
         f"{rollout.sentences} sentences)",
     )
