@@ -101,16 +101,31 @@ def rollout(
         raise ConfigError(f"give sentences one way, not {' and '.join(given)}.")
     formats = opt.figure_formats(fmt)
     corpus_name, read = _corpus(texts, text, treebank)
+    if method == "flow":
+        from attnlens.analysis.flow import maximum_flow_solver
+
+        maximum_flow_solver()  # scipy missing: fail before loading the model
     check_output_dir(out)
-    output = _run(model, read, out, method, residual, head_fusion, sentences, flow_max_tokens,
-                  figures, batch_size, max_length, device, dtype, allow_pickle, formats, quiet)
+    from attnlens.loaders import load
+
+    model_obj, tokenizer = load(model, device=device, dtype=dtype, allow_pickle=allow_pickle)
+    kind, source = read
+    if kind == "texts":
+        from attnlens.data.text import text_batches
+
+        batches = text_batches(tokenizer, source, batch_size=batch_size, max_length=max_length)
+    else:
+        batches = source.batches(tokenizer, batch_size=batch_size, max_length=max_length)
+    options = {"residual": residual, "fusion": head_fusion, "keep": sentences}
+    output = _run(model_obj, tokenizer, batches, method, options, flow_max_tokens, figures,
+                  out, formats, quiet)
     typer.echo(output.summary)
     console.print(f"{corpus_name}: wrote {len(output.tables)} tables and "
                   f"{len(output.figures)} figures to {out}/")
 
 
 def _corpus(texts: list[str], text, treebank):
-    """(corpus name, a function tokenizer -> batches args), read before the model loads."""
+    """(corpus name, ("texts", lines) or ("corpus", Corpus)), read before the model loads."""
     from attnlens.data.text import read_text_file
 
     if texts:
@@ -124,35 +139,22 @@ def _corpus(texts: list[str], text, treebank):
     return corpus.name, ("corpus", corpus)
 
 
-def _run(model, read, out, method, residual, fusion, sentences, flow_max_tokens, figures,
-         batch_size, max_length, device, dtype, allow_pickle, formats, quiet):
+def _run(model, tokenizer, batches, method: str, options: dict, flow_max_tokens: int,
+         figures: int, out: Path, formats: tuple[str, ...], quiet: bool):
+    """One pass feeding rollout (and flow), then the tables and figures."""
     from attnlens.analysis.flow import FlowAnalyzer
     from attnlens.analysis.rollout import RolloutAnalyzer
     from attnlens.analysis.runner import run_analyzers
-    from attnlens.data.text import text_batches
-    from attnlens.loaders import load
     from attnlens.report.rollout_section import write_flow, write_rollout
 
-    if method == "flow":
-        from attnlens.analysis.flow import _maximum_flow
-
-        _maximum_flow()  # scipy missing: fail before loading the model
-    model_obj, tokenizer = load(model, device=device, dtype=dtype, allow_pickle=allow_pickle)
-    kind, source = read
-    if kind == "texts":
-        batches = text_batches(tokenizer, source, batch_size=batch_size, max_length=max_length)
-    else:
-        batches = source.batches(tokenizer, batch_size=batch_size, max_length=max_length)
-    options = {"residual": residual, "fusion": fusion}
-    rollout_an = RolloutAnalyzer.for_model(model_obj, tokenizer, keep=sentences, **options)
+    rollout_an = RolloutAnalyzer.for_model(model, tokenizer, **options)
     analyzers = [rollout_an]
     if method == "flow":
-        analyzers.append(FlowAnalyzer.for_model(model_obj, tokenizer, keep=sentences,
-                                                max_tokens=flow_max_tokens, **options))
-    total = sum(b.size for b in batches)
-    run_analyzers(model_obj, batches, analyzers, total=total, show_progress=not quiet,
-                  description=method)
-    causal = model_obj.cfg.causal
+        analyzers.append(FlowAnalyzer.for_model(model, tokenizer, max_tokens=flow_max_tokens,
+                                                **options))
+    run_analyzers(model, batches, analyzers, total=sum(b.size for b in batches),
+                  show_progress=not quiet, description=method)
+    causal = model.cfg.causal
     output = write_rollout(rollout_an, out, formats, causal,
                            max_figures=figures if method == "rollout" else 0)
     if method == "flow":

@@ -43,7 +43,7 @@ FLOW_SCALE = 2**28  # capacities <= 1 become integers <= 2**28; sums stay far be
 FLOW_MAX_TOKENS = 40
 
 
-def _maximum_flow():
+def maximum_flow_solver():
     try:
         from scipy.sparse.csgraph import maximum_flow
     except ImportError as exc:  # scipy is an optional extra
@@ -71,7 +71,7 @@ def flow_graph(mixed: np.ndarray, scale: int = FLOW_SCALE):
 
 def flow_values(mixed: np.ndarray, scale: int = FLOW_SCALE) -> np.ndarray:
     """Raw maximum flows ``[layer, query_pos, key_pos]``: from ``(l + 1, i)`` to ``(0, j)``."""
-    maximum_flow = _maximum_flow()
+    maximum_flow = maximum_flow_solver()
     n_layers, n, _ = mixed.shape
     graph = flow_graph(mixed, scale)
     flows = np.zeros((n_layers, n, n))
