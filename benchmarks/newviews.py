@@ -7,7 +7,8 @@ repeated), batch 16, max length 128:
 - the attnlens forward feeding a do-nothing analyzer that reads every attention pattern
   (what any pattern analyzer pays: the manual attention path);
 - the same forward feeding each of RolloutAnalyzer (report settings), SparseCoverage and
-  LinearAttentionView, and all three together, with results;
+  LinearAttentionView on every sentence, and the three with the report's settings (sparse and
+  linear on 4 sentences per batch, 512 in all), with results;
 - ratios of each to the bare HF forward, and attention flow's time per sentence of 20-40
   tokens.
 
@@ -23,6 +24,8 @@ import torch
 
 from attnlens.analysis.base import Analyzer, pattern_hook_names
 from benchmarks.analyze_corpus import bare_hf_forward, corpus
+
+REPORT = {"per_batch": 4, "max_sentences": 512}  # what `attnlens analyze` runs
 
 
 class ReadPatterns(Analyzer):
@@ -83,11 +86,13 @@ def main() -> None:
     runs = {
         "read every pattern": lambda: [ReadPatterns()],
         "rollout (report)": lambda: [RolloutAnalyzer.for_model(model, tokenizer, keep=2)],
-        "sparse coverage": lambda: [SparseCoverage.for_model(model)],
-        "linear attention": lambda: [LinearAttentionView.for_model(model)],
-        "all three": lambda: [RolloutAnalyzer.for_model(model, tokenizer, keep=2),
-                              SparseCoverage.for_model(model),
-                              LinearAttentionView.for_model(model)],
+        "sparse (all)": lambda: [SparseCoverage.for_model(model)],
+        "linear (all)": lambda: [LinearAttentionView.for_model(model)],
+        "all three (report)": lambda: [
+            RolloutAnalyzer.for_model(model, tokenizer, keep=2),
+            SparseCoverage.for_model(model, **REPORT),
+            LinearAttentionView.for_model(model, **REPORT),
+        ],
     }
     for label, make in runs.items():
         seconds = timed(model, batches, make())
