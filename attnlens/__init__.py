@@ -1,7 +1,8 @@
 """attnlens: explain what the attention heads of a transformer do.
 
-Layers and heads are numbered from 0 everywhere. Heavy parts (analyzers, pruning, export)
-are imported on first use, so ``import attnlens`` stays quick.
+Layers and heads are numbered from 0 everywhere. Every public name is imported on first use,
+so ``import attnlens`` (and the command line's ``--help``) loads neither torch, transformers,
+pandas nor matplotlib.
 """
 
 from __future__ import annotations
@@ -10,13 +11,19 @@ import importlib
 from typing import Any
 
 from attnlens.errors import AttnlensError
-from attnlens.hooks import ActivationCache, HookPoint
-from attnlens.loaders import load, load_model
-from attnlens.model import FactoredMatrix, HookedTransformer, MultiHeadAttention, TransformerConfig
 
 __version__ = "0.1.0"
 
 _LAZY = {
+    # model and loading
+    "ActivationCache": "attnlens.hooks",
+    "HookPoint": "attnlens.hooks",
+    "FactoredMatrix": "attnlens.model.factored",
+    "HookedTransformer": "attnlens.model.transformer",
+    "MultiHeadAttention": "attnlens.model.attention",
+    "TransformerConfig": "attnlens.model.config",
+    "load": "attnlens.loaders.loading",
+    "load_model": "attnlens.loaders.loading",
     # analyzers (streaming: update / merge / result)
     "Analyzer": "attnlens.analysis.base",
     "Batch": "attnlens.data.batch",
@@ -35,10 +42,10 @@ _LAZY = {
     "VariantCollapse": "attnlens.analysis.collapse",
     "PathCollapse": "attnlens.analysis.paths",
     # corpora
-    "load_corpus": "attnlens.data.words",
+    "load_corpus": "attnlens.data.corpus",
     # pruning
     "prune": "attnlens.pruning.loop",
-    "PruneSettings": "attnlens.pruning.loop",
+    "PruneSettings": "attnlens.pruning.settings",
     "prune_heads": "attnlens.pruning.structural",
     "gradient_importance": "attnlens.pruning.importance",
     "score_heads": "attnlens.pruning.importance",
@@ -46,21 +53,16 @@ _LAZY = {
     "export_hf": "attnlens.loaders.export",
 }
 
-__all__ = [
-    "ActivationCache",
-    "AttnlensError",
-    "FactoredMatrix",
-    "HookPoint",
-    "HookedTransformer",
-    "MultiHeadAttention",
-    "TransformerConfig",
-    "load",
-    "load_model",
-    *_LAZY,
-]
+__all__ = ["AttnlensError", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # later look-ups skip __getattr__
+        return value
     raise AttributeError(f"module 'attnlens' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -5,14 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from attnlens.cli import options as opt
-from rich.console import Console
+from attnlens.cli.analyze import DEFAULT_OUT
+from attnlens.cli.runner import CommandRun, command
 
-console = Console(stderr=True)
-
-ParseOpt = typer.Option(
-    False, "--parse", help="Dependency-parse the --text file with spaCy (optional extra)."
-)
 PositionalThresholdOpt = typer.Option(
     0.9, "--positional-threshold", min=0.0, max=1.0,
     help="Share of tokens one offset must win for a positional head.",
@@ -39,47 +34,28 @@ BaseRelationsOpt = typer.Option(
 
 
 def heads(
-    model: opt.OptionalStr = opt.ModelArg,
-    treebank: opt.OptionalPath = opt.TreebankOpt,
-    text: opt.OptionalPath = opt.TextOpt,
-    parse: bool = ParseOpt,
-    out: Path = opt.OutOpt,
-    batch_size: int = opt.BatchSizeOpt,
-    max_length: int = opt.MaxLengthOpt,
-    device: str = opt.DeviceOpt,
-    dtype: str = opt.DtypeOpt,
-    allow_pickle: bool = opt.AllowPickleOpt,
+    run: CommandRun,
     positional_threshold: float = PositionalThresholdOpt,
     min_examples: int = MinExamplesOpt,
     margin: float = MarginOpt,
     rare_threshold: float = RareThresholdOpt,
-    rarity_corpus: opt.OptionalPath = RarityCorpusOpt,
+    rarity_corpus: Path | None = RarityCorpusOpt,
     base_relations: bool = BaseRelationsOpt,
-    fmt: str = opt.FormatOpt,
-    quiet: bool = opt.QuietOpt,
 ) -> None:
     """Find the positional, syntactic and rare-word heads of MODEL (layers/heads from 0).
 
     With --treebank (or the embedded sample): everything. With --text: statistics,
     positional and rare-word heads (add --parse for syntactic heads via spaCy).
     """
-    from attnlens.data.rarity import WordRarity
-    from attnlens.data.words import load_corpus
-    from attnlens.loaders import load
-    from attnlens.report.analyze import analyze as run_analysis
-    from attnlens.report.heads_section import HeadRolesSection
-    from attnlens.report.writer import check_output_dir
+    from attnlens.data.text import read_text_file
 
-    formats = opt.figure_formats(fmt)
-    corpus = load_corpus(
-        text=str(text) if text else None,
-        treebank=str(treebank) if treebank else None,
-        parse=parse,
-    )
-    rarity = WordRarity.from_text_file(rarity_corpus) if rarity_corpus else None
-    check_output_dir(out)
-    model_obj, tokenizer = load(model, device=device, dtype=dtype, allow_pickle=allow_pickle)
-    batches = corpus.batches(tokenizer, batch_size=batch_size, max_length=max_length)
+    rarity_lines = read_text_file(rarity_corpus) if rarity_corpus else None  # checked early
+    from attnlens.data.rarity import WordRarity
+    from attnlens.report.heads_section import HeadRolesSection
+
+    rarity = None
+    if rarity_lines is not None:
+        rarity = WordRarity.from_texts(rarity_lines, source=str(rarity_corpus))
     section = HeadRolesSection(
         positional_threshold=positional_threshold,
         min_examples=min_examples,
@@ -88,14 +64,8 @@ def heads(
         rarity=rarity,
         base_relations=base_relations,
     )
-    (output,) = run_analysis(
-        model_obj, tokenizer, batches, out, sections=[section], formats=formats,
-        show_progress=not quiet, corpus_name=corpus.name,
-    )
-    typer.echo(output.summary)
-    console.print(f"wrote {len(output.tables)} tables and {len(output.figures)} figures "
-                  f"to {out}/ (open {out / 'index.html'})")
+    run.write_report([section])
 
 
 def register(app: typer.Typer) -> None:
-    app.command("heads")(heads)
+    command(app, "heads", corpus=True, out=DEFAULT_OUT)(heads)

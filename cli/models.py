@@ -33,7 +33,7 @@ def models(markdown: bool = MarkdownOpt) -> None:
     if markdown:
         import pandas as pd
 
-        from attnlens.report.writer import markdown_table
+        from attnlens.io import markdown_table
 
         typer.echo(markdown_table(pd.DataFrame(rows)), nl=False)
         return

@@ -10,18 +10,16 @@ import torch
 
 from attnlens.analysis.base import Batch
 from attnlens.analysis.collapse import (
-    VARIANTS,
     ResidualCollapse,
     composite_norm,
     fit_decay,
-    parse_variants,
     relative_residual,
     subsample,
     token_residual,
-    variant_config,
 )
 from attnlens.analysis.paths import count_paths, path_products, rank1_residual, real_patterns
 from attnlens.analysis.paths import sample_paths as sample_head_paths
+from attnlens.analysis.variants import VARIANTS, parse_variants, variant_config
 from attnlens.errors import ConfigError
 from attnlens.model.config import TransformerConfig
 

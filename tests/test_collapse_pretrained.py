@@ -157,7 +157,7 @@ def test_cli_synthetic_and_its_errors(tmp_path) -> None:
     assert (out / "synthetic_fit.png").is_file() and (out / "synthetic_fits.md").is_file()
     for args, message in (
         (["--depth", "5"], "only apply to --synthetic"),
-        (["--synthetic", "--text", "x.txt"], "drop MODEL, --text"),
+        (["--synthetic", "--text", __file__], "drop MODEL, --text"),
         (["--synthetic", "--paths", "3"], "--paths"),
         (["--synthetic", "--variants", "san,bogus"], "unknown variant"),
         (["--synthetic", "--width", "10", "--heads", "3"], "divisible"),

@@ -16,7 +16,6 @@ import pandas as pd
 import pytest
 import torch
 
-from attnlens.analysis.collapse import VARIANTS
 from attnlens.analysis.synthetic import (
     SyntheticSpec,
     run_synthetic,
@@ -25,6 +24,7 @@ from attnlens.analysis.synthetic import (
     synthetic_inputs,
     synthetic_model,
 )
+from attnlens.analysis.variants import VARIANTS
 from attnlens.errors import ConfigError
 
 

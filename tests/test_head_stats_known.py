@@ -13,7 +13,7 @@ import torch
 from attnlens.analysis.base import Batch
 from attnlens.analysis.head_stats import HeadStats
 from attnlens.hooks import ActivationCache
-from attnlens.report.writer import atomic_open, write_table
+from attnlens.io import atomic_open, write_table
 
 CLS, SEP = 101, 102
 

@@ -15,7 +15,7 @@ from attnlens.metrics.classification import AccuracyMetric, read_labelled
 from attnlens.metrics.factory import build_metrics
 from attnlens.metrics.fidelity import FidelityMetric
 from attnlens.metrics.language_model import CausalLMMetric, MaskedLMMetric
-from attnlens.pruning.gates import full_mask
+from attnlens.model.gates import full_mask
 from tests.parity_utils import TINY, save_tiny
 from tests.pruning_toys import sentences, vocab_size, word_tokenizer
 

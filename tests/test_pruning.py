@@ -15,8 +15,8 @@ from attnlens.errors import ConfigError
 from attnlens.loaders import load_model
 from attnlens.loaders.export import export_hf
 from attnlens.metrics.sts_task import StsMetric
+from attnlens.model.gates import full_mask
 from attnlens.pruning import PruneSettings, final_mask, prune, prune_heads
-from attnlens.pruning.gates import full_mask
 from attnlens.pruning.loop import select_heads
 from attnlens.pruning.structural import pruned_parameter_count
 from tests.helpers import tiny_inputs, tiny_model

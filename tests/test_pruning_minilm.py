@@ -7,8 +7,8 @@ import torch
 
 from attnlens.metrics.factory import build_metrics
 from attnlens.metrics.sts import read_pairs, sts_spearman
+from attnlens.model.gates import full_mask
 from attnlens.pruning import prune_heads
-from attnlens.pruning.gates import full_mask
 from attnlens.pruning.importance import gradient_importance, random_scores
 from attnlens.pruning.loop import select_heads
 from tests.conftest import shared_file

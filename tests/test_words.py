@@ -103,7 +103,7 @@ def test_treebank_and_text_batches_carry_annotations(minilm):
 
 
 def test_load_corpus_selects_treebank_text_or_the_sample(tmp_path):
-    from attnlens.data.words import load_corpus
+    from attnlens.data.corpus import load_corpus
 
     sample = load_corpus()
     assert sample.name.startswith("built-in sample treebank") and len(sample.sentences) >= 40
@@ -121,7 +121,7 @@ def test_load_corpus_selects_treebank_text_or_the_sample(tmp_path):
 
 
 def test_corpus_batches_in_one_call(minilm):
-    from attnlens.data.words import corpus_batches
+    from attnlens.data.corpus import corpus_batches
 
     _, tokenizer = minilm
     batches, name = corpus_batches(tokenizer, batch_size=50)

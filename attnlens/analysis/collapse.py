@@ -18,28 +18,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 import torch
 
 from attnlens.analysis.base import Analyzer, Batch
+from attnlens.analysis.variants import VARIANTS, parse_variants, variant_config
 from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
-from attnlens.model.config import TransformerConfig
 from attnlens.model.transformer import HookedTransformer
 
 NORMS = ("composite", "frobenius")
-# The block variants of the study: (use_skip, use_mlp, use_norm) switches of TransformerConfig.
-# Formulas for post-norm blocks (BERT); pre-norm models keep their own norm placement.
-VARIANTS: dict[str, tuple[bool, bool, bool]] = {
-    "san": (False, False, False),  # pure self-attention: x <- attn(x)
-    "san+skip": (True, False, False),  # x <- x + attn(x)
-    "san+mlp": (False, True, False),  # x <- mlp(attn(x))
-    "san+ln": (False, False, True),  # x <- norm(attn(x))
-    "full": (True, True, True),  # the unmodified block
-}
 # Relative residuals below this are rounding noise in float64 (about 450 machine epsilons);
 # the decay fits stop there.
 FIT_FLOOR = 1e-13
@@ -83,27 +73,6 @@ def relative_residual(
     if norm == "composite":
         return composite_norm(res) / composite_norm(x).clamp_min(tiny)
     return torch.linalg.matrix_norm(res) / torch.linalg.matrix_norm(x).clamp_min(tiny)
-
-
-def parse_variants(names: str | Sequence[str]) -> list[str]:
-    """``"san,full"`` or a list of names -> validated variant names, in the given order."""
-    if isinstance(names, str):
-        names = [n.strip().lower() for n in names.split(",") if n.strip()]
-    unknown = [n for n in names if n not in VARIANTS]
-    if unknown or not names:
-        raise ConfigError(
-            f"unknown variant(s) {', '.join(unknown) or '(none given)'}; "
-            f"choose from {','.join(VARIANTS)}."
-        )
-    return list(dict.fromkeys(names))
-
-
-def variant_config(cfg: TransformerConfig, variant: str) -> TransformerConfig:
-    """``cfg`` with the skip/MLP/norm switches of ``variant`` (other fields unchanged)."""
-    use_skip, use_mlp, use_norm = VARIANTS[parse_variants([variant])[0]]
-    return replace(
-        cfg, use_skip=use_skip, use_mlp=use_mlp, use_norm=use_norm, source=dict(cfg.source)
-    )
 
 
 def depth_hook_names(n_layers: int) -> list[str]:

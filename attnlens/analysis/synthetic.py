@@ -3,7 +3,7 @@
 Each stack is a ``HookedTransformer`` built from a ``TransformerConfig`` with no token,
 position or segment embeddings (``positional="none"``, ``n_token_types=0``) and post-norm
 blocks; the variants differ only in the config switches ``use_skip``, ``use_mlp`` and
-``use_norm`` (see ``collapse.VARIANTS``). It is fed random ``inputs_embeds`` and computed in
+``use_norm`` (see ``variants.VARIANTS``). It is fed random ``inputs_embeds`` and computed in
 float64, so that residuals can fall to ~1e-16 before rounding noise takes over.
 
 Random init, per seed (identical across variants: same attention weights, same MLP weights
@@ -33,11 +33,10 @@ from attnlens.analysis.collapse import (
     NORMS,
     depth_hook_names,
     fit_table,
-    parse_variants,
     relative_residual,
     summarize,
-    variant_config,
 )
+from attnlens.analysis.variants import parse_variants, variant_config
 from attnlens.errors import ConfigError
 from attnlens.model.config import TransformerConfig
 from attnlens.model.transformer import HookedTransformer

@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from attnlens.data.text import length_sorted_chunks
 from attnlens.errors import DataError
 from attnlens.metrics.base import LossBatch, Metric
+from attnlens.model.gates import gated_forward
 from attnlens.model.transformer import HookedTransformer
-from attnlens.pruning.gates import gated_forward
 
 
 def model_label_ids(model: HookedTransformer) -> dict[str, int]:

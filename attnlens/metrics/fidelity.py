@@ -30,8 +30,8 @@ from attnlens.data.text import length_sorted_chunks
 from attnlens.errors import ConfigError
 from attnlens.metrics.base import LossBatch, Metric
 from attnlens.metrics.embeddings import mean_pool
+from attnlens.model.gates import gated_forward
 from attnlens.model.transformer import HookedTransformer
-from attnlens.pruning.gates import gated_forward
 
 LOGIT_HEADS = ("mlm", "lm", "classifier")
 

@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from attnlens.data.text import length_sorted_chunks
 from attnlens.errors import ConfigError
 from attnlens.metrics.base import LossBatch, Metric, non_special
+from attnlens.model.gates import gated_forward
 from attnlens.model.transformer import HookedTransformer
-from attnlens.pruning.gates import gated_forward
 
 MASK_PROBABILITY = 0.15
 IGNORE = -100

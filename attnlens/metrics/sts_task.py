@@ -17,8 +17,8 @@ from attnlens.data.text import length_sorted_chunks
 from attnlens.metrics.base import LossBatch, Metric
 from attnlens.metrics.embeddings import mean_pool
 from attnlens.metrics.sts import SentencePairs, read_pairs, sts_spearman
+from attnlens.model.gates import gated_forward
 from attnlens.model.transformer import HookedTransformer
-from attnlens.pruning.gates import gated_forward
 
 STS_SCALE = 5.0  # STS Benchmark scores run from 0 to 5
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from attnlens.analysis.runner import run_analyzers
 from attnlens.data.batch import Batch
+from attnlens.io import atomic_open, check_output_dir
 from attnlens.model.transformer import HookedTransformer
 from attnlens.report.asymmetry_section import AsymmetrySection
 from attnlens.report.collapse_section import CollapseSection
@@ -16,7 +17,6 @@ from attnlens.report.heads_section import HeadRolesSection
 from attnlens.report.html import write_html_report
 from attnlens.report.sections import Section, SectionOutput
 from attnlens.report.spectrum_section import SpectrumSection
-from attnlens.report.writer import atomic_open, check_output_dir
 
 
 def default_sections() -> list[Section]:

@@ -7,10 +7,10 @@ from pathlib import Path
 import pandas as pd
 
 from attnlens.analysis.asymmetry import PatternAsymmetry, weight_asymmetry_table
+from attnlens.io import save_figure, write_table
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import layer_head_heatmap
 from attnlens.report.sections import Section, SectionOutput
-from attnlens.report.writer import save_figure, write_table
 
 
 def asymmetry_summary_text(

@@ -9,18 +9,13 @@ import pandas as pd
 from attnlens.analysis.head_stats import HeadStats
 from attnlens.analysis.positional import PositionalHeads
 from attnlens.analysis.rare_words import RareWordHeads
-from attnlens.analysis.roles import (
-    classify_heads,
-    relation_heatmaps,
-    role_evidence,
-    role_map_figure,
-)
+from attnlens.analysis.roles import classify_heads, role_evidence
 from attnlens.analysis.syntactic import MAIN_DIRECTIONS, SyntacticHeads
 from attnlens.data.rarity import WordRarity
+from attnlens.io import markdown_table, save_figure, write_table
 from attnlens.model.transformer import HookedTransformer
-from attnlens.plots import layer_head_heatmap
+from attnlens.plots import layer_head_heatmap, relation_heatmaps, role_map_figure
 from attnlens.report.sections import Section, SectionOutput
-from attnlens.report.writer import markdown_table, save_figure, write_table
 
 STAT_FIGURES = {
     "confidence": "Confidence: mean max attention weight",

@@ -7,8 +7,8 @@ import html
 from importlib import resources
 from pathlib import Path
 
+from attnlens.io import atomic_open
 from attnlens.report.sections import SectionOutput
-from attnlens.report.writer import atomic_open
 
 MAX_TABLE_ROWS = 60
 

@@ -9,10 +9,10 @@ import pandas as pd
 from attnlens.analysis.circuits import circuit_spectra, circuit_summary
 from attnlens.analysis.shared_subspace import shared_subspace_tables
 from attnlens.analysis.spectrum import SpectrumAnalyzer
+from attnlens.io import save_figure, write_table
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import cumulative_curves_by_layer, layer_head_heatmap, shared_subspace_curves
 from attnlens.report.sections import Section, SectionOutput
-from attnlens.report.writer import save_figure, write_table
 
 
 def _range_line(table: pd.DataFrame, measure: str, label: str) -> str:

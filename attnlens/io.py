@@ -1,4 +1,8 @@
-"""Atomic writers for tables and figures: an interrupted run never leaves a half file."""
+"""Atomic writers for tables and figures: an interrupted run never leaves a half file.
+
+The lowest layer beside ``errors``: anything may import it, it imports nothing of attnlens but
+``errors``, and it needs neither pandas nor matplotlib until a table or figure is written.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +11,15 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
-
-import pandas as pd
+from typing import IO, TYPE_CHECKING
 
 from attnlens.errors import DataError
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 FIGURE_FORMATS = ("png", "svg", "pdf")
+TABLE_FORMATS = ("csv", "md")
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 
@@ -66,6 +72,19 @@ def write_table(
     return paths
 
 
+def figure_formats(text: str | Iterable[str]) -> tuple[str, ...]:
+    """``"png,svg"`` (or a list) -> validated, lower-case figure formats, in the given order."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    formats = tuple(dict.fromkeys(f.strip().lower() for f in items if f.strip()))
+    unknown = [f for f in formats if f not in FIGURE_FORMATS]
+    if unknown or not formats:
+        raise DataError(
+            f"unknown figure format {', '.join(unknown) or '(none given)'}; "
+            f"use {', '.join(FIGURE_FORMATS)} (comma-separated)."
+        )
+    return formats
+
+
 def save_figure(
     fig, out_dir: str | Path, name: str, formats: Iterable[str] = ("png",)
 ) -> list[Path]:
@@ -74,9 +93,7 @@ def save_figure(
 
     paths = []
     try:
-        for fmt in formats:
-            if fmt not in FIGURE_FORMATS:
-                raise DataError(f"unknown figure format {fmt!r}; use one of {FIGURE_FORMATS}.")
+        for fmt in figure_formats(formats):
             path = Path(out_dir) / f"{name}.{fmt}"
             with atomic_open(path, "wb") as handle:
                 fig.savefig(handle, format=fmt, dpi=120, bbox_inches="tight")
@@ -84,6 +101,33 @@ def save_figure(
     finally:
         plt.close(fig)
     return paths
+
+
+def check_input_file(path: str | Path | None, option: str, what: str) -> None:
+    """Refuse an input path (given with ``option``) that is missing or a folder."""
+    if path is None:
+        return
+    path = Path(path)
+    if path.is_dir():
+        raise DataError(f"{option} {path} is a folder; pass a {what} file.")
+    if not path.is_file():
+        raise DataError(f"{option} file {path} does not exist; pass a {what} file.")
+
+
+def check_output_path(out_dir: str | Path) -> Path:
+    """Refuse an output folder that cannot be created or written, without creating it."""
+    path = Path(out_dir)
+    if path.exists() and not path.is_dir():
+        raise DataError(f"output path {path} is a file; pass a folder with --out.")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise DataError(f"cannot create output folder {path}: {existing} is a file.")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        where = "is" if existing == path else f"cannot be created: {existing} is"
+        raise DataError(f"output folder {path} {where} not writable.")
+    return path
 
 
 def check_output_dir(out_dir: str | Path) -> Path:
