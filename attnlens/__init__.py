@@ -35,11 +35,11 @@ _LAZY = {
     "classify_heads": "attnlens.analysis.roles",
     "SpectrumAnalyzer": "attnlens.analysis.spectrum",
     "PatternAsymmetry": "attnlens.analysis.asymmetry",
-    "weight_asymmetry_table": "attnlens.analysis.asymmetry",
+    "weight_asymmetry_table": "attnlens.analysis.weight_asymmetry",
     "shared_subspace_tables": "attnlens.analysis.shared_subspace",
     "circuit_spectra": "attnlens.analysis.circuits",
     "ResidualCollapse": "attnlens.analysis.collapse",
-    "VariantCollapse": "attnlens.analysis.collapse",
+    "VariantCollapse": "attnlens.analysis.variant_collapse",
     "PathCollapse": "attnlens.analysis.paths",
     # corpora
     "load_corpus": "attnlens.data.corpus",

@@ -10,18 +10,21 @@ import torch
 
 from attnlens.analysis.asymmetry import (
     PatternAsymmetry,
-    attention_weight_asymmetry,
-    bilinear_shares,
     dominance_violations,
     pattern_asymmetry,
     unweighted_attention,
-    weight_asymmetry_table,
 )
 from attnlens.analysis.base import Batch
 from attnlens.analysis.runner import run_analyzers
+from attnlens.analysis.weight_asymmetry import (
+    bilinear_shares,
+    head_weight_asymmetry,
+    weight_asymmetry_table,
+)
 from attnlens.errors import ConfigError
 from attnlens.model.attention import MultiHeadAttention
 from attnlens.model.config import TransformerConfig
+from attnlens.model.folding import attention_weights
 from attnlens.model.transformer import HookedTransformer
 
 
@@ -61,7 +64,7 @@ def test_head_with_equal_query_and_key_weights_has_no_weight_asymmetry():
     attn = MultiHeadAttention(d_in=8, n_heads=2, qkv_bias=False)
     with torch.no_grad():
         attn.W_K.copy_(attn.W_Q)
-    measures = attention_weight_asymmetry(attn)
+    measures = head_weight_asymmetry(attention_weights(attn))
     assert measures["antisym_share"].abs().max() < 1e-12
     assert measures["sym_share"].numpy() == pytest.approx([1.0, 1.0])
     assert "sym_share_affine" not in measures  # no biases, no affine measures
@@ -72,7 +75,7 @@ def test_affine_shares_with_biases_match_the_augmented_matrix():
     with torch.no_grad():
         attn.b_Q.normal_()
         attn.b_K.normal_()
-    measures = attention_weight_asymmetry(attn)
+    measures = head_weight_asymmetry(attention_weights(attn))
     for h in range(2):
         W_Q, W_K = attn.W_Q[h].detach().double(), attn.W_K[h].detach().double()
         u = (W_K @ attn.b_Q[h].detach().double()).numpy()

@@ -25,11 +25,8 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("report")
-    result = run_cli("analyze", "--out", str(out), "--quiet", cwd=out)
-    assert result.returncode == 0, result.stderr
-    return out
+def report(sample_report: Path) -> Path:
+    return sample_report
 
 
 def test_analyze_writes_the_attention_statistics(report: Path) -> None:

@@ -78,22 +78,26 @@ class HeadStats(Analyzer):
         cls_ids: set[int],
         sep_ids: set[int],
         punct_ids: set[int],
+        heads_per_layer: list[int] | None = None,
     ) -> None:
         self.n_layers, self.n_heads = n_layers, n_heads
+        # Structurally pruned models have fewer heads in some layers: only those are reported.
+        self.heads_per_layer = list(heads_per_layer or [n_heads] * n_layers)
         self.cls_ids, self.sep_ids, self.punct_ids = set(cls_ids), set(sep_ids), set(punct_ids)
         self._id_sets = [  # [CLS], [SEP], punctuation ids as sorted tensors, built once
             torch.tensor(sorted(s), dtype=torch.long)
             for s in (self.cls_ids, self.sep_ids, self.punct_ids)
         ]
         self.sums = torch.zeros(len(MEASURES), n_layers, n_heads, dtype=torch.float64)
-        self.rows = 0
+        self.rows = torch.zeros((), dtype=torch.float64)  # query rows counted (a device scalar)
 
     @classmethod
     def for_model(cls, model: HookedTransformer, tokenizer) -> HeadStats:
         cls_ids, sep_ids = special_id_sets(tokenizer)
-        return cls(
-            model.n_layers, max(model.heads_per_layer), cls_ids, sep_ids, punctuation_ids(tokenizer)
-        )
+        stats = cls(model.n_layers, max(model.heads_per_layer), cls_ids, sep_ids,
+                    punctuation_ids(tokenizer), heads_per_layer=model.heads_per_layer)
+        stats.identify_model(model)
+        return stats
 
     def hook_names(self, model: HookedTransformer) -> list[str]:
         return pattern_hook_names(model)
@@ -102,9 +106,11 @@ class HeadStats(Analyzer):
         return {
             "n_layers": self.n_layers, "n_heads": self.n_heads, "cls_ids": self.cls_ids,
             "sep_ids": self.sep_ids, "punct_ids": self.punct_ids,
+            "heads_per_layer": self.heads_per_layer,
         }
 
     def begin_batch(self, batch: Batch) -> None:
+        self.move_state(batch.attention_mask.device)
         real = batch.attention_mask.bool()  # [batch, pos]
         rows = real & ~batch.special_mask if batch.special_mask is not None else real
         ids = batch.input_ids
@@ -114,7 +120,7 @@ class HeadStats(Analyzer):
         pos = torch.arange(ids.shape[1], device=ids.device)
         self._distance = (pos[:, None] - pos[None, :]).abs().to(torch.float32)  # [query, key]
         self._row_weight = rows.to(torch.float32)[:, None, :]  # [batch, 1, query_pos]
-        self.rows += int(rows.sum())
+        self.rows = self.rows + rows.sum()
 
     def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
         p = cache["pattern", layer].float()  # [batch, head, query_pos, key_pos]
@@ -135,10 +141,10 @@ class HeadStats(Analyzer):
             ]
         )  # [measure, batch, head, query_pos]
         totals = (per_row * self._row_weight).sum(dim=(1, 3))  # [measure, head]
-        self.sums[:, layer, :n_heads] += totals.double().cpu()
+        self.sums[:, layer, :n_heads] += totals.double()
 
     def result(self) -> dict[str, pd.DataFrame]:
-        means = (self.sums / max(self.rows, 1)).numpy()
+        means = (self.sums.cpu() / self.rows.cpu().clamp_min(1)).numpy()
         records = [
             {
                 "layer": layer,
@@ -149,6 +155,6 @@ class HeadStats(Analyzer):
             }
             for m, measure in enumerate(MEASURES)
             for layer in range(self.n_layers)
-            for head in range(self.n_heads)
+            for head in range(self.heads_per_layer[layer])
         ]
         return {"head_stats": pd.DataFrame.from_records(records)}

@@ -31,10 +31,10 @@ import torch
 
 from attnlens.analysis.collapse import (
     NORMS,
+    collapse_table,
     depth_hook_names,
     fit_table,
     relative_residual,
-    summarize,
 )
 from attnlens.analysis.variants import parse_variants, variant_config
 from attnlens.errors import ConfigError
@@ -147,8 +147,8 @@ def run_synthetic(
 ) -> dict[str, pd.DataFrame]:
     """Relative residual against depth for each variant, over seeds; plus the decay fits.
 
-    Tables: ``synthetic_collapse`` (variant, depth, norm, then mean, geo_mean, min, q10, q90,
-    max over the seeds' curves, and n = seeds), ``synthetic_fits`` (``collapse.fit_decay`` on
+    Tables: ``synthetic_collapse`` (variant, depth, norm, bound, then mean, geo_mean, min, q10,
+    q90, max over the seeds' curves, and n = seeds), ``synthetic_fits`` (``collapse.fit_decay`` on
     the geometric mean of each variant and norm) and ``synthetic_spec`` (the parameters).
     """
     spec = spec or SyntheticSpec()
@@ -163,13 +163,8 @@ def run_synthetic(
                 curves.append(seed_curves(model, synthetic_inputs(spec, seed, device)))
                 advance(1)
             per_variant[variant] = torch.stack(curves, dim=-1).numpy()  # [norm, depth, seed]
-    records = [
-        {"variant": variant, "depth": depth, "norm": norm, **summarize(values[n, depth])}
-        for variant, values in per_variant.items()
-        for n, norm in enumerate(NORMS)
-        for depth in range(spec.depth + 1)
-    ]
-    curves = pd.DataFrame.from_records(records)
+    curves = pd.concat([collapse_table(values, variant) for variant, values in per_variant.items()],
+                       ignore_index=True)
     spec_table = pd.DataFrame(
         {"parameter": list(asdict(spec)), "value": [str(v) for v in asdict(spec).values()]}
     )

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from attnlens.analysis.asymmetry import PatternAsymmetry, weight_asymmetry_table
+from attnlens.analysis.asymmetry import PatternAsymmetry
+from attnlens.analysis.weight_asymmetry import weight_asymmetry_table
 from attnlens.io import save_figure, write_table
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import layer_head_heatmap

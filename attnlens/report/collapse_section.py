@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from attnlens.analysis.collapse import VariantCollapse, collapse_dtype
 from attnlens.analysis.paths import PathCollapse
 from attnlens.analysis.synthetic import machine_floor
+from attnlens.analysis.variant_collapse import VariantCollapse
 from attnlens.io import save_figure, write_table
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import collapse_curves, double_log_fit, path_collapse_curve
@@ -70,7 +70,8 @@ def write_pretrained_collapse(
         output.figures += save_figure(fig, out_dir, "path_collapse", formats)
     lines = []
     if not curves.empty:
-        lines.append("Relative residual ||res(X)|| / ||X|| (composite norm, geometric mean over "
+        lines.append("Relative residual ||X - 1 mean^T|| / ||X|| (composite norm: an upper bound "
+                     "of Dong et al.'s min_x ||X - 1 x^T||; geometric mean over "
                      f"{variants.sentences} sentences) at the last " + _last_depth_line(curves))
         lines.append("First depth below 1e-13: " + _floor_depths(curves))
         san = fits[(fits["variant"] == "san") & (fits["norm"] == "composite")]
@@ -109,7 +110,8 @@ def write_synthetic_collapse(
     fig = double_log_fit(curves, fits, "Doubly exponential decay: log(-log r) against depth")
     output.figures += save_figure(fig, out_dir, "synthetic_fit", formats)
     output.summary = (
-        "Relative residual (composite norm, geometric mean over seeds) at the last "
+        "Relative residual (mean token, composite norm: an upper bound of min_x ||X - 1 x^T||; "
+        "geometric mean over seeds) at the last "
         + _last_depth_line(curves)
         + "\n\nFirst depth below 1e-13: "
         + _floor_depths(curves)
@@ -142,9 +144,8 @@ class CollapseSection(Section):
     def analyzers(self, model: HookedTransformer, tokenizer) -> list:
         variants = {} if self.variants is None else {"variants": self.variants}
         return [
-            VariantCollapse(
+            VariantCollapse.for_model(
                 model,
-                dtype=collapse_dtype(model),
                 per_batch=self.per_batch,
                 max_sentences=self.max_sentences,
                 **variants,
