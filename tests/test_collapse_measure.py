@@ -201,3 +201,21 @@ def test_path_collapse_sentence_bounds_use_exactly_the_sampled_rows() -> None:
     )
     for length in bounded.sums:
         assert torch.allclose(bounded.sums[length], direct.sums[length])
+
+
+def test_tables_label_the_composite_residual_an_upper_bound() -> None:
+    """The mean token minimises the Frobenius residual, not the composite one (issue 13)."""
+    torch.manual_seed(3)
+    analyzer = ResidualCollapse(n_layers=1)
+    analyzer.update_hidden([torch.randn(3, 5, 4), torch.randn(3, 5, 4)], None)
+    table = analyzer.result()["collapse"]
+    assert dict(zip(table["norm"], table["bound"], strict=False)) == {
+        "composite": "upper", "frobenius": "exact"}
+    # On a hand-built X the mean token is not the composite-norm minimiser: another x does
+    # better, so the reported value is a strict upper bound there.
+    # One column 0, 0, 0, 10: at the mean 2.5, sqrt(15 x 7.5) = 10.6; at x = 0, sqrt(10 x 10).
+    X = torch.tensor([[0.0], [0.0], [0.0], [10.0]], dtype=torch.float64)
+    at_mean = composite_norm(token_residual(X[None]))[0]
+    at_zero = composite_norm(X[None])[0]
+    assert float(at_mean) == pytest.approx(math.sqrt(15 * 7.5))
+    assert float(at_zero) == pytest.approx(10.0) and at_zero < at_mean

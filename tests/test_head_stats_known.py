@@ -81,3 +81,25 @@ def test_atomic_writes_leave_no_temporary_files_and_normal_permissions(tmp_path)
         handle.write("layer,value\n0,")
         raise RuntimeError("interrupted")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv", "t.md"]
+
+
+def test_structurally_pruned_model_lists_only_existing_heads() -> None:
+    """No phantom rows for heads a layer no longer has (issue 13)."""
+    from attnlens.analysis.runner import run_analyzers
+    from attnlens.data.batch import Batch
+    from attnlens.model import HookedTransformer, TransformerConfig
+
+    torch.manual_seed(0)
+    cfg = TransformerConfig(d_model=16, n_layers=3, n_heads=4, d_mlp=32, vocab_size=30,
+                            n_ctx=16, heads_per_layer=[4, 1, 3])
+    model = HookedTransformer(cfg).eval()
+    stats = HeadStats(3, 4, {1}, {2}, {7}, heads_per_layer=model.heads_per_layer)
+    ids = torch.randint(3, 30, (2, 6))
+    ids[:, 0], ids[:, -1] = 1, 2
+    run_analyzers(model, [Batch(input_ids=ids, attention_mask=torch.ones_like(ids))], [stats],
+                  show_progress=False)
+    table = stats.result()["head_stats"]
+    per_measure = table.groupby("measure").size()
+    assert (per_measure == 4 + 1 + 3).all()
+    assert sorted(table[table["layer"] == 1]["head"].unique()) == [0]
+    assert table["value"].notna().all()
