@@ -7,10 +7,8 @@ pandas nor matplotlib.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from attnlens.errors import AttnlensError
+from attnlens.lazy import lazy_names
 
 __version__ = "0.1.0"
 
@@ -55,14 +53,4 @@ _LAZY = {
 
 __all__ = ["AttnlensError", *_LAZY]
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value  # later look-ups skip __getattr__
-        return value
-    raise AttributeError(f"module 'attnlens' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

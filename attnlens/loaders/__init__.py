@@ -6,8 +6,7 @@ Names are imported on first use, so importing a loader submodule (for example
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from attnlens.lazy import lazy_names
 
 _LAZY = {
     "load": "attnlens.loaders.loading",
@@ -20,10 +19,4 @@ _LAZY = {
 
 __all__ = list(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'attnlens.loaders' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

@@ -231,6 +231,16 @@ class BertFamily:
     classifier_dense_in_base: bool  # whether that layer sits under ``base`` when exported
     classifier_out: str  # the classifier's output layer
 
+    def convert(
+        self, hf: dict, reader: WeightReader, architecture: str
+    ) -> tuple[TransformerConfig, dict]:
+        """The registry's converter for this family (``convert_encoder_family``)."""
+        return convert_encoder_family(self, hf, reader, architecture)
+
+    def export(self, cfg: TransformerConfig, state: dict) -> tuple[dict, dict]:
+        """The registry's exporter for this family (``export_encoder_family``)."""
+        return export_encoder_family(self, cfg, state)
+
     @property
     def architecture_by_head(self) -> dict[str | None, str]:
         bare = next(a for a, h in self.head_by_architecture.items() if h is None)
@@ -306,13 +316,3 @@ BERT = BertFamily(
     classifier_dense_in_base=True,
     classifier_out="classifier",
 )
-
-
-def convert_bert(
-    hf: dict, reader: WeightReader, architecture: str
-) -> tuple[TransformerConfig, dict]:
-    return convert_encoder_family(BERT, hf, reader, architecture)
-
-
-def export_bert(cfg: TransformerConfig, state: dict) -> tuple[dict, dict]:
-    return export_encoder_family(BERT, cfg, state)

@@ -50,19 +50,19 @@ def _llama_style(model_type: str, name: str) -> Converter:
 
 CONVERTERS: dict[str, Converter] = {
     "bert": Converter(
-        convert=bert.convert_bert,
-        architectures=bert.HEAD_BY_ARCHITECTURE,
+        convert=bert.BERT.convert,
+        architectures=bert.BERT.head_by_architecture,
         prefix="bert.",
         ignore=("position_ids",),
-        export=bert.export_bert,
+        export=bert.BERT.export,
         family="BERT (MiniLM)",
     ),
     "roberta": Converter(
-        convert=roberta.convert_roberta,
-        architectures=roberta.HEAD_BY_ARCHITECTURE,
+        convert=roberta.ROBERTA.convert,
+        architectures=roberta.ROBERTA.head_by_architecture,
         prefix="roberta.",
         ignore=("position_ids",),
-        export=roberta.export_roberta,
+        export=roberta.ROBERTA.export,
         family="RoBERTa",
     ),
     "distilbert": Converter(

@@ -9,13 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from attnlens.loaders.bert import (
-    BertFamily,
-    bert_config,
-    convert_encoder_family,
-    export_encoder_family,
-)
-from attnlens.loaders.weights import WeightReader
+from attnlens.loaders.bert import BertFamily, bert_config
 from attnlens.model.config import TransformerConfig
 
 HEAD_BY_ARCHITECTURE = {
@@ -56,13 +50,3 @@ ROBERTA = BertFamily(
     classifier_dense_in_base=False,
     classifier_out="classifier.out_proj",
 )
-
-
-def convert_roberta(
-    hf: dict, reader: WeightReader, architecture: str
-) -> tuple[TransformerConfig, dict]:
-    return convert_encoder_family(ROBERTA, hf, reader, architecture)
-
-
-def export_roberta(cfg: TransformerConfig, state: dict) -> tuple[dict, dict]:
-    return export_encoder_family(ROBERTA, cfg, state)

@@ -5,8 +5,7 @@ Names are imported on first use: ``attnlens.pruning.settings`` (option checks) n
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from attnlens.lazy import lazy_names
 
 _LAZY = {
     "ORDERS": "attnlens.pruning.settings",
@@ -22,10 +21,4 @@ _LAZY = {
 
 __all__ = list(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'attnlens.pruning' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
