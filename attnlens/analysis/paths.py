@@ -161,6 +161,7 @@ class PathCollapse(Analyzer):
         self.sentences = 0
         self._rows: torch.Tensor | None = None  # per-batch scratch: sampled sentences
         self._patterns: dict[int, dict[int, torch.Tensor]] = {}
+        self._head_index: dict[int, torch.Tensor] = {}  # heads_used as index tensors
 
     @classmethod
     def for_model(
@@ -190,15 +191,21 @@ class PathCollapse(Analyzer):
             rows = sample_rows(len(rows), self.per_batch)
         if self.max_sentences is not None:
             rows = rows[sample_rows(len(rows), self.max_sentences - self.sentences)]
-        self._rows = rows.to(batch.attention_mask.device)
+        device = batch.attention_mask.device
+        self._rows = rows.to(device)
         self._patterns = {}
+        built_on = next(iter(self._head_index.values())).device if self._head_index else None
+        if built_on != device:  # index tensors on the batch's device: no copy in update_layer
+            self._head_index = {layer: torch.tensor(heads, device=device)
+                                for layer, heads in self.heads_used.items()}
 
     def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
         if self._rows is None or len(self._rows) == 0:
             return
         heads = self.heads_used[layer]
         mask = batch.attention_mask[self._rows]
-        kept = cache["pattern", layer][self._rows][:, heads]  # [rows, used head, query, key]
+        kept = cache["pattern", layer][self._rows][:, self._head_index[layer]]
+        # kept [rows, used head, query_pos, key_pos]
         real = real_patterns({layer: kept}, mask)[layer]  # [used head, rows, query, key]
         self._patterns[layer] = {head: real[i] for i, head in enumerate(heads)}
 
