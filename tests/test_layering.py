@@ -99,6 +99,20 @@ def test_imports_flow_one_way() -> None:
     assert violations() == []
 
 
+# Figures are drawn in plots only (io saves them, report and cli ask for them).
+FIGURE_UNITS = {"plots", "io", "report", "cli"}
+
+
+def test_figures_are_drawn_in_plots_only() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{line} imports {target}"
+        for module, path in source_files()
+        for line, target in imported_modules(path, module)
+        if target.split(".")[0] == "matplotlib" and unit_of(module) not in FIGURE_UNITS
+    ]
+    assert found == []
+
+
 def test_the_checker_catches_an_upward_import(tmp_path, monkeypatch) -> None:
     """The walk sees imports inside functions and resolves relative ones."""
     pkg = tmp_path / "attnlens" / "metrics"
