@@ -10,6 +10,11 @@ from rich.console import Console
 
 console = Console(stderr=True)
 
+PruneOpt = typer.Option(
+    None, "--prune", help="A pruning run folder (attnlens prune --out DIR): adds head importance.",
+    show_default=False,
+)
+
 
 def analyze(
     model: opt.OptionalStr = opt.ModelArg,
@@ -22,15 +27,26 @@ def analyze(
     dtype: str = opt.DtypeOpt,
     allow_pickle: bool = opt.AllowPickleOpt,
     fmt: str = opt.FormatOpt,
+    prune: opt.OptionalPath = PruneOpt,
     quiet: bool = opt.QuietOpt,
 ) -> None:
-    """Analyse every attention head of MODEL on a corpus and write a report folder."""
+    """Analyse every attention head of MODEL on a corpus and write a report folder.
+
+    The folder holds index.html (open it in a browser), run.json, tables/ and figures/;
+    `attnlens report DIR` rebuilds the page from them.
+    """
     from attnlens.data.words import load_corpus
     from attnlens.loaders import load
     from attnlens.report.analyze import analyze as run_analysis
+    from attnlens.report.provenance import invoked_command
     from attnlens.report.writer import check_output_dir
 
+    command, options = invoked_command()
     formats = opt.figure_formats(fmt)
+    if prune is not None and not (prune / "prune_scores.csv").is_file():
+        from attnlens.errors import DataError
+
+        raise DataError(f"--prune {prune}: not a pruning run folder (no prune_scores.csv).")
     # Corpus: --treebank, else --text (split into words), else the embedded sample treebank.
     corpus = load_corpus(
         text=str(text) if text else None, treebank=str(treebank) if treebank else None
@@ -41,7 +57,8 @@ def analyze(
     check_output_dir(out)
     outputs = run_analysis(
         model_obj, tokenizer, batches, out, formats=formats, show_progress=not quiet,
-        corpus_name=corpus_name,
+        corpus_name=corpus_name, prune_dir=prune,
+        command=command, options=options,
     )
     n_figures = sum(len(o.figures) for o in outputs)
     n_tables = sum(len(o.tables) for o in outputs)

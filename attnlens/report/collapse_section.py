@@ -11,6 +11,7 @@ from attnlens.analysis.paths import PathCollapse
 from attnlens.analysis.synthetic import machine_floor
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import collapse_curves, double_log_fit, path_collapse_curve
+from attnlens.report.section_docs import COLLAPSE
 from attnlens.report.sections import Section, SectionOutput
 from attnlens.report.writer import save_figure, write_table
 
@@ -121,6 +122,7 @@ class CollapseSection(Section):
 
     name = "collapse"
     title = "Rank collapse with depth"
+    doc = COLLAPSE
 
     def analyzers(self, model: HookedTransformer, tokenizer) -> list:
         return [
