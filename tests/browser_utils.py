@@ -81,3 +81,19 @@ def wait_ready(driver, timeout: float = 30.0) -> None:
 
     WebDriverWait(driver, timeout).until(
         lambda d: d.execute_script("return document.body.getAttribute('data-ready')") == "1")
+
+
+def hover(driver, element, x: float, y: float) -> None:
+    """Move the real mouse to (x, y) px from ``element``'s top-left corner.
+
+    WebDriver offsets count from the centre of the element's *visible* part, so that
+    centre is measured first."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    centre_x, centre_y = driver.execute_script(
+        """const r = arguments[0].getBoundingClientRect();
+        const top = Math.max(r.top, 0), bottom = Math.min(r.bottom, window.innerHeight);
+        const left = Math.max(r.left, 0), right = Math.min(r.right, window.innerWidth);
+        return [(left + right) / 2 - r.left, (top + bottom) / 2 - r.top];""", element)
+    ActionChains(driver).move_to_element_with_offset(
+        element, int(x - centre_x), int(y - centre_y)).perform()

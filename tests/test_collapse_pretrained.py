@@ -138,8 +138,9 @@ def test_analyze_runs_the_collapse_section(minilm, small_batches, tmp_path) -> N
     assert set(output.tables) == {"collapse_variants", "collapse_fits", "path_collapse",
                                   "path_samples"}
     for name in ("collapse_variants", "path_collapse"):
-        assert (tmp_path / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
-        assert (tmp_path / f"{name}.csv").is_file() and (tmp_path / f"{name}.md").is_file()
+        assert (tmp_path / "figures" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+        assert (tmp_path / "tables" / f"{name}.csv").is_file()
+        assert (tmp_path / "tables" / f"{name}.md").is_file()
     assert "pure attention" in output.summary.lower()
     assert "Rank collapse" in (tmp_path / "index.html").read_text()
 

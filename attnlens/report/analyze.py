@@ -139,7 +139,11 @@ def analyze(
         "timings": {
             "total": round(total, 2),
             "corpus pass (forward and every analyzer)": round(corpus_pass, 2),
-            "sections": {r.name: r.seconds for r in records if r.seconds is not None},
+            "sections": {
+                name: {"analyzers (inside the corpus pass)": round(
+                    seconds.get(f"{name}.analyzers", 0.0), 2),
+                    "tables and figures": round(seconds.get(f"{name}.write", 0.0), 2)}
+                for name in (s.name for s in sections)},
         },
         "seconds": round(total, 2),
         "layers_and_heads_numbered_from": 0,
@@ -184,6 +188,7 @@ def _write_sections(model, sections, per_section, out: Path, formats, seconds):
             notes = output.notes or [line.strip() for line in output.summary.splitlines()
                                      if line.strip() and not line.lstrip().startswith("|")]
             analyzers = seconds.get(f"{section.name}.analyzers", 0.0)
+            seconds[f"{section.name}.write"] = spent
             records.append(SectionRecord(section.name, output.title or section.title,
                                          section.doc, tables, figures, notes,
                                          round(analyzers + spent, 2)))

@@ -215,10 +215,12 @@ def rank_with_depth(tables: Mapping[str, pd.DataFrame]) -> list[Finding]:
     lead = ("Attention becomes lower-rank with depth" if word == "rises"
             else "Attention becomes higher-rank with depth" if word == "falls"
             else "Attention is about as low-rank in every layer")
+    change = f"{word} from" if word != "stays near" else "is"
+    link = "to" if word != "stays near" else "and"
     found = [Finding("spectrum", [
-        f"{lead}: C(n/4) {word} {num(first)} in layer {int(by_layer.index[0])} "
-        f"{'to' if word != 'stays near' else 'and'} {num(last)} in layer "
-        f"{int(by_layer.index[-1])} (mean over heads)."], "spectrum_summary")]
+        f"{lead}: C(n/4) {change} {num(first)} in layer {int(by_layer.index[0])} {link} "
+        f"{num(last)} in layer {int(by_layer.index[-1])} (mean over heads)."],
+        "spectrum_summary")]
     top = quarter.sort_values("value", ascending=False).iloc[0]
     found.append(Finding("spectrum", [
         "The most low-rank head is ", head_of(top), f": its top quarter of singular values "
