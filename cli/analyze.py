@@ -38,10 +38,8 @@ def analyze(
     from attnlens.data.words import load_corpus
     from attnlens.loaders import load
     from attnlens.report.analyze import analyze as run_analysis
-    from attnlens.report.provenance import invoked_command
     from attnlens.report.writer import check_output_dir
 
-    command, options = invoked_command()
     formats = opt.figure_formats(fmt)
     if prune is not None and not (prune / "prune_scores.csv").is_file():
         from attnlens.errors import DataError
@@ -58,7 +56,6 @@ def analyze(
     outputs = run_analysis(
         model_obj, tokenizer, batches, out, formats=formats, show_progress=not quiet,
         corpus_name=corpus_name, prune_dir=prune,
-        command=command, options=options,
     )
     n_figures = sum(len(o.figures) for o in outputs)
     n_tables = sum(len(o.tables) for o in outputs)

@@ -25,7 +25,7 @@ from attnlens.report.asymmetry_section import AsymmetrySection
 from attnlens.report.collapse_section import CollapseSection
 from attnlens.report.folder import FIGURES_DIR, RUN_FILE, TABLES_DIR, Report, SectionRecord
 from attnlens.report.heads_section import HeadRolesSection
-from attnlens.report.provenance import model_record, package_versions
+from attnlens.report.provenance import invoked_command, model_record, package_versions
 from attnlens.report.sections import Section, SectionOutput
 from attnlens.report.spectrum_section import SpectrumSection
 from attnlens.report.writer import atomic_open, check_output_dir
@@ -107,6 +107,9 @@ def analyze(
 ) -> list[SectionOutput]:
     """Run all sections' analyzers in one pass over ``batches``; write the report folder."""
     out = check_output_dir(out_dir)
+    if not command:  # inside any CLI command: its command line and options
+        command, invoked = invoked_command()
+        options = options or invoked
     sections = list(default_sections() if sections is None else sections)
     start = time.perf_counter()
     per_section = [s.analyzers(model, tokenizer) for s in sections]

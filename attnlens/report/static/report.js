@@ -45,7 +45,7 @@ AL.miniTable = function (table, rows, columns) {
   const cols = columns.map((n) => table.col(n)).filter(Boolean);
   const t = AL.el("table", { class: "mini" }, AL.el("tr", {}, cols.map((c) => AL.el("th", { text: c.name }))));
   for (const r of rows) t.append(AL.el("tr", {}, cols.map((c) => AL.el("td", { class: AL.isNumeric(c.kind) ? "num" : "", text: AL.fmt(c.values[r], c.kind) }))));
-  return t;
+  return AL.el("div", { class: "mini-wrap" }, t);
 };
 
 AL.cardBlock = {
@@ -265,7 +265,9 @@ AL.headMap = function () {
         sw.style.background = colour;
         legend.append(AL.el("span", {}, sw, name));
       }
-      legend.append(AL.el("span", { class: "hint", text: "P±k: positional at offset k · Sn: syntactic for n relations · R: rare-word" }));
+      legend.append(AL.el("span", { class: "hint", text: AL.data.kind === "compare"
+        ? "±: the head's roles differ between A and B (hover a head for both)"
+        : "P±k: positional at offset k · Sn: syntactic for n relations · R: rare-word" }));
       area.append(legend);
     } else {
       const g = grids[Number(select.value)];
