@@ -82,9 +82,14 @@ def table_grids(name: str, table: pd.DataFrame, keys: tuple[str, ...], layers: i
     return grids
 
 
+def _varies(grid: dict[str, Any]) -> bool:
+    values = {v for row in grid["values"] for v in row if v is not None}
+    return len(values) > 1
+
+
 def head_grids(tables: Mapping[str, pd.DataFrame], sections: list, layers: int,
                heads: int) -> list[dict[str, Any]]:
-    """Every section's grids, in page order (at most ``MAX_GRIDS``)."""
+    """Every section's grids that vary between heads, in page order (at most ``MAX_GRIDS``)."""
     if not layers or not heads:
         return []
     grids: list[dict[str, Any]] = []
@@ -92,7 +97,8 @@ def head_grids(tables: Mapping[str, pd.DataFrame], sections: list, layers: int,
         for name in section.tables:
             if name in tables and name != "head_roles":
                 keys = section.doc.table_doc(name).keys
-                grids += table_grids(name, tables[name], tuple(keys), layers, heads)
+                grids += [g for g in table_grids(name, tables[name], tuple(keys), layers, heads)
+                          if _varies(g)]
     return grids[:MAX_GRIDS]
 
 

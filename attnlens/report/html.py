@@ -148,8 +148,11 @@ def _run_html(run: dict[str, Any]) -> str:
 def _header_html(run: dict[str, Any]) -> str:
     model = run.get("model")
     name = model.get("name", "") if isinstance(model, dict) else str(model or "")
-    facts = [run.get("corpus", ""),
-             f"{run['sentences']:,} sentences" if isinstance(run.get("sentences"), int) else "",
+    corpus = str(run.get("corpus", ""))
+    count = run.get("sentences")
+    facts = [corpus,
+             f"{count:,} sentences" if isinstance(count, int) and "sentences" not in corpus
+             else "",
              str(run.get("created", ""))[:10]]
     sub = " · ".join(escape(f) for f in facts if f)
     return (f'<header class="top"><div class="brand">attnlens</div><h1>Attention report: '
