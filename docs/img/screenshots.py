@@ -59,7 +59,12 @@ def main(report: Path, out: Path) -> None:
     shoot(index, out / "report-card.png",
           "document.getElementById('heads').scrollIntoView(); AL.openCard(2, 8);")
     viewer = (report / "viewer.html").resolve().as_uri()
-    shoot(viewer, out / "viewer.png", size=(1360, 820))
+    hover_keeper = (  # the mouse on "keeper" (row 2 of the left column)
+        "const c = document.querySelector('#stage canvas.main');"
+        "const r = c.getBoundingClientRect();"
+        "c.dispatchEvent(new MouseEvent('mousemove', {clientX: r.left + 16 +"
+        " Number(c.dataset.tokenWidth) / 2, clientY: r.top + 46 + 2 * 20 + 10}));")
+    shoot(viewer, out / "viewer.png", hover_keeper, size=(1360, 900))
 
 
 if __name__ == "__main__":
