@@ -8,6 +8,7 @@ when the head counts differ).
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,9 @@ class Comparison:
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     grids: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    layers: int = 0
+    heads: int = 0
+    role_cells: dict[str, Any] | None = None
 
 
 def _table_keys(report: Report) -> dict[str, tuple[str, ...]]:
@@ -200,8 +204,8 @@ def compare(a: Report | str | Path, b: Report | str | Path, top: int = 50) -> Co
     ``top`` largest differences (ranked by the difference over the measure's spread)."""
     a = a if isinstance(a, Report) else Report(a)
     b = b if isinstance(b, Report) else Report(b)
-    layers = max(head_shape(a.run, a.tables)[0], head_shape(b.run, b.tables)[0])
-    heads = max(head_shape(a.run, a.tables)[1], head_shape(b.run, b.tables)[1])
+    shape_a, shape_b = head_shape(a.run, a.tables), head_shape(b.run, b.tables)
+    layers, heads = max(shape_a[0], shape_b[0]), max(shape_a[1], shape_b[1])
     diffs = _differences(a, b)
     if diffs.empty:
         raise DataError(f"{a.path} and {b.path} have no per-head table in common to compare.")
@@ -216,7 +220,8 @@ def compare(a: Report | str | Path, b: Report | str | Path, top: int = 50) -> Co
     per_head["order"] = per_head["scaled"].abs()
     head_top = (per_head.sort_values("order", ascending=False).groupby(["layer", "head"])
                 .head(HEAD_TOP).drop(columns="order").sort_values(["layer", "head"]))
-    comparison = Comparison(a, b, warnings=_warnings(a, b))
+    comparison = Comparison(a, b, warnings=_warnings(a, b), layers=layers, heads=heads,
+                            role_cells=_role_cells(a, b, layers, heads))
     comparison.tables = {
         "largest_differences": largest.reset_index(drop=True),
         "role_changes": _role_changes(a, b),
@@ -225,8 +230,6 @@ def compare(a: Report | str | Path, b: Report | str | Path, top: int = 50) -> Co
         "differences": diffs,
     }
     comparison.grids = _grids(diffs, layers, heads)
-    comparison.layers, comparison.heads = layers, heads  # type: ignore[attr-defined]
-    comparison.role_cells = _role_cells(a, b, layers, heads)  # type: ignore[attr-defined]
     return comparison
 
 
@@ -239,8 +242,6 @@ def write_comparison(comparison: Comparison, out_dir: str | Path) -> Path:
     for name, table in comparison.tables.items():
         formats = ("csv",) if name == "differences" else ("csv", "md")
         write_table(table, out / TABLES_DIR, name, formats=formats)
-    import json
-
     record = {"kind": "comparison", "a": str(comparison.a.path), "b": str(comparison.b.path),
               "model_a": comparison.a.run.get("model"), "model_b": comparison.b.run.get("model"),
               "warnings": comparison.warnings, "layers_and_heads_numbered_from": 0}

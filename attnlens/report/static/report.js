@@ -223,7 +223,7 @@ AL.openCard = function (layer, head, keepHash) {
   document.body.classList.add("card-open");
   document.querySelectorAll(".hg-cell.selected").forEach((c) => c.classList.remove("selected"));
   document.querySelectorAll(`.hg-cell[data-layer="${layer}"][data-head="${head}"]`).forEach((c) => c.classList.add("selected"));
-  if (!keepHash) history.replaceState(null, "", `#head-${layer}-${head}`);
+  if (!keepHash) AL.setHash(`#head-${layer}-${head}`);
 };
 
 AL.closeCard = function () {
@@ -232,7 +232,14 @@ AL.closeCard = function () {
   card.hidden = true;
   document.body.classList.remove("card-open");
   document.querySelectorAll(".hg-cell.selected").forEach((c) => c.classList.remove("selected"));
-  if (/^#head-/.test(location.hash)) history.replaceState(null, "", location.pathname + location.search);
+  if (/^#head-/.test(location.hash)) AL.setHash("");
+};
+
+/* The address names the open card (shareable); sandboxed frames (notebooks) may refuse. */
+AL.setHash = function (hash) {
+  try {
+    history.replaceState(null, "", hash || location.pathname + location.search);
+  } catch (error) { /* an opaque-origin frame: the card still opens */ }
 };
 
 AL.fromHash = function () {
