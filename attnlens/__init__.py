@@ -49,6 +49,11 @@ _LAZY = {
     "score_heads": "attnlens.pruning.importance",
     # export
     "export_hf": "attnlens.loaders.export",
+    # reports and the attention viewer
+    "analyze": "attnlens.report.api",
+    "compare": "attnlens.report.api",
+    "Report": "attnlens.report.folder",
+    "view": "attnlens.viewer",
 }
 
 __all__ = ["AttnlensError", *_LAZY]

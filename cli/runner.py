@@ -145,6 +145,7 @@ class CommandRun:
     def write_report(
         self, sections: Sequence[Section] | None, use_corpus: bool = True,
         corpus_name: str = "none", print_summaries: bool = True,
+        prune_dir: Path | None = None,
     ) -> list[SectionOutput]:
         """Run report ``sections`` (None: every section of `analyze`) over the corpus, write
         their tables, figures, run.json and index.html, print the summaries."""
@@ -157,6 +158,7 @@ class CommandRun:
         outputs = analyze(
             model, tokenizer, batches, out, sections=sections, formats=self.output.formats,
             show_progress=self.show_progress, corpus_name=corpus.name if corpus else corpus_name,
+            prune_dir=prune_dir,
         )
         if print_summaries:
             for output in outputs:
@@ -175,8 +177,8 @@ _SHARED = ("model", "device", "dtype", "allow_pickle", "text", "treebank", "pars
 
 def _shared_run(values: dict[str, Any]) -> CommandRun:
     model = corpus = output = None
-    if "model" in values:
-        model = ModelOptions(values["model"], values["device"], values["dtype"],
+    if "device" in values:
+        model = ModelOptions(values.get("model"), values["device"], values["dtype"],
                              values["allow_pickle"])
     if "text" in values:
         corpus = CorpusOptions(values["text"], values["treebank"], values["parse"])
@@ -192,6 +194,7 @@ def command(
     name: str,
     *,
     model: bool = True,
+    loading: bool | None = None,
     corpus: bool = False,
     out: Path | None = None,
     figures: bool = True,
@@ -201,9 +204,11 @@ def command(
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Register ``body(run, **own)`` as ``name`` with the shared option groups it asks for.
 
-    ``model``: MODEL and --device/--dtype/--allow-pickle; ``corpus``: --text/--treebank/
-    --parse; ``out``: --out with this default (and --format when ``figures``); ``batch_size``:
-    --batch-size/--max-length with these defaults (None: none). --quiet always.
+    ``model``: MODEL and --device/--dtype/--allow-pickle (``loading``: the options without
+    the argument, for a command that reads MODEL itself; default ``model``); ``corpus``:
+    --text/--treebank/--parse; ``out``: --out with this default (and --format when
+    ``figures``); ``batch_size``: --batch-size/--max-length with these defaults (None: none).
+    --quiet always.
     """
 
     def decorate(body: Callable[..., None]) -> Callable[..., None]:
@@ -217,7 +222,7 @@ def command(
             *(options.corpus() if corpus else []),
             *(options.batching(batch_size, max_length, batch_unit) if batch_size else []),
             *(options.output(out, figures) if out is not None else []),
-            *(options.model_loading() if model else []),
+            *(options.model_loading() if (model if loading is None else loading) else []),
             *options.quiet(),
         ]
         params = [*shared_front, *own, *shared_back]

@@ -30,7 +30,7 @@ def report(sample_report: Path) -> Path:
 
 
 def test_analyze_writes_the_attention_statistics(report: Path) -> None:
-    table = pd.read_csv(report / "head_stats.csv")
+    table = pd.read_csv(report / "tables" / "head_stats.csv")
     assert set(table.columns) >= {"layer", "head", "measure", "value"}
     assert set(table["measure"]) == set(MEASURES)
     assert sorted(table["layer"].unique()) == list(range(6))
@@ -53,14 +53,14 @@ def test_analyze_writes_the_attention_statistics(report: Path) -> None:
 
 def test_analyze_writes_figures_markdown_and_html(report: Path) -> None:
     for measure in MEASURES:
-        png = report / f"heads_{measure}.png"
+        png = report / "figures" / f"heads_{measure}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert (report / "head_stats.md").read_text().startswith("| layer | head |")
+    assert (report / "tables" / "head_stats.md").read_text().startswith("| layer | head |")
     html = (report / "index.html").read_text()
     assert "data:image/png;base64," in html and "Head roles" in html
     meta = json.loads((report / "run.json").read_text())
     assert meta["sentences"] > 0 and meta["layers_and_heads_numbered_from"] == 0
-    assert not list(report.glob(".*.tmp"))
+    assert not list(report.rglob(".*.tmp")) and not list(report.glob(".sections-*"))
 
 
 def test_bad_text_file_is_one_line_error_and_writes_nothing(tmp_path: Path) -> None:

@@ -130,8 +130,9 @@ def test_analyze_runs_the_collapse_section(minilm, small_batches, tmp_path) -> N
     assert set(output.tables) == {"collapse_variants", "collapse_fits", "path_collapse",
                                   "path_samples"}
     for name in ("collapse_variants", "path_collapse"):
-        assert (tmp_path / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
-        assert (tmp_path / f"{name}.csv").is_file() and (tmp_path / f"{name}.md").is_file()
+        assert (tmp_path / "figures" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+        assert (tmp_path / "tables" / f"{name}.csv").is_file()
+        assert (tmp_path / "tables" / f"{name}.md").is_file()
     assert "pure attention" in output.summary.lower()
     assert "Rank collapse" in (tmp_path / "index.html").read_text()
 
@@ -167,9 +168,9 @@ def test_cli_pretrained(tmp_path) -> None:
         "--out", str(tmp_path / "pre"), "-q",
     ])
     assert result.exit_code == 0, result.output
-    table = pd.read_csv(tmp_path / "pre" / "collapse_variants.csv")
+    table = pd.read_csv(tmp_path / "pre" / "tables" / "collapse_variants.csv")
     assert set(table["variant"]) == {"san", "full"} and (table["n"] == 2).all()
-    paths = pd.read_csv(tmp_path / "pre" / "path_collapse.csv")
+    paths = pd.read_csv(tmp_path / "pre" / "tables" / "path_collapse.csv")
     assert list(paths["path_length"]) == [1, 2, 3, 4, 5, 6] and (paths["n"] == 3).all()
 
 

@@ -52,17 +52,18 @@ def test_heads_command_on_the_embedded_sample(tmp_path):
     assert result.exit_code == 0, result.output
     assert "Best head per relation" in result.output
     for name in ("head_stats", "positional_heads", "syntactic_table1", "rare_words", "head_roles"):
-        assert (out / f"{name}.csv").is_file() and (out / f"{name}.md").is_file()
-    assert (out / "head_roles_map.png").is_file() and (out / "index.html").is_file()
-    roles = pd.read_csv(out / "head_roles.csv")
+        assert (out / "tables" / f"{name}.csv").is_file()
+        assert (out / "tables" / f"{name}.md").is_file()
+    assert (out / "figures" / "head_roles_map.png").is_file() and (out / "index.html").is_file()
+    roles = pd.read_csv(out / "tables" / "head_roles.csv")
     assert len(roles) == 6 * 12 and roles["layer"].min() == 0 and roles["head"].min() == 0
-    stats = pd.read_csv(out / "head_stats.csv").pivot_table(
+    stats = pd.read_csv(out / "tables" / "head_stats.csv").pivot_table(
         index=["layer", "head"], columns="measure", values="value"
     )
     assert ((stats["confidence"] > 0) & (stats["confidence"] <= 1)).all()
     targets = stats[["to_cls", "to_sep", "to_punct"]].sum(axis=1)
     assert (targets <= 1 + 1e-5).all()
-    table = pd.read_csv(out / "syntactic_table1.csv")
+    table = pd.read_csv(out / "tables" / "syntactic_table1.csv")
     assert {"det", "nsubj", "all relations"} <= set(table["relation"])
     assert set(table["direction"]) == {"dep->head", "head->dep"}
 
@@ -74,8 +75,8 @@ def test_heads_command_on_plain_text(tmp_path):
     result = CliRunner().invoke(app, ["heads", "--text", str(text), "--out", str(out), "-q"])
     assert result.exit_code == 0, result.output
     assert "syntactic heads not measured" in result.output
-    assert not (out / "syntactic_table1.csv").exists()
-    rare = pd.read_csv(out / "rare_words.csv")
+    assert not (out / "tables" / "syntactic_table1.csv").exists()
+    rare = pd.read_csv(out / "tables" / "rare_words.csv")
     assert rare["sentences"].iloc[0] == 2
 
 

@@ -31,6 +31,7 @@ LAYERS: list[set[str]] = [
     {"pruning"},
     {"plots"},
     {"report"},
+    {"viewer"},
     {"cli"},
 ]
 RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
@@ -39,8 +40,8 @@ RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
 def unit_of(module: str) -> str | None:
     """``attnlens.model.gates`` -> ``model``; the package root ``attnlens`` -> None."""
     parts = module.split(".")
-    if parts[0] != "attnlens" or len(parts) < 2:
-        return None
+    if parts[0] != "attnlens" or len(parts) < 2 or parts[1].startswith("__"):
+        return None  # outside attnlens, or the package root itself (attnlens.__version__)
     return parts[1]
 
 

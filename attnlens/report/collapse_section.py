@@ -13,6 +13,7 @@ from attnlens.analysis.variant_collapse import VariantCollapse
 from attnlens.io import save_figure, write_table
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import collapse_curves, double_log_fit, path_collapse_curve
+from attnlens.report.section_docs import COLLAPSE
 from attnlens.report.sections import Section, SectionOutput
 
 # `attnlens analyze` keeps this section cheap: a few sentences of every batch (batches come
@@ -128,6 +129,7 @@ class CollapseSection(Section):
 
     name = "collapse"
     title = "Rank collapse with depth"
+    doc = COLLAPSE
 
     def __init__(
         self,

@@ -15,6 +15,7 @@ from attnlens.data.rarity import WordRarity
 from attnlens.io import markdown_table, save_figure, write_table
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import layer_head_heatmap, relation_heatmaps, role_map_figure
+from attnlens.report.section_docs import HEADS
 from attnlens.report.sections import Section, SectionOutput
 
 STAT_FIGURES = {
@@ -45,6 +46,7 @@ def table_one(best: pd.DataFrame) -> pd.DataFrame:
 class HeadRolesSection(Section):
     name = "heads"
     title = "Head roles: positional, syntactic and rare-word heads"
+    doc = HEADS
 
     def __init__(
         self,
@@ -113,10 +115,16 @@ class HeadRolesSection(Section):
                                 relation_heatmaps(tables["syntactic_accuracy"], direction)))
         for name, fig in figures:
             output.figures += save_figure(fig, out_dir, name, formats)
-        output.summary = self._summary(tables, has_trees, has_words)
+        output.notes = self._notes(tables, has_trees, has_words)
+        output.summary = "\n".join(output.notes)
+        if has_trees:  # the console gets Table 1 itself; the page shows it as a table
+            output.summary += ("\n\nBest head per relation (Clark et al. Table 1 format):\n\n"
+                               + markdown_table(tables["syntactic_table1"]))
         return output
 
-    def _summary(self, tables: dict[str, pd.DataFrame], has_trees: bool, has_words: bool) -> str:
+    def _notes(
+        self, tables: dict[str, pd.DataFrame], has_trees: bool, has_words: bool
+    ) -> list[str]:
         roles = tables["head_roles"]["roles"]
         counts = {r: int(roles.str.contains(r).sum()) for r in ("positional", "syntactic", "rare")}
         lines = [
@@ -124,11 +132,8 @@ class HeadRolesSection(Section):
             f"syntactic {counts['syntactic']}, rare-word {counts['rare']} "
             f"of {len(roles)} heads."
         ]
-        if has_trees:
-            lines += ["", "Best head per relation (Clark et al. Table 1 format):", "",
-                      markdown_table(tables["syntactic_table1"])]
-        else:
+        if not has_trees:
             lines.append("No dependency trees in the corpus: syntactic heads not measured.")
         if not has_words:
             lines.append("No word-split corpus: rare-word heads not measured.")
-        return "\n".join(lines)
+        return lines

@@ -12,6 +12,7 @@ from attnlens.analysis.spectrum import SpectrumAnalyzer
 from attnlens.io import save_figure, write_table
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import cumulative_curves_by_layer, layer_head_heatmap, shared_subspace_curves
+from attnlens.report.section_docs import SPECTRUM
 from attnlens.report.sections import Section, SectionOutput
 
 
@@ -86,6 +87,7 @@ class SpectrumSection(Section):
 
     name = "spectrum"
     title = "Attention spectrum (low rank) and shared subspaces"
+    doc = SPECTRUM
 
     def __init__(self, low_rank_cost: bool = True) -> None:
         self.low_rank_cost = low_rank_cost
