@@ -162,7 +162,7 @@ def test_pruned_model_exports_and_loads_in_transformers(tiny_bert_base, tmp_path
         theirs = hf(**batch.inputs()).last_hidden_state
     diff = float((ours - theirs).abs()[real].max())
     print(f"pruned export max abs difference {diff:.2e}")
-    assert diff <= 1e-5  # transformers vs ours on |h| <= ~4, as TINY_TOL (measured <= 1.7e-6)
+    assert diff <= 1e-5  # transformers vs ours on |h| <= ~4, as TINY_TOL (measured <= 1.8e-6)
     reloaded = load_model(out)
     with torch.no_grad():
         # Same weights, fp32 rounding of the safetensors round trip is exact, but padded

@@ -50,10 +50,10 @@ def test_per_example_gates_agree_with_the_head_mask_gradient(minilm, sts_pairs):
     shared = mask.clone().requires_grad_()
     (summed,) = torch.autograd.grad(metric.example_losses(model, batch, shared).sum(), shared)
     # two fp32 backward passes through 6 layers that reduce over the examples in other
-    # places: ~n x 1.19e-7 relative for n ~ 8 x 384 terms (measured 8.9e-8, 0.34% of the bound)
+    # places: ~n x 1.19e-7 relative for n ~ 8 x 384 terms (measured <= 1.2e-7, 0.5% of the bound)
     torch.testing.assert_close(per_example.sum(dim=0), summed, rtol=1e-4, atol=1e-6)
     # per-example |.| is never below the batch-level |sum| (triangle inequality)
-    assert (per_example.abs().sum(0) >= summed.abs() - 1e-6).all()  # excess measured 1.9e-9
+    assert (per_example.abs().sum(0) >= summed.abs() - 1e-6).all()  # excess measured <= 3.7e-9
     scores = gradient_importance(model, metric, normalize=False)
     # the same gradients through the same ops (measured 0.0)
     torch.testing.assert_close(scores, per_example.abs().mean(0).double(), rtol=1e-4,
