@@ -39,7 +39,9 @@ def test_analyze_writes_the_attention_statistics(report: Path) -> None:
     value = table.set_index(["measure", "layer", "head"])["value"]
     assert value["confidence"].between(0.0, 1.0).all()
     assert value["to_cls"].between(0.0, 1.0).all() and value["to_sep"].between(0.0, 1.0).all()
-    assert (value["to_cls"] + value["to_sep"] <= 1.0 + 1e-9).all()
+    # shares of fp32 softmax rows, which sum to 1 within ~n x 1.19e-7 (n < 60 tokens: 7e-6):
+    # 1e-9 was below fp32 rounding; 1e-5 (measured max of the sum 0.86)
+    assert (value["to_cls"] + value["to_sep"] <= 1.0 + 1e-5).all()
     # Entropy of a distribution over n tokens lies in [0, log n]; sample sentences are < 40 tokens.
     assert value["entropy"].between(0.0, math.log(60)).all()
     assert (value["distance"] >= 0).all()

@@ -32,14 +32,16 @@ TOLERANCES = {
     "weight_asymmetry": (1e-9, 1e-12),
     "circuit_summary": (1e-9, 1e-12),
     "shared_subspace_dims": (0.0, 0.0),  # dimension counts
-    # float64 variants: a residual is the difference of a unit-scale matrix and its rank-one
-    # part, so its absolute rounding is ~1e3 float64 eps (2.2e-16) after 6 blocks whatever its
-    # size: 4.2e-13 measured against the reference on this machine in a later session; atol
-    # 1e-12 bounds that, rtol 1e-9 the well-conditioned large values.
-    "collapse_variants": (1e-9, 1e-12),
-    # Log-linear fits through those residuals down to 1e-9: an absolute 4e-13 there is 4e-4
-    # relative in the log-space points, 1.2e-4 measured in a fitted base; rtol 1e-3.
-    "collapse_fits": (1e-3, 1e-12),
+    # float64 variants of float32 embeddings: a residual is the difference of a unit-scale
+    # matrix and its rank-one part, so its absolute error is set by the inputs' float32
+    # rounding contracted through the blocks, whatever its size: measured 4.2e-13 (avx512)
+    # and 1.1e-12 (ATEN_CPU_CAPABILITY=default, MKL_CBWR=COMPATIBLE) against the reference.
+    # atol 5e-12 bounds that; rtol 1e-9 the well-conditioned large values.
+    "collapse_variants": (1e-9, 5e-12),
+    # Log-linear fits through those residuals, down to 1e-9 for the collapsing variants: an
+    # absolute 1e-12 there is 1e-3 in log space, and the fitted factor moved by 0.9 % (default
+    # kernels, san+mlp single_factor); rtol 3e-2.
+    "collapse_fits": (3e-2, 1e-12),
     # Products of float32 patterns in float64 and an SVD: the patterns' rounding (above).
     "path_collapse": (1e-4, 1e-6),
     "path_samples": (1e-4, 1e-6),
