@@ -190,23 +190,6 @@ def estimate_shares(
     return Shares(value, low, high, reps if keep_replicates else None)
 
 
-def cat_rows(
-    chunks: list[torch.Tensor], width: tuple[int, ...], dtype: torch.dtype = torch.float32
-) -> torch.Tensor:
-    """Concatenate per-batch chunks of per-sentence rows on the CPU (``[0, *width]`` if none)."""
-    if not chunks:
-        return torch.zeros((0, *width), dtype=dtype)
-    return torch.cat([c.detach().to("cpu", dtype) for c in chunks])
-
-
-def sentence_ids_of(batch, fallback_start: int) -> list[int]:
-    """The corpus indices of a batch's sentences (``extra["index"]``), else consecutive ones."""
-    index = batch.extra.get("index") if batch.extra else None
-    if index is not None:
-        return [int(i) for i in index]
-    return list(range(fallback_start, fallback_start + batch.size))
-
-
 def threshold_tests(
     value: torch.Tensor, reps: torch.Tensor | None, threshold: float, inference: Inference
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

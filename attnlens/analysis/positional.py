@@ -22,13 +22,8 @@ import pandas as pd
 import torch
 
 from attnlens.analysis.base import Analyzer, Batch, pattern_hook_names
-from attnlens.analysis.bootstrap import (
-    Inference,
-    cat_rows,
-    estimate_shares,
-    sentence_ids_of,
-    threshold_tests,
-)
+from attnlens.analysis.bootstrap import Inference, estimate_shares, threshold_tests
+from attnlens.analysis.per_sentence import PerSentenceRows, sentence_ids_of
 from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
 
@@ -36,12 +31,13 @@ OFFSETS = (-3, -2, -1, 0, 1, 2, 3)
 TARGETS = (*(f"{o:+d}" for o in OFFSETS), "special", "farther")
 
 
-class PositionalHeads(Analyzer):
+class PositionalHeads(PerSentenceRows, Analyzer):
     """Streaming per-sentence counts of the maximum-attention offset per head."""
 
     name = "positional"
     layerwise = True
     state_fields = ("sentences", "sentence_counts", "sentence_rows")
+    row_fields = ("sentence_counts", "sentence_rows")
 
     def __init__(
         self,
@@ -69,6 +65,11 @@ class PositionalHeads(Analyzer):
     def hook_names(self, model: HookedTransformer) -> list[str]:
         return pattern_hook_names(model)
 
+    def row_width(self, field: str) -> tuple[int, ...]:
+        if field == "sentence_counts":
+            return (len(TARGETS) - 1, self.n_layers, self.n_heads)
+        return ()
+
     def settings(self) -> dict:
         return {"n_layers": self.n_layers, "heads_per_layer": self.heads_per_layer,
                 "threshold": self.threshold, **self.inference.settings()}
@@ -80,7 +81,7 @@ class PositionalHeads(Analyzer):
         pos = torch.arange(real.shape[1], device=real.device)
         far = (pos[None, :] - pos[:, None]).abs() > max(OFFSETS)  # [query_pos, key_pos]
         self._far_special = far[None] & (real & special)[:, None, :]  # [batch, query, key]
-        self.sentences += sentence_ids_of(batch, max(self.sentences, default=-1) + 1)
+        self.sentences += sentence_ids_of(batch, self.next_sentence_id())
         self._scratch = torch.zeros(batch.size, len(TARGETS) - 1, self.n_layers, self.n_heads,
                                     device=real.device)  # [sentence, target, layer, head]
 
@@ -111,9 +112,8 @@ class PositionalHeads(Analyzer):
 
     def _per_sentence(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(``[sentence, target, layer, head]`` credit incl. "farther", ``[sentence]`` rows)."""
-        near = cat_rows(self.sentence_counts, (len(TARGETS) - 1, self.n_layers, self.n_heads),
-                        torch.float64)
-        rows = cat_rows(self.sentence_rows, (), torch.float64)
+        near = self.field_rows("sentence_counts")
+        rows = self.field_rows("sentence_rows")
         farther = (rows[:, None, None] - near.sum(1)).clamp_min(0)  # the rest of each row
         return torch.cat([near, farther[:, None]], 1), rows
 

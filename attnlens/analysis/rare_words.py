@@ -29,14 +29,8 @@ import pandas as pd
 import torch
 
 from attnlens.analysis.base import Analyzer, Batch, pattern_hook_names
-from attnlens.analysis.bootstrap import (
-    Inference,
-    cat_rows,
-    estimate_shares,
-    pooled,
-    sentence_ids_of,
-    threshold_tests,
-)
+from attnlens.analysis.bootstrap import Inference, estimate_shares, pooled, threshold_tests
+from attnlens.analysis.per_sentence import PerSentenceRows, sentence_ids_of
 from attnlens.data.rarity import WordRarity
 from attnlens.data.words import WordAttentionContext
 from attnlens.errors import ConfigError
@@ -47,13 +41,14 @@ RANKS = {"rarest": 1, "two_rarest": 2}
 RARE_SELF = ("include", "exclude")
 
 
-class RareWordHeads(Analyzer):
+class RareWordHeads(PerSentenceRows, Analyzer):
     """Streaming per-sentence counts of maximum attention landing on the rarest word(s)."""
 
     name = "rare_words"
     layerwise = True
     state_fields = ("sentences", "sentence_hits", "sentence_rows", "sentence_chance",
                     "skipped_batches")
+    row_fields = ("sentence_hits", "sentence_rows", "sentence_chance")
 
     def __init__(
         self,
@@ -89,6 +84,11 @@ class RareWordHeads(Analyzer):
     def hook_names(self, model: HookedTransformer) -> list[str]:
         return pattern_hook_names(model)
 
+    def row_width(self, field: str) -> tuple[int, ...]:
+        if field == "sentence_hits":
+            return (len(RANKS), self.n_layers, self.n_heads)
+        return (len(RANKS),)
+
     def settings(self) -> dict:
         return {"n_layers": self.n_layers, "heads_per_layer": self.heads_per_layer,
                 "rarity": self.rarity.source, "threshold": self.threshold,
@@ -121,7 +121,7 @@ class RareWordHeads(Analyzer):
         if batch.word_ids is None or batch.words is None:
             self.skipped_batches += 1  # token-only corpus (text_batches): nothing to count
             return
-        self.sentences += sentence_ids_of(batch, max(self.sentences, default=-1) + 1)
+        self.sentences += sentence_ids_of(batch, self.next_sentence_id())
         device = batch.word_ids.device
         self._examples = [r.to(device) for r in self._rows(batch)]
         self._scratch = torch.zeros(batch.size, len(RANKS), self.n_layers, self.n_heads,
@@ -161,8 +161,7 @@ class RareWordHeads(Analyzer):
     @property
     def used_sentences(self) -> int:
         """Sentences with enough word-like words for the rarest word."""
-        rows = cat_rows(self.sentence_rows, (len(RANKS),), torch.float64)
-        return int((rows[:, 0] > 0).sum())
+        return int((self.field_rows("sentence_rows")[:, 0] > 0).sum())
 
     def head_exists(self) -> np.ndarray:
         exists = np.zeros((self.n_layers, self.n_heads), dtype=bool)
@@ -172,9 +171,9 @@ class RareWordHeads(Analyzer):
 
     def result(self) -> dict[str, pd.DataFrame]:
         shape = (len(RANKS), self.n_layers, self.n_heads)
-        hits = cat_rows(self.sentence_hits, shape, torch.float64)
-        rows = cat_rows(self.sentence_rows, (len(RANKS),), torch.float64)
-        chance_sum = cat_rows(self.sentence_chance, (len(RANKS),), torch.float64)
+        hits = self.field_rows("sentence_hits")
+        rows = self.field_rows("sentence_rows")
+        chance_sum = self.field_rows("sentence_chance")
         n = len(rows)
         dens = rows[:, :, None].expand(n, len(RANKS), self.n_layers * self.n_heads)
         ids = torch.tensor(self.sentences, dtype=torch.long)

@@ -28,7 +28,8 @@ import pandas as pd
 import torch
 
 from attnlens.analysis.base import Analyzer, Batch, pattern_hook_names
-from attnlens.analysis.bootstrap import Inference, cat_rows, sentence_ids_of
+from attnlens.analysis.bootstrap import Inference
+from attnlens.analysis.per_sentence import PerSentenceRows, sentence_ids_of
 from attnlens.data.conllu import base_relation
 from attnlens.data.words import WordAttentionContext
 from attnlens.hooks import ActivationCache
@@ -104,13 +105,15 @@ class RelationArcs:
         return int(self.arcs.sum())
 
 
-class SyntacticHeads(Analyzer):
+class SyntacticHeads(PerSentenceRows, Analyzer):
     """Streaming per-sentence, per-relation hit counts of every head, and arc offsets."""
 
     name = "syntactic"
     layerwise = True
     state_fields = ("sentences", "offsets", "pair_sentence", "pair_relation", "pair_arcs",
                     "pair_hits", "arc_sentence", "arc_relation", "arc_offset")
+    row_fields = ("pair_hits",)
+    sentence_fields = ("sentences", "pair_sentence", "arc_sentence")
 
     def __init__(
         self,
@@ -147,6 +150,9 @@ class SyntacticHeads(Analyzer):
     def hook_names(self, model: HookedTransformer) -> list[str]:
         return pattern_hook_names(model)
 
+    def row_width(self, field: str) -> tuple[int, ...]:
+        return (len(DIRECTIONS), self.n_layers, self.n_heads)  # pair_hits
+
     def settings(self) -> dict:
         return {"n_layers": self.n_layers, "heads_per_layer": self.heads_per_layer,
                 "min_examples": self.min_examples, "margin": self.margin,
@@ -157,7 +163,7 @@ class SyntacticHeads(Analyzer):
         self._scratch = None
         if "heads" not in batch.extra or batch.word_ids is None:
             return  # a corpus without dependency trees: nothing to count
-        ids = sentence_ids_of(batch, max(self.sentences, default=-1) + 1)
+        ids = sentence_ids_of(batch, self.next_sentence_id())
         self.sentences += ids
         pairs: dict[tuple[int, str], int] = {}
         rows = []  # (sentence in batch, dependent, head, pair)
@@ -239,14 +245,13 @@ class SyntacticHeads(Analyzer):
         """The running state consolidated on the CPU (see ``SentenceArcs``)."""
         names = sorted(set(self.pair_relation))
         index = {r: i for i, r in enumerate(names)}
-        width = (len(DIRECTIONS), self.n_layers, self.n_heads)
         return SentenceArcs(
             relations=names,
             sentences=torch.unique(torch.tensor(self.sentences, dtype=torch.long)),
             pair_sentence=torch.tensor(self.pair_sentence, dtype=torch.long),
             pair_relation=torch.tensor([index[r] for r in self.pair_relation], dtype=torch.long),
             pair_arcs=torch.tensor(self.pair_arcs, dtype=torch.float64),
-            pair_hits=cat_rows(self.pair_hits, width),
+            pair_hits=self.field_rows("pair_hits", torch.float32),
             arc_sentence=torch.tensor(self.arc_sentence, dtype=torch.long),
             arc_relation=torch.tensor([index[r] for r in self.arc_relation], dtype=torch.long),
             arc_offset=torch.tensor(self.arc_offset, dtype=torch.long),
@@ -265,15 +270,6 @@ class SyntacticHeads(Analyzer):
             return 0, float("nan")
         offset, count = max(offsets.items(), key=lambda kv: (kv[1], -abs(kv[0]), -kv[0]))
         return (-offset if direction == "head->dep" else offset), count / total
-
-    def merge(self, other: SyntacticHeads) -> SyntacticHeads:
-        overlap = set(self.sentences) & set(other.sentences)
-        if overlap:
-            from attnlens.errors import ConfigError
-
-            raise ConfigError(f"cannot merge {self.name} states that saw the same sentences "
-                              f"(corpus index {min(overlap)}); give each part other sentences.")
-        return super().merge(other)
 
     def result(self) -> dict[str, pd.DataFrame]:
         from attnlens.analysis.syntactic_tables import syntactic_tables
