@@ -18,7 +18,8 @@ PositionalThresholdOpt = typer.Option(
     help="Share of tokens one offset must win for a positional head.",
 )
 MinExamplesOpt = typer.Option(
-    20, "--min-examples", min=1, help="Arcs a relation needs to be reported."
+    100, "--min-examples", min=1,
+    help="Arcs a relation needs to be reported and tested (see docs/heads.md: power).",
 )
 MarginOpt = typer.Option(
     0.10, "--margin", min=0.0, max=1.0,
@@ -35,6 +36,41 @@ RarityCorpusOpt = typer.Option(
 )
 BaseRelationsOpt = typer.Option(
     False, "--base-relations", help="Merge subtypes (nmod:poss -> nmod)."
+)
+BootstrapOpt = typer.Option(
+    1000, "--bootstrap", min=0,
+    help="Bootstrap replicates over sentences for intervals and role tests (0: off).",
+)
+SeedOpt = typer.Option(0, "--seed", help="Seed of the bootstrap and of the held-out split.")
+AlphaOpt = typer.Option(
+    0.05, "--alpha", min=0.0, max=1.0,
+    help="False discovery rate (bh) or family-wise error (holm) of each family of role tests.",
+)
+CorrectionOpt = typer.Option(
+    "bh", "--correction", help="Multiple-testing correction: bh (Benjamini-Hochberg) or holm."
+)
+PoolingOpt = typer.Option(
+    "token", "--pooling",
+    help="token: every arc/token/word counts the same (Clark et al.); sentence: per-sentence "
+    "shares averaged.",
+)
+RareSelfOpt = typer.Option(
+    "include", "--rare-self",
+    help="Whether the attending word itself competes for its row's maximum: include|exclude.",
+)
+SelectOnOpt = typer.Option(
+    None, "--select-on",
+    help="CoNLL-U treebank on which each relation's best head is chosen (reported on the "
+    "analysed corpus). Default: a seeded half of the analysed sentences.",
+    show_default=False,
+)
+SelectFractionOpt = typer.Option(
+    0.5, "--select-fraction", min=0.0, max=1.0,
+    help="Without --select-on: share of the sentences that choose the best heads.",
+)
+ClustersOpt = typer.Option(
+    True, "--clusters/--no-clusters",
+    help="Jensen-Shannon distances between every pair of heads and their MDS embedding.",
 )
 
 
@@ -55,16 +91,29 @@ def heads(
     rare_threshold: float = RareThresholdOpt,
     rarity_corpus: opt.OptionalPath = RarityCorpusOpt,
     base_relations: bool = BaseRelationsOpt,
+    bootstrap: int = BootstrapOpt,
+    seed: int = SeedOpt,
+    alpha: float = AlphaOpt,
+    correction: str = CorrectionOpt,
+    pooling: str = PoolingOpt,
+    rare_self: str = RareSelfOpt,
+    select_on: opt.OptionalPath = SelectOnOpt,
+    select_fraction: float = SelectFractionOpt,
+    clusters: bool = ClustersOpt,
     fmt: str = opt.FormatOpt,
     quiet: bool = opt.QuietOpt,
 ) -> None:
     """Find the positional, syntactic and rare-word heads of MODEL (layers/heads from 0).
 
     With --treebank (or the embedded sample): everything. With --text: statistics,
-    positional and rare-word heads (add --parse for syntactic heads via spaCy).
+    positional and rare-word heads (add --parse for syntactic heads via spaCy). Roles are
+    tested claims: bootstrap intervals over sentences, corrected for every head and
+    relation tried (docs/heads.md).
     """
+    from attnlens.analysis.bootstrap import Inference
     from attnlens.data.rarity import WordRarity
     from attnlens.data.words import load_corpus
+    from attnlens.errors import ConfigError
     from attnlens.loaders import load
     from attnlens.report.analyze import analyze as run_analysis
     from attnlens.report.heads_section import HeadRolesSection
@@ -76,6 +125,14 @@ def heads(
         treebank=str(treebank) if treebank else None,
         parse=parse,
     )
+    inference = Inference(bootstrap=bootstrap, seed=seed, alpha=alpha, correction=correction,
+                          pooling=pooling)
+    if rare_self not in ("include", "exclude"):
+        raise ConfigError(f"--rare-self must be include or exclude, not {rare_self!r}.")
+    if not 0 < select_fraction < 1:
+        raise ConfigError(f"--select-fraction must lie strictly between 0 and 1, "
+                          f"not {select_fraction}.")
+    chooser = load_corpus(treebank=str(select_on)) if select_on else None
     rarity = WordRarity.from_text_file(rarity_corpus) if rarity_corpus else None
     check_output_dir(out)
     model_obj, tokenizer = load(model, device=device, dtype=dtype, allow_pickle=allow_pickle)
@@ -87,6 +144,14 @@ def heads(
         rare_threshold=rare_threshold,
         rarity=rarity,
         base_relations=base_relations,
+        inference=inference,
+        rare_self=rare_self,
+        select_on=(chooser.batches(tokenizer, batch_size=batch_size, max_length=max_length)
+                   if chooser else None),
+        select_on_name=chooser.name if chooser else "",
+        select_fraction=select_fraction,
+        clusters=clusters,
+        corpus_name=corpus.name,
     )
     (output,) = run_analysis(
         model_obj, tokenizer, batches, out, sections=[section], formats=formats,

@@ -160,7 +160,8 @@ class PositionalHeads(PerSentenceRows, Analyzer):
             "layer": layer, "head": head, "best_offset": np.array(OFFSETS)[best],
             "share": share, "ci_low": low[best, layer, head], "ci_high": high[best, layer, head],
             "tokens": tokens, "n_sentences": int((rows > 0).sum()),
-            "tested": reps is not None and tokens > 0, "p_value": p.numpy(),
+            "threshold": self.threshold, "tested": reps is not None and tokens > 0,
+            "p_value": p.numpy(),
             "q_value": q.numpy(), "above_threshold": share >= self.threshold,
             "positional": passed.numpy() & (tokens > 0),
         })

@@ -197,6 +197,7 @@ class RareWordHeads(PerSentenceRows, Analyzer):
             "two_rarest_ci_high": high[1, layer, head].numpy(),
             "chance_rarest": float(chance[0]), "chance_two_rarest": float(chance[1]),
             "words": words, "sentences": int((rows[:, 0] > 0).sum()),
+            "threshold": self.threshold,
             "tested": reps is not None and words > 0, "p_value": p.numpy(), "q_value": q.numpy(),
             "above_threshold": (rarest >= self.threshold).numpy() & (words > 0),
             "rare_word": passed.numpy() & (words > 0),

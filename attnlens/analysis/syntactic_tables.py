@@ -45,7 +45,8 @@ from attnlens.analysis.syntactic import (
 
 ACCURACY_COLUMNS = [
     "relation", "direction", "layer", "head", "accuracy", "ci_low", "ci_high", "baseline",
-    "excess", "excess_ci_low", "excess_ci_high", "examples", "n_sentences", "tested",
+    "excess", "excess_ci_low", "excess_ci_high", "min_excess", "examples", "n_sentences",
+    "tested",
     "p_value", "q_value", "above_margin", "syntactic",
 ]
 BEST_COLUMNS = [
@@ -157,7 +158,8 @@ def _accuracy_frame(relation: str, stats: RelationStats, exists: np.ndarray,
         "accuracy": acc, "ci_low": stats.ci_low[d, layer, head],
         "ci_high": stats.ci_high[d, layer, head], "baseline": stats.baseline,
         "excess": excess, "excess_ci_low": stats.excess_low[d, layer, head],
-        "excess_ci_high": stats.excess_high[d, layer, head], "examples": stats.examples,
+        "excess_ci_high": stats.excess_high[d, layer, head], "min_excess": margin,
+        "examples": stats.examples,
         "n_sentences": stats.n_sentences, "tested": False,
         "p_value": stats.p_value[d, layer, head], "q_value": np.nan,
         "above_margin": acc >= stats.baseline + margin, "syntactic": False,
