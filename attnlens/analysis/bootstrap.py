@@ -21,6 +21,7 @@ shares over the sentences that have at least one example (every sentence counts 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -148,7 +149,8 @@ def p_above(
     var = torch.where(valid, (r - mean) ** 2, 0).sum(0) / (count - 1).clamp_min(1)
     se = var.sqrt()
     gap = estimate - reference
-    p = torch.special.ndtr(-gap / se.clamp_min(1e-300))
+    z = gap / se.clamp_min(1e-300)
+    p = 0.5 * torch.special.erfc(z / math.sqrt(2))  # 1 - Phi(z), accurate far in the tail
     p = torch.where(se > 0, p, (gap <= 0).double())
     return torch.where(torch.isnan(estimate) | (count < 2), torch.nan, p)
 
