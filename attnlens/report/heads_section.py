@@ -98,7 +98,7 @@ class HeadRolesSection(Section):
         select_on: Sequence[Batch] | None = None,
         select_on_name: str = "",
         select_fraction: float = 0.5,
-        clusters: bool = True,
+        clusters: bool = False,  # JS between every pair of heads: `heads` turns it on
         corpus_name: str = "",
     ) -> None:
         self.positional_threshold, self.min_examples, self.margin = (
