@@ -110,10 +110,9 @@ def heads(
     tested claims: bootstrap intervals over sentences, corrected for every head and
     relation tried (docs/heads.md).
     """
-    from attnlens.analysis.bootstrap import Inference
     from attnlens.data.rarity import WordRarity
     from attnlens.data.words import load_corpus
-    from attnlens.errors import ConfigError
+    from attnlens.errors import DataError
     from attnlens.loaders import load
     from attnlens.report.analyze import analyze as run_analysis
     from attnlens.report.heads_section import HeadRolesSection
@@ -125,13 +124,10 @@ def heads(
         treebank=str(treebank) if treebank else None,
         parse=parse,
     )
-    inference = Inference(bootstrap=bootstrap, seed=seed, alpha=alpha, correction=correction,
-                          pooling=pooling)
-    if rare_self not in ("include", "exclude"):
-        raise ConfigError(f"--rare-self must be include or exclude, not {rare_self!r}.")
-    if not 0 < select_fraction < 1:
-        raise ConfigError(f"--select-fraction must lie strictly between 0 and 1, "
-                          f"not {select_fraction}.")
+    inference = _statistics(bootstrap, seed, alpha, correction, pooling, rare_self,
+                            select_fraction)
+    if select_on and not select_on.is_file():
+        raise DataError(f"--select-on: {select_on} does not exist; pass a CoNLL-U treebank.")
     chooser = load_corpus(treebank=str(select_on)) if select_on else None
     rarity = WordRarity.from_text_file(rarity_corpus) if rarity_corpus else None
     check_output_dir(out)
@@ -160,6 +156,21 @@ def heads(
     typer.echo(output.summary)
     console.print(f"wrote {len(output.tables)} tables and {len(output.figures)} figures "
                   f"to {out}/ (open {out / 'index.html'})")
+
+
+def _statistics(bootstrap: int, seed: int, alpha: float, correction: str, pooling: str,
+                rare_self: str, select_fraction: float):
+    """The statistics options as an ``Inference``, checked before anything is loaded."""
+    from attnlens.analysis.bootstrap import Inference
+    from attnlens.errors import ConfigError
+
+    if rare_self not in ("include", "exclude"):
+        raise ConfigError(f"--rare-self must be include or exclude, not {rare_self!r}.")
+    if not 0 < select_fraction < 1:
+        raise ConfigError(f"--select-fraction must lie strictly between 0 and 1, "
+                          f"not {select_fraction}.")
+    return Inference(bootstrap=bootstrap, seed=seed, alpha=alpha, correction=correction,
+                     pooling=pooling)
 
 
 def register(app: typer.Typer) -> None:
