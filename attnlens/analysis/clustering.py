@@ -106,8 +106,10 @@ class HeadClustering(Analyzer):
         for start in range(0, n_rows, step):
             rows = slice(start, start + step)
             mixed = (mine[:, None, rows] + theirs[None, :, rows]) / 2  # [mine, theirs, row, key]
-            js = (torch.special.entr(mixed).sum(-1) - my_entropy[:, None, rows] / 2
-                  - their_entropy[None, :, rows] / 2)  # [mine, theirs, row]
+            # (H(p) + H(q)) / 2 added in one commutative step: a same-layer block is
+            # exactly symmetric, and identical heads give exactly 0
+            halves = (my_entropy[:, None, rows] + their_entropy[None, :, rows]) / 2
+            js = torch.special.entr(mixed).sum(-1) - halves  # [mine, theirs, row]
             token += js.sum(-1).double()
             sentence += (js.double() * self._row_share[rows]).sum(-1)
         a = slice(self.first[layer], self.first[layer + 1])
