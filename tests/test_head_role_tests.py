@@ -191,3 +191,17 @@ def test_the_default_min_examples_gives_the_reference_effect_80_percent_power():
     assert margin_test_power(20, 0.6, 0.3) < 0.5
     powers = [margin_test_power(n, 0.6, 0.3) for n in (10, 50, 100, 500)]
     assert powers == sorted(powers)
+
+
+def test_percentile_interval_matches_numpy_nanquantile():
+    from attnlens.analysis.bootstrap import percentile_interval
+
+    reps = torch.randn(1000, 40, dtype=torch.float64)
+    reps[:100, 3] = torch.nan  # some replicates without an example
+    reps[:, 4] = torch.nan  # none with one
+    low, high = percentile_interval(reps)
+    expected = np.nanquantile(np.delete(reps.numpy(), 4, axis=1), [0.025, 0.975], axis=0)
+    # the same linear interpolation in float64: equal to a few ulps of values of order 1
+    np.testing.assert_allclose(np.delete(low.numpy(), 4), expected[0], rtol=0, atol=1e-14)
+    np.testing.assert_allclose(np.delete(high.numpy(), 4), expected[1], rtol=0, atol=1e-14)
+    assert np.isnan(low[4]) and np.isnan(high[4])

@@ -148,21 +148,24 @@ def classify_heads(
             on=["layer", "head"],
             how="left",
         )
-    found = {key: group for key, group in evidence.groupby(["layer", "head"])}
+    found: dict[tuple[int, int], list[dict]] = {}
+    for record in evidence.to_dict("records"):  # plain dicts: one pass, no per-head frames
+        found.setdefault((int(record["layer"]), int(record["head"])), []).append(record)
     roles, details, counts = [], [], []
-    for row in table.itertuples():
-        rows = found.get((row.layer, row.head), evidence.iloc[:0])
-        names = [r for r in ROLES if r in set(rows["role"])]
+    for layer, head in zip(table["layer"], table["head"], strict=True):
+        rows = found.get((int(layer), int(head)), [])
+        names = [r for r in ROLES if any(row["role"] == r for row in rows)]
         roles.append("; ".join(names) if names else "none")
-        counts.append(int((rows["role"] == "syntactic").sum()))
-        details.append("; ".join(_evidence_text(r) for r in rows.itertuples()))
+        counts.append(sum(row["role"] == "syntactic" for row in rows))
+        details.append("; ".join(_evidence_text(row) for row in rows))
     return table.assign(roles=roles, n_relations=counts, evidence=details, view=view)
 
 
-def _evidence_text(row) -> str:
-    interval = "" if np.isnan(row.ci_low) else f" [{row.ci_low:.2f}, {row.ci_high:.2f}]"
-    q = "" if np.isnan(row.q_value) else f", q={row.q_value:.2g}"
-    return f"{row.role}: {row.detail} ({row.value:.2f}{interval}{q})"
+def _evidence_text(row: dict) -> str:
+    ci_low, ci_high, q = (float(row[k]) for k in ("ci_low", "ci_high", "q_value"))
+    interval = "" if np.isnan(ci_low) else f" [{ci_low:.2f}, {ci_high:.2f}]"
+    tested = "" if np.isnan(q) else f", q={q:.2g}"
+    return f"{row['role']}: {row['detail']} ({float(row['value']):.2f}{interval}{tested})"
 
 
 def role_counts(head_roles: pd.DataFrame) -> dict[str, int]:

@@ -192,6 +192,10 @@ def syntactic_tables(analyzer: SyntacticHeads) -> dict[str, pd.DataFrame]:
             eligible = frames_eligible(accuracy)
             accuracy["syntactic"] = eligible & accuracy["above_margin"].to_numpy()
     best, baselines = [], []
+    # the table is ordered relation, direction, layer, head: the first row of each group's
+    # maximum is the lowest (layer, head) among tied best heads
+    top_rows = accuracy.loc[accuracy.groupby(["relation", "direction"], sort=False)[
+        "accuracy"].idxmax()].set_index(["relation", "direction"])
     for relation, s in stats.items():
         for direction in DIRECTIONS:
             offset = -s.baseline_offset if direction == "head->dep" else s.baseline_offset
@@ -200,9 +204,7 @@ def syntactic_tables(analyzer: SyntacticHeads) -> dict[str, pd.DataFrame]:
                 "n_sentences": s.n_sentences, "baseline_offset": offset, "baseline": s.baseline,
                 "ci_low": s.baseline_low, "ci_high": s.baseline_high,
                 "pooling": inference.pooling})
-            rows = accuracy[(accuracy["relation"] == relation)
-                            & (accuracy["direction"] == direction)]
-            top = rows.loc[rows["accuracy"].idxmax()]  # first of ties: lowest layer, head
+            top = top_rows.loc[(relation, direction)]
             best.append({
                 "relation": relation, "direction": direction, "examples": s.examples,
                 "n_sentences": s.n_sentences, "layer": int(top["layer"]),
@@ -266,6 +268,8 @@ def held_out_selection(
         evaluated_on = evaluated_on or f"the other {len(keep_eval)} sentences"
     else:
         select_data, keep_select, keep_eval = select.per_sentence(), None, None
+    all_weights = (poisson_weights(data.sentences, inference.bootstrap, inference.seed)
+                   if inference.bootstrap else None)  # keyed by sentence: any subset's columns
     rows = []
     for relation in evaluate.relations() + ([ALL_RELATIONS] if evaluate.offsets else []):
         key = None if relation == ALL_RELATIONS else relation
@@ -274,9 +278,7 @@ def held_out_selection(
         else:
             chosen_group = select_data.group(key, keep_select)
         ev = data.group(key, keep_eval)
-        weights = None
-        if inference.bootstrap and len(ev.sentences):
-            weights = poisson_weights(ev.sentences, inference.bootstrap, inference.seed)
+        weights = _columns_of(data.sentences, all_weights, ev.sentences)
         ev_stats = relation_stats(ev, inference, weights, evaluate.margin)
         ev_best = _best_heads(torch.from_numpy(ev_stats.accuracy), exists)
         if chosen_group is not None and chosen_group.examples:
