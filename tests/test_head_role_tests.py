@@ -204,4 +204,4 @@ def test_percentile_interval_matches_numpy_nanquantile():
     # the same linear interpolation in float64: equal to a few ulps of values of order 1
     np.testing.assert_allclose(np.delete(low.numpy(), 4), expected[0], rtol=0, atol=1e-14)
     np.testing.assert_allclose(np.delete(high.numpy(), 4), expected[1], rtol=0, atol=1e-14)
-    assert np.isnan(low[4]) and np.isnan(high[4])
+    assert torch.isnan(low[4]) and torch.isnan(high[4])
