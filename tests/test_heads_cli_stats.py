@@ -76,3 +76,46 @@ def test_statistics_option_errors_are_one_line(args, message, tmp_path, monkeypa
     assert exit_info.value.code == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("Error: ") and message in err and "\n" not in err
+
+
+def test_minilm_statistics_on_ud_subset(minilm):
+    """300 sentences of UD EWT dev through the heads section: intervals hold their estimates,
+    accuracies do not depend on the bootstrap, MiniLM's previous-token head is positional."""
+    import torch
+
+    from attnlens.analysis.bootstrap import Inference
+    from attnlens.analysis.runner import run_analyzers
+    from attnlens.data.conllu import read_conllu
+    from attnlens.data.words import treebank_batches
+    from attnlens.report.heads_section import HeadRolesSection
+    from tests.conftest import shared_file
+
+    model, tokenizer = minilm
+    torch.set_num_threads(2)
+    sentences = read_conllu(shared_file("ud-ewt/en_ewt-ud-dev.conllu"))[:300]
+    batches = treebank_batches(tokenizer, sentences, batch_size=16, max_length=512)
+    section = HeadRolesSection(min_examples=100, clusters=True)
+    analyzers = section.analyzers(model, tokenizer)
+    run_analyzers(model, batches, analyzers, show_progress=False)
+    tables = section.tables(model, analyzers)
+    # replicates are fp32 matrix products of exact counts: within 1e-6 of the fp64 estimate
+    for name, value in (("syntactic_accuracy", "accuracy"), ("positional_heads", "share"),
+                        ("rare_words", "share_rarest"), ("head_stats", "value"),
+                        ("head_behaviour", "value"), ("syntactic_heldout", "heldout_accuracy")):
+        t = tables[name].dropna(subset=["ci_low"])
+        assert len(t) and (t["ci_low"] <= t[value] + 1e-6).all(), name
+        assert (t[value] <= t["ci_high"] + 1e-6).all(), name
+    positional = tables["positional_heads"]
+    assert positional.loc[positional["positional"], ["layer", "head"]].values.tolist() == [[0, 2]]
+    best = tables["syntactic_best"].set_index(["relation", "direction"])
+    det = tables["syntactic_accuracy"].query(
+        "relation == 'det' and direction == 'dep->head' and layer == 2 and head == 8")
+    assert best.loc[("det", "dep->head"), ["layer", "head"]].tolist() == [2, 8]
+    assert det["excess_ci_low"].item() > 0  # beats the +1 baseline with its whole interval
+    section.inference = Inference(bootstrap=0)
+    for analyzer in analyzers:
+        if hasattr(analyzer, "inference"):
+            analyzer.inference = section.inference
+    plain = section.tables(model, analyzers)
+    assert plain["syntactic_accuracy"]["accuracy"].equals(tables["syntactic_accuracy"]["accuracy"])
+    assert plain["syntactic_accuracy"]["ci_low"].isna().all()
