@@ -183,3 +183,34 @@ def test_rare_self_decides_whether_a_word_may_pick_itself():
     assert shares["exclude"] == (1.0, pytest.approx(1 / (n - 1)))
     with pytest.raises(ConfigError, match="rare-self"):
         RareWordHeads(1, 1, rarity=RARITY, rare_self="sometimes")
+
+
+def test_a_structurally_pruned_model_has_no_phantom_heads():
+    from attnlens.analysis.clustering import HeadClustering
+    from attnlens.analysis.runner import run_analyzers
+    from attnlens.model import HookedTransformer, TransformerConfig
+    from attnlens.pruning.structural import prune_heads
+
+    torch.manual_seed(0)
+    cfg = TransformerConfig(d_model=32, n_heads=4, n_layers=2, d_mlp=64, vocab_size=1200,
+                            n_ctx=32)
+    mask = torch.ones(2, 4)
+    mask[1, 1:] = 0  # layer 1 keeps head 0 only
+    model = prune_heads(HookedTransformer(cfg).eval(), mask)
+    assert model.heads_per_layer == [4, 1]
+    words = WordAttentionContext()
+    found = [SyntacticHeads.for_model(model, min_examples=5, words=words),
+             PositionalHeads.for_model(model),
+             RareWordHeads.for_model(model, rarity=RARITY, words=words),
+             HeadBehaviour.for_model(model), HeadClustering.for_model(model)]
+    sentences = sample_treebank()[:16]
+    run_analyzers(model, [make_batch(sentences[:8]), make_batch(sentences[8:], 8)], found,
+                  show_progress=False)
+    for analyzer in found:
+        for name, table in analyzer.result().items():
+            columns = [c for c in (("layer", "head"), ("layer_a", "head_a"),
+                                   ("layer_b", "head_b")) if c[0] in table]
+            pairs = {p for layer, head in columns
+                     for p in zip(table[layer], table[head], strict=True)}
+            if columns:
+                assert pairs == {(0, 0), (0, 1), (0, 2), (0, 3), (1, 0)}, name
