@@ -13,7 +13,8 @@ PositionalThresholdOpt = typer.Option(
     help="Share of tokens one offset must win for a positional head.",
 )
 MinExamplesOpt = typer.Option(
-    20, "--min-examples", min=1, help="Arcs a relation needs to be reported."
+    100, "--min-examples", min=1,
+    help="Arcs a relation needs to be reported and tested (see docs/heads.md: power).",
 )
 MarginOpt = typer.Option(
     0.10, "--margin", min=0.0, max=1.0,
@@ -31,6 +32,41 @@ RarityCorpusOpt = typer.Option(
 BaseRelationsOpt = typer.Option(
     False, "--base-relations", help="Merge subtypes (nmod:poss -> nmod)."
 )
+BootstrapOpt = typer.Option(
+    1000, "--bootstrap", min=0,
+    help="Bootstrap replicates over sentences for intervals and role tests (0: off).",
+)
+SeedOpt = typer.Option(0, "--seed", help="Seed of the bootstrap and of the held-out split.")
+AlphaOpt = typer.Option(
+    0.05, "--alpha", min=0.0, max=1.0,
+    help="False discovery rate (bh) or family-wise error (holm) of each family of role tests.",
+)
+CorrectionOpt = typer.Option(
+    "bh", "--correction", help="Multiple-testing correction: bh (Benjamini-Hochberg) or holm."
+)
+PoolingOpt = typer.Option(
+    "token", "--pooling",
+    help="token: every arc/token/word counts the same (Clark et al.); sentence: per-sentence "
+    "shares averaged.",
+)
+RareSelfOpt = typer.Option(
+    "include", "--rare-self",
+    help="Whether the attending word itself competes for its row's maximum: include|exclude.",
+)
+SelectOnOpt = typer.Option(
+    None, "--select-on",
+    help="CoNLL-U treebank on which each relation's best head is chosen (reported on the "
+    "analysed corpus). Default: a seeded half of the analysed sentences.",
+    show_default=False,
+)
+SelectFractionOpt = typer.Option(
+    0.5, "--select-fraction", min=0.0, max=1.0,
+    help="Without --select-on: share of the sentences that choose the best heads.",
+)
+ClustersOpt = typer.Option(
+    True, "--clusters/--no-clusters",
+    help="Jensen-Shannon distances between every pair of heads and their MDS embedding.",
+)
 
 
 def heads(
@@ -41,21 +77,39 @@ def heads(
     rare_threshold: float = RareThresholdOpt,
     rarity_corpus: Path | None = RarityCorpusOpt,
     base_relations: bool = BaseRelationsOpt,
+    bootstrap: int = BootstrapOpt,
+    seed: int = SeedOpt,
+    alpha: float = AlphaOpt,
+    correction: str = CorrectionOpt,
+    pooling: str = PoolingOpt,
+    rare_self: str = RareSelfOpt,
+    select_on: Path | None = SelectOnOpt,
+    select_fraction: float = SelectFractionOpt,
+    clusters: bool = ClustersOpt,
 ) -> None:
     """Find the positional, syntactic and rare-word heads of MODEL (layers/heads from 0).
 
     With --treebank (or the embedded sample): everything. With --text: statistics,
-    positional and rare-word heads (add --parse for syntactic heads via spaCy).
+    positional and rare-word heads (add --parse for syntactic heads via spaCy). Roles are
+    tested claims: bootstrap intervals over sentences, corrected for every head and
+    relation tried (docs/heads.md).
     """
-    from attnlens.data.text import read_text_file
+    inference = _statistics(bootstrap, seed, alpha, correction, pooling, rare_self,
+                            select_fraction)
+    from attnlens.io import check_input_file
 
-    rarity_lines = read_text_file(rarity_corpus) if rarity_corpus else None  # checked early
+    check_input_file(select_on, "--select-on", "CoNLL-U treebank")
+    check_input_file(rarity_corpus, "--rarity-corpus", "text")
+    from attnlens.data.corpus import load_corpus
     from attnlens.data.rarity import WordRarity
+    from attnlens.data.text import read_text_file
     from attnlens.report.heads_section import HeadRolesSection
 
+    corpus = run.read_corpus()
+    chooser = load_corpus(treebank=select_on) if select_on else None
     rarity = None
-    if rarity_lines is not None:
-        rarity = WordRarity.from_texts(rarity_lines, source=str(rarity_corpus))
+    if rarity_corpus:
+        rarity = WordRarity.from_texts(read_text_file(rarity_corpus), source=str(rarity_corpus))
     section = HeadRolesSection(
         positional_threshold=positional_threshold,
         min_examples=min_examples,
@@ -63,8 +117,30 @@ def heads(
         rare_threshold=rare_threshold,
         rarity=rarity,
         base_relations=base_relations,
+        inference=inference,
+        rare_self=rare_self,
+        select_on=chooser,
+        select_on_name=chooser.name if chooser else "",
+        select_fraction=select_fraction,
+        clusters=clusters,
+        corpus_name=corpus.name,
     )
-    run.write_report([section])
+    run.write_report([section], corpus=corpus)
+
+
+def _statistics(bootstrap: int, seed: int, alpha: float, correction: str, pooling: str,
+                rare_self: str, select_fraction: float):
+    """The statistics options as an ``Inference``, checked before anything is loaded."""
+    from attnlens.analysis.bootstrap import Inference
+    from attnlens.errors import ConfigError
+
+    if rare_self not in ("include", "exclude"):
+        raise ConfigError(f"--rare-self must be include or exclude, not {rare_self!r}.")
+    if not 0 < select_fraction < 1:
+        raise ConfigError(f"--select-fraction must lie strictly between 0 and 1, "
+                          f"not {select_fraction}.")
+    return Inference(bootstrap=bootstrap, seed=seed, alpha=alpha, correction=correction,
+                     pooling=pooling)
 
 
 def register(app: typer.Typer) -> None:

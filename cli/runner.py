@@ -145,11 +145,13 @@ class CommandRun:
     def write_report(
         self, sections: Sequence[Section] | None, use_corpus: bool = True,
         corpus_name: str = "none", print_summaries: bool = True,
-        prune_dir: Path | None = None,
+        prune_dir: Path | None = None, corpus: Corpus | None = None,
     ) -> list[SectionOutput]:
-        """Run report ``sections`` (None: every section of `analyze`) over the corpus, write
-        their tables, figures, run.json and index.html, print the summaries."""
-        corpus = self.read_corpus() if use_corpus else None
+        """Run report ``sections`` (None: every section of `analyze`) over the corpus (read
+        here unless given), write their tables, figures, run.json and index.html, print the
+        summaries."""
+        if corpus is None and use_corpus:
+            corpus = self.read_corpus()
         model, tokenizer = self.load_model()
         batches = corpus.batches(tokenizer, self.batch_size, self.max_length) if corpus else []
         out = self.prepare_output()

@@ -25,7 +25,7 @@ COUNT_ALERTS = ("window.__alerts = 0; window.alert = function () { window.__aler
                 "window.confirm = window.alert; window.prompt = window.alert;")
 
 
-def xss_treebank(folder: Path, sentences: int = 24) -> Path:
+def xss_treebank(folder: Path, sentences: int = 120) -> Path:  # >= --min-examples arcs
     lines = []
     for i in range(sentences):
         lines += [f"# sent_id = s{i}", f"# text = The {XSS_IMG} sat .",

@@ -53,7 +53,8 @@ def test_table_matches_the_reference(name: str, sample_report: Path) -> None:
     expected = pd.read_csv(REFERENCE / f"{name}.csv")
     (found,) = sample_report.rglob(f"{name}.csv")
     got = pd.read_csv(found)
-    assert list(got.columns) == list(expected.columns), name
+    # Columns added since (intervals and pooling of issue 12) may follow; none may go.
+    assert list(got.columns)[: len(expected.columns)] == list(expected.columns), name
     assert len(got) == len(expected), name
     rtol, atol = TOLERANCES[name]
     for column in expected.columns:

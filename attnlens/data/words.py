@@ -92,25 +92,35 @@ def word_attention(
     return WordAttention(weights=weights, to_special=to_special, valid=valid)
 
 
-_memo: dict[str, object] = {"cache": None, "key": None, "layers": {}}
+class WordAttentionContext:
+    """Word-level attention of the batch and layer being analysed, shared explicitly.
 
-
-def cached_word_attention(cache, batch: Batch, layer: int) -> WordAttention:
-    """``word_attention`` of one layer, computed once per (cache, batch) for all analyzers.
-
-    Only the most recent cache's layers are remembered, so memory stays at one batch.
+    One object per run, passed to every analyzer that reads word-level attention (syntactic
+    and rare-word heads), so each layer of each batch is aggregated once however many
+    analyzers read it. It remembers one layer of one batch (weak references to the batch and
+    the pattern tensor, so it never keeps either alive): asking for another batch, layer or
+    pattern recomputes. Analyzers given none make their own (nothing shared, same numbers).
     """
-    key = (id(batch.word_ids), tuple(batch.extra.get("n_words", ())))
-    owner = _memo["cache"]
-    if owner is None or owner() is not cache or _memo["key"] != key:
-        _memo.update(cache=weakref.ref(cache), key=key, layers={})
-    layers = _memo["layers"]
-    if layer not in layers:
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget the remembered layer (analyzers call this at the end of each batch)."""
+        self._key: tuple | None = None
+        self._value: WordAttention | None = None
+
+    def get(self, batch: Batch, layer: int, pattern: torch.Tensor) -> WordAttention:
+        """``word_attention`` of ``pattern [batch, head, query_pos, key_pos]`` for ``batch``."""
+        if self._key is not None:
+            batch_ref, pattern_ref, known_layer = self._key
+            if batch_ref() is batch and pattern_ref() is pattern and known_layer == layer:
+                return self._value
         n_words = max(batch.extra["n_words"]) if batch.extra.get("n_words") else None
-        layers[layer] = word_attention(
-            cache["pattern", layer], batch.word_ids, batch.special_mask, n_words=n_words
-        )
-    return layers[layer]
+        value = word_attention(pattern, batch.word_ids, batch.special_mask, n_words=n_words)
+        self._key = (weakref.ref(batch), weakref.ref(pattern), layer)
+        self._value = value
+        return value
 
 
 def word_batches(

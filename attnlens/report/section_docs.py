@@ -37,13 +37,21 @@ HEADS = SectionDoc(
     papers=(CLARK, VOITA),
     command="attnlens heads",
     tables=(
-        TableDoc("head_roles", "One row per head: its roles (or none) and the evidence."),
-        TableDoc("role_evidence", "One row per head and role found, with what it beat."),
+        TableDoc("head_roles", "One row per head: its tested roles (q < alpha after the "
+                 "multiple-testing correction) or none, and the evidence."),
+        TableDoc("role_tests", "Every candidate role tested: estimate, 95 % bootstrap interval "
+                 "over sentences, what it is compared to, p-value and corrected q-value."),
+        TableDoc("role_evidence", "One row per head and tested role found, with what it beat."),
+        TableDoc("head_roles_uncorrected", "Roles by the uncorrected point rules (share >= "
+                 "threshold; accuracy >= baseline + margin), for comparison with earlier work."),
+        TableDoc("role_evidence_uncorrected", "Evidence of the uncorrected roles."),
         TableDoc("head_stats", "Token-level statistics, one row per layer, head and measure.",
                  pivot=("measure", "value")),
         TableDoc("syntactic_table1", "Best head per relation and direction against the "
                  "best fixed-offset baseline (Clark et al.'s Table 1 format)."),
         TableDoc("syntactic_best", "Best head per relation and direction, with its margin."),
+        TableDoc("syntactic_heldout", "Best head per relation chosen on held-out sentences "
+                 "(--select-on, or a seeded half) and its accuracy on the others."),
         TableDoc("syntactic_accuracy", "Accuracy of every head for every relation and "
                  "direction."),
         TableDoc("syntactic_baselines", "Best fixed-offset baseline per relation."),
@@ -52,10 +60,22 @@ HEADS = SectionDoc(
                  "each offset.", pivot=("target", "share")),
         TableDoc("rare_words", "Share of words attending most to the sentence's rarest word, "
                  "against chance."),
+        TableDoc("head_behaviour", "Share of attention that is vertical (to one key for all "
+                 "queries), diagonal (to a fixed offset) or broad, per head, with intervals."),
+        TableDoc("head_behaviour_classes", "Each head's behaviour shares side by side and its "
+                 "dominant class."),
+        TableDoc("head_distances", "Mean Jensen-Shannon divergence between every pair of heads' "
+                 "attention (nats)."),
+        TableDoc("head_embedding", "2-D MDS embedding of the heads by those distances, with "
+                 "their roles."),
     ),
     figures=(
-        FigureDoc("head_roles_map", "Head roles: P±k positional at offset k, Sn syntactic "
-                  "for n relations, R rare-word."),
+        FigureDoc("head_roles_map", "Tested head roles: P±k positional at offset k, Sn "
+                  "syntactic for n relations, R rare-word."),
+        FigureDoc("head_roles_map_uncorrected", "The same map by the uncorrected point rules."),
+        FigureDoc("head_behaviour", "Vertical, diagonal and broad attention per head."),
+        FigureDoc("head_embedding", "Heads placed by how alike their attention is (MDS)."),
+        FigureDoc("head_distances", "Jensen-Shannon divergence between every pair of heads."),
         FigureDoc("positional_share", "Share of tokens at each head's best offset."),
         FigureDoc("rare_word_share", "Share of words attending most to the rarest word."),
         FigureDoc("syntactic_dep_to_head", "Accuracy per relation, dependent -> head."),
