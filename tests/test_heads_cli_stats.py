@@ -51,7 +51,8 @@ def test_clusters_and_behaviour_on_the_sample(tmp_path):
     assert len(distances) == 72 * 71 // 2 and (distances["js_divergence"] >= -1e-6).all()
     embedding = pd.read_csv(out / "tables" / "head_embedding.csv")
     assert len(embedding) == 72 and embedding["roles"].notna().all()
-    classes = pd.read_csv(out / "tables" / "head_behaviour_classes.csv").set_index(["layer", "head"])
+    classes = pd.read_csv(out / "tables" / "head_behaviour_classes.csv")
+    classes = classes.set_index(["layer", "head"])
     # MiniLM's 0-2 is the previous-token head: mostly diagonal attention
     assert classes.loc[(0, 2), "dominant"] == "diagonal"
     for name in ("head_behaviour", "head_embedding", "head_distances", "head_roles_map"):
