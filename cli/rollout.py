@@ -6,10 +6,8 @@ import re
 from pathlib import Path
 
 import typer
-from attnlens.cli import options as opt
-from rich.console import Console
-
-console = Console(stderr=True)
+from attnlens.cli.analyze import DEFAULT_OUT
+from attnlens.cli.runner import CommandRun, command
 
 _HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 
@@ -61,106 +59,49 @@ def split_model_and_texts(args: list[str]) -> tuple[str | None, list[str]]:
 
 
 def rollout(
+    run: CommandRun,
     args: list[str] | None = ArgsArg,
-    text: opt.OptionalPath = opt.TextOpt,
-    treebank: opt.OptionalPath = opt.TreebankOpt,
-    out: Path = opt.OutOpt,
     method: str = MethodOpt,
     residual: float = ResidualOpt,
     head_fusion: str = FusionOpt,
     sentences: int = SentencesOpt,
     flow_max_tokens: int = FlowMaxOpt,
     figures: int = FiguresOpt,
-    batch_size: int = opt.BatchSizeOpt,
-    max_length: int = opt.MaxLengthOpt,
-    device: str = opt.DeviceOpt,
-    dtype: str = opt.DtypeOpt,
-    allow_pickle: bool = opt.AllowPickleOpt,
-    fmt: str = opt.FormatOpt,
-    quiet: bool = opt.QuietOpt,
 ) -> None:
     """Which input tokens each position draws on after every layer: attention rollout
     (R_l = Ã_l R_(l-1), Ã_l = r·fuse(A_l) + (1-r)·I) or attention flow (max-flow).
 
     Sentences: TEXT arguments, --text FILE (one per line), --treebank FILE, or the embedded
-    sample treebank. Writes rollout.csv (or flow.csv: sentence, layer, query, key,
-    query_token, key_token, value; positions from 0, special tokens included),
-    rollout_layers.csv and per-sentence figures.
+    sample treebank. Writes a report folder: tables/rollout.csv (and tables/flow.csv:
+    sentence, layer, query, key, query_token, key_token, value; positions from 0, special
+    tokens included), tables/rollout_layers.csv, per-sentence figures and index.html.
     """
     from attnlens.analysis.rollout import check_rollout_options
     from attnlens.errors import ConfigError
-    from attnlens.report.writer import check_output_dir
 
     check_rollout_options(residual, head_fusion)
     if method not in ("rollout", "flow"):
         raise ConfigError(f"unknown method {method!r}; use rollout or flow.")
     model, texts = split_model_and_texts(list(args or []))
-    given = [name for name, v in (("TEXT", texts), ("--text", text), ("--treebank", treebank))
-             if v]
-    if len(given) > 1:
-        raise ConfigError(f"give sentences one way, not {' and '.join(given)}.")
-    formats = opt.figure_formats(fmt)
-    corpus_name, read = _corpus(texts, text, treebank)
+    if texts and run.corpus.given:
+        given = "--text" if run.corpus.text else "--treebank" if run.corpus.treebank else "--parse"
+        raise ConfigError(f"give sentences one way, not TEXT and {given}.")
     if method == "flow":
         from attnlens.analysis.flow import maximum_flow_solver
 
         maximum_flow_solver()  # scipy missing: fail before loading the model
-    check_output_dir(out)
-    from attnlens.loaders import load
+    run.model.name = model
+    run.model.check()
+    from attnlens.data.corpus import Corpus
+    from attnlens.report.rollout_section import RolloutSection
 
-    model_obj, tokenizer = load(model, device=device, dtype=dtype, allow_pickle=allow_pickle)
-    kind, source = read
-    if kind == "texts":
-        from attnlens.data.text import text_batches
-
-        batches = text_batches(tokenizer, source, batch_size=batch_size, max_length=max_length)
-    else:
-        batches = source.batches(tokenizer, batch_size=batch_size, max_length=max_length)
-    options = {"residual": residual, "fusion": head_fusion, "keep": sentences}
-    output = _run(model_obj, tokenizer, batches, method, options, flow_max_tokens, figures,
-                  out, formats, quiet)
-    typer.echo(output.summary)
-    console.print(f"{corpus_name}: wrote {len(output.tables)} tables and "
-                  f"{len(output.figures)} figures to {out}/")
-
-
-def _corpus(texts: list[str], text, treebank):
-    """(corpus name, ("texts", lines) or ("corpus", Corpus)), read before the model loads."""
-    from attnlens.data.text import read_text_file
-
-    if texts:
-        return f"{len(texts)} sentences from the command line", ("texts", texts)
-    if text:
-        lines = read_text_file(text)
-        return f"{text} ({len(lines)} lines)", ("texts", lines)
-    from attnlens.data.words import load_corpus
-
-    corpus = load_corpus(treebank=str(treebank) if treebank else None)
-    return corpus.name, ("corpus", corpus)
-
-
-def _run(model, tokenizer, batches, method: str, options: dict, flow_max_tokens: int,
-         figures: int, out: Path, formats: tuple[str, ...], quiet: bool):
-    """One pass feeding rollout (and flow), then the tables and figures."""
-    from attnlens.analysis.flow import FlowAnalyzer
-    from attnlens.analysis.rollout import RolloutAnalyzer
-    from attnlens.analysis.runner import run_analyzers
-    from attnlens.report.rollout_section import write_flow, write_rollout
-
-    rollout_an = RolloutAnalyzer.for_model(model, tokenizer, **options)
-    analyzers = [rollout_an]
-    if method == "flow":
-        analyzers.append(FlowAnalyzer.for_model(model, tokenizer, max_tokens=flow_max_tokens,
-                                                **options))
-    run_analyzers(model, batches, analyzers, total=sum(b.size for b in batches),
-                  show_progress=not quiet, description=method)
-    causal = model.cfg.causal
-    output = write_rollout(rollout_an, out, formats, causal,
-                           max_figures=figures if method == "rollout" else 0)
-    if method == "flow":
-        write_flow(analyzers[1], out, formats, causal, output, max_figures=figures)
-    return output
+    corpus = (Corpus(f"{len(texts)} sentences from the command line", texts=texts)
+              if texts else run.read_corpus())
+    section = RolloutSection(residual=residual, fusion=head_fusion, sentences=sentences,
+                             method=method, flow_max_tokens=flow_max_tokens,
+                             max_figures=figures)
+    run.write_report([section], corpus=corpus)
 
 
 def register(app: typer.Typer) -> None:
-    app.command("rollout")(rollout)
+    command(app, "rollout", model=False, loading=True, corpus=True, out=DEFAULT_OUT)(rollout)

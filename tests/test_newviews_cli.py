@@ -79,16 +79,16 @@ def test_rollout_on_a_tiny_bert_with_texts(tiny_bert, tmp_path):
     result = _invoke("rollout", str(tiny_bert), "the cat sat", "a big red dog ran near the tree",
                      "--out", str(out))
     assert "Information moved per layer" in result.output
-    table = pd.read_csv(out / "rollout.csv", keep_default_na=False)
+    table = pd.read_csv(out / "tables" / "rollout.csv", keep_default_na=False)
     _check_rollout_table(table, 2, [5, 10])  # [CLS] + words + [SEP]
     first = table[(table["sentence"] == 0) & (table["layer"] == 0)]
     assert first.drop_duplicates("key")["key_token"].tolist() == ["[CLS]", "the", "cat", "sat",
                                                                    "[SEP]"]
-    layers = pd.read_csv(out / "rollout_layers.csv")
+    layers = pd.read_csv(out / "tables" / "rollout_layers.csv")
     assert set(layers["measure"]) == {"special_share", "self_share", "moved", "distance",
                                       "mixing"}
     for name in ("rollout_layers", "rollout_sentence0_heatmap", "rollout_sentence1_readout"):
-        assert (out / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+        assert (out / "figures" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_flow_on_a_tiny_bert(tiny_bert, tmp_path):
@@ -97,25 +97,25 @@ def test_flow_on_a_tiny_bert(tiny_bert, tmp_path):
                      "--head-fusion", "max", "--residual", "0.7", "--flow-max-tokens", "4",
                      "--out", str(out))
     assert "skipped as too long: sentences 0" in result.output  # 5 tokens > 4
-    flow = pd.read_csv(out / "flow.csv", keep_default_na=False)
+    flow = pd.read_csv(out / "tables" / "flow.csv", keep_default_na=False)
     assert list(flow.columns) == [*ROLLOUT_COLUMNS, "max_flow"]
     assert set(flow["sentence"]) == {1}
     sums = flow.groupby(["layer", "query"])["value"].sum().to_numpy()
     # each row divided by its float64 sum of CSV-rounded values
     np.testing.assert_allclose(sums, 1.0, rtol=0, atol=ROW_TOL)
     assert (flow["max_flow"] <= 1 + 1e-6).all()  # a position's outflow capacity is 1
-    assert (out / "flow_sentence1_heatmap.png").is_file()
-    assert (out / "rollout.csv").is_file()
+    assert (out / "figures" / "flow_sentence1_heatmap.png").is_file()
+    assert (out / "tables" / "rollout.csv").is_file()
 
 
 def test_rollout_on_a_causal_model_reads_the_last_token(tiny_gpt2, tmp_path):
     out = tmp_path / "causal"
     _invoke("rollout", str(tiny_gpt2), "the cat sat on the mat", "--out", str(out))
-    table = pd.read_csv(out / "rollout.csv", keep_default_na=False)
+    table = pd.read_csv(out / "tables" / "rollout.csv", keep_default_na=False)
     _check_rollout_table(table, 2, [6])
     # causal: position i draws only on tokens <= i
     assert (table.loc[table["key"] > table["query"], "value"] == 0).all()
-    assert (out / "rollout_sentence0_readout.png").is_file()
+    assert (out / "figures" / "rollout_sentence0_readout.png").is_file()
 
 
 def test_sparse_and_linear_on_a_tiny_bert(tiny_bert, text_file, tmp_path):
@@ -123,23 +123,23 @@ def test_sparse_and_linear_on_a_tiny_bert(tiny_bert, text_file, tmp_path):
     result = _invoke("sparse", str(tiny_bert), "--text", str(text_file), "--windows", "1,3",
                      "--global-tokens", "1", "--out", str(out))
     assert "window ±3" in result.output and "BigBird" in result.output
-    heads = pd.read_csv(out / "sparse_heads.csv")
+    heads = pd.read_csv(out / "tables" / "sparse_heads.csv")
     assert len(heads) == 2 * 4 * 5 and set(heads["layer"]) == {0, 1}
-    coverage = pd.read_csv(out / "sparse_coverage.csv")
+    coverage = pd.read_csv(out / "tables" / "sparse_coverage.csv")
     assert set(coverage["window"].dropna()) == {1, 3}
-    assert (out / "sparse_window90.png").is_file()
+    assert (out / "figures" / "sparse_window90.png").is_file()
     out = tmp_path / "linear"
     result = _invoke("linear", str(tiny_bert), "--text", str(text_file), "--out", str(out))
     assert "Most linearisable heads" in result.output
-    table = pd.read_csv(out / "linear_attention.csv")
+    table = pd.read_csv(out / "tables" / "linear_attention.csv")
     assert len(table) == 2 * 4 * 7
-    assert (out / "linear_error.png").is_file() and (out / "index.html").is_file()
+    assert (out / "figures" / "linear_error.png").is_file() and (out / "index.html").is_file()
 
 
 def test_rollout_on_minilm_end_to_end(tmp_path):
     out = tmp_path / "minilm"
     _invoke("rollout", "The cat sat on the mat.", "It rained.", "--out", str(out))
-    table = pd.read_csv(out / "rollout.csv", keep_default_na=False)
+    table = pd.read_csv(out / "tables" / "rollout.csv", keep_default_na=False)
     _check_rollout_table(table, 6, [9, 5])  # [CLS] the cat sat on the mat . [SEP]
     tokens = table[(table["sentence"] == 1) & (table["layer"] == 5) & (table["query"] == 0)]
     assert tokens["key_token"].tolist() == ["[CLS]", "it", "rained", ".", "[SEP]"]

@@ -272,3 +272,27 @@ def test_per_batch_and_max_sentences_sample_evenly_spaced_sentences():
     assert sampled.sentences == 4
     with pytest.raises(ConfigError, match="per_batch"):
         SparseCoverage(1, 1, per_batch=0)
+
+
+def test_a_structurally_pruned_model_has_no_phantom_heads():
+    """Sparse and linear-attention tables list only the heads each layer still has."""
+    from attnlens.analysis.linear_attention import LinearAttentionView
+    from attnlens.analysis.runner import run_analyzers
+    from attnlens.model import HookedTransformer, TransformerConfig
+    from attnlens.pruning.structural import prune_heads
+
+    torch.manual_seed(0)
+    cfg = TransformerConfig(d_model=32, n_heads=4, n_layers=2, d_mlp=64, vocab_size=50,
+                            n_ctx=32)
+    mask = torch.ones(2, 4)
+    mask[1, 1:] = 0  # layer 1 keeps head 0 only
+    model = prune_heads(HookedTransformer(cfg).eval(), mask)
+    assert model.heads_per_layer == [4, 1]
+    ids = torch.tensor([[CLS, 5, 6, 7, SEP], [CLS, 8, 9, SEP, PAD]])
+    analyzers = [SparseCoverage.for_model(model, windows=(1, 2)),
+                 LinearAttentionView.for_model(model)]
+    run_analyzers(model, [_batch(ids, [0, 1])], analyzers, show_progress=False)
+    for analyzer in analyzers:
+        for name, table in analyzer.result().items():
+            pairs = set(zip(table["layer"], table["head"], strict=True))
+            assert pairs == {(0, 0), (0, 1), (0, 2), (0, 3), (1, 0)}, name

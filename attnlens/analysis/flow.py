@@ -142,7 +142,9 @@ class FlowAnalyzer(Analyzer):
     @classmethod
     def for_model(cls, model: HookedTransformer, tokenizer=None, **options) -> FlowAnalyzer:
         decode = tokenizer.decode_tokens if tokenizer is not None else None
-        return cls(model.n_layers, decode=decode, **options)
+        analyzer = cls(model.n_layers, decode=decode, **options)
+        analyzer.identify_model(model)
+        return analyzer
 
     def hook_names(self, model: HookedTransformer) -> list[str]:
         return pattern_hook_names(model)

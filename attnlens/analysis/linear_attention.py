@@ -150,9 +150,12 @@ class LinearAttentionView(Analyzer):
         per_batch: int | None = None,
         max_sentences: int | None = None,
         device: torch.device | str = "cpu",
+        heads_per_layer: list[int] | None = None,
     ) -> None:
         check_sample_options(per_batch, max_sentences)
         self.per_batch, self.max_sentences = per_batch, max_sentences
+        # heads each layer really has (structurally pruned models): only those are listed
+        self.heads_per_layer = list(heads_per_layer or [n_heads] * n_layers)
         self.n_layers, self.n_heads, self.d_head, self.causal = n_layers, n_heads, d_head, causal
         kwargs = {"dtype": torch.float64, "device": device}
         self.sums = torch.zeros(len(MEASURES), n_layers, n_heads, **kwargs)
@@ -163,8 +166,11 @@ class LinearAttentionView(Analyzer):
 
     @classmethod
     def for_model(cls, model: HookedTransformer, **options) -> LinearAttentionView:
-        return cls(model.n_layers, max(model.heads_per_layer), model.cfg.d_head,
-                   causal=model.cfg.causal, device=model.device, **options)
+        analyzer = cls(model.n_layers, max(model.heads_per_layer), model.cfg.d_head,
+                       causal=model.cfg.causal, device=model.device,
+                       heads_per_layer=model.heads_per_layer, **options)
+        analyzer.identify_model(model)
+        return analyzer
 
     def hook_names(self, model: HookedTransformer) -> list[str]:
         return [f"blocks.{i}.attn.hook_{kind}" for i in range(model.n_layers)
@@ -173,7 +179,7 @@ class LinearAttentionView(Analyzer):
     def settings(self) -> dict:
         return {"n_layers": self.n_layers, "n_heads": self.n_heads, "d_head": self.d_head,
                 "causal": self.causal, "per_batch": self.per_batch,
-                "max_sentences": self.max_sentences}
+                "max_sentences": self.max_sentences, "heads_per_layer": self.heads_per_layer}
 
     def begin_batch(self, batch: Batch) -> None:
         remaining = None if self.max_sentences is None else self.max_sentences - self.sentences
@@ -225,7 +231,7 @@ class LinearAttentionView(Analyzer):
              "value": float(means[m, layer, head])}
             for m, measure in enumerate(MEASURES)
             for layer in range(self.n_layers)
-            for head in range(self.n_heads)
+            for head in range(self.heads_per_layer[layer])  # only heads the model has
         ]
         counts = self.length_counts.cpu().numpy()
         by_length = self.by_length.cpu().numpy()
@@ -237,7 +243,7 @@ class LinearAttentionView(Analyzer):
              "sentences": int(counts[b]), "d_head": self.d_head,
              "effective_keys": float(by_length[layer, head, b] / counts[b])}
             for layer in range(self.n_layers)
-            for head in range(self.n_heads)
+            for head in range(self.heads_per_layer[layer])  # only heads the model has
             for b, (lo, hi) in enumerate(zip(lows, highs, strict=True))
             if counts[b] > 0
         ]

@@ -149,7 +149,9 @@ class RolloutAnalyzer(Analyzer):
     @classmethod
     def for_model(cls, model: HookedTransformer, tokenizer=None, **options) -> RolloutAnalyzer:
         decode = tokenizer.decode_tokens if tokenizer is not None else None
-        return cls(model.n_layers, decode=decode, device=model.device, **options)
+        analyzer = cls(model.n_layers, decode=decode, device=model.device, **options)
+        analyzer.identify_model(model)
+        return analyzer
 
     def hook_names(self, model: HookedTransformer) -> list[str]:
         return pattern_hook_names(model)

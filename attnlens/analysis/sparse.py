@@ -146,9 +146,12 @@ class SparseCoverage(Analyzer):
         per_batch: int | None = None,
         max_sentences: int | None = None,
         device: torch.device | str = "cpu",
+        heads_per_layer: list[int] | None = None,
     ) -> None:
         check_sample_options(per_batch, max_sentences)
         self.per_batch, self.max_sentences = per_batch, max_sentences
+        # heads each layer really has (structurally pruned models): only those are listed
+        self.heads_per_layer = list(heads_per_layer or [n_heads] * n_layers)
         windows = tuple(sorted(set(int(w) for w in windows)))
         if not windows or windows[0] < 0:
             raise ConfigError("windows must be non-negative integers, e.g. 1,2,4,8,16.")
@@ -172,8 +175,10 @@ class SparseCoverage(Analyzer):
 
     @classmethod
     def for_model(cls, model: HookedTransformer, **options) -> SparseCoverage:
-        return cls(model.n_layers, max(model.heads_per_layer), causal=model.cfg.causal,
-                   device=model.device, **options)
+        analyzer = cls(model.n_layers, max(model.heads_per_layer), causal=model.cfg.causal,
+                       device=model.device, heads_per_layer=model.heads_per_layer, **options)
+        analyzer.identify_model(model)
+        return analyzer
 
     def hook_names(self, model: HookedTransformer) -> list[str]:
         return [f"blocks.{i}.attn.hook_{kind}" for i in range(model.n_layers)
@@ -183,7 +188,8 @@ class SparseCoverage(Analyzer):
         return {"n_layers": self.n_layers, "n_heads": self.n_heads, "causal": self.causal,
                 "windows": list(self.windows), "n_global": self.n_global,
                 "coverage": self.coverage, "seed": self.seed, "max_distance": self.max_distance,
-                "per_batch": self.per_batch, "max_sentences": self.max_sentences}
+                "per_batch": self.per_batch, "max_sentences": self.max_sentences,
+                "heads_per_layer": self.heads_per_layer}
 
     # Feeding --------------------------------------------------------------------------
     def begin_batch(self, batch: Batch) -> None:
@@ -319,7 +325,7 @@ class SparseCoverage(Analyzer):
         n_w = len(self.windows)
         coverage, heads, curve = [], [], []
         for layer in range(self.n_layers):
-            for head in range(self.n_heads):
+            for head in range(self.heads_per_layer[layer]):  # only heads the model has
                 rows_of = []
                 for k, w in enumerate(self.windows):
                     rows_of.append(("window", w, window[layer, head, w], errors[layer, head, k]))

@@ -7,10 +7,11 @@ from pathlib import Path
 import pandas as pd
 
 from attnlens.analysis.linear_attention import LinearAttentionView
+from attnlens.io import save_figure, write_table
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import keys_by_length, layer_head_heatmap
+from attnlens.report.section_docs import LINEAR
 from attnlens.report.sections import Section, SectionOutput
-from attnlens.report.writer import save_figure, write_table
 
 EXPLANATION = (
     "A head without its softmax is a fast-weight memory (Schlag et al. 2021): it stores "
@@ -79,6 +80,7 @@ class LinearSection(Section):
     """Key interference, effective keys and linear-attention errors of every head."""
 
     name = "linear"
+    doc = LINEAR
     title = "Fast weights and linear attention: how linearisable is each head?"
 
     def __init__(self, per_batch: int | None = REPORT_PER_BATCH,

@@ -8,10 +8,11 @@ import pandas as pd
 
 from attnlens.analysis.flow import FlowAnalyzer
 from attnlens.analysis.rollout import RolloutAnalyzer
+from attnlens.io import save_figure, write_table
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import layer_measure_lines, token_matrix_heatmap, token_row_bars
+from attnlens.report.section_docs import ROLLOUT
 from attnlens.report.sections import Section, SectionOutput
-from attnlens.report.writer import save_figure, write_table
 
 # `attnlens analyze` keeps this section cheap: corpus shares from every sentence, whole
 # matrices (table and figures) for the first two sentences of the corpus only.
@@ -136,19 +137,32 @@ def write_flow(
 
 
 class RolloutSection(Section):
-    """Rollout shares per layer over the corpus, and the matrices of the first sentences."""
+    """Rollout shares per layer over the corpus, the matrices of the first sentences, and
+    (``method="flow"``) attention flow of those sentences."""
 
     name = "rollout"
     title = "Attention rollout: where information comes from"
+    doc = ROLLOUT
 
     def __init__(self, residual: float = 0.5, fusion: str = "mean",
-                 sentences: int = REPORT_SENTENCES) -> None:
+                 sentences: int = REPORT_SENTENCES, method: str = "rollout",
+                 flow_max_tokens: int = 40, max_figures: int = MAX_FIGURE_SENTENCES) -> None:
         self.residual, self.fusion, self.sentences = residual, fusion, sentences
+        self.method, self.flow_max_tokens, self.max_figures = method, flow_max_tokens, max_figures
 
-    def analyzers(self, model: HookedTransformer, tokenizer) -> list[RolloutAnalyzer]:
-        return [RolloutAnalyzer.for_model(model, tokenizer, residual=self.residual,
-                                          fusion=self.fusion, keep=self.sentences)]
+    def analyzers(self, model: HookedTransformer, tokenizer) -> list:
+        options = {"residual": self.residual, "fusion": self.fusion, "keep": self.sentences}
+        analyzers = [RolloutAnalyzer.for_model(model, tokenizer, **options)]
+        if self.method == "flow":
+            analyzers.append(FlowAnalyzer.for_model(model, tokenizer,
+                                                    max_tokens=self.flow_max_tokens, **options))
+        return analyzers
 
     def write(self, model, analyzers, out_dir: Path, formats) -> SectionOutput:
         (rollout,) = [a for a in analyzers if isinstance(a, RolloutAnalyzer)]
-        return write_rollout(rollout, out_dir, formats, model.cfg.causal, self.title)
+        causal = model.cfg.causal
+        figures = self.max_figures if self.method == "rollout" else 0
+        output = write_rollout(rollout, out_dir, formats, causal, self.title, figures)
+        for flow in (a for a in analyzers if isinstance(a, FlowAnalyzer)):
+            write_flow(flow, out_dir, formats, causal, output, max_figures=self.max_figures)
+        return output

@@ -7,10 +7,11 @@ from pathlib import Path
 import pandas as pd
 
 from attnlens.analysis.sparse import BIGBIRD, SparseCoverage
+from attnlens.io import save_figure, write_table
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import layer_head_heatmap, window_coverage_curves
+from attnlens.report.section_docs import SPARSE
 from attnlens.report.sections import Section, SectionOutput
-from attnlens.report.writer import save_figure, write_table
 
 # `attnlens analyze` bounds this section's cost: 4 evenly spaced sentences of every batch
 # (batches come in a shuffled order of lengths), 512 in all. `attnlens sparse` reads every one.
@@ -100,6 +101,7 @@ class SparseSection(Section):
     """Sparse-pattern coverage of every head over the corpus."""
 
     name = "sparse"
+    doc = SPARSE
     title = "Sparse-pattern coverage: windows, global tokens, BigBird"
 
     def __init__(self, per_batch: int | None = REPORT_PER_BATCH,
