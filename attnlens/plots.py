@@ -1,6 +1,16 @@
-"""Figures drawn from tidy DataFrames. The library never calls plt.show()."""
+"""Figures drawn from tidy DataFrames. The library never calls plt.show().
+
+Speed: every figure has a fixed size and fixed margins in inches (``place_axes``), so
+neither ``tight_layout`` nor ``bbox_inches="tight"`` has to measure every text artist (that
+measuring was two thirds of the report's figure time). One shared style (``STYLE``) applies
+to every figure through ``styled``.
+"""
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import TypeVar
 
 import matplotlib
 
@@ -11,6 +21,56 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+# One style for every figure of the library (rcParams applied while a figure is built).
+STYLE = {
+    "font.size": 8,
+    "axes.titlesize": 9,
+    "axes.labelsize": 8,
+    "xtick.labelsize": 7,
+    "ytick.labelsize": 7,
+    "legend.fontsize": 7,
+    "figure.titlesize": 10,
+    "image.cmap": "viridis",
+    "axes.grid": False,
+    "grid.alpha": 0.3,
+    "savefig.dpi": 110,
+}
+
+_F = TypeVar("_F", bound=Callable[..., Figure])
+
+
+def styled(build: _F) -> _F:
+    """Decorator: build the figure under ``STYLE``."""
+
+    @functools.wraps(build)
+    def wrapper(*args, **kwargs):
+        with plt.rc_context(STYLE):
+            return build(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def place_axes(
+    fig: Figure,
+    left: float = 0.6,
+    right: float = 0.2,
+    top: float = 0.4,
+    bottom: float = 0.5,
+    wspace: float = 0.25,
+    hspace: float = 0.45,
+) -> Figure:
+    """Fixed margins in inches around the figure's subplot grid (instead of tight_layout)."""
+    width, height = fig.get_size_inches()
+    fig.subplots_adjust(
+        left=min(left / width, 0.45),
+        right=max(1 - right / width, 0.55),
+        top=max(1 - top / height, 0.55),
+        bottom=min(bottom / height, 0.45),
+        wspace=wspace,
+        hspace=hspace,
+    )
+    return fig
+
 
 def layer_head_grid(df: pd.DataFrame, value: str = "value") -> np.ndarray:
     """Pivot a tidy ``layer, head, value`` table into a ``[layer, head]`` array (NaN gaps)."""
@@ -20,6 +80,7 @@ def layer_head_grid(df: pd.DataFrame, value: str = "value") -> np.ndarray:
     return grid.reindex(index=range(n_layers), columns=range(n_heads)).to_numpy()
 
 
+@styled
 def layer_head_heatmap(
     df: pd.DataFrame,
     title: str,
@@ -33,14 +94,19 @@ def layer_head_heatmap(
     """Layer x head heatmap (layers and heads numbered from 0) of a tidy table."""
     grid = layer_head_grid(df, value)
     n_layers, n_heads = grid.shape
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.55 * n_heads + 1.5), max(2.5, 0.45 * n_layers + 1)))
+    width, height = max(4.0, 0.55 * n_heads + 1.7), max(2.5, 0.45 * n_layers + 1)
+    fig = plt.figure(figsize=(width, height))
+    # Fixed inches: 0.55 left (layer ticks), 1.0 right (colour bar), 0.4 top, 0.45 bottom.
+    left, right, top, bottom = 0.55 / width, 1 - 1.0 / width, 1 - 0.4 / height, 0.45 / height
+    ax = fig.add_axes((left, bottom, right - left, top - bottom))
+    cax = fig.add_axes((right + 0.12 / width, bottom, 0.12 / width, top - bottom))
     image = ax.imshow(grid, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
     ax.set_xticks(range(n_heads))
     ax.set_yticks(range(n_layers))
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     ax.set_title(title)
-    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    fig.colorbar(image, cax=cax)
     if annotate and n_heads * n_layers <= 400:
         finite = grid[np.isfinite(grid)]
         mid = (finite.min() + finite.max()) / 2 if finite.size else 0.0
@@ -57,7 +123,6 @@ def layer_head_heatmap(
                         fontsize=6,
                         color="white" if v < mid else "black",
                     )
-    fig.tight_layout()
     return fig
 
 
@@ -69,6 +134,7 @@ def _positive(values: pd.Series, floor: float) -> np.ndarray:
     return np.clip(values.to_numpy(dtype=float), floor, None)
 
 
+@styled
 def collapse_curves(
     df: pd.DataFrame,
     title: str,
@@ -104,10 +170,10 @@ def collapse_curves(
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
     fig.suptitle(title)
-    fig.tight_layout()
-    return fig
+    return place_axes(fig, left=0.7, top=0.65, wspace=0.3)
 
 
+@styled
 def double_log_fit(
     curves: pd.DataFrame,
     fits: pd.DataFrame,
@@ -140,10 +206,10 @@ def double_log_fit(
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    return place_axes(fig, left=0.7)
 
 
+@styled
 def path_collapse_curve(df: pd.DataFrame, title: str, value: str = "geo_mean") -> Figure:
     """Rank-1 residual of head-path attention products against path length (band min..max,
     darker q10..q90)."""
@@ -163,10 +229,10 @@ def path_collapse_curve(df: pd.DataFrame, title: str, value: str = "geo_mean") -
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    return place_axes(fig, left=0.7)
 
 
+@styled
 def pruning_curves(curve: pd.DataFrame, metric_label: str, title: str) -> Figure:
     """Metric against the fraction of heads pruned, one line per order of a pruning table.
 
@@ -194,8 +260,7 @@ def pruning_curves(curve: pd.DataFrame, metric_label: str, title: str) -> Figure
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return place_axes(fig)
 
 
 def _layer_axes(n_layers: int, width: float = 2.6, height: float = 2.3):
@@ -211,6 +276,7 @@ def _layer_axes(n_layers: int, width: float = 2.6, height: float = 2.3):
     return fig, flat
 
 
+@styled
 def cumulative_curves_by_layer(
     curve: pd.DataFrame, title: str, x: str = "fraction", value: str = "value"
 ) -> Figure:
@@ -235,10 +301,10 @@ def cumulative_curves_by_layer(
         ax.set_xlabel("k / n", fontsize=8)
     axes[0].set_ylabel("cumulative share of sum s", fontsize=8)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    return fig
+    return place_axes(fig, top=0.6, hspace=0.5)
 
 
+@styled
 def shared_subspace_curves(curve: pd.DataFrame, d_model: int, title: str) -> Figure:
     """Per layer, cumulative energy of the heads' concatenated matrices against one head's.
 
@@ -264,5 +330,4 @@ def shared_subspace_curves(curve: pd.DataFrame, d_model: int, title: str) -> Fig
     axes[0].set_ylabel("cumulative energy (sum s^2)", fontsize=8)
     axes[0].legend(fontsize=6, loc="lower right")
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    return fig
+    return place_axes(fig, top=0.6, hspace=0.5)

@@ -120,7 +120,7 @@ def role_map_figure(head_roles: pd.DataFrame, title: str = "Head roles") -> Figu
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
-    from attnlens.plots import plt
+    from attnlens.plots import place_axes, plt
 
     names = list(ROLE_COLORS)
     n_layers = int(head_roles["layer"].max()) + 1
@@ -145,15 +145,14 @@ def role_map_figure(head_roles: pd.DataFrame, title: str = "Head roles") -> Figu
     ax.set_title(title)
     ax.legend(handles=[Patch(color=c, label=n) for n, c in ROLE_COLORS.items()],
               bbox_to_anchor=(1.02, 1), loc="upper left", fontsize=7, frameon=False)
-    fig.tight_layout()
-    return fig
+    return place_axes(fig, left=0.55, right=1.5)
 
 
 def relation_heatmaps(
     syntactic_accuracy: pd.DataFrame, direction: str, max_relations: int = 24
 ) -> Figure:
     """Small multiples: one layer x head accuracy heatmap per relation for ``direction``."""
-    from attnlens.plots import layer_head_grid, plt
+    from attnlens.plots import layer_head_grid, place_axes, plt
 
     rows = syntactic_accuracy[syntactic_accuracy["direction"] == direction]
     relations = list(dict.fromkeys(rows["relation"]))[:max_relations]
@@ -176,7 +175,8 @@ def relation_heatmaps(
         ax.set_xlabel("head", fontsize=7)
         ax.set_ylabel("layer", fontsize=7)
     fig.suptitle(f"Syntactic accuracy per head (layers and heads from 0), {direction}")
-    fig.tight_layout(rect=(0, 0, 0.92, 1))
+    place_axes(fig, left=0.5, right=0.08 * fig.get_size_inches()[0] + 0.2, top=0.6,
+               wspace=0.35, hspace=0.7)
     if image is not None:  # one shared colour scale, 0..1
         fig.colorbar(image, cax=fig.add_axes((0.93, 0.15, 0.015, 0.7)), label="accuracy")
     return fig

@@ -12,6 +12,7 @@ from attnlens.data.batch import Batch
 from attnlens.model.transformer import HookedTransformer
 from attnlens.report.asymmetry_section import AsymmetrySection
 from attnlens.report.collapse_section import CollapseSection
+from attnlens.report.figure_pool import figure_pool
 from attnlens.report.heads_section import HeadRolesSection
 from attnlens.report.html import write_html_report
 from attnlens.report.sections import Section, SectionOutput
@@ -48,10 +49,11 @@ def analyze(
     n_sentences = sum(int(b.input_ids.shape[0]) for b in batches)
     if everything:
         run_analyzers(model, batches, everything, total=n_sentences, show_progress=show_progress)
-    outputs = [
-        section.write(model, group, out, formats)
-        for section, group in zip(sections, per_section, strict=True)
-    ]
+    with figure_pool():  # figures drawn in worker processes; all on disk after the block
+        outputs = [
+            section.write(model, group, out, formats)
+            for section, group in zip(sections, per_section, strict=True)
+        ]
     meta = {
         "model": model.cfg.source.get("name") or model.cfg.source.get("path", ""),
         "architecture": model.cfg.source.get("architecture", ""),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -99,23 +100,24 @@ class HeadRolesSection(Section):
             write_table(table, out_dir, name)
 
         output = SectionOutput(self.title, tables=tables)
-        figures = [("head_roles_map", role_map_figure(tables["head_roles"]))]
+        # Recipes (partial): a worker process builds and draws each figure (figure_pool).
+        figures = [("head_roles_map", partial(role_map_figure, tables["head_roles"]))]
         head_stats = tables["head_stats"]
         for measure, title in STAT_FIGURES.items():
             rows = head_stats[head_stats["measure"] == measure]
-            figures.append((f"heads_{measure}", layer_head_heatmap(rows, title)))
-        figures.append(("positional_share", layer_head_heatmap(
+            figures.append((f"heads_{measure}", partial(layer_head_heatmap, rows, title)))
+        figures.append(("positional_share", partial(layer_head_heatmap,
             tables["positional_heads"], "Share of tokens at the best offset (-3..+3)",
             value="share", vmin=0, vmax=1)))
         if has_words:
-            figures.append(("rare_word_share", layer_head_heatmap(
+            figures.append(("rare_word_share", partial(layer_head_heatmap,
                 tables["rare_words"], "Share of words attending most to the rarest word",
                 value="share_rarest", vmin=0, vmax=1)))
         if has_trees:
             for direction in MAIN_DIRECTIONS:
                 slug = direction.replace("->", "_to_")
-                figures.append((f"syntactic_{slug}",
-                                relation_heatmaps(tables["syntactic_accuracy"], direction)))
+                figures.append((f"syntactic_{slug}", partial(
+                    relation_heatmaps, tables["syntactic_accuracy"], direction)))
         for name, fig in figures:
             output.figures += save_figure(fig, out_dir, name, formats)
         output.summary = self._summary(tables, has_trees, has_words)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -69,14 +70,17 @@ def write_weight_spectra(
     for name, table in tables.items():
         write_table(table, out_dir, name)
     output.tables.update(tables)
-    fig = shared_subspace_curves(
+    fig = partial(  # a recipe: built and drawn in a figure worker
+        shared_subspace_curves,
         tables["shared_subspace_curve"],
         model.cfg.d_model,
         "Shared query/key subspaces: all heads of a layer (solid) vs one head (dashed)",
     )
     output.figures += save_figure(fig, out_dir, "shared_subspace", formats)
     qk_rank = tables["circuit_summary"].query("circuit == 'QK' and measure == 'effective_rank'")
-    fig = layer_head_heatmap(qk_rank, "Effective rank of each head's W_Q W_K^T", fmt="{:.1f}")
+    fig = partial(
+        layer_head_heatmap, qk_rank, "Effective rank of each head's W_Q W_K^T", fmt="{:.1f}"
+    )
     output.figures += save_figure(fig, out_dir, "qk_effective_rank", formats)
     output.summary += "\n" + weight_summary_text(tables["shared_subspace_dims"], model.cfg.d_model)
 
@@ -100,14 +104,16 @@ class SpectrumSection(Section):
             write_table(table, out_dir, name)
         output = SectionOutput(self.title, tables=dict(tables))
         summary = tables["spectrum_summary"]
-        fig = layer_head_heatmap(
+        fig = partial(  # a recipe: built and drawn in a figure worker
+            layer_head_heatmap,
             summary[summary["measure"] == "cum_at_quarter"],
             "Cumulative singular-value share at k = n/4",
             vmin=0,
             vmax=1,
         )
         output.figures += save_figure(fig, out_dir, "spectrum_at_quarter", formats)
-        fig = cumulative_curves_by_layer(
+        fig = partial(  # a recipe: built and drawn in a figure worker
+            cumulative_curves_by_layer,
             tables["spectrum_curve"], "Normalised cumulative singular values of attention"
         )
         output.figures += save_figure(fig, out_dir, "spectrum_curves", formats)
@@ -115,7 +121,8 @@ class SpectrumSection(Section):
             cost = tables["low_rank_cost"]
             quarter = cost[(cost["measure"] == "output_error") & (cost["k_fraction"] == 0.25)]
             if not quarter.empty:
-                fig = layer_head_heatmap(
+                fig = partial(  # a recipe: built and drawn in a figure worker
+                    layer_head_heatmap,
                     quarter, "Relative error of the head output P V at rank n/4", vmin=0
                 )
                 output.figures += save_figure(fig, out_dir, "spectrum_output_error", formats)

@@ -69,21 +69,39 @@ def write_table(
 def save_figure(
     fig, out_dir: str | Path, name: str, formats: Iterable[str] = ("png",)
 ) -> list[Path]:
-    """Save a matplotlib Figure atomically in each format, then close it."""
+    """Save a matplotlib Figure atomically in each format, then close it; return the paths.
+
+    ``fig`` may also be a recipe: a picklable zero-argument callable returning the Figure
+    (``functools.partial(layer_head_heatmap, table, title)``). Inside
+    ``figure_pool.figure_pool()`` the drawing happens in a worker process and the files exist
+    once the pool block ends.
+    """
+    from matplotlib.figure import Figure
+
+    from attnlens.report import figure_pool
+
+    formats = list(formats)
+    for fmt in formats:
+        if fmt not in FIGURE_FORMATS:
+            if isinstance(fig, Figure):
+                _close(fig)
+            raise DataError(f"unknown figure format {fmt!r}; use one of {FIGURE_FORMATS}.")
+    paths = [Path(out_dir) / f"{name}.{fmt}" for fmt in formats]
+    queued = figure_pool.render(fig, _write_figure, zip(paths, formats, strict=True))
+    if queued and isinstance(fig, Figure):
+        _close(fig)  # the worker draws a pickled copy
+    return paths
+
+
+def _write_figure(fig, path: Path, fmt: str) -> None:
+    with atomic_open(path, "wb") as handle:
+        fig.savefig(handle, format=fmt, dpi=110)  # fixed layout (plots.py): no tight bbox
+
+
+def _close(fig) -> None:
     import matplotlib.pyplot as plt
 
-    paths = []
-    try:
-        for fmt in formats:
-            if fmt not in FIGURE_FORMATS:
-                raise DataError(f"unknown figure format {fmt!r}; use one of {FIGURE_FORMATS}.")
-            path = Path(out_dir) / f"{name}.{fmt}"
-            with atomic_open(path, "wb") as handle:
-                fig.savefig(handle, format=fmt, dpi=120, bbox_inches="tight")
-            paths.append(path)
-    finally:
-        plt.close(fig)
-    return paths
+    plt.close(fig)
 
 
 def check_output_dir(out_dir: str | Path) -> Path:

@@ -1,0 +1,119 @@
+"""Render report figures in parallel worker processes.
+
+Drawing a figure (layout of every text artist, rasterising, PNG compression) is pure
+matplotlib work that does not need the model. Inside ``with figure_pool():`` the report's
+``save_figure`` hands each figure to a pool of forked worker processes and returns at once
+with the paths the files will have; leaving the block waits for every figure and re-raises
+the first failure. A figure given as a *recipe* (a picklable zero-argument callable such as
+``functools.partial(layer_head_heatmap, table, title)``) is also built in the worker, so the
+main process only ships the small table; a ready ``Figure`` is pickled and only drawn there.
+
+Workers are forked (Linux only, where fork is cheap and matplotlib is already imported); on
+other systems, with one CPU or with ``ATTNLENS_FIGURE_WORKERS=0`` figures are drawn in the
+calling process, exactly as without the pool. The workers never call torch, so forking a
+process whose torch thread pool is running is safe.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+_ACTIVE: list[_Pool] = []  # the innermost active pool, if any
+
+
+class _Pool:
+    def __init__(self, workers: int) -> None:
+        context = multiprocessing.get_context("fork")
+        self.executor = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+        self.futures: list[Future] = []
+
+    def submit(self, job: Callable[..., Any], *args: Any) -> None:
+        self.futures.append(self.executor.submit(job, *args))
+
+    def finish(self) -> None:
+        try:
+            for future in self.futures:
+                future.result()  # re-raises a worker's exception here
+        finally:
+            self.executor.shutdown(wait=True, cancel_futures=True)
+
+
+def default_workers() -> int:
+    """``ATTNLENS_FIGURE_WORKERS`` if set, else the usable CPUs (at most 4); 0 off Linux."""
+    configured = os.environ.get("ATTNLENS_FIGURE_WORKERS")
+    if configured is not None:
+        return max(0, int(configured))
+    if not sys.platform.startswith("linux"):
+        return 0
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return min(4, cpus or 1) if (cpus or 1) > 1 else 0
+
+
+@contextmanager
+def figure_pool(workers: int | None = None) -> Iterator[None]:
+    """Draw figures saved inside this block in ``workers`` processes (see the module doc)."""
+    workers = default_workers() if workers is None else workers
+    if workers <= 0:
+        yield
+        return
+    _warm_up()  # forked workers inherit loaded fonts and text-layout caches
+    pool = _Pool(workers)
+    _ACTIVE.append(pool)
+    try:
+        yield
+    except BaseException:
+        _ACTIVE.remove(pool)
+        pool.executor.shutdown(wait=True, cancel_futures=True)
+        raise
+    _ACTIVE.remove(pool)
+    pool.finish()
+
+
+def _warm_up() -> None:
+    """Draw one small figure with text so matplotlib loads its fonts before the fork."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    from attnlens.plots import STYLE
+
+    with plt.rc_context(STYLE):
+        fig = plt.figure(figsize=(1, 1))
+        fig.text(0.5, 0.5, "0.123456789 layer head", fontsize=6)
+        fig.suptitle("warm")
+        fig.savefig(io.BytesIO(), format="png")
+        plt.close(fig)
+
+
+def render(
+    figure: Any, write: Callable[[Any, Path, str], None], paths: Iterable[tuple[Path, str]]
+) -> bool:
+    """Draw ``figure`` (a Figure or a recipe) into each ``(path, format)``.
+
+    In an active pool the work is queued and True returned; otherwise it is done now.
+    """
+    paths = list(paths)
+    if _ACTIVE:
+        _ACTIVE[-1].submit(_draw, figure, write, paths)
+        return True
+    _draw(figure, write, paths)
+    return False
+
+
+def _draw(figure: Any, write: Callable[[Any, Path, str], None], paths: list) -> None:
+    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+
+    fig = figure if isinstance(figure, Figure) else figure()
+    try:
+        for path, fmt in paths:
+            write(fig, path, fmt)
+    finally:
+        plt.close(fig)
