@@ -40,7 +40,8 @@ def spectrum_summary_text(tables: dict[str, pd.DataFrame], sentences: int, mean_
             lines.append(
                 f"k = ceil({fraction:g} n): P error {means['p_error']:.3f}, "
                 f"output error {means['output_error']:.3f}, "
-                f"Linformer (random E, F) error {means['linformer_error']:.3f} (means over heads)"
+                f"Linformer random-projection RMS error {means['linformer_error']:.3f} "
+                "(means over heads)"
             )
     return "\n".join(lines)
 
