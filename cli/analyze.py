@@ -25,24 +25,32 @@ def analyze(
     quiet: bool = opt.QuietOpt,
 ) -> None:
     """Analyse every attention head of MODEL on a corpus and write a report folder."""
+    from attnlens import distributed
     from attnlens.data.words import load_corpus
     from attnlens.loaders import load
     from attnlens.report.analyze import analyze as run_analysis
     from attnlens.report.writer import check_output_dir
 
     formats = opt.figure_formats(fmt)
+    ctx = distributed.context()  # torchrun: this process's rank; else a single process
+    device = distributed.rank_device(device, ctx)
     # Corpus: --treebank, else --text (split into words), else the embedded sample treebank.
     corpus = load_corpus(
         text=str(text) if text else None, treebank=str(treebank) if treebank else None
     )
     corpus_name = corpus.name
+    if ctx.is_main:
+        check_output_dir(out)
+    distributed.init(ctx, device)
     model_obj, tokenizer = load(model, device=device, dtype=dtype, allow_pickle=allow_pickle)
     batches = corpus.batches(tokenizer, batch_size=batch_size, max_length=max_length)
-    check_output_dir(out)
     outputs = run_analysis(
-        model_obj, tokenizer, batches, out, formats=formats, show_progress=not quiet,
-        corpus_name=corpus_name,
+        model_obj, tokenizer, batches, out, formats=formats,
+        show_progress=not quiet and ctx.is_main, corpus_name=corpus_name, dist=ctx,
     )
+    distributed.finish(ctx)
+    if not ctx.is_main:
+        return
     n_figures = sum(len(o.figures) for o in outputs)
     n_tables = sum(len(o.tables) for o in outputs)
     console.print(f"wrote {n_tables} tables and {n_figures} figures to {out}/ "

@@ -7,8 +7,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from attnlens.analysis.runner import run_analyzers
 from attnlens.data.batch import Batch
+from attnlens.distributed import SINGLE, DistContext, run_sharded
 from attnlens.model.transformer import HookedTransformer
 from attnlens.report.asymmetry_section import AsymmetrySection
 from attnlens.report.collapse_section import CollapseSection
@@ -39,16 +39,24 @@ def analyze(
     formats: tuple[str, ...] = ("png",),
     show_progress: bool = True,
     corpus_name: str = "",
+    dist: DistContext = SINGLE,
 ) -> list[SectionOutput]:
-    """Run all sections' analyzers in one pass over ``batches`` and write their outputs."""
-    out = check_output_dir(out_dir)
+    """Run all sections' analyzers in one pass over ``batches`` and write their outputs.
+
+    Under ``torchrun`` (``dist`` active) each rank analyses its share of the batches; rank 0
+    merges the states, writes and returns the outputs; other ranks return an empty list.
+    """
+    out = check_output_dir(out_dir) if dist.is_main else Path(out_dir)
     sections = list(default_sections() if sections is None else sections)
     start = time.perf_counter()
     per_section = [s.analyzers(model, tokenizer) for s in sections]
     everything = [a for group in per_section for a in group]
     n_sentences = sum(int(b.input_ids.shape[0]) for b in batches)
     if everything:
-        run_analyzers(model, batches, everything, total=n_sentences, show_progress=show_progress)
+        run_sharded(model, batches, everything, dist, total=n_sentences,
+                    show_progress=show_progress)
+    if not dist.is_main:
+        return []
     with figure_pool():  # figures drawn in worker processes; all on disk after the block
         outputs = [
             section.write(model, group, out, formats)

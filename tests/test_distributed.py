@@ -1,0 +1,123 @@
+"""Runs split across processes: sharding, merging analyzer states, torchrun end to end."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from attnlens.analysis.spectrum import SpectrumAnalyzer
+from attnlens.distributed import DistContext, prefix_bound, shard
+from attnlens.errors import ConfigError
+
+TORCHRUN = Path(sys.executable).with_name("torchrun")
+
+
+# --- sharding (no processes) -----------------------------------------------------------------
+@pytest.mark.parametrize("world", [1, 2, 3, 5])
+def test_shards_are_contiguous_and_concatenate_to_the_whole(world):
+    items = [list(range(w)) for w in (5, 1, 7, 3, 3, 9, 2, 4, 6, 1)]  # weights = lengths
+    shares = [shard(items, DistContext(rank, world)) for rank in range(world)]
+    assert [x for share in shares for x in share] == items  # order kept, nothing lost
+    weights = [sum(len(x) for x in share) for share in shares]
+    assert max(weights) - min(weights) <= max(len(x) for x in items)  # balanced by weight
+
+
+def test_prefix_bound_reads_the_mark_or_the_sentence_budget():
+    class Bounded:
+        max_sentences, sentences = 32, 0
+
+    class Marked:
+        distributed = "rank0"
+
+    assert prefix_bound(Bounded()) and prefix_bound(Marked())
+    assert not prefix_bound(SpectrumAnalyzer([2]))
+
+
+# --- torchrun end to end ----------------------------------------------------------------------
+CORPUS = "\n".join([
+    "The cat sat on the mat.", "A quick brown fox jumps over the lazy dog.", "It rained.",
+    "She reads long books in the evening.", "We went home early because it was late.",
+    "Dogs bark.", "The committee approved the new budget on Tuesday.", "Why not?",
+    "Birds fly south in winter.", "He said that the train was late again.",
+]) + "\n"
+
+
+def run_analyze(args: list[str], out: Path, processes: int) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ATTNLENS_FIGURE_WORKERS": "0"}
+    prefix = ([str(TORCHRUN), "--nproc-per-node", str(processes), "--master-port",
+               str(29500 + os.getpid() % 1000)] if processes > 1 else [sys.executable])
+    command = [*prefix, "-m", "attnlens.cli", "analyze", *args, "--out", str(out), "-q"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def compare_tables(one: Path, many: Path, atol: float) -> int:
+    """Every CSV equal: text and integer columns exactly, float columns within ``atol``."""
+    names = sorted(p.name for p in one.glob("*.csv"))
+    assert names == sorted(p.name for p in many.glob("*.csv"))
+    for name in names:
+        a, b = pd.read_csv(one / name), pd.read_csv(many / name)
+        assert list(a.columns) == list(b.columns) and a.shape == b.shape, name
+        for column in a.columns:
+            left, right = a[column], b[column]
+            if pd.api.types.is_float_dtype(left):
+                np.testing.assert_allclose(left, right, rtol=0, atol=atol, equal_nan=True,
+                                           err_msg=f"{name}:{column}")
+            else:  # counts, labels, argmax results: identical
+                assert left.equals(right), f"{name}:{column}"
+    return len(names)
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory, minilm) -> Path:
+    """A tiny random BERT with MiniLM's tokenizer files, saved as a checkpoint folder."""
+    from transformers import BertConfig, BertModel
+
+    model, _ = minilm
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=4, intermediate_size=64, max_position_embeddings=64)
+    BertModel(config).eval().save_pretrained(folder)
+    source = Path(model.cfg.source["path"])
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (source / name).is_file():
+            shutil.copy(source / name, folder / name)
+    return folder
+
+
+@pytest.mark.skipif(not TORCHRUN.is_file(), reason="torchrun is not installed beside python")
+def test_torchrun_two_processes_write_the_single_process_tables(tmp_path, tiny_checkpoint):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(CORPUS, encoding="utf-8")
+    args = [str(tiny_checkpoint), "--text", str(corpus), "--batch-size", "2"]
+    run_analyze(args, tmp_path / "one", 1)
+    run_analyze(args, tmp_path / "two", 2)
+    # Float64 running sums merged in another order: a few ulps of values of order 1-100.
+    assert compare_tables(tmp_path / "one", tmp_path / "two", atol=1e-9) > 10
+    assert (tmp_path / "two" / "index.html").is_file()
+
+
+@pytest.mark.skipif(not TORCHRUN.is_file(), reason="torchrun is not installed beside python")
+def test_torchrun_on_minilm_and_the_sample_treebank(tmp_path):
+    run_analyze(["--batch-size", "8"], tmp_path / "one", 1)
+    run_analyze(["--batch-size", "8"], tmp_path / "two", 2)
+    assert compare_tables(tmp_path / "one", tmp_path / "two", atol=1e-9) > 10
+
+
+def test_an_analyzer_without_state_fields_is_refused_before_any_work():
+    from attnlens.distributed import run_sharded
+
+    class Legacy:
+        state_fields = ()
+
+    with pytest.raises(ConfigError, match="state_fields"):
+        run_sharded(None, [], [Legacy()], DistContext(0, 2))
