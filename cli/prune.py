@@ -98,6 +98,7 @@ def prune(
     import json
     import time
 
+    from attnlens import distributed
     from attnlens.errors import ConfigError
     from attnlens.loaders import load
     from attnlens.metrics.factory import METRIC_NAMES, auto_metric, build_metrics
@@ -116,11 +117,15 @@ def prune(
     settings.validate()
     formats = opt.figure_formats(fmt)
     started = time.perf_counter()
+    ctx = distributed.context()  # torchrun: evaluations spread over the processes
+    device = distributed.rank_device(device, ctx)
+    distributed.init(ctx, device)
     model_obj, tokenizer = load(model, device=device, dtype=dtype, allow_pickle=allow_pickle)
     name = auto_metric(model_obj, data) if metric == "auto" else metric
     metrics = build_metrics(name, model_obj, tokenizer, data, importance_data, eval_fraction,
                             split_seed, batch_size, max_length)
-    check_output_dir(out)
+    if ctx.is_main:
+        check_output_dir(out)
     description = {
         "model": model_obj.cfg.source.get("path"),
         "metric": name,
@@ -133,8 +138,12 @@ def prune(
         "max_length": max_length,
         "dtype": dtype,
     }
-    result = run_prune(model_obj, metrics.importance, metrics.evaluation, settings, out,
-                       resume=resume, description=description, show_progress=not quiet)
+    result = run_prune(model_obj, metrics.importance, metrics.evaluation, settings,
+                       out if ctx.is_main else None, resume=resume, description=description,
+                       show_progress=not quiet and ctx.is_main, dist=ctx)
+    distributed.finish(ctx)
+    if not ctx.is_main:
+        return
     label = metrics.evaluation.label
     write_table(result.curve, out, "prune_curve", formats=("md",))
     fig = pruning_curves(result.curve, label, f"{name} on held-out data vs heads pruned")

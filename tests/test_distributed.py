@@ -121,3 +121,37 @@ def test_an_analyzer_without_state_fields_is_refused_before_any_work():
 
     with pytest.raises(ConfigError, match="state_fields"):
         run_sharded(None, [], [Legacy()], DistContext(0, 2))
+
+
+@pytest.mark.skipif(not TORCHRUN.is_file(), reason="torchrun is not installed beside python")
+@pytest.mark.parametrize("rescore", [False, True])
+def test_torchrun_prune_spreads_evaluations_and_matches_one_process(tmp_path, rescore):
+    from transformers import BertConfig, BertModel
+
+    from tests.parity_utils import TINY, save_tiny
+    from tests.pruning_toys import vocab_size, word_tokenizer, write_pairs
+
+    checkpoint = tmp_path / "tiny"
+    save_tiny(BertModel, BertConfig(vocab_size=vocab_size(), **TINY), checkpoint)
+    word_tokenizer().hf.save_pretrained(str(checkpoint))
+    pairs = write_pairs(tmp_path / "pairs.csv", 32)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ATTNLENS_FIGURE_WORKERS": "0"}
+    common = ["-m", "attnlens.cli", "prune", str(checkpoint), "--metric", "sts", "--data",
+              str(pairs), "--order", "importance,random,confidence", "--seeds", "2", "--step",
+              "0.25", "--max-fraction", "0.75", "--batch-size", "8", "--quiet",
+              *(["--rescore"] if rescore else [])]
+    tables = {}
+    for processes in (1, 2):
+        out = tmp_path / f"run{processes}"
+        prefix = ([str(TORCHRUN), "--nproc-per-node", "2", "--master-port",
+                   str(29600 + os.getpid() % 1000)] if processes > 1 else [sys.executable])
+        done = subprocess.run([*prefix, *common, "--out", str(out)], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        tables[processes] = (pd.read_csv(out / "prune_curve.csv", keep_default_na=False),
+                             pd.read_csv(out / "prune_scores.csv"))
+    (curve1, scores1), (curve2, scores2) = tables[1], tables[2]
+    timing = ["seconds"]
+    # Same masks and the same metric computed on the same CPU kernels: identical values.
+    pd.testing.assert_frame_equal(curve1.drop(columns=timing), curve2.drop(columns=timing))
+    pd.testing.assert_frame_equal(scores1, scores2)
