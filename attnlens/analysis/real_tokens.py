@@ -76,8 +76,17 @@ class BlockGroup:
         return min(self.n_query, self.n_key)
 
 
-def block_groups(query_mask: torch.Tensor, key_mask: torch.Tensor) -> list[BlockGroup]:
-    """Group sentences by ``(real queries, real keys)``; masks ``[batch, pos]`` each."""
+def block_groups(
+    query_mask: torch.Tensor, key_mask: torch.Tensor, device: torch.device | None = None
+) -> list[BlockGroup]:
+    """Group sentences by ``(real queries, real keys)``; masks ``[batch, pos]`` each.
+
+    The grouping runs on the CPU (masks on a GPU cost one copy each, the batch's only
+    synchronisation); the groups' index tensors are then placed on ``device`` (default: the
+    masks' device) once, so gathering a layer copies nothing back and forth.
+    """
+    device = query_mask.device if device is None else device
+    query_mask, key_mask = query_mask.cpu(), key_mask.cpu()
     n_q, n_k = query_mask.bool().sum(1), key_mask.bool().sum(1)
     q_order, k_order = _real_positions(query_mask), _real_positions(key_mask)
     groups = []
@@ -85,7 +94,8 @@ def block_groups(query_mask: torch.Tensor, key_mask: torch.Tensor) -> list[Block
         if nq == 0 or nk == 0:
             continue
         rows = torch.nonzero((n_q == nq) & (n_k == nk)).flatten()
-        groups.append(BlockGroup(nq, nk, rows, q_order[rows, :nq], k_order[rows, :nk]))
+        groups.append(BlockGroup(nq, nk, rows.to(device), q_order[rows, :nq].to(device),
+                                 k_order[rows, :nk].to(device)))
     return groups
 
 

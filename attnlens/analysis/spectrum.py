@@ -161,6 +161,8 @@ class SpectrumAnalyzer(Analyzer):
         self.top_sentences = 0
         self._pending: list[_Pending] = []
         self._groups: dict[tuple[int, int], list[BlockGroup]] = {}
+        self._device = torch.device("cpu")
+        self._grid = self.grid
 
     @classmethod
     def for_model(cls, model: HookedTransformer, **kwargs) -> SpectrumAnalyzer:
@@ -181,6 +183,11 @@ class SpectrumAnalyzer(Analyzer):
     def begin_batch(self, batch: Batch) -> None:
         self._groups = {}
         self._batch_counted = False
+        # Self-attention blocks (queries = keys = the batch's tokens), grouped once per batch:
+        # the grouping reads the mask on the host, which must not happen once per layer.
+        width = batch.attention_mask.shape[1]
+        self._place(batch.attention_mask.device)
+        self._groups_for(batch, width, width)
 
     def _groups_for(self, batch: Batch, n_query: int, n_key: int) -> list[BlockGroup]:
         """Block groups of this batch for patterns ``[.., n_query, n_key]`` (cached)."""
@@ -190,11 +197,12 @@ class SpectrumAnalyzer(Analyzer):
             if query_mask is None:
                 same = n_query == n_key
                 query_mask = key_mask if same else key_mask.new_ones(key_mask.shape[0], n_query)
-            self._groups[(n_query, n_key)] = block_groups(query_mask, key_mask)
+            self._groups[(n_query, n_key)] = block_groups(query_mask, key_mask, self._device)
         return self._groups[(n_query, n_key)]
 
     def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
         pattern = cache["pattern", layer]  # [batch, head, query_pos, key_pos]
+        self._place(pattern.device)
         groups = self._groups_for(batch, pattern.shape[-2], pattern.shape[-1])
         if not self._batch_counted:
             self._count(groups)
@@ -225,6 +233,17 @@ class SpectrumAnalyzer(Analyzer):
             self.token_sum += group.rank * g
             hi = length_bucket(group.rank)
             self.bucket_count[hi] = self.bucket_count.get(hi, 0) + g
+
+    def _place(self, device: torch.device) -> None:
+        """Keep the running sums on the device the patterns come from: adding to them then
+        needs no copy to the host (no synchronisation per layer on a GPU)."""
+        if device == self._device:
+            return
+        self._device = device
+        for field in ("curve_sum", "summary_sum", "cost_sum", "top_sum"):
+            setattr(self, field, getattr(self, field).to(device))
+        self.bucket_sum = {hi: t.to(device) for hi, t in self.bucket_sum.items()}
+        self._grid = self.grid.to(device)
 
     def _is_long(self, group: BlockGroup) -> bool:
         return self.top_k > 0 and group.rank >= self.top_k_min_n
@@ -266,18 +285,20 @@ class SpectrumAnalyzer(Analyzer):
 
         def total(x: torch.Tensor) -> torch.Tensor:
             """``[group*head, ...]`` summed over sentences -> ``[head, ...]`` on the CPU."""
-            return x.reshape(g, h, *x.shape[1:]).sum(0).cpu()
+            return x.reshape(g, h, *x.shape[1:]).sum(0)
 
         curve = cumulative_curve(s)  # [group*head, r]
-        quarter = curve_at(curve, torch.tensor([r / 4]))[..., 0]
+        quarter = curve_at(curve, torch.full((1,), r / 4, dtype=curve.dtype,
+                                             device=curve.device))[..., 0]
         eff = entropy_effective_rank(s)
         r90, r99 = (numerical_rank(curve, level) for level in RANK_LEVELS)
         summary = torch.stack([quarter, eff, eff / r, r90, r99, r90 / r, r99 / r], -1)
         self.summary_sum[:, layer, :h] += total(summary).T
-        self.curve_sum[layer, :h] += total(curve_at(curve, self.grid.to(curve) * r))
+        self.curve_sum[layer, :h] += total(curve_at(curve, self._grid * r))
         hi = length_bucket(r)
         bucket = self.bucket_sum.setdefault(
-            hi, torch.zeros(self.n_layers, self.n_heads, hi, dtype=torch.float64)
+            hi, torch.zeros(self.n_layers, self.n_heads, hi, dtype=torch.float64,
+                            device=self._device)
         )
         bucket[layer, :h] += total(torch.nn.functional.pad(curve, (0, hi - r), value=1.0))
         if costs is not None:
@@ -297,7 +318,7 @@ class SpectrumAnalyzer(Analyzer):
             top.values[..., 0],
             (top.residual / first[..., None] ** 2).amax(-1),
         ])  # [measure, group, head]
-        self.top_sum[:, item.layer, :h] += measures.sum(1).cpu()
+        self.top_sum[:, item.layer, :h] += measures.sum(1)
 
     # Results ------------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -24,24 +24,23 @@ def spectrum_tables(spec: SpectrumAnalyzer) -> dict[str, pd.DataFrame]:
     tables: dict[str, pd.DataFrame] = {}
     count = spec.sentences
     if count:
-        summary = (spec.summary_sum / count).numpy()  # [measure, layer, head]
+        summary = (spec.summary_sum / count).cpu().numpy()  # [measure, layer, head]
         tables["spectrum_summary"] = spec.rows(
             np.moveaxis(summary, 0, -1), {"measure": np.array(SUMMARY_MEASURES)}
         )
         tables["spectrum_curve"] = spec.rows(
-            (spec.curve_sum / count).numpy(), {"fraction": spec.grid.numpy()}
+            (spec.curve_sum / count).cpu().numpy(), {"fraction": spec.grid.numpy()}
         )
         frames = []
         for hi in sorted(spec.bucket_sum):
-            frame = spec.rows(
-                (spec.bucket_sum[hi] / spec.bucket_count[hi]).numpy(), {"k": np.arange(1, hi + 1)}
-            )
+            mean = (spec.bucket_sum[hi] / spec.bucket_count[hi]).cpu().numpy()
+            frame = spec.rows(mean, {"k": np.arange(1, hi + 1)})
             frame.insert(2, "bucket", bucket_label(hi))
             frame.insert(3, "sentences", spec.bucket_count[hi])
             frames.append(frame)
         tables["spectrum_curve_by_length"] = pd.concat(frames, ignore_index=True)
         if spec.low_rank_cost:
-            cost = (spec.cost_sum / count).numpy()  # [measure, layer, head, fraction]
+            cost = (spec.cost_sum / count).cpu().numpy()  # [measure, layer, head, fraction]
             fractions = np.array(spec.rank_fractions)
             tables["low_rank_cost"] = spec.rows(
                 np.moveaxis(cost, 0, -1),  # [layer, head, fraction, measure]
@@ -51,7 +50,7 @@ def spectrum_tables(spec: SpectrumAnalyzer) -> dict[str, pd.DataFrame]:
                 },
             )
     if spec.top_sentences:
-        top = (spec.top_sum / spec.top_sentences).numpy()  # [measure, layer, head]
+        top = (spec.top_sum / spec.top_sentences).cpu().numpy()  # [measure, layer, head]
         frame = spec.rows(np.moveaxis(top, 0, -1), {"measure": np.array(TOP_MEASURES)})
         frame.insert(2, "k", spec.top_k)
         frame.insert(3, "sentences", spec.top_sentences)
