@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.setup-stamp
 TORCH := torch==2.13.0
 
-.PHONY: setup demo test test-kernels lint clean-venv
+.PHONY: setup demo test test-kernels lint clean-venv bench
 
 setup: $(STAMP)
 
@@ -42,3 +42,16 @@ test-kernels: setup
 
 clean-venv:
 	rm -rf $(VENV)
+
+# Performance figures (docs/performance.md): each script prints ratios against a baseline it
+# measures in the same run. Takes 15-30 min on 2 cores; run it on a quiet machine.
+BENCH_THREADS ?= 2
+bench: setup
+	OMP_NUM_THREADS=$(BENCH_THREADS) $(BIN)/python benchmarks/fixed_costs.py --phases
+	OMP_NUM_THREADS=$(BENCH_THREADS) $(BIN)/python benchmarks/forward.py --threads $(BENCH_THREADS)
+	OMP_NUM_THREADS=$(BENCH_THREADS) $(BIN)/python benchmarks/analyze_corpus.py --threads $(BENCH_THREADS) --breakdown
+	OMP_NUM_THREADS=$(BENCH_THREADS) $(BIN)/python benchmarks/spectrum.py --threads $(BENCH_THREADS)
+	OMP_NUM_THREADS=$(BENCH_THREADS) $(BIN)/python benchmarks/memory.py
+	OMP_NUM_THREADS=$(BENCH_THREADS) $(BIN)/python benchmarks/batching.py --threads $(BENCH_THREADS)
+	OMP_NUM_THREADS=$(BENCH_THREADS) $(BIN)/python benchmarks/distributed.py
+	OMP_NUM_THREADS=$(BENCH_THREADS) $(BIN)/python benchmarks/pruned_speed.py --threads $(BENCH_THREADS)

@@ -271,38 +271,40 @@ class SpectrumAnalyzer(Analyzer):
                 costs = torch.stack([p_err, out_err, lin], 1)  # [matrices, measure, K]
             else:
                 s, costs = singular_values(P, self.method), None
-            start = 0
-            for it in items:
-                count = it.P.shape[0] * it.P.shape[1]
-                part = slice(start, start + count)
-                self._fold(it, s[part], None if costs is None else costs[part])
-                start += count
+            self._fold(s, costs, self._slots(items), items[0].group.rank)
 
-    def _fold(self, item: _Pending, s: torch.Tensor, costs: torch.Tensor | None) -> None:
-        """Add one group's per-matrix results ``s [group*head, r]`` to the layer's sums."""
-        g, h = item.P.shape[:2]
-        layer, r = item.layer, item.group.rank
+    def _slots(self, items: list[_Pending]) -> torch.Tensor:
+        """Each pooled matrix's ``layer * n_heads + head`` (the order of ``flatten(0, 1)``)."""
+        return torch.cat([
+            it.layer * self.n_heads
+            + torch.arange(it.P.shape[1], device=self._device).repeat(it.P.shape[0])
+            for it in items
+        ])
 
-        def total(x: torch.Tensor) -> torch.Tensor:
-            """``[group*head, ...]`` summed over sentences -> ``[head, ...]`` on the CPU."""
-            return x.reshape(g, h, *x.shape[1:]).sum(0)
-
-        curve = cumulative_curve(s)  # [group*head, r]
+    def _fold(self, s: torch.Tensor, costs: torch.Tensor | None, slots: torch.Tensor,
+              r: int) -> None:
+        """Add per-matrix results (``s [matrices, r]``, one shape, every layer of a batch) to
+        the running sums, each at its ``slots`` entry (``layer * n_heads + head``)."""
+        n_slots = self.n_layers * self.n_heads
+        curve = cumulative_curve(s)  # [matrices, r]
         quarter = curve_at(curve, torch.full((1,), r / 4, dtype=curve.dtype,
                                              device=curve.device))[..., 0]
         eff = entropy_effective_rank(s)
         r90, r99 = (numerical_rank(curve, level) for level in RANK_LEVELS)
-        summary = torch.stack([quarter, eff, eff / r, r90, r99, r90 / r, r99 / r], -1)
-        self.summary_sum[:, layer, :h] += total(summary).T
-        self.curve_sum[layer, :h] += total(curve_at(curve, self._grid * r))
+        summary = torch.stack([quarter, eff, eff / r, r90, r99, r90 / r, r99 / r])  # [7, m]
+        self.summary_sum.view(len(SUMMARY_MEASURES), n_slots).index_add_(1, slots, summary)
+        grid = curve_at(curve, self._grid * r)  # [matrices, grid point]
+        self.curve_sum.view(n_slots, GRID_POINTS).index_add_(0, slots, grid)
         hi = length_bucket(r)
         bucket = self.bucket_sum.setdefault(
             hi, torch.zeros(self.n_layers, self.n_heads, hi, dtype=torch.float64,
                             device=self._device)
         )
-        bucket[layer, :h] += total(torch.nn.functional.pad(curve, (0, hi - r), value=1.0))
-        if costs is not None:
-            self.cost_sum[:, layer, :h] += total(costs).permute(1, 0, 2)
+        padded = torch.nn.functional.pad(curve, (0, hi - r), value=1.0)  # [matrices, hi]
+        bucket.view(n_slots, hi).index_add_(0, slots, padded)
+        if costs is not None:  # [matrices, measure, K] -> [measure, layer * head, K]
+            self.cost_sum.view(len(COST_MEASURES), n_slots, -1).index_add_(
+                1, slots, costs.transpose(0, 1))
 
     def _fold_top(self, item: _Pending) -> None:
         """Top-``k`` statistics of one group of long blocks (``spectrum_top_k``)."""

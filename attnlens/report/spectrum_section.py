@@ -92,11 +92,13 @@ class SpectrumSection(Section):
     name = "spectrum"
     title = "Attention spectrum (low rank) and shared subspaces"
 
-    def __init__(self, low_rank_cost: bool = True) -> None:
+    def __init__(self, low_rank_cost: bool = True, top_k: int = 0, top_k_min_n: int = 1024) -> None:
         self.low_rank_cost = low_rank_cost
+        self.top_k, self.top_k_min_n = top_k, top_k_min_n  # long inputs: top-k spectra only
 
     def analyzers(self, model: HookedTransformer, tokenizer) -> list[SpectrumAnalyzer]:
-        return [SpectrumAnalyzer.for_model(model, low_rank_cost=self.low_rank_cost)]
+        return [SpectrumAnalyzer.for_model(model, low_rank_cost=self.low_rank_cost,
+                                           top_k=self.top_k, top_k_min_n=self.top_k_min_n)]
 
     def write(self, model, analyzers, out_dir: Path, formats) -> SectionOutput:
         (spectrum,) = [a for a in analyzers if isinstance(a, SpectrumAnalyzer)]
@@ -104,6 +106,10 @@ class SpectrumSection(Section):
         for name, table in tables.items():
             write_table(table, out_dir, name)
         output = SectionOutput(self.title, tables=dict(tables))
+        if "spectrum_summary" not in tables:  # every sentence was long: top-k table only
+            output.summary = f"{spectrum.top_sentences} long sentences: top-{spectrum.top_k} only"
+            write_weight_spectra(model, out_dir, formats, output)
+            return output
         summary = tables["spectrum_summary"]
         fig = partial(  # a recipe: built and drawn in a figure worker
             layer_head_heatmap,
