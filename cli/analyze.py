@@ -20,6 +20,8 @@ def analyze(
     max_length: int = opt.MaxLengthOpt,
     device: str = opt.DeviceOpt,
     dtype: str = opt.DtypeOpt,
+    device_map: opt.OptionalStr = opt.DeviceMapOpt,
+    max_memory: opt.OptionalStr = opt.MaxMemoryOpt,
     allow_pickle: bool = opt.AllowPickleOpt,
     fmt: str = opt.FormatOpt,
     quiet: bool = opt.QuietOpt,
@@ -27,11 +29,16 @@ def analyze(
     """Analyse every attention head of MODEL on a corpus and write a report folder."""
     from attnlens import distributed
     from attnlens.data.words import load_corpus
+    from attnlens.errors import ConfigError
     from attnlens.loaders import load
+    from attnlens.loaders.device_map import parse_max_memory
     from attnlens.report.analyze import analyze as run_analysis
     from attnlens.report.writer import check_output_dir
 
     formats = opt.figure_formats(fmt)
+    memory = parse_max_memory(max_memory)
+    if device_map not in (None, "auto"):
+        raise ConfigError(f"--device-map {device_map!r}: only 'auto' is supported.")
     ctx = distributed.context()  # torchrun: this process's rank; else a single process
     device = distributed.rank_device(device, ctx)
     # Corpus: --treebank, else --text (split into words), else the embedded sample treebank.
@@ -42,7 +49,8 @@ def analyze(
     if ctx.is_main:
         check_output_dir(out)
     distributed.init(ctx, device)
-    model_obj, tokenizer = load(model, device=device, dtype=dtype, allow_pickle=allow_pickle)
+    model_obj, tokenizer = load(model, device=device, dtype=dtype, allow_pickle=allow_pickle,
+                                device_map=device_map, max_memory=memory)
     batches = corpus.batches(tokenizer, batch_size=batch_size, max_length=max_length)
     outputs = run_analysis(
         model_obj, tokenizer, batches, out, formats=formats,

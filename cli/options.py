@@ -21,6 +21,15 @@ BatchSizeOpt = typer.Option(16, "--batch-size", min=1, help="Sentences per forwa
 MaxLengthOpt = typer.Option(128, "--max-length", min=4, help="Truncate inputs to this many tokens.")
 DeviceOpt = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or auto.")
 DtypeOpt = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16.")
+DeviceMapOpt = typer.Option(
+    None, "--device-map", show_default=False,
+    help="auto: spread a model larger than one device over the GPUs and CPU memory "
+    "(needs the extra accelerate).",
+)
+MaxMemoryOpt = typer.Option(
+    None, "--max-memory", show_default=False,
+    help="With --device-map auto: memory per device, e.g. 0=20GiB,1=20GiB,cpu=60GiB.",
+)
 AllowPickleOpt = typer.Option(
     False, "--allow-pickle", help="Allow pickle (pytorch_model.bin) weights; only if trusted."
 )

@@ -165,3 +165,24 @@ def test_prune_command_on_cuda(toy, tmp_path):
     assert list(cpu["heads_removed"]) == list(gpu["heads_removed"])  # same heads chosen
     # Spearman correlation of float32 embeddings from other kernels.
     np.testing.assert_allclose(gpu["metric"], cpu["metric"], atol=1e-4)
+
+
+def test_device_map_splits_a_model_across_the_gpu_and_cpu_memory():
+    pytest.importorskip("accelerate")
+    from attnlens.loaders.device_map import dispatch, plan
+
+    model, reference = tiny_model(seed=4, n_layers=4), tiny_model(seed=4, n_layers=4)
+    block = sum(p.numel() * p.element_size() for p in model.blocks[0].parameters())
+    device_map = plan(model, {0: 2 * block + 200_000, "cpu": 10**9})
+    assert {0, "cpu"} <= set(device_map.values()), device_map
+    split = dispatch(model, device_map, allow_disk=False)
+    inputs = tiny_inputs()
+    names = lambda n: n.endswith("hook_pattern")  # noqa: E731
+    with torch.no_grad():
+        out, cache = split.run_with_cache(**{k: v.to(split.device) for k, v in inputs.items()},
+                                          names_filter=names)
+        ref, ref_cache = reference.run_with_cache(**inputs, names_filter=names)
+    # Blocks on the GPU and on the CPU: fp32 kernels of both devices, ~1e-7 each.
+    torch.testing.assert_close(out.cpu(), ref, rtol=0, atol=1e-5)
+    for name in ref_cache:
+        torch.testing.assert_close(cache[name].cpu(), ref_cache[name], rtol=0, atol=1e-5)
