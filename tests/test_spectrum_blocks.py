@@ -208,3 +208,39 @@ def test_top_k_mode_reports_long_blocks_separately():
     assert (top["nuclear_lower"] <= top["nuclear_upper"] + 1e-12).all()
     per_bucket = tables["spectrum_curve_by_length"].groupby("bucket")["sentences"].first()
     assert per_bucket.to_dict() == {"1-8": 2, "9-16": 2}  # 5 3 | 9 9; 12 and 30 went to top-k
+
+
+def test_state_round_trips_through_safetensors_and_json(tmp_path):
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    data = square_batches(seed=4)
+    analyzer = SpectrumAnalyzer([3, 3], top_k=3, top_k_min_n=12)
+    for batch, cache in data:
+        analyzer.update(batch, cache)
+    state = analyzer.state_dict()
+    tensors, plain = {}, {}
+    for field, value in state["state"].items():
+        if isinstance(value, torch.Tensor):
+            tensors[field] = value
+        elif isinstance(value, dict) and value and isinstance(next(iter(value.values())),
+                                                              torch.Tensor):
+            tensors.update({f"{field}/{k}": v for k, v in value.items()})
+        else:
+            plain[field] = value
+    save_file(tensors, tmp_path / "state.safetensors")
+    meta = json.loads(json.dumps({"settings": state["settings"], "plain": plain}))
+    loaded = load_file(tmp_path / "state.safetensors")
+    restored_state = dict(meta["plain"])
+    for name, value in loaded.items():
+        field, _, key = name.partition("/")
+        if key:
+            restored_state.setdefault(field, {})[key] = value
+        else:
+            restored_state[field] = value
+    restored = SpectrumAnalyzer([3, 3], top_k=3, top_k_min_n=12)
+    restored.load_state_dict({"analyzer": "SpectrumAnalyzer", "settings": meta["settings"],
+                              "state": restored_state})
+    for name, table in analyzer.result().items():
+        assert restored.result()[name].equals(table), name

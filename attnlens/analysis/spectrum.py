@@ -155,8 +155,9 @@ class SpectrumAnalyzer(Analyzer):
         self.curve_sum = torch.zeros(*shape, GRID_POINTS, dtype=f64)
         self.summary_sum = torch.zeros(len(SUMMARY_MEASURES), *shape, dtype=f64)
         self.cost_sum = torch.zeros(len(COST_MEASURES), *shape, len(rank_fractions), dtype=f64)
-        self.bucket_sum: dict[int, torch.Tensor] = {}  # hi -> [layer, head, hi]
-        self.bucket_count: dict[int, int] = {}
+        # Keyed by str(hi) (JSON keeps the keys): "16" -> [layer, head, 16]
+        self.bucket_sum: dict[str, torch.Tensor] = {}
+        self.bucket_count: dict[str, int] = {}
         self.top_sum = torch.zeros(len(TOP_MEASURES), *shape, dtype=f64)
         self.top_sentences = 0
         self._pending: list[_Pending] = []
@@ -231,8 +232,8 @@ class SpectrumAnalyzer(Analyzer):
                 continue
             self.sentences += g
             self.token_sum += group.rank * g
-            hi = length_bucket(group.rank)
-            self.bucket_count[hi] = self.bucket_count.get(hi, 0) + g
+            key = str(length_bucket(group.rank))
+            self.bucket_count[key] = self.bucket_count.get(key, 0) + g
 
     def _place(self, device: torch.device) -> None:
         """Keep the running sums on the device the patterns come from: adding to them then
@@ -297,7 +298,7 @@ class SpectrumAnalyzer(Analyzer):
         self.curve_sum.view(n_slots, GRID_POINTS).index_add_(0, slots, grid)
         hi = length_bucket(r)
         bucket = self.bucket_sum.setdefault(
-            hi, torch.zeros(self.n_layers, self.n_heads, hi, dtype=torch.float64,
+            str(hi), torch.zeros(self.n_layers, self.n_heads, hi, dtype=torch.float64,
                             device=self._device)
         )
         padded = torch.nn.functional.pad(curve, (0, hi - r), value=1.0)  # [matrices, hi]

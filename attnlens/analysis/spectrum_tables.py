@@ -32,11 +32,12 @@ def spectrum_tables(spec: SpectrumAnalyzer) -> dict[str, pd.DataFrame]:
             (spec.curve_sum / count).cpu().numpy(), {"fraction": spec.grid.numpy()}
         )
         frames = []
-        for hi in sorted(spec.bucket_sum):
-            mean = (spec.bucket_sum[hi] / spec.bucket_count[hi]).cpu().numpy()
+        for key in sorted(spec.bucket_sum, key=int):
+            hi = int(key)
+            mean = (spec.bucket_sum[key] / spec.bucket_count[key]).cpu().numpy()
             frame = spec.rows(mean, {"k": np.arange(1, hi + 1)})
             frame.insert(2, "bucket", bucket_label(hi))
-            frame.insert(3, "sentences", spec.bucket_count[hi])
+            frame.insert(3, "sentences", spec.bucket_count[key])
             frames.append(frame)
         tables["spectrum_curve_by_length"] = pd.concat(frames, ignore_index=True)
         if spec.low_rank_cost:
