@@ -76,8 +76,9 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=256)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    import attnlens
     from transformers import AutoModel
+
+    import attnlens
 
     model, tokenizer = attnlens.load()
     data = corpus()
