@@ -168,11 +168,19 @@ def gather_analyzers(analyzers: Sequence, ctx: DistContext) -> None:
     if not ctx.active:
         return
     check_mergeable(analyzers)
-    shipped = [None if prefix_bound(a) else a.state_dict() for a in analyzers]
-    everyone = gather_objects(shipped, ctx)
-    if not ctx.is_main:
-        return
-    for rank_states in everyone[1:]:
+    everyone = gather_objects(shipped_states(analyzers), ctx)
+    if ctx.is_main:
+        merge_states(analyzers, everyone[1:])
+
+
+def shipped_states(analyzers: Sequence) -> list[dict | None]:
+    """What a rank sends rank 0: each analyzer's ``state_dict`` (None if ``prefix_bound``)."""
+    return [None if prefix_bound(a) else a.state_dict() for a in analyzers]
+
+
+def merge_states(analyzers: Sequence, later_ranks: Sequence[list[dict | None]]) -> None:
+    """Merge the states of ranks 1, 2, ... (``shipped_states`` of each) into ``analyzers``."""
+    for rank_states in later_ranks:
         for analyzer, state in zip(analyzers, rank_states, strict=True):
             if state is None:
                 continue

@@ -17,7 +17,10 @@ sentences), head statistics 0.18 s, syntactic 0.17 s, positional 0.09 s; on top 
 (~2 s), the model and tokenizer load (~1 s) and tables + figures (~2-4 s CPU, drawn on every
 core). The analyzers together cost about 2x the forward.
 
-    python benchmarks/analyze_corpus.py [--threads 2] [--sentences 2001] [--breakdown]
+    python benchmarks/analyze_corpus.py [--threads 2] [--sentences 0] [--breakdown]
+
+``--sentences N`` keeps the first N sentences of the treebank (0: all; a quick check of the
+script, not the target's setting).
 """
 
 from __future__ import annotations
@@ -35,8 +38,16 @@ import torch
 SHARED_UD = Path(__file__).resolve().parents[2] / "shared/data/ud-ewt/en_ewt-ud-dev.conllu"
 
 
+def first_sentences(path: Path, count: int, out: Path) -> Path:
+    """The first ``count`` sentences of a CoNLL-U file (blank-line separated)."""
+    blocks = path.read_text(encoding="utf-8").split("\n\n")
+    out.write_text("\n\n".join(b for b in blocks[:count] if b.strip()) + "\n\n",
+                   encoding="utf-8")
+    return out
+
+
 def corpus_batches(tokenizer, treebank: Path | None):
-    from attnlens.data.words import load_corpus
+    from attnlens.data.corpus import load_corpus
 
     corpus = load_corpus(text=None, treebank=str(treebank) if treebank else None)
     return corpus.batches(tokenizer, batch_size=16, max_length=128)
@@ -93,12 +104,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--breakdown", action="store_true")
+    parser.add_argument("--sentences", type=int, default=0, help="first N sentences (0: all)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        treebank = SHARED_UD if SHARED_UD.is_file() else None
+        if treebank and args.sentences:
+            treebank = first_sentences(treebank, args.sentences, Path(tmp) / "part.conllu")
+        measure(treebank, args)
+
+
+def measure(treebank: Path | None, args: argparse.Namespace) -> None:
     import attnlens
 
     model, tokenizer = attnlens.load()
-    treebank = SHARED_UD if SHARED_UD.is_file() else None
     batches = corpus_batches(tokenizer, treebank)
     sentences = sum(b.size for b in batches)
     print(f"corpus: {treebank or 'embedded sample'}: {sentences} sentences, {len(batches)} "

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+import attnlens.data.corpus as corpus_module
 import attnlens.data.words as words
 
 SHARED_UD = Path(__file__).resolve().parents[2] / "shared/data/ud-ewt/en_ewt-ud-dev.conllu"
@@ -37,7 +38,8 @@ def padding_waste(batches) -> float:
 
 
 def corpus():
-    return words.load_corpus(text=None, treebank=str(SHARED_UD) if SHARED_UD.is_file() else None)
+    treebank = str(SHARED_UD) if SHARED_UD.is_file() else None
+    return corpus_module.load_corpus(text=None, treebank=treebank)
 
 
 def first(batches, sentences: int):

@@ -46,6 +46,7 @@ def run(processes: int, threads: int, args: list[str], out: Path) -> float:
 
 
 def compare(one: Path, many: Path) -> tuple[float, bool]:
+    one, many = one / "tables", many / "tables"
     worst, exact = 0.0, True
     for path in sorted(one.glob("*.csv")):
         a, b = pd.read_csv(path), pd.read_csv(many / path.name)

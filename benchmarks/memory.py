@@ -13,7 +13,10 @@ and weights that dilute the first ratio). The Llama case uses the spectrum's top
 (k = 32 for n >= 1,024): the full spectrum of 96 matrices of 2,048 x 2,048 takes minutes and
 the same memory per layer.
 
-    python benchmarks/memory.py [--depth-only | --corpus-only]
+    python benchmarks/memory.py [--depth-only | --corpus-only] [--quick]
+
+``--quick`` checks the script on small cases (2 -> 6 layers at 512 tokens, 50 -> 200
+sentences): its ratios are not the targets' settings.
 """
 
 from __future__ import annotations
@@ -58,10 +61,10 @@ def toy_llama(folder: Path, layers: int) -> None:
     LlamaModel(config).eval().save_pretrained(folder)
 
 
-def run_child(kind: str, size: int) -> dict:
+def run_child(kind: str, size: int, tokens: int = 2048) -> dict:
     import torch
 
-    from attnlens.data.words import load_corpus
+    from attnlens.data.corpus import load_corpus
     from attnlens.loaders import load
     from attnlens.report.analyze import analyze, default_sections
     from attnlens.report.spectrum_section import SpectrumSection
@@ -72,10 +75,10 @@ def run_child(kind: str, size: int) -> dict:
         if kind == "depth":
             toy_llama(Path(tmp) / "llama", size)
             text = Path(tmp) / "long.txt"
-            text.write_text(" ".join(WORDS[i % len(WORDS)] for i in range(2047)) + "\n")
+            text.write_text(" ".join(WORDS[i % len(WORDS)] for i in range(tokens - 1)) + "\n")
             model, tokenizer = load(Path(tmp) / "llama")
             batches = load_corpus(text=str(text), treebank=None).batches(
-                tokenizer, batch_size=1, max_length=2048)
+                tokenizer, batch_size=1, max_length=tokens)
             sections = [SpectrumSection(low_rank_cost=False, top_k=32) if s.name == "spectrum"
                         else s for s in sections]
         else:
@@ -94,8 +97,8 @@ def run_child(kind: str, size: int) -> dict:
                 "tokens": int(sum(int(b.attention_mask.sum()) for b in batches))}
 
 
-def measure(kind: str, size: int) -> dict:
-    done = subprocess.run([sys.executable, __file__, "--child", kind, str(size)],
+def measure(kind: str, size: int, tokens: int = 2048) -> dict:
+    done = subprocess.run([sys.executable, __file__, "--child", kind, str(size), str(tokens)],
                           capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(done.stderr[-3000:])
@@ -113,22 +116,26 @@ def report(label: str, small: dict, large: dict, target: float) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--depth-only", action="store_true")
     parser.add_argument("--corpus-only", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="small cases (not the targets')")
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(run_child(args.child[0], int(args.child[1]))))
+        kind, size, tokens = args.child
+        print(json.dumps(run_child(kind, int(size), int(tokens))))
         return
+    layers, tokens, sentences = ((2, 6), 512, (50, 200)) if args.quick else \
+        ((4, 24), 2048, (200, 2001))
     if not args.corpus_only:
-        report("tiny Llama, 2,048 tokens, 4 -> 24 layers", measure("depth", 4),
-               measure("depth", 24), 1.2)
+        report(f"tiny Llama, {tokens:,} tokens, {layers[0]} -> {layers[1]} layers",
+               measure("depth", layers[0], tokens), measure("depth", layers[1], tokens), 1.2)
     if not args.depth_only:
         if not SHARED_UD.is_file():
             print(f"skipped the corpus case: {SHARED_UD} is absent")
             return
-        report("MiniLM, UD EWT dev, 200 -> 2,001 sentences", measure("corpus", 200),
-               measure("corpus", 2001), 1.1)
+        report(f"MiniLM, UD EWT dev, {sentences[0]:,} -> {sentences[1]:,} sentences",
+               measure("corpus", sentences[0]), measure("corpus", sentences[1]), 1.1)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ SHARED_UD = Path(__file__).resolve().parents[2] / "shared/data/ud-ewt/en_ewt-ud-
 def blocks_by_length(sentences: int) -> dict[int, torch.Tensor]:
     """``{n: [matrices, n, n]}``: every real-token attention block of the corpus by length."""
     import attnlens
-    from attnlens.data.words import load_corpus
+    from attnlens.data.corpus import load_corpus
 
     model, tokenizer = attnlens.load()
     corpus = load_corpus(text=None, treebank=str(SHARED_UD) if SHARED_UD.is_file() else None)

@@ -1,4 +1,4 @@
-"""``python -m attnlens.cli``: the entry point ``torchrun`` launches (``-m attnlens.cli``)."""
+"""``python -m attnlens.cli`` (and ``torchrun -m attnlens.cli``): the ``attnlens`` command."""
 
 from attnlens.cli.app import main
 

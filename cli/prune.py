@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import typer
-from attnlens.cli import options as opt
-from rich.console import Console
-
-console = Console(stderr=True)
+from attnlens.cli.runner import CommandRun, command
 
 METRIC_HELP = (
     "auto (from the model's head and the data), sts (pairs CSV sentence1,sentence2,score), "
     "mlm / lm (text file), accuracy (CSV text,label) or fidelity (text file, label-free)."
 )
-
 DataOpt = typer.Option(
     ..., "--data", help="Evaluation data (split in two unless --importance-data is given).",
     show_default=False,
@@ -28,18 +25,47 @@ ExportOpt = typer.Option(
     help="Write the structurally pruned model (first order, last step) as a Hugging Face "
     "checkpoint in this folder.",
 )
-PruneOutOpt = typer.Option(Path("attnlens-prune"), "--out", "-o", help="Output folder.")
+ExportStepOpt = typer.Option(
+    None, "--export-step", show_default=False,
+    help="Export the model after this step instead of the last.",
+)
+MetricOpt = typer.Option("auto", "--metric", help=METRIC_HELP)
+EvalFractionOpt = typer.Option(
+    0.5, "--eval-fraction", help="Share of --data held apart for evaluation when it is split."
+)
+SplitSeedOpt = typer.Option(0, "--split-seed", help="Seed of the split (and MLM masking).")
+OrderOpt = typer.Option(
+    "importance,random,confidence", "--order",
+    help="Comma-separated orders: importance, random, confidence, entropy, loo.",
+)
+StepOpt = typer.Option(0.1, "--step", help="Fraction of all heads removed per step.")
+MaxFractionOpt = typer.Option(0.9, "--max-fraction", help="Stop at this fraction.")
+RescoreOpt = typer.Option(
+    False, "--rescore", help="Recompute the order after every step (Michel's exact mode)."
+)
+MinHeadsOpt = typer.Option(1, "--min-heads-per-layer", min=0)
+SeedsOpt = typer.Option(3, "--seeds", min=1, help="Seeds of the random order (a band).")
+AbsModeOpt = typer.Option(
+    "example", "--abs-mode", help="example: E|dL/dxi| per example (Michel's definition); "
+    "batch: |sum over a batch| (their released code).",
+)
+NormalizeOpt = typer.Option(
+    True, "--normalize/--no-normalize", help="L2-normalise importance within each layer."
+)
+ResumeOpt = typer.Option(
+    False, "--resume", help="Continue an interrupted run in --out (same options)."
+)
 
 
-def _export(model_obj, curve, order: str, step: int | None, export_dir: Path) -> str:
+def _export(model, curve, order: str, step: int | None, export_dir: Path) -> str:
     """Structurally prune by one curve's mask, export it, and describe what was written."""
     from attnlens.loaders.export import export_hf
     from attnlens.pruning import final_mask, prune_heads
 
-    mask = final_mask(model_obj, curve, order, seed=0, step=step)
-    pruned = prune_heads(model_obj, mask)
+    mask = final_mask(model, curve, order, seed=0, step=step)
+    pruned = prune_heads(model, mask)
     export_hf(pruned, export_dir)
-    n_before = sum(p.numel() for p in model_obj.parameters())
+    n_before = sum(p.numel() for p in model.parameters())
     n_after = sum(p.numel() for p in pruned.parameters())
     return (
         f"exported the {order} curve's model ({sum(pruned.heads_per_layer)} heads, per layer "
@@ -47,125 +73,105 @@ def _export(model_obj, curve, order: str, step: int | None, export_dir: Path) ->
     )
 
 
+def _check_options(metric: str, data: Path, importance_data: Path | None) -> None:
+    """The metric name and data paths (before anything heavy is imported)."""
+    from attnlens.errors import ConfigError
+    from attnlens.io import check_input_file
+    from attnlens.metrics import METRIC_NAMES
+
+    if metric not in ("auto", *METRIC_NAMES):
+        raise ConfigError(f"unknown --metric {metric!r}; choose auto or one of "
+                          f"{', '.join(METRIC_NAMES)}.")
+    check_input_file(data, "--data", "data")
+    check_input_file(importance_data, "--importance-data", "data")
+
+
+def _print_result(run: CommandRun, result, metrics, message: str | None, out: Path,
+                  elapsed: float) -> None:
+    label = metrics.evaluation.label
+    run.note(f"unpruned {label}: {result.baseline:.4f} on {metrics.evaluation.n_examples} "
+             f"held-out examples ({metrics.split})")
+    for (order, seed), rows in result.curve.groupby(["order", "seed"], sort=False):
+        last = rows.iloc[-1]
+        run.note(f"  {order} (seed {seed}): {last['fraction_pruned']:.0%} pruned -> "
+                 f"{last['metric']:.4f} ({last['change']:+.4f})")
+    if message:
+        run.note(message)
+    run.note(f"wrote prune_curve.csv/.md, prune_scores.csv and the chart to {out}/ "
+             f"in {elapsed:.0f} s")
+
+
 def prune(
-    model: opt.OptionalStr = opt.ModelArg,
-    metric: str = typer.Option("auto", "--metric", help=METRIC_HELP),
+    run: CommandRun,
+    metric: str = MetricOpt,
     data: Path = DataOpt,
-    importance_data: opt.OptionalPath = ImportanceDataOpt,
-    eval_fraction: float = typer.Option(
-        0.5, "--eval-fraction", help="Share of --data held apart for evaluation when it is split."
-    ),
-    split_seed: int = typer.Option(0, "--split-seed", help="Seed of the split (and MLM masking)."),
-    order: str = typer.Option(
-        "importance,random,confidence", "--order",
-        help="Comma-separated orders: importance, random, confidence, entropy, loo.",
-    ),
-    step: float = typer.Option(0.1, "--step", help="Fraction of all heads removed per step."),
-    max_fraction: float = typer.Option(0.9, "--max-fraction", help="Stop at this fraction."),
-    rescore: bool = typer.Option(
-        False, "--rescore", help="Recompute the order after every step (Michel's exact mode)."
-    ),
-    min_heads_per_layer: int = typer.Option(1, "--min-heads-per-layer", min=0),
-    seeds: int = typer.Option(3, "--seeds", min=1, help="Seeds of the random order (a band)."),
-    abs_mode: str = typer.Option(
-        "example", "--abs-mode", help="example: E|dL/dxi| per example (Michel's definition); "
-        "batch: |sum over a batch| (their released code).",
-    ),
-    normalize: bool = typer.Option(
-        True, "--normalize/--no-normalize", help="L2-normalise importance within each layer."
-    ),
-    export: opt.OptionalPath = ExportOpt,
-    export_step: int | None = typer.Option(
-        None, "--export-step", help="Export the model after this step instead of the last.",
-        show_default=False,
-    ),
-    out: Path = PruneOutOpt,
-    resume: bool = typer.Option(
-        False, "--resume", help="Continue an interrupted run in --out (same options)."
-    ),
-    batch_size: int = typer.Option(32, "--batch-size", min=1, help="Examples per forward pass."),
-    max_length: int = opt.MaxLengthOpt,
-    device: str = opt.DeviceOpt,
-    dtype: str = opt.DtypeOpt,
-    allow_pickle: bool = opt.AllowPickleOpt,
-    fmt: str = opt.FormatOpt,
-    quiet: bool = opt.QuietOpt,
+    importance_data: Path | None = ImportanceDataOpt,
+    eval_fraction: float = EvalFractionOpt,
+    split_seed: int = SplitSeedOpt,
+    order: str = OrderOpt,
+    step: float = StepOpt,
+    max_fraction: float = MaxFractionOpt,
+    rescore: bool = RescoreOpt,
+    min_heads_per_layer: int = MinHeadsOpt,
+    seeds: int = SeedsOpt,
+    abs_mode: str = AbsModeOpt,
+    normalize: bool = NormalizeOpt,
+    export: Path | None = ExportOpt,
+    export_step: int | None = ExportStepOpt,
+    resume: bool = ResumeOpt,
 ) -> None:
     """Rank MODEL's heads, prune them step by step while tracking a metric, export the result.
 
     Layers and heads are numbered from 0; removed heads are written as layer.head.
     """
-    import json
-    import time
+    from attnlens.pruning.settings import PruneSettings
 
-    from attnlens import distributed
-    from attnlens.errors import ConfigError
-    from attnlens.loaders import load
-    from attnlens.metrics.factory import METRIC_NAMES, auto_metric, build_metrics
-    from attnlens.plots import pruning_curves
-    from attnlens.pruning import PruneSettings
-    from attnlens.pruning import prune as run_prune
-    from attnlens.report.writer import atomic_open, check_output_dir, save_figure, write_table
-
-    if metric not in ("auto", *METRIC_NAMES):
-        raise ConfigError(f"unknown --metric {metric!r}; choose auto or one of "
-                          f"{', '.join(METRIC_NAMES)}.")
-    orders = [o.strip() for o in order.split(",") if o.strip()]
-    settings = PruneSettings(orders=orders, step=step, max_fraction=max_fraction,
-                             rescore=rescore, min_heads_per_layer=min_heads_per_layer,
-                             seeds=seeds, abs_mode=abs_mode, normalize=normalize)
+    _check_options(metric, data, importance_data)
+    settings = PruneSettings(orders=[o.strip() for o in order.split(",") if o.strip()],
+                             step=step, max_fraction=max_fraction, rescore=rescore,
+                             min_heads_per_layer=min_heads_per_layer, seeds=seeds,
+                             abs_mode=abs_mode, normalize=normalize)
     settings.validate()
-    formats = opt.figure_formats(fmt)
+    import json
+
+    from attnlens.io import atomic_open, save_figure, write_table
+    from attnlens.metrics.factory import auto_metric, build_metrics
+    from attnlens.plots import pruning_curves
+    from attnlens.pruning import prune as run_prune
+
     started = time.perf_counter()
-    ctx = distributed.context()  # torchrun: evaluations spread over the processes
-    device = distributed.rank_device(device, ctx)
-    distributed.init(ctx, device)
-    model_obj, tokenizer = load(model, device=device, dtype=dtype, allow_pickle=allow_pickle)
-    name = auto_metric(model_obj, data) if metric == "auto" else metric
-    metrics = build_metrics(name, model_obj, tokenizer, data, importance_data, eval_fraction,
-                            split_seed, batch_size, max_length)
-    if ctx.is_main:
-        check_output_dir(out)
+    ctx = run.start_processes()  # torchrun: evaluations spread over the processes
+    model, tokenizer = run.load_model()
+    name = auto_metric(model, data) if metric == "auto" else metric
+    metrics = build_metrics(name, model, tokenizer, data, importance_data, eval_fraction,
+                            split_seed, run.batch_size, run.max_length)
+    out = run.prepare_output() if ctx.is_main else None
     description = {
-        "model": model_obj.cfg.source.get("path"),
-        "metric": name,
-        "data": str(data),
+        "model": model.cfg.source.get("path"), "metric": name, "data": str(data),
         "importance_data": None if importance_data is None else str(importance_data),
-        "split": metrics.split,
-        "eval_fraction": eval_fraction,
-        "split_seed": split_seed,
-        "batch_size": batch_size,
-        "max_length": max_length,
-        "dtype": dtype,
+        "split": metrics.split, "eval_fraction": eval_fraction, "split_seed": split_seed,
+        "batch_size": run.batch_size, "max_length": run.max_length, "dtype": run.model.dtype,
     }
-    result = run_prune(model_obj, metrics.importance, metrics.evaluation, settings,
-                       out if ctx.is_main else None, resume=resume, description=description,
-                       show_progress=not quiet and ctx.is_main, dist=ctx)
-    distributed.finish(ctx)
-    if not ctx.is_main:
+    result = run_prune(model, metrics.importance, metrics.evaluation, settings, out,
+                       resume=resume, description=description,
+                       show_progress=run.show_progress and ctx.is_main, dist=ctx)
+    run.end_processes()
+    if not ctx.is_main:  # rank 0 writes the tables
         return
-    label = metrics.evaluation.label
     write_table(result.curve, out, "prune_curve", formats=("md",))
-    fig = pruning_curves(result.curve, label, f"{name} on held-out data vs heads pruned")
-    save_figure(fig, out, "prune_curve", formats)
+    fig = pruning_curves(result.curve, metrics.evaluation.label,
+                         f"{name} on held-out data vs heads pruned")
+    save_figure(fig, out, "prune_curve", run.output.formats)
     message = None
     if export is not None:
-        message = _export(model_obj, result.curve, settings.curves()[0][0], export_step, export)
+        message = _export(model, result.curve, settings.curves()[0][0], export_step, export)
     elapsed = time.perf_counter() - started
     with atomic_open(out / "run.json") as handle:
         json.dump({**description, "baseline": result.baseline, "seconds": round(elapsed, 1),
                    "complete": True}, handle, indent=2)
-    console.print(f"unpruned {label}: {result.baseline:.4f} on {metrics.evaluation.n_examples} "
-                  f"held-out examples ({metrics.split})")
-    for (o, seed), rows in result.curve.groupby(["order", "seed"], sort=False):
-        last = rows.iloc[-1]
-        console.print(f"  {o} (seed {seed}): {last['fraction_pruned']:.0%} pruned -> "
-                      f"{last['metric']:.4f} ({last['change']:+.4f})")
-    if message:
-        console.print(message)
-    console.print(f"wrote prune_curve.csv/.md, prune_scores.csv and the chart to {out}/ "
-                  f"in {elapsed:.0f} s")
+    _print_result(run, result, metrics, message, out, elapsed)
 
 
 def register(app: typer.Typer) -> None:
-    app.command("prune")(prune)
+    command(app, "prune", out=Path("attnlens-prune"), batch_size=32, max_length=128,
+            batch_unit="Examples")(prune)

@@ -88,7 +88,7 @@ def test_analyzers_on_cuda_match_the_cpu():
 def test_no_synchronisation_per_layer_on_cuda():
     """CUDA's own count of synchronisations while each `analyze` analyzer runs on the sample
     treebank: the same for a 2-layer and a 4-layer model (nothing per layer)."""
-    from attnlens.data.words import load_corpus
+    from attnlens.data.corpus import load_corpus
     from attnlens.report.analyze import default_sections
     from tests.pruning_toys import vocab_size, word_tokenizer
     from tests.sync_utils import count_cuda_syncs
@@ -145,7 +145,8 @@ def test_analyze_command_on_cuda(toy, tmp_path, dtype):
                        "--device", device, "--dtype", dtype if device == "cuda" else "float32")
         assert done.returncode == 0, done.stderr[-3000:]
         outs[device] = out
-    spectrum = [pd.read_csv(outs[d] / "spectrum_summary.csv")["value"] for d in ("cpu", "cuda")]
+    spectrum = [pd.read_csv(outs[d] / "tables" / "spectrum_summary.csv")["value"]
+                for d in ("cpu", "cuda")]
     # float32 on both devices: kernels round differently (~1e-6); bfloat16 patterns keep
     # 8 bits, so spectrum shares move by up to a few 1e-2.
     np.testing.assert_allclose(spectrum[1], spectrum[0], atol=1e-4 if dtype == "float32" else 0.1)

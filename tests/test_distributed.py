@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -59,21 +60,67 @@ def run_analyze(args: list[str], out: Path, processes: int) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+def compare_frames(a: pd.DataFrame, b: pd.DataFrame, atol: float, name: str) -> None:
+    """Text and integer columns identical, float columns within ``atol``."""
+    assert list(a.columns) == list(b.columns) and a.shape == b.shape, name
+    for column in a.columns:
+        left, right = a[column], b[column]
+        if pd.api.types.is_float_dtype(left):
+            np.testing.assert_allclose(left, right, rtol=0, atol=atol, equal_nan=True,
+                                       err_msg=f"{name}:{column}")
+        else:  # counts, labels, argmax results: identical
+            assert left.reset_index(drop=True).equals(right.reset_index(drop=True)), (
+                f"{name}:{column}")
+
+
 def compare_tables(one: Path, many: Path, atol: float) -> int:
-    """Every CSV equal: text and integer columns exactly, float columns within ``atol``."""
+    """Every CSV of two report folders' ``tables/`` equal (``compare_frames``)."""
+    one, many = one / "tables", many / "tables"
     names = sorted(p.name for p in one.glob("*.csv"))
     assert names == sorted(p.name for p in many.glob("*.csv"))
     for name in names:
-        a, b = pd.read_csv(one / name), pd.read_csv(many / name)
-        assert list(a.columns) == list(b.columns) and a.shape == b.shape, name
-        for column in a.columns:
-            left, right = a[column], b[column]
-            if pd.api.types.is_float_dtype(left):
-                np.testing.assert_allclose(left, right, rtol=0, atol=atol, equal_nan=True,
-                                           err_msg=f"{name}:{column}")
-            else:  # counts, labels, argmax results: identical
-                assert left.equals(right), f"{name}:{column}"
+        compare_frames(pd.read_csv(one / name), pd.read_csv(many / name), atol, name)
     return len(names)
+
+
+# --- per-sentence state: shards merged as rank 0 merges them ---------------------------------
+@pytest.mark.parametrize("world", [2, 3])
+def test_sharded_head_roles_merge_to_the_single_process_tables(minilm, world):
+    """Head-role analyzers keep per-sentence rows keyed by corpus index; shards merged in
+    rank order must give the same sentences, bootstrap intervals, tests and held-out split."""
+    from attnlens.analysis.runner import run_analyzers
+    from attnlens.data.conllu import read_conllu
+    from attnlens.data.words import treebank_batches
+    from attnlens.distributed import batch_tokens, merge_states, shipped_states
+    from attnlens.report.heads_section import HeadRolesSection
+    from tests.conftest import shared_file
+
+    model, tokenizer = minilm
+    sentences = read_conllu(shared_file("ud-ewt/en_ewt-ud-dev.conllu"))[:96]
+    batches = treebank_batches(tokenizer, sentences, batch_size=8, max_length=128)
+    section = HeadRolesSection(min_examples=10, clusters=True)
+    whole = run_analyzers(model, batches, section.analyzers(model, tokenizer),
+                          show_progress=False)
+    ranks = []
+    for rank in range(world):
+        analyzers = section.analyzers(model, tokenizer)
+        ranks.append(run_analyzers(model, shard(batches, DistContext(rank, world), batch_tokens),
+                                   analyzers, show_progress=False))
+    merged = ranks[0]
+    merge_states(merged, [shipped_states(a) for a in ranks[1:]])
+    per_sentence = 0
+    for single, combined in zip(whole, merged, strict=True):
+        if isinstance(getattr(single, "sentences", None), list):  # corpus indices, in order
+            assert combined.sentences == single.sentences, type(single).__name__
+            assert len(set(single.sentences)) == len(sentences)
+            per_sentence += 1
+    assert per_sentence >= 4  # positional, syntactic, rare-word, behaviour (and more)
+    expected, got = section.tables(model, whole), section.tables(model, merged)
+    assert sorted(got) == sorted(expected)
+    assert "syntactic_heldout" in got and "head_distances" in got
+    for name in expected:
+        # float64 running sums added in another order: a few ulps of values of order 1-100
+        compare_frames(expected[name], got[name], atol=1e-9, name=name)
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +151,8 @@ def test_torchrun_two_processes_write_the_single_process_tables(tmp_path, tiny_c
     # Float64 running sums merged in another order: a few ulps of values of order 1-100.
     assert compare_tables(tmp_path / "one", tmp_path / "two", atol=1e-9) > 10
     assert (tmp_path / "two" / "index.html").is_file()
+    record = json.loads((tmp_path / "two" / "run.json").read_text(encoding="utf-8"))
+    assert record["processes"] == 2 and record["sentences"] == len(CORPUS.splitlines())
 
 
 @pytest.mark.skipif(not TORCHRUN.is_file(), reason="torchrun is not installed beside python")

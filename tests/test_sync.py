@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from attnlens.analysis.runner import run_analyzers
-from attnlens.data.words import load_corpus
+from attnlens.data.corpus import load_corpus
 from attnlens.report.analyze import default_sections
 from tests.sync_utils import count_host_reads
 

@@ -17,10 +17,14 @@ run. Needs the optional extra: ``pip install 'attnlens[accelerate]'``.
 
 from __future__ import annotations
 
+import importlib.util
 import tempfile
+from typing import TYPE_CHECKING
 
 from attnlens.errors import ConfigError
-from attnlens.model.transformer import HookedTransformer
+
+if TYPE_CHECKING:  # this module stays light: the command line checks options with it
+    from attnlens.model.transformer import HookedTransformer
 
 NO_SPLIT = ["TransformerBlock"]
 
@@ -33,6 +37,19 @@ def _accelerate():
             "--device-map needs accelerate: pip install 'attnlens[accelerate]'."
         ) from exc
     return accelerate
+
+
+def check_device_map(device_map: str | None, max_memory: str | None) -> None:
+    """Refuse bad --device-map / --max-memory values (and a missing accelerate) up front."""
+    if device_map is None:
+        if max_memory:
+            raise ConfigError("--max-memory needs --device-map auto.")
+        return
+    if device_map != "auto":
+        raise ConfigError(f"--device-map {device_map!r}: only 'auto' is supported.")
+    if importlib.util.find_spec("accelerate") is None:
+        raise ConfigError("--device-map needs accelerate: pip install 'attnlens[accelerate]'.")
+    parse_max_memory(max_memory)
 
 
 def parse_max_memory(spec: str | None) -> dict[int | str, str] | None:

@@ -126,7 +126,7 @@ def _assemble(run: PruneRun, ctx, curves, evaluated, baseline, baseline_seconds)
     if ctx.is_main and run.out_dir is not None:
         import json
 
-        from attnlens.report.writer import atomic_open
+        from attnlens.io import atomic_open
 
         with atomic_open(run.out_dir / SETTINGS_FILE) as handle:
             json.dump(run._record(), handle, indent=2)

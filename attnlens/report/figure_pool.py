@@ -19,13 +19,13 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-_ACTIVE: list[_Pool] = []  # the innermost active pool, if any
+from attnlens import io
 
 
 class _Pool:
@@ -34,8 +34,9 @@ class _Pool:
         self.executor = ProcessPoolExecutor(max_workers=workers, mp_context=context)
         self.futures: list[Future] = []
 
-    def submit(self, job: Callable[..., Any], *args: Any) -> None:
-        self.futures.append(self.executor.submit(job, *args))
+    def submit(self, figure: Any, write: Callable[[Any, Path, str], None], jobs: list) -> None:
+        """Queue one figure (``attnlens.io.FIGURE_QUEUES`` calls this from save_figure)."""
+        self.futures.append(self.executor.submit(io.draw_figure, figure, write, jobs))
 
     def finish(self) -> None:
         try:
@@ -65,20 +66,20 @@ def figure_pool(workers: int | None = None) -> Iterator[None]:
         return
     _warm_up()  # forked workers inherit loaded fonts and text-layout caches
     pool = _Pool(workers)
-    _ACTIVE.append(pool)
+    io.FIGURE_QUEUES.append(pool.submit)
     try:
         yield
     except BaseException:
-        _ACTIVE.remove(pool)
+        io.FIGURE_QUEUES.remove(pool.submit)
         pool.executor.shutdown(wait=True, cancel_futures=True)
         raise
-    _ACTIVE.remove(pool)
+    io.FIGURE_QUEUES.remove(pool.submit)
     pool.finish()
 
 
 def _warm_up() -> None:
     """Draw one small figure with text so matplotlib loads its fonts before the fork."""
-    import io
+    from io import BytesIO
 
     import matplotlib.pyplot as plt
 
@@ -88,32 +89,5 @@ def _warm_up() -> None:
         fig = plt.figure(figsize=(1, 1))
         fig.text(0.5, 0.5, "0.123456789 layer head", fontsize=6)
         fig.suptitle("warm")
-        fig.savefig(io.BytesIO(), format="png")
-        plt.close(fig)
-
-
-def render(
-    figure: Any, write: Callable[[Any, Path, str], None], paths: Iterable[tuple[Path, str]]
-) -> bool:
-    """Draw ``figure`` (a Figure or a recipe) into each ``(path, format)``.
-
-    In an active pool the work is queued and True returned; otherwise it is done now.
-    """
-    paths = list(paths)
-    if _ACTIVE:
-        _ACTIVE[-1].submit(_draw, figure, write, paths)
-        return True
-    _draw(figure, write, paths)
-    return False
-
-
-def _draw(figure: Any, write: Callable[[Any, Path, str], None], paths: list) -> None:
-    import matplotlib.pyplot as plt
-    from matplotlib.figure import Figure
-
-    fig = figure if isinstance(figure, Figure) else figure()
-    try:
-        for path, fmt in paths:
-            write(fig, path, fmt)
-    finally:
+        fig.savefig(BytesIO(), format="png")
         plt.close(fig)
