@@ -78,3 +78,46 @@ def test_max_memory_spec_and_refusals():
     too_small = {"cpu": parameter_bytes(model.blocks[0]), "disk": 10**9}
     with pytest.raises(ConfigError, match="does not fit"):
         dispatch(model, "auto", too_small, allow_disk=False)
+
+
+def test_max_memory_spec_is_checked_before_heavy_imports(tmp_path):
+    from tests.test_cli_contracts import probe
+
+    code, lines, heavy = probe(["analyze", "--device-map", "auto", "--max-memory", "cpu:1GiB"],
+                               tmp_path)
+    assert code == 1 and len(lines) == 1 and "DEVICE=AMOUNT" in lines[0] and heavy == []
+
+
+def test_analyze_command_with_device_map_auto(tmp_path):
+    """`attnlens analyze --device-map auto` end to end (on a CPU-only machine accelerate maps
+    every block to CPU memory): the same tables as without it."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import pandas as pd
+    from transformers import BertConfig, BertModel
+
+    from tests.parity_utils import TINY, save_tiny
+    from tests.pruning_toys import sentences, vocab_size, word_tokenizer
+
+    save_tiny(BertModel, BertConfig(vocab_size=vocab_size(), **TINY), tmp_path / "model")
+    word_tokenizer().hf.save_pretrained(str(tmp_path / "model"))
+    text = tmp_path / "corpus.txt"
+    text.write_text("\n".join(sentences(12)) + "\n", encoding="utf-8")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ATTNLENS_FIGURE_WORKERS": "0"}
+    tables = {}
+    for name, extra in (("plain", []), ("mapped", ["--device-map", "auto",
+                                                    "--max-memory", "cpu=2GiB"])):
+        out = tmp_path / name
+        done = subprocess.run([sys.executable, "-m", "attnlens.cli", "analyze",
+                               str(tmp_path / "model"), "--text", str(text), "--out", str(out),
+                               "-q", *extra], env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        tables[name] = pd.read_csv(out / "tables" / "spectrum_summary.csv")
+    record = json.loads((tmp_path / "mapped" / "run.json").read_text(encoding="utf-8"))
+    assert record["options"].get("device_map") == "auto", record["options"]
+    # Same weights, same CPU kernels, same batches: identical values.
+    pd.testing.assert_frame_equal(tables["plain"], tables["mapped"])
