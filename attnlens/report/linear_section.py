@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -60,17 +61,17 @@ def write_linear(
     for name, table in tables.items():
         write_table(table, out_dir, name)
     table = tables["linear_attention"]
-    fig = layer_head_heatmap(
-        table[table["measure"] == "linear_error"],
+    fig = partial(  # a recipe: built and drawn in a figure worker
+        layer_head_heatmap, table[table["measure"] == "linear_error"],
         "Relative output error of elu+1 linear attention (lower: more linearisable)", vmin=0,
     )
     output.figures += save_figure(fig, out_dir, "linear_error", formats)
-    fig = layer_head_heatmap(table[table["measure"] == "interference"],
-                             "Key interference: mean |cos| between distinct keys", vmin=0)
+    fig = partial(layer_head_heatmap, table[table["measure"] == "interference"],
+                  "Key interference: mean |cos| between distinct keys", vmin=0)
     output.figures += save_figure(fig, out_dir, "linear_interference", formats)
     if not tables["linear_keys_by_length"].empty:
-        fig = keys_by_length(tables["linear_keys_by_length"], analyzer.d_head,
-                             "Effective orthogonal keys against sentence length")
+        fig = partial(keys_by_length, tables["linear_keys_by_length"], analyzer.d_head,
+                      "Effective orthogonal keys against sentence length")
         output.figures += save_figure(fig, out_dir, "linear_keys_by_length", formats)
     output.summary = EXPLANATION + "\n\n" + linear_summary(tables, analyzer)
     return output

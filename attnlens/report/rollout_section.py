@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -52,13 +53,14 @@ def sentence_figures(
     for sentence in sorted(last["sentence"].unique())[:max_sentences]:
         rows = last[last["sentence"] == sentence]
         layer = int(rows["layer"].iloc[0])
-        fig = token_matrix_heatmap(
-            rows, f"Attention {method} after layer {layer}, sentence {sentence}"
+        fig = partial(  # a recipe: built and drawn in a figure worker
+            token_matrix_heatmap, rows,
+            f"Attention {method} after layer {layer}, sentence {sentence}",
         )
         paths += save_figure(fig, out_dir, f"{method}_sentence{sentence}_heatmap", formats)
         query, token = _readout_row(rows, causal)
-        fig = token_row_bars(
-            rows[rows["query"] == query],
+        fig = partial(  # a recipe: built and drawn in a figure worker
+            token_row_bars, rows[rows["query"] == query],
             f"{method.capitalize()} of position {query} ({token}) after layer {layer}, "
             f"sentence {sentence}",
         )
@@ -101,8 +103,8 @@ def write_rollout(
     for name, table in tables.items():
         write_table(table, out_dir, name, formats=("csv",) if name == "rollout" else ("csv", "md"))
     layers = tables["rollout_layers"]
-    fig = layer_measure_lines(
-        layers, ["special_share", "self_share", "moved", "mixing"],
+    fig = partial(  # a recipe: built and drawn in a figure worker
+        layer_measure_lines, layers, ["special_share", "self_share", "moved", "mixing"],
         f"Rollout by layer (r = {rollout.residual}, {rollout.fusion} over heads; "
         f"{rollout.sentences} sentences)",
     )

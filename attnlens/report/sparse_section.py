@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -78,20 +79,20 @@ def write_sparse(
         write_table(table, out_dir, name)
     heads = tables["sparse_heads"]
     level = f"{analyzer.coverage:.0%}"
-    fig = layer_head_heatmap(
-        heads[heads["measure"] == "window90_exact"],
+    fig = partial(  # a recipe: built and drawn in a figure worker
+        layer_head_heatmap, heads[heads["measure"] == "window90_exact"],
         f"Smallest window ±w keeping {level} of the attention (blank: > {analyzer.max_distance})",
         cmap="viridis_r", fmt="{:.0f}",
     )
     output.figures += save_figure(fig, out_dir, "sparse_window90", formats)
-    fig = layer_head_heatmap(
-        heads[heads["measure"] == "window90_global"],
+    fig = partial(  # a recipe: built and drawn in a figure worker
+        layer_head_heatmap, heads[heads["measure"] == "window90_global"],
         f"Smallest window ±w keeping {level} with the global tokens",
         cmap="viridis_r", fmt="{:.0f}",
     )
     output.figures += save_figure(fig, out_dir, "sparse_window90_global", formats)
-    fig = window_coverage_curves(tables["sparse_window_curve"], analyzer.coverage,
-                                 "Attention mass inside ±w, one line per head")
+    fig = partial(window_coverage_curves, tables["sparse_window_curve"], analyzer.coverage,
+                  "Attention mass inside ±w, one line per head")
     output.figures += save_figure(fig, out_dir, "sparse_window_curves", formats)
     output.summary = EXPLANATION + "\n\n" + sparse_summary(tables, analyzer)
     return output
