@@ -18,14 +18,33 @@ repeated), batch 16, max length 128:
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere
+
 from attnlens.analysis.base import Analyzer, pattern_hook_names
-from benchmarks.analyze_corpus import bare_hf_forward, corpus
+from benchmarks.analyze_corpus import SHARED_UD, corpus_batches, hf_forward_seconds
 
 REPORT = {"per_batch": 4, "max_sentences": 512}  # what `attnlens analyze` runs
+
+
+def corpus(tokenizer, sentences: int):
+    """Batches of 16 (max length 128) of UD EWT dev (else the sample treebank, repeated) up to
+    ``sentences`` sentences: (batches, corpus name, sentence count)."""
+    treebank = SHARED_UD if SHARED_UD.is_file() else None
+    batches = corpus_batches(tokenizer, treebank)
+    kept, count = [], 0
+    while count < sentences:  # repeat the (small) embedded sample if needed
+        for batch in batches:
+            if count >= sentences:
+                break
+            kept.append(batch)
+            count += batch.size
+    return kept, str(treebank or "embedded sample treebank"), count
 
 
 class ReadPatterns(Analyzer):
@@ -79,9 +98,9 @@ def main() -> None:
     from attnlens.analysis.sparse import SparseCoverage
 
     model, tokenizer = attnlens.load()
-    batches, name, count = corpus(tokenizer, args.sentences, 16, 128)
+    batches, name, count = corpus(tokenizer, args.sentences)
     print(f"corpus: {name}, {count} sentences")
-    hf = bare_hf_forward(model.cfg.source["path"], batches)
+    hf = hf_forward_seconds(model.cfg.source["path"], batches)
     print(f"bare HF forward (SDPA): {hf:7.2f} s")
     runs = {
         "read every pattern": lambda: [ReadPatterns()],
