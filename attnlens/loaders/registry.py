@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from attnlens.errors import UnsupportedArchitectureError
-from attnlens.loaders import bert, distilbert, gpt2, llama, roberta
+from attnlens.loaders import bart, bert, distilbert, gpt2, llama, roberta
 from attnlens.loaders.weights import WeightReader
 from attnlens.model.config import TransformerConfig
 
@@ -86,6 +86,14 @@ CONVERTERS: dict[str, Converter] = {
         family="GPT-2",
     ),
     "llama": _llama_style("llama", "Llama", "2.53e-06"),
+    "bart": Converter(
+        convert=bart.convert_bart,
+        architectures=bart.HEAD_BY_ARCHITECTURE,
+        prefix="model.",
+        parity="1e-5",
+        export=bart.export_bart,
+        family="BART (encoder-decoder)",
+    ),
     "mistral": _llama_style("mistral", "Mistral", "2.53e-06"),
     "qwen2": _llama_style("qwen2", "Qwen2", "2.71e-06"),
 }

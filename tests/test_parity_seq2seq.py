@@ -1,0 +1,47 @@
+"""Parity with Hugging Face encoder-decoder models (eager, fp32) on tiny random models.
+
+Each case compares, on a right-padded source batch and a right-padded target batch of other
+lengths, every layer's encoder self-attention, causal decoder self-attention and (rectangular)
+cross-attention probabilities, both stacks' hidden states and the logits (``seq2seq_utils``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from attnlens.loaders import load_model
+from attnlens.model.encoder_decoder import EncoderDecoderTransformer
+from tests.parity_utils import VOCAB
+from tests.seq2seq_utils import SEQ2SEQ, check_seq2seq_parity, save_and_reload, seq2seq_batch
+
+
+def bart_config(**overrides):
+    from transformers import BartConfig
+
+    return BartConfig(vocab_size=VOCAB, **{**SEQ2SEQ, **overrides})
+
+
+BART_CASES = [
+    ("BartForConditionalGeneration", {}),
+    ("BartModel", {}),
+    # sqrt(d_model) embedding scale, ReLU MLP, other head counts per stack.
+    ("BartForConditionalGeneration", dict(scale_embedding=True, activation_function="relu",
+                                          decoder_attention_heads=2)),
+]
+
+
+@pytest.mark.parametrize(("architecture", "overrides"), BART_CASES)
+def test_tiny_bart_parity(architecture, overrides, tmp_path):
+    import transformers
+
+    config = bart_config(**overrides)
+    hf = save_and_reload(getattr(transformers, architecture), config, tmp_path)
+    ours = load_model(tmp_path)
+    assert isinstance(ours, EncoderDecoderTransformer)
+    assert ours.cfg.source["architecture"] == architecture
+    assert (ours.head is not None) == (architecture == "BartForConditionalGeneration")
+    heads = overrides.get("decoder_attention_heads", 4)
+    assert ours.decoder.blocks[0].attn.n_heads == heads
+    assert ours.decoder.blocks[0].cross_attn.n_heads == heads
+    check_seq2seq_parity(hf, ours, seq2seq_batch(config.pad_token_id),
+                         f"{architecture} {sorted(overrides)}")
