@@ -47,13 +47,15 @@ class Seq2SeqBatch:
         }
 
 
-def seq2seq_batch(pad_id: int, vocab: int = VOCAB, low: int = 5) -> Seq2SeqBatch:
+def seq2seq_batch(pad_id: int, vocab: int = VOCAB, low: int = 5,
+                  target_vocab: int | None = None) -> Seq2SeqBatch:
     src = padded_batch(SOURCE_LENGTHS, pad_id=pad_id, vocab=vocab, low=low, seed=1)
-    tgt = padded_batch(TARGET_LENGTHS, pad_id=pad_id, vocab=vocab, low=low, seed=2)
+    tgt = padded_batch(TARGET_LENGTHS, pad_id=pad_id, vocab=target_vocab or vocab, low=low,
+                       seed=2)
     return Seq2SeqBatch(src.input_ids, src.attention_mask, tgt.input_ids, tgt.attention_mask)
 
 
-def save_and_reload(model_cls, config, path: Path, skip=("embed_positions",), seed: int = 0):
+def save_and_reload(model_cls, config, path: Path, skip: tuple[str, ...] = (), seed: int = 0):
     """Random weights (``skip``: fixed tables left alone), saved, reloaded by HF (eager)."""
     torch.manual_seed(seed)
     config._attn_implementation = "eager"

@@ -49,7 +49,7 @@ def test_every_family_is_registered():
         "DistilBertForMaskedLM", "DistilBertForSequenceClassification", "GPT2Model",
         "GPT2LMHeadModel", "LlamaModel", "LlamaForCausalLM", "MistralModel",
         "MistralForCausalLM", "Qwen2Model", "Qwen2ForCausalLM",
-        "BartModel", "BartForConditionalGeneration",
+        "BartModel", "BartForConditionalGeneration", "MarianModel", "MarianMTModel",
     }
     assert set(supported_architectures()) == expected
 

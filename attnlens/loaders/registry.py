@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from attnlens.errors import UnsupportedArchitectureError
-from attnlens.loaders import bart, bert, distilbert, gpt2, llama, roberta
+from attnlens.loaders import bart, bert, distilbert, gpt2, llama, marian, roberta
 from attnlens.loaders.weights import WeightReader
 from attnlens.model.config import TransformerConfig
 
@@ -93,6 +93,14 @@ CONVERTERS: dict[str, Converter] = {
         parity="1e-5",
         export=bart.export_bart,
         family="BART (encoder-decoder)",
+    ),
+    "marian": Converter(
+        convert=marian.convert_marian,
+        architectures=marian.HEAD_BY_ARCHITECTURE,
+        prefix="model.",
+        parity="1e-5",
+        export=marian.export_marian,
+        family="Marian (encoder-decoder)",
     ),
     "mistral": _llama_style("mistral", "Mistral", "2.53e-06"),
     "qwen2": _llama_style("qwen2", "Qwen2", "2.71e-06"),
