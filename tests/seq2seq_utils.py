@@ -116,8 +116,12 @@ def attnlens_seq2seq_outputs(model, batch: Seq2SeqBatch) -> Seq2SeqOutputs:
                                          for i in range(n[s])]
         for s in n
     }
-    encoded = model(**batch.inputs(), return_type="encoder")
-    decoded = model(**batch.inputs(), return_type="hidden")
+    model.set_use_sdpa(False)  # the reference path, as HF eager (SDPA is tested elsewhere)
+    try:
+        encoded = model(**batch.inputs(), return_type="encoder")
+        decoded = model(**batch.inputs(), return_type="hidden")
+    finally:
+        model.set_use_sdpa(True)
     hidden["encoder"][-1], hidden["decoder"][-1] = encoded, decoded
     return Seq2SeqOutputs(patterns, hidden, logits if model.head is not None else None)
 

@@ -63,6 +63,8 @@ def tiny_model(seed: int = 0, **kwargs) -> EncoderDecoderTransformer:
         for name, p in model.named_parameters():
             if p.dim() == 1 or "b_" in name:
                 p.normal_(0.0, 0.1)
+            elif "rel_pos_bias" in name:
+                p.normal_(0.0, 1.0)
     return model
 
 
@@ -104,9 +106,10 @@ def test_cross_attention_shapes_and_rows():
     assert float(self_attn.triu(1).abs().max()) == 0.0  # causal
 
 
-@pytest.mark.parametrize("norm_position", ["post", "pre"])
-def test_sdpa_and_manual_paths_agree(norm_position):
-    model = tiny_model(n_enc=2, n_dec=2, norm_position=norm_position)
+@pytest.mark.parametrize(("norm_position", "positional"),
+                         [("post", "learned"), ("pre", "learned"), ("pre", "relative")])
+def test_sdpa_and_manual_paths_agree(norm_position, positional):
+    model = tiny_model(n_enc=2, n_dec=2, norm_position=norm_position, positional=positional)
     inputs = batches()
     with torch.no_grad():
         fast = model(**inputs)

@@ -90,3 +90,69 @@ def test_marian_positions_are_hf_sinusoids():
     for dim in (32, 33):  # odd widths put one more sine than cosine
         theirs = MarianSinusoidalPositionalEmbedding(50, dim).create_weight()
         assert torch.equal(sinusoidal_table(50, dim), theirs)
+
+
+def t5_config(**overrides):
+    from transformers import T5Config
+
+    # d_kv * heads (64) != d_model (32); few buckets and a short maximum distance, so that the
+    # logarithmic buckets and the last shared bucket occur within the batch's lengths.
+    base = dict(vocab_size=VOCAB, d_model=32, d_kv=16, d_ff=64, num_layers=2,
+                num_decoder_layers=3, num_heads=4, relative_attention_num_buckets=8,
+                relative_attention_max_distance=6, decoder_start_token_id=0)
+    return T5Config(**{**base, **overrides})
+
+
+T5_CASES = [
+    ("T5ForConditionalGeneration", {}),  # v1.0: ReLU MLP, tied head, output scaled
+    ("T5ForConditionalGeneration", dict(feed_forward_proj="gated-gelu",
+                                        tie_word_embeddings=False)),  # v1.1
+    ("T5Model", dict(feed_forward_proj="gated-gelu")),
+]
+
+
+@pytest.mark.parametrize(("architecture", "overrides"), T5_CASES)
+def test_tiny_t5_parity(architecture, overrides, tmp_path):
+    import transformers
+
+    config = t5_config(**overrides)
+    hf = save_and_reload(getattr(transformers, architecture), config, tmp_path)
+    ours = load_model(tmp_path)
+    assert ours.cfg.source["architecture"] == architecture
+    v11 = "feed_forward_proj" in overrides
+    assert ours.encoder.cfg.gated_mlp == v11
+    assert ours.encoder.cfg.act == ("gelu_new" if v11 else "relu")
+    assert ours.cfg.head_input_scale == (1.0 if "tie_word_embeddings" in overrides else 32**-0.5)
+    assert ours.encoder.blocks[0].attn.scale == 1.0
+    check_seq2seq_parity(hf, ours, seq2seq_batch(config.pad_token_id),
+                         f"{architecture} {sorted(overrides)}")
+
+
+def test_tiny_t5_encoder_model_parity(tmp_path):
+    from transformers import T5EncoderModel
+
+    from tests.parity_utils import check_parity, load_pair, padded_batch
+
+    config = t5_config(feed_forward_proj="gated-gelu")
+    hf, ours = load_pair(T5EncoderModel, config, tmp_path)
+    assert not isinstance(ours, EncoderDecoderTransformer) and ours.cfg.positional == "relative"
+    ours.set_use_sdpa(False)  # the reference path, as HF eager (SDPA is tested elsewhere)
+    check_parity(hf, ours, padded_batch(), label="T5EncoderModel")
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize(("buckets", "max_distance"), [(32, 128), (8, 6), (16, 20)])
+def test_t5_buckets_match_hf(bidirectional, buckets, max_distance):
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    from attnlens.model.relative import relative_position_bucket
+
+    offsets = torch.arange(-300, 301)[None, :]  # key_pos - query_pos, both directions
+    ours = relative_position_bucket(offsets, bidirectional, buckets, max_distance)
+    theirs = T5Attention._relative_position_bucket(
+        offsets, bidirectional=bidirectional, num_buckets=buckets, max_distance=max_distance
+    )
+    assert torch.equal(ours, theirs)
+    assert int(ours.min()) == 0 and int(ours.max()) == buckets - 1  # every bucket reachable
+    if not bidirectional:  # causal: every key after the query shares bucket 0
+        assert bool((ours[offsets > 0] == 0).all())

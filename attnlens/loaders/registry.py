@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from attnlens.errors import UnsupportedArchitectureError
-from attnlens.loaders import bart, bert, distilbert, gpt2, llama, marian, roberta
+from attnlens.loaders import bart, bert, distilbert, gpt2, llama, marian, roberta, t5
 from attnlens.loaders.weights import WeightReader
 from attnlens.model.config import TransformerConfig
 
@@ -101,6 +101,15 @@ CONVERTERS: dict[str, Converter] = {
         parity="1e-5",
         export=marian.export_marian,
         family="Marian (encoder-decoder)",
+    ),
+    "t5": Converter(
+        convert=t5.convert_t5,
+        architectures=t5.HEAD_BY_ARCHITECTURE,
+        prefix="",
+        ignore=t5.IGNORED,
+        parity="1e-5",
+        export=t5.export_t5,
+        family="T5 v1.0/v1.1 (encoder-decoder)",
     ),
     "mistral": _llama_style("mistral", "Mistral", "2.53e-06"),
     "qwen2": _llama_style("qwen2", "Qwen2", "2.71e-06"),
