@@ -156,3 +156,27 @@ def test_t5_buckets_match_hf(bidirectional, buckets, max_distance):
     assert int(ours.min()) == 0 and int(ours.max()) == buckets - 1  # every bucket reachable
     if not bidirectional:  # causal: every key after the query shares bucket 0
         assert bool((ours[offsets > 0] == 0).all())
+
+
+@pytest.mark.parametrize("family", ["bart", "t5"])
+def test_unused_and_misshapen_tensors_are_errors(family, tmp_path):
+    import transformers
+    from safetensors.torch import load_file, save_file
+
+    from attnlens.errors import WeightMismatchError
+
+    if family == "bart":
+        config, cls = bart_config(), transformers.BartForConditionalGeneration
+        cross_q = "model.decoder.layers.1.encoder_attn.q_proj.weight"
+    else:
+        config, cls = t5_config(), transformers.T5ForConditionalGeneration
+        cross_q = "decoder.block.1.layer.1.EncDecAttention.q.weight"
+    save_and_reload(cls, config, tmp_path)
+    file = tmp_path / "model.safetensors"
+    tensors = load_file(str(file))
+    save_file({**tensors, "decoder.extra.weight": torch.zeros(3)}, str(file))
+    with pytest.raises(WeightMismatchError, match="not used by the converter"):
+        load_model(tmp_path)
+    save_file({**tensors, cross_q: tensors[cross_q][:, :-1].contiguous()}, str(file))
+    with pytest.raises(WeightMismatchError, match="has shape"):
+        load_model(tmp_path)
