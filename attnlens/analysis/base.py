@@ -34,7 +34,7 @@ from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
 
-__all__ = ["Analyzer", "Batch", "layer_of", "pattern_hook_names"]
+__all__ = ["Analyzer", "Batch", "attention_of", "layer_of", "pattern_hook_names"]
 
 _BLOCK_RE = re.compile(r"(?:^|\.)blocks\.(\d+)\.")
 
@@ -43,6 +43,19 @@ def layer_of(name: str) -> int:
     """The block index in a hook name (``blocks.3.attn.hook_pattern`` -> 3), else -1."""
     match = _BLOCK_RE.search(name)
     return int(match.group(1)) if match else -1
+
+
+def attention_of(name: str) -> str | None:
+    """The attention type of an encoder-decoder hook name, else None.
+
+    ``encoder.blocks.2.attn.hook_pattern`` -> "encoder", ``decoder.blocks.2.attn...`` ->
+    "decoder", ``decoder.blocks.2.cross_attn...`` (and ``hook_cross_attn_out``) -> "cross".
+    """
+    if name.startswith("encoder."):
+        return "encoder"
+    if name.startswith("decoder."):
+        return "cross" if ".cross_attn." in name or name.endswith("cross_attn_out") else "decoder"
+    return None
 
 
 def group_by_layer(names: Iterable[str]) -> dict[int, list[str]]:
@@ -68,6 +81,9 @@ class Analyzer(ABC):
     name: str = "analyzer"
     layerwise: bool = False
     state_fields: tuple[str, ...] = ()
+    # On an encoder-decoder model: the attention type this analyzer reads ("encoder",
+    # "decoder" or "cross"); it then sees that type as a plain stack (``AttentionView``).
+    attention: str | None = None
 
     @abstractmethod
     def hook_names(self, model: HookedTransformer) -> list[str]:
@@ -106,6 +122,7 @@ class Analyzer(ABC):
         """The running state as plain data: ``{"analyzer", "settings", "state"}``."""
         return {
             "analyzer": type(self).__name__,
+            "attention": self.attention,
             "settings": self.settings(),
             "state": {field: _copy(getattr(self, field)) for field in self.state_fields},
         }
@@ -136,6 +153,11 @@ class Analyzer(ABC):
         if state.get("analyzer") != kind:
             raise ConfigError(
                 f"cannot combine a {state.get('analyzer')} state with a {kind} analyzer."
+            )
+        if state.get("attention") != self.attention:
+            raise ConfigError(
+                f"cannot combine {self.name} states of different attention types "
+                f"({state.get('attention')} and {self.attention})."
             )
         mine, theirs = _jsonable(self.settings()), _jsonable(state.get("settings", {}))
         if mine != theirs:

@@ -156,6 +156,19 @@ class AttentionView:
                 names[f"blocks.{layer}.{block_hook}"] = None
         return {name: self.model.hook_dict[self.real_name(name)] for name in names}
 
+    def _runnable_stack(self) -> nn.Module:
+        if self.attention != "encoder":
+            raise ConfigError(f"the {self.attention} attention cannot run on its own (it reads "
+                              "the encoder's output); only the encoder view can.")
+        return self.stack
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The encoder stack's weights (what code rebuilding a stack from ``cfg`` needs)."""
+        return self._runnable_stack().state_dict()
+
+    def parameters(self):
+        return self._runnable_stack().parameters()
+
     def batch(self, batch: Batch) -> Batch:
         """What the analyzers of this view see of a source batch (module docstring)."""
         if self.attention != "decoder":

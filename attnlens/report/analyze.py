@@ -9,9 +9,11 @@ from pathlib import Path
 
 from attnlens.analysis.runner import run_analyzers
 from attnlens.data.batch import Batch
+from attnlens.model.encoder_decoder import is_encoder_decoder
 from attnlens.model.transformer import HookedTransformer
 from attnlens.report.asymmetry_section import AsymmetrySection
 from attnlens.report.collapse_section import CollapseSection
+from attnlens.report.encoder_decoder import analyze_encoder_decoder
 from attnlens.report.heads_section import HeadRolesSection
 from attnlens.report.html import write_html_report
 from attnlens.report.sections import Section, SectionOutput
@@ -43,15 +45,20 @@ def analyze(
     out = check_output_dir(out_dir)
     sections = list(default_sections() if sections is None else sections)
     start = time.perf_counter()
-    per_section = [s.analyzers(model, tokenizer) for s in sections]
-    everything = [a for group in per_section for a in group]
     n_sentences = sum(int(b.input_ids.shape[0]) for b in batches)
-    if everything:
-        run_analyzers(model, batches, everything, total=n_sentences, show_progress=show_progress)
-    outputs = [
-        section.write(model, group, out, formats)
-        for section, group in zip(sections, per_section, strict=True)
-    ]
+    if is_encoder_decoder(model):  # every section per attention type, tables with a column
+        outputs = analyze_encoder_decoder(model, tokenizer, batches, out, sections, formats,
+                                          show_progress)
+    else:
+        per_section = [s.analyzers(model, tokenizer) for s in sections]
+        everything = [a for group in per_section for a in group]
+        if everything:
+            run_analyzers(model, batches, everything, total=n_sentences,
+                          show_progress=show_progress)
+        outputs = [
+            section.write(model, group, out, formats)
+            for section, group in zip(sections, per_section, strict=True)
+        ]
     meta = {
         "model": model.cfg.source.get("name") or model.cfg.source.get("path", ""),
         "architecture": model.cfg.source.get("architecture", ""),

@@ -6,6 +6,7 @@ import os
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import IO
 
@@ -14,6 +15,8 @@ import pandas as pd
 from attnlens.errors import DataError
 
 FIGURE_FORMATS = ("png", "svg", "pdf")
+# A line written in the corner of every figure saved while set (see ``figure_label``).
+_FIGURE_LABEL: ContextVar[str | None] = ContextVar("figure_label", default=None)
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 
@@ -66,6 +69,19 @@ def write_table(
     return paths
 
 
+@contextmanager
+def figure_label(text: str) -> Iterator[None]:
+    """Write ``text`` in the top-left corner of every figure saved in this block.
+
+    Used to say which attention type (encoder-decoder models) a section's figures show.
+    """
+    token = _FIGURE_LABEL.set(text)
+    try:
+        yield
+    finally:
+        _FIGURE_LABEL.reset(token)
+
+
 def save_figure(
     fig, out_dir: str | Path, name: str, formats: Iterable[str] = ("png",)
 ) -> list[Path]:
@@ -73,6 +89,9 @@ def save_figure(
     import matplotlib.pyplot as plt
 
     paths = []
+    label = _FIGURE_LABEL.get()
+    if label:
+        fig.text(0.0, 1.0, label, ha="left", va="bottom", fontsize=9, style="italic")
     try:
         for fmt in formats:
             if fmt not in FIGURE_FORMATS:
