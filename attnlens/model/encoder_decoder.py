@@ -134,10 +134,24 @@ class EncoderDecoderTransformer(HookedModule):
         self.setup_hooks()
 
     def setup_hooks(self) -> None:
-        """Name every hook point from this model; the stacks key theirs by the same names."""
+        """Name every hook point from this model; the stacks key theirs by the same names.
+
+        Also re-ties embeddings loaded as one tensor (the loader calls this after
+        ``load_state_dict``), so that they are one parameter, counted and trained once.
+        """
         super().setup_hooks()
         for stack in (self.encoder, self.decoder):
             stack.hook_dict = {hp.name: hp for hp in stack.hook_dict.values()}
+        self._tie_shared_embeddings()
+
+    def _tie_shared_embeddings(self) -> None:
+        shared = self.encoder.embed.weight
+        users = [self.decoder.embed] + ([self.head.decoder] if self.head is not None else [])
+        for module in users:
+            weight = module.weight
+            if (weight is not shared and weight.shape == shared.shape and weight.device.type
+                    != "meta" and weight.data_ptr() == shared.data_ptr()):
+                module.weight = shared
 
     # Facts ---------------------------------------------------------------------------------
     @property
