@@ -71,7 +71,7 @@ class HardConcreteGates(nn.Module):
         return torch.sigmoid(self.log_alpha - shift) * self.present
 
     def expected_l0(self) -> torch.Tensor:
-        """Expected number of open gates: the sum of ``P(z > 0)``."""
+        """Expected number of open gates: the sum of ``P(z > 0)`` (differentiable)."""
         return self.prob_open().sum()
 
     @torch.no_grad()
@@ -164,8 +164,8 @@ def train_gates(model, metric: Metric, lam: float, settings: L0Settings,
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
-                records.append({"step": step + 1, "data_loss": float(data),
-                                "expected_open": float(penalty), "loss": float(loss)})
+                records.append({"step": step + 1, "data_loss": data.item(),
+                                "expected_open": penalty.item(), "loss": loss.item()})
                 advance(1)
     finally:
         for p, flag in zip(model.parameters(), saved, strict=True):
