@@ -141,6 +141,12 @@ def test_runs_are_seeded_and_resumable(toy, tmp_path):
     pd.testing.assert_frame_equal(again.drop(columns="seconds"),
                                   summary.drop(columns="seconds"), check_dtype=False)
     pd.testing.assert_frame_equal(again_curve, curve, check_dtype=False)
+    # more lambdas can be added to a finished run; other settings must not change
+    more, _, _ = run_l0(model, metric, metric, L0Settings(lambdas=(0.0, 0.05, 1.0), steps=8,
+                                                          seed=4), baseline, first, resume=True)
+    assert list(more["lambda"]) == [0.0, 0.05, 1.0]
+    pd.testing.assert_frame_equal(more.iloc[:2].drop(columns="seconds"),
+                                  summary.drop(columns="seconds"), check_dtype=False)
     with pytest.raises(ConfigError, match="different settings"):
         run_l0(model, metric, metric, L0Settings(lambdas=(0.0, 0.05), steps=9, seed=4),
                baseline, tmp_path, resume=True)

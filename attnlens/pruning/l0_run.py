@@ -4,7 +4,8 @@ Files in the output folder: ``l0_summary`` (one row per lambda: heads kept, per 
 held-out metric), ``l0_heads`` (per lambda and head: log_alpha, P(open), E[gate], kept),
 ``l0_curve`` (per lambda and training step: data loss, expected open gates, total loss) and
 ``l0_settings.json``. With ``resume`` the lambdas already in ``l0_summary`` are not trained
-again (each lambda's training is seeded, so a resumed run ends with the same tables).
+again (each lambda's training is seeded, so a resumed run ends with the same tables), and
+other lambdas may be added: only the other settings must match.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ SUMMARY, HEADS, CURVE, SETTINGS = "l0_summary", "l0_heads", "l0_curve", "l0_sett
 
 
 def _record(settings: L0Settings, description: dict) -> dict:
-    return json.loads(json.dumps({"l0": asdict(settings), **description}))
+    """What a resumed run must share (every setting but the list of lambdas)."""
+    l0 = {k: v for k, v in asdict(settings).items() if k != "lambdas"}
+    return json.loads(json.dumps({"l0": l0, **description}))
 
 
 def _previous(out: Path, record: dict) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
