@@ -31,7 +31,7 @@ test: setup
 
 # Float-sensitive tests (parity, export, pruning equivalence) under each CPU kernel set the
 # CPU supports: fp32 summation order differs between them.
-KERNEL_TESTS := tests/test_parity_*.py tests/test_export.py tests/test_pruning.py tests/test_loaders.py
+KERNEL_TESTS := tests/test_parity_*.py tests/test_export.py tests/test_export_seq2seq.py tests/test_pruning.py tests/test_loaders.py
 test-kernels: setup
 	@for cap in default avx2; do \
 	  if [ "$$cap" = avx2 ] && ! grep -qw avx2 /proc/cpuinfo; then \
