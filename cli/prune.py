@@ -130,11 +130,12 @@ def write_l0(model_obj, metrics, settings, result, out: Path, resume: bool, desc
              formats, label: str, name: str, quiet: bool):
     """Train the L0 gates for every lambda; tables and the chart beside the curves."""
     from attnlens.pruning.l0_plot import l0_against_curves, l0_training_curves
-    from attnlens.pruning.l0_run import run_l0
+    from attnlens.pruning.l0_run import compare_with_curves, run_l0
     from attnlens.report.writer import save_figure, write_table
 
     summary, heads, curve = run_l0(model_obj, metrics.importance, metrics.evaluation, settings,
                                    result.baseline, out, resume, description, not quiet)
+    write_table(compare_with_curves(summary, result.curve), out, "l0_comparison")
     for table_name, table in (("l0_summary", summary), ("l0_heads", heads)):
         write_table(table, out, table_name, formats=("md",))
     fig = l0_against_curves(result.curve, summary, label,

@@ -86,7 +86,6 @@ def tiny_bart(d_model: int = 64, layers: int = 2, heads: int = 4) -> EncoderDeco
 
 def train(model, tokenizer, steps: int, batch_size: int = 64, seed: int = 0) -> list[float]:
     """Teacher-forced training on fresh random pairs; returns the loss every 50 steps."""
-    torch.manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=2e-3, total_steps=steps,
                                                    pct_start=0.1)
@@ -121,12 +120,14 @@ def exact_match(model, metric: Seq2SeqMetric, head_mask=None) -> float:
 
 
 def run(steps: int = 600, n_eval: int = 400, seeds: int = 3, step: float = 0.125,
-        max_fraction: float = 0.75, save: Path | None = None, verbose: bool = True) -> dict:
-    """Train, prune, and return the tables (see the module docstring)."""
+        max_fraction: float = 0.75, save: Path | None = None, verbose: bool = True,
+        seed: int = 0) -> dict:
+    """Train (``seed``: initialisation and training data), prune, return the tables."""
     start = time.perf_counter()
     tokenizer = digit_tokenizer()
+    torch.manual_seed(seed)
     model = tiny_bart()
-    losses = train(model, tokenizer, steps)
+    losses = train(model, tokenizer, steps, seed=seed)
     trained = time.perf_counter() - start
     sources, targets = reversal_pairs(n_eval, seed=99_999)  # held-out strings
     data = Seq2SeqMetric(sources, targets, tokenizer, batch_size=100)
@@ -188,9 +189,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--save", type=Path, default=None, help="Export the model here.")
     parser.add_argument("--steps", type=int, default=600, help="Training steps.")
+    parser.add_argument("--seed", type=int, default=0, help="Initialisation and data seed.")
     args = parser.parse_args()
     torch.set_num_threads(1)  # a model this small gains nothing from more threads
-    run(steps=args.steps, save=args.save)
+    run(steps=args.steps, save=args.save, seed=args.seed)
 
 
 if __name__ == "__main__":

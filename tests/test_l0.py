@@ -150,3 +150,20 @@ def test_runs_are_seeded_and_resumable(toy, tmp_path):
     with pytest.raises(ConfigError, match="different settings"):
         run_l0(model, metric, metric, L0Settings(lambdas=(0.0, 0.05), steps=9, seed=4),
                baseline, tmp_path, resume=True)
+
+
+def test_comparison_interpolates_the_curves_at_the_same_head_count():
+    from attnlens.pruning.l0_run import compare_with_curves
+
+    curve = pd.DataFrame({
+        "order": ["importance"] * 3 + ["random"] * 6 + ["importance:cross"],
+        "seed": [0, 0, 0, 0, 0, 0, 1, 1, 1, 0],
+        "n_pruned": [0, 4, 8, 0, 4, 8, 0, 4, 8, 4],
+        "metric": [90.0, 88.0, 80.0, 90.0, 84.0, 70.0, 90.0, 86.0, 74.0, 1.0],
+    })
+    summary = pd.DataFrame({"lambda": [0.1, 0.2], "n_pruned": [6, 10], "metric": [85.0, 60.0]})
+    table = compare_with_curves(summary, curve)
+    assert table["importance_at_same_heads"].iloc[0] == pytest.approx(84.0)  # midway 88..80
+    assert table["random_at_same_heads"].iloc[0] == pytest.approx(78.5)  # mean 85 -> 72
+    assert math.isnan(table["importance_at_same_heads"].iloc[1])  # beyond the curve
+    assert "importance:cross_at_same_heads" not in table

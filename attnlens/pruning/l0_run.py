@@ -74,3 +74,18 @@ def run_l0(model, importance: Metric, evaluation: Metric, settings: L0Settings, 
                 write_table(table, out, name, formats=("csv",))
         done.add(float(lam))
     return summary, heads, curve
+
+
+def compare_with_curves(summary: pd.DataFrame, curve: pd.DataFrame) -> pd.DataFrame:
+    """``summary`` plus, per overall order of ``curve``, its metric at each lambda's number of
+    heads pruned (linear interpolation between steps; seeded orders: mean over seeds)."""
+    import numpy as np
+
+    out = summary.copy()
+    overall = curve[~curve["order"].astype(str).str.contains(":")]
+    for order, rows in overall.groupby("order", sort=False):
+        by_count = rows.groupby("n_pruned")["metric"].mean().sort_index()
+        out[f"{order}_at_same_heads"] = np.interp(out["n_pruned"].astype(float),
+                                                  by_count.index.astype(float),
+                                                  by_count.to_numpy(), right=np.nan)
+    return out
