@@ -7,6 +7,7 @@ import os
 import sys
 
 import typer
+from attnlens.cli.runner import Interrupted
 
 from attnlens.errors import AttnlensError
 
@@ -27,7 +28,8 @@ def _root() -> None:
 
 # Each module defines register(app). Order = order in `attnlens --help`.
 COMMAND_MODULES = [
-    "analyze", "heads", "spectrum", "asymmetry", "collapse", "prune", "eval", "models",
+    "analyze", "report", "compare", "view", "heads", "spectrum", "asymmetry", "collapse", "prune",
+    "eval", "models",
 ]
 
 for _module in COMMAND_MODULES:
@@ -47,21 +49,40 @@ def _known_error(exc: BaseException) -> str | None:
     return None
 
 
-def main() -> None:
-    """Entry point: runs the app; known failures become one line on stderr and exit 1."""
+# Click's UsageError (missing, unknown or bad options); typer may vendor click, so it is taken
+# from the class hierarchy of the public typer.BadParameter rather than imported.
+UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
+
+def usage_error_line(exc: Exception) -> str:
+    """Click's option-parsing error as one line naming the option and where help is."""
+    message = " ".join(exc.format_message().split())
+    command = exc.ctx.command_path if exc.ctx is not None else "attnlens"
+    return f"{message.rstrip('.')}; see '{command} --help'."
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: runs the app; every failure a user can cause becomes one line on stderr
+    starting with ``Error:`` and exit status 1 (130 when interrupted), without a traceback."""
     try:
-        app(prog_name="attnlens")
-    except KeyboardInterrupt:
-        print(
-            "Error: interrupted; rerun the command (runs that support it resume).", file=sys.stderr
-        )
-        sys.exit(130)
+        code = app(prog_name="attnlens", args=argv, standalone_mode=False)
+    except UsageError as exc:  # missing/unknown option, bad value, out of range
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `attnlens` or group: its help
+            typer.echo(exc.ctx.get_help())
+            sys.exit(0)
+        print(f"Error: {usage_error_line(exc)}", file=sys.stderr)
+        code = 1
+    except (KeyboardInterrupt, typer.Abort, Interrupted):
+        print("Error: interrupted; rerun the command (runs that support it resume).",
+              file=sys.stderr)
+        code = 130
     except Exception as exc:
         message = _known_error(exc)
         if message is None or os.environ.get("ATTNLENS_DEBUG"):
             raise
         print(f"Error: {message}", file=sys.stderr)
-        sys.exit(1)
+        code = 1
+    sys.exit(code or 0)
 
 
 if __name__ == "__main__":

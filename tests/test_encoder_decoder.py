@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attnlens.analysis.attention_view import AttentionView, shift_batch
 from attnlens.data.batch import Batch
 from attnlens.errors import ConfigError
-from attnlens.model.attention_view import AttentionView, shift_batch
 from attnlens.model.config import TransformerConfig
 from attnlens.model.encoder_decoder import (
     EncoderDecoderConfig,

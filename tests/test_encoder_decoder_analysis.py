@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -9,12 +10,12 @@ import pytest
 import torch
 
 from attnlens.analysis.attention_types import run_by_attention, with_attention_column
+from attnlens.analysis.attention_view import AttentionView
 from attnlens.analysis.head_stats import HeadStats
 from attnlens.analysis.positional import PositionalHeads
 from attnlens.analysis.runner import run_analyzers
 from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
-from attnlens.model.attention_view import AttentionView
 from attnlens.model.encoder_decoder import ATTENTION_TYPES
 from tests.seq2seq_utils import tiny_bart_with_tokenizer
 
@@ -138,18 +139,27 @@ def test_cli_tables_have_an_attention_column(command, tiny_bart, tmp_path):
     out = tmp_path / command
     result = run_cli(command, str(tiny_bart), "--out", str(out), "--quiet")
     assert result.exit_code == 0, result.output
-    tables = sorted(out.glob("*.csv"))
+    tables = sorted((out / "tables").glob("*.csv"))
     assert len(tables) >= 5
     for path in tables:
         table = pd.read_csv(path)
         assert table.columns[0] == "attention", path.name
         if len(table):  # (role_evidence is empty: a random model has no roles)
             assert list(dict.fromkeys(table["attention"])) == list(ATTENTION_TYPES), path.name
-    for attention in ATTENTION_TYPES:  # figures per type, no per-type table copies
-        assert list((out / attention).glob("*.png"))
-        assert not list((out / attention).glob("*.csv"))
+    figures = out / "figures"
+    for attention in ATTENTION_TYPES:  # every figure once per type, prefixed with the type
+        assert list(figures.glob(f"{attention}_*.png")), attention
+    assert not [p for p in figures.iterdir() if not p.name.startswith(ATTENTION_TYPES)]
+    run = json.loads((out / "run.json").read_text())
+    section = run["sections"][0]
+    assert section["figures"] and all(f.startswith(ATTENTION_TYPES) for f in section["figures"])
+    captions = {f["name"]: f["caption"] for f in section["doc"]["figures"]}
+    assert all(name.startswith(ATTENTION_TYPES) for name in captions)
+    captioned = [f for f in section["figures"] if f in captions]  # the section doc's figures
+    assert captioned and all(captions[f].startswith(("encoder", "decoder", "cross"))
+                             for f in captioned)
     if command == "heads":
-        stats = pd.read_csv(out / "head_stats.csv")
+        stats = pd.read_csv(out / "tables" / "head_stats.csv")
         # 2 encoder layers, 3 decoder layers (self and cross), 4 heads, 9 measures
         assert stats.groupby("attention").size().to_dict() == {
             "cross": 3 * 4 * 9, "decoder": 3 * 4 * 9, "encoder": 2 * 4 * 9}

@@ -10,7 +10,7 @@ import torch
 
 from attnlens.errors import ConfigError
 from attnlens.metrics.base import LossBatch, Metric
-from attnlens.pruning.gates import gated_forward
+from attnlens.model.gates import gated_forward
 from attnlens.pruning.l0 import TEMPERATURES, HardConcreteGates, L0Settings, train_gates
 from attnlens.pruning.l0_run import run_l0
 from tests.helpers import tiny_model
@@ -63,23 +63,15 @@ class Reconstruction(Metric):
     higher_is_better = False
 
     def __init__(self, model, texts, tokenizer) -> None:
-        super().__init__(tokenizer, batch_size=4, max_length=16)
-        self.texts_ = list(texts)
-        self.reference = {}
-        self._batches = [
-            LossBatch(tokenizer(self.texts_[i:i + 4], max_length=16), torch.arange(4), 4)
-            for i in range(0, len(self.texts_), 4)
-        ]
+        super().__init__(list(texts), tokenizer, batch_size=4, max_length=16)
+        self.model = model
+
+    def make_batch(self, chunk, number):
+        batch = LossBatch(self.tokenizer([self.examples[i] for i in chunk], max_length=16),
+                          torch.arange(len(chunk)), len(chunk))
         with torch.no_grad():
-            for batch in self._batches:
-                batch.target = model(**batch.inputs, return_type="hidden")
-
-    @property
-    def n_examples(self) -> int:
-        return len(self.texts_)
-
-    def loss_batches(self):
-        return self._batches
+            batch.target = self.model(**batch.inputs, return_type="hidden")
+        return batch
 
     def example_losses(self, model, batch, head_mask=None, row_gates=None):
         hidden = gated_forward(model, batch.inputs, head_mask, row_gates, "hidden")
@@ -90,13 +82,10 @@ class Reconstruction(Metric):
     def evaluate(self, model, head_mask=None) -> float:
         with torch.no_grad():
             return float(torch.cat([self.example_losses(model, b, head_mask)
-                                    for b in self._batches]).mean())
+                                    for b in self.loss_batches()]).mean())
 
     def texts(self):
-        return self.texts_
-
-    def subset(self, indices):
-        raise NotImplementedError  # not needed here
+        return self.examples
 
 
 @pytest.fixture(scope="module")

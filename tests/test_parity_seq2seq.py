@@ -180,3 +180,24 @@ def test_unused_and_misshapen_tensors_are_errors(family, tmp_path):
     save_file({**tensors, cross_q: tensors[cross_q][:, :-1].contiguous()}, str(file))
     with pytest.raises(WeightMismatchError, match="has shape"):
         load_model(tmp_path)
+
+
+def test_models_verify_measures_the_encoder_decoder_families():
+    """`attnlens models --verify` builds each family's tiny model (T5EncoderModel included)."""
+    from attnlens.cli.app import app
+    from typer.testing import CliRunner
+
+    from attnlens.loaders.registry import CONVERTERS
+    from tests.parity_utils import TINY_TOL
+
+    result = CliRunner().invoke(app, ["models", "--verify", "--markdown",
+                                      "--family", "bart,marian,t5"])
+    assert result.exit_code == 0, result.output
+    rows = [[c.strip() for c in line.strip("|").split("|")]
+            for line in result.output.strip().splitlines()[2:]]
+    expected = [a for family in ("bart", "marian", "t5") for a in CONVERTERS[family].architectures]
+    assert [r[2] for r in rows] == expected
+    for row in rows:
+        measured = [float(v) for v in row[4:7] if v != "-"]
+        assert measured and all(0.0 <= v <= TINY_TOL for v in measured), row
+        assert row[7] == "yes"

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from attnlens.errors import ConfigError, DataError
+from attnlens.model.gates import parse_heads
 from attnlens.pruning import PruneSettings, prune
-from attnlens.pruning.gates import parse_heads
 from attnlens.pruning.roles_order import read_role_heads, role_mask, role_scores
 from tests.test_pruning import sts_metrics, toy_model
 
@@ -80,3 +80,17 @@ def test_role_tables_of_the_wrong_model_are_refused(tmp_path):
         tmp_path / "head_roles.csv", index=False)
     with pytest.raises(ConfigError, match="not in this model"):
         role_mask(model, read_role_heads(tmp_path))
+
+
+def test_report_folders_tested_view_and_uncorrected_view(tmp_path):
+    """`attnlens heads` writes tables/head_roles.csv with view=tested (roles passed a test)."""
+    (tmp_path / "tables").mkdir()
+    base = {"layer": [0, 0, 1], "head": [0, 1, 2], "roles": ["positional", "none", "rare-word"]}
+    pd.DataFrame({**base, "view": "tested"}).to_csv(tmp_path / "tables" / "head_roles.csv",
+                                                    index=False)
+    roles = read_role_heads(tmp_path)
+    assert roles.heads == {(None, 0, 0), (None, 1, 2)}
+    assert "tested role" in roles.source and "tables" in roles.source
+    pd.DataFrame({**base, "view": "uncorrected"}).to_csv(
+        tmp_path / "tables" / "head_roles.csv", index=False)
+    assert "untested" in read_role_heads(tmp_path).source

@@ -3,7 +3,7 @@
 An analyzer written for one stack (``blocks.L.attn.hook_pattern``, ``model.n_layers``, ...)
 runs unchanged on an encoder-decoder model: it is tagged with an ``attention`` type
 ("encoder", "decoder" or "cross") and sees that type through an ``AttentionView`` (hook names
-translated, the batch as that attention's tokens: see ``model.attention_view``). One forward
+translated, the batch as that attention's tokens: see ``analysis.attention_view``). One forward
 pass per batch feeds all types, layer by layer, as ``runner.run_analyzers`` does; tables are
 then stacked with an ``attention`` column (``with_attention_column``).
 """
@@ -16,12 +16,12 @@ from functools import partial
 import pandas as pd
 import torch
 
+from attnlens.analysis.attention_view import attention_views
 from attnlens.analysis.base import Analyzer
 from attnlens.analysis.runner import _LayerFeeder
 from attnlens.data.batch import Batch
 from attnlens.errors import ConfigError
 from attnlens.hooks import HookPoint
-from attnlens.model.attention_view import attention_views
 from attnlens.model.encoder_decoder import ATTENTION_TYPES, EncoderDecoderTransformer
 from attnlens.progress import progress_bar
 
@@ -45,6 +45,12 @@ def run_by_attention(
         raise ConfigError(
             f"on an encoder-decoder model each analyzer needs .attention set to one of "
             f"{', '.join(ATTENTION_TYPES)}; {untagged[0]} has none."
+        )
+    own_passes = [type(a).__name__ for a in analyzers if a.needs_model_pass]
+    if own_passes:
+        raise ConfigError(
+            f"{own_passes[0]} runs forward passes of its own on a single stack; it cannot "
+            "run on an encoder-decoder model."
         )
     views = attention_views(model)
     feeders = {

@@ -6,12 +6,15 @@ import random
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
-from attnlens.data.batch import Batch
-from attnlens.data.tokenizer import Tokenizer
 from attnlens.errors import DataError
+
+if TYPE_CHECKING:  # reading files needs no torch: commands check them before loading it
+    import torch
+
+    from attnlens.data.batch import Batch
+    from attnlens.data.tokenizer import Tokenizer
 
 
 def sample_sentences() -> list[str]:
@@ -52,6 +55,8 @@ def length_sorted_chunks(lengths: Sequence[int], batch_size: int) -> list[list[i
 
 def special_token_mask(tokenizer: Tokenizer, input_ids: torch.Tensor) -> torch.Tensor:
     """``[batch, pos]`` True where the token is one of the tokenizer's special tokens."""
+    import torch
+
     special = torch.tensor(sorted(tokenizer.special_ids), dtype=input_ids.dtype)
     return torch.isin(input_ids, special)
 
@@ -63,6 +68,8 @@ def text_batches(
     max_length: int = 128,
 ) -> list[Batch]:
     """Tokenise ``texts`` into length-sorted batches of at most ``batch_size`` sentences."""
+    from attnlens.data.batch import Batch
+
     if max_length < 4:
         raise DataError(f"max length must be at least 4 tokens, not {max_length}.")
     lengths = [len(t) for t in texts]

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from attnlens.errors import ModelLoadError
+
+if TYPE_CHECKING:  # torch is imported where weights are read: path checks stay light
+    import torch
 
 PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 
@@ -80,6 +82,7 @@ def _pickle_files(path: Path) -> list[Path]:
 
 def read_weights(path: Path, allow_pickle: bool = False) -> dict[str, torch.Tensor]:
     """All tensors of the checkpoint, on the CPU, from safetensors (or opted-in pickle)."""
+    import torch
     from safetensors.torch import load_file
 
     files = _safetensors_files(path)

@@ -17,11 +17,11 @@ from pathlib import Path
 import torch
 
 from attnlens.errors import ConfigError
+from attnlens.io import atomic_open
 from attnlens.loaders.registry import CONVERTERS
 from attnlens.model.config import TransformerConfig
 from attnlens.model.encoder_decoder import is_encoder_decoder
 from attnlens.model.transformer import HookedTransformer
-from attnlens.report.writer import atomic_open
 
 # Tokenizer files copied from the source checkpoint when present.
 TOKENIZER_FILES = (

@@ -7,11 +7,10 @@ from pathlib import Path
 
 from attnlens.data.text import read_text_file
 from attnlens.errors import ConfigError
+from attnlens.metrics import METRIC_NAMES
 from attnlens.metrics.base import Metric, require_head, split_indices
 from attnlens.model.encoder_decoder import is_encoder_decoder
 from attnlens.model.transformer import HookedTransformer
-
-METRIC_NAMES = ("sts", "mlm", "lm", "accuracy", "fidelity", "seq2seq")
 
 
 @dataclass

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import torch
 
-from attnlens.data.text import length_sorted_chunks
 from attnlens.errors import ConfigError, DataError
-from attnlens.metrics.base import LossBatch
+from attnlens.metrics.base import LossBatch, Metric
 from attnlens.metrics.language_model import IGNORE, _TokenLossMetric
 from attnlens.model.encoder_decoder import EncoderDecoderTransformer, is_encoder_decoder
 
@@ -56,44 +55,47 @@ class Seq2SeqMetric(_TokenLossMetric):
 
     def __init__(self, sources: Sequence[str], targets: Sequence[str], tokenizer,
                  batch_size: int = 32, max_length: int = 128) -> None:
-        super().__init__(sources, tokenizer, batch_size, max_length)
         if len(targets) != len(sources):
             raise ConfigError(f"{len(sources)} sources but {len(targets)} targets.")
-        self.targets = list(targets)
+        # Examples are (source, target) pairs, so the base class's ``subset`` keeps them
+        # together.
+        Metric.__init__(self, list(zip(sources, targets, strict=True)), tokenizer, batch_size,
+                        max_length)
 
     @classmethod
     def from_file(cls, path: str | Path, tokenizer, **kwargs) -> Seq2SeqMetric:
         sources, targets = read_seq2seq_pairs(path)
         return cls(sources, targets, tokenizer, **kwargs)
 
-    def subset(self, indices) -> Seq2SeqMetric:
-        idx = list(indices)
-        return Seq2SeqMetric([self.lines[i] for i in idx], [self.targets[i] for i in idx],
-                             self.tokenizer, self.batch_size, self.max_length)
+    @property
+    def sources(self) -> list[str]:
+        return [source for source, _ in self.examples]
+
+    @property
+    def targets(self) -> list[str]:
+        return [target for _, target in self.examples]
+
+    def texts(self) -> list[str]:
+        return self.sources
+
+    def example_lengths(self) -> list[int]:
+        return [len(source) + len(target) for source, target in self.examples]
 
     def _labels(self, inputs, line_ids):
         """Decoder inputs and labels for the pairs ``line_ids``; ``inputs`` is the source."""
         enc = self.tokenizer.hf(
-            text_target=[self.targets[i] for i in line_ids], padding=True, truncation=True,
+            text_target=[self.examples[i][1] for i in line_ids], padding=True, truncation=True,
             max_length=self.max_length, return_tensors="pt",
         )
         target, mask = enc["input_ids"], enc["attention_mask"]
         labels = target.masked_fill(mask == 0, IGNORE)  # [batch, target_pos]
         return {**inputs, "target_ids": target, "decoder_attention_mask": mask}, labels
 
-    def loss_batches(self) -> list[LossBatch]:
-        if self._batches is None:
-            self._batches = []
-            lengths = [len(s) + len(t) for s, t in zip(self.lines, self.targets, strict=True)]
-            for chunk in length_sorted_chunks(lengths, self.batch_size):
-                source = self.tokenizer([self.lines[i] for i in chunk],
-                                        max_length=self.max_length)
-                source.pop("token_type_ids", None)
-                inputs, labels = self._labels(source, chunk)
-                self._batches.append(
-                    LossBatch(inputs, torch.arange(len(chunk)), len(chunk), target=labels)
-                )
-        return self._batches
+    def make_batch(self, chunk: list[int], number: int) -> LossBatch:
+        source = self.tokenizer([self.examples[i][0] for i in chunk], max_length=self.max_length)
+        source.pop("token_type_ids", None)
+        inputs, labels = self._labels(source, chunk)
+        return LossBatch(inputs, torch.arange(len(chunk)), len(chunk), target=labels)
 
     def _sums(self, model, batch, head_mask=None, row_gates=None):
         if not is_encoder_decoder(model):

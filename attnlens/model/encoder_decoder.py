@@ -65,6 +65,21 @@ class EncoderDecoderConfig:
     def d_model(self) -> int:
         return self.decoder.d_model
 
+    # Gate rows, as the model counts them: encoder layers, decoder self-attention layers, then
+    # cross-attention layers (run records and reports read these as for a single stack).
+    @property
+    def n_layers(self) -> int:
+        return self.encoder.n_layers + 2 * self.decoder.n_layers
+
+    @property
+    def heads_per_layer(self) -> list[int]:
+        decoder = list(self.decoder.heads_per_layer)
+        return [*self.encoder.heads_per_layer, *decoder, *decoder]
+
+    @property
+    def n_heads(self) -> int:
+        return max(self.heads_per_layer)
+
     # Read by export and the rank-collapse switches (both stacks share them).
     @property
     def use_skip(self) -> bool:
@@ -196,12 +211,6 @@ class EncoderDecoderTransformer(HookedModule):
         self.decoder.set_use_sdpa(enabled)
         for block in self.decoder.blocks:
             block.cross_attn.use_sdpa = enabled
-
-    def view(self, attention: str):
-        """One attention type seen as a single stack (for analyzers); see ``AttentionView``."""
-        from attnlens.model.attention_view import AttentionView
-
-        return AttentionView(self, attention)
 
     # Forward -------------------------------------------------------------------------------
     def split_head_mask(self, head_mask: torch.Tensor | None) -> tuple:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from attnlens.pruning.gates import parse_heads
+from attnlens.model.gates import parse_heads
 
 TYPE_COLUMNS = ["attention", "layer"]
 

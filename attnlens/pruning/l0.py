@@ -34,8 +34,8 @@ from torch import nn
 
 from attnlens.errors import ConfigError
 from attnlens.metrics.base import Metric
+from attnlens.model.gates import full_mask, heads_text
 from attnlens.progress import progress_bar
-from attnlens.pruning.gates import full_mask, heads_text
 from attnlens.pruning.structural import pruned_parameter_count
 
 TEMPERATURES = {"louizos": 2.0 / 3.0, "voita": 0.33}

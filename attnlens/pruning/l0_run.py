@@ -17,9 +17,9 @@ from pathlib import Path
 import pandas as pd
 
 from attnlens.errors import ConfigError, DataError
+from attnlens.io import atomic_open, write_table
 from attnlens.metrics.base import Metric
 from attnlens.pruning.l0 import L0Settings, heads_table, run_lambda
-from attnlens.report.writer import atomic_open, write_table
 
 SUMMARY, HEADS, CURVE, SETTINGS = "l0_summary", "l0_heads", "l0_curve", "l0_settings.json"
 

@@ -1,9 +1,11 @@
 """The ``roles`` pruning order: heads with a tested role are kept, the others go first.
 
 Roles come from the ``head_roles`` table an ``attnlens heads`` run writes (positional,
-syntactic, rare-word heads). When the table says which roles passed a statistical test (a
-``tested`` column, or ``q_value`` with the run's level), only those count; tables of older
-runs hold untested labels, which are used as they are, and ``role_source`` says so. Within
+syntactic, rare-word heads; ``tables/head_roles.csv`` of its report folder). When the table
+says which roles passed a statistical test (``view`` = ``tested``: the roles column holds
+only roles with q < alpha; or a ``tested`` column; or ``q_value`` with the run's level), only
+those count; tables of older runs hold untested labels, which are used as they are, and
+``role_source`` says so. Within
 each group (heads without a role, then heads with one) the order is a seeded random
 permutation, so the curve answers one question: does protecting the role heads beat
 removing heads at random? Several seeds give a band, as for ``random``.
@@ -20,6 +22,8 @@ import torch
 from attnlens.errors import ConfigError, DataError
 
 ROLE_TABLE = "head_roles.csv"
+# Where a report folder keeps it (older runs: beside run.json).
+ROLE_TABLE_PLACES = (Path("tables") / ROLE_TABLE, Path(ROLE_TABLE))
 # Significance level used with a q_value column when no tested/role column says more.
 DEFAULT_Q_LEVEL = 0.05
 
@@ -44,7 +48,10 @@ def _has_role(value) -> bool:
 
 def read_role_heads(folder: str | Path) -> RoleHeads:
     """Heads with a (tested, where the table says) role from an ``attnlens heads`` folder."""
-    path = Path(folder) / ROLE_TABLE if Path(folder).is_dir() else Path(folder)
+    path = Path(folder)
+    if path.is_dir():
+        places = [path / place for place in ROLE_TABLE_PLACES]
+        path = next((p for p in places if p.is_file()), places[0])
     if not path.is_file():
         raise DataError(f"{path} does not exist; pass --roles the output folder of "
                         "`attnlens heads` (it holds head_roles.csv).")
@@ -52,7 +59,11 @@ def read_role_heads(folder: str | Path) -> RoleHeads:
     for column in ("layer", "head"):
         if column not in table.columns:
             raise DataError(f"{path} has no {column!r} column; is it an `attnlens heads` table?")
-    if "tested" in table.columns:
+    views = set(table["view"]) if "view" in table.columns else set()
+    if views == {"tested"} and "roles" in table.columns:
+        keep = table["roles"].map(_has_role)
+        source = f"{path}: heads with a tested role (q < alpha; view 'tested')"
+    elif "tested" in table.columns:
         keep = table["tested"].map(_truthy)
         if "roles" in table.columns:
             keep &= table["roles"].map(_has_role)
@@ -63,8 +74,8 @@ def read_role_heads(folder: str | Path) -> RoleHeads:
         source = f"{path}: heads with q_value <= {DEFAULT_Q_LEVEL}"
     elif "roles" in table.columns:
         keep = table["roles"].map(_has_role)
-        source = (f"{path}: heads with any role label (this table has no test column: the "
-                  "labels are untested)")
+        source = (f"{path}: heads with any role label (this table has no test column or is "
+                  "the uncorrected view: the labels are untested)")
     else:
         raise DataError(f"{path} has none of the columns tested, q_value, roles.")
     attention = table["attention"] if "attention" in table.columns else [None] * len(table)

@@ -1,89 +1,138 @@
 """Report sections on an encoder-decoder model: every section per attention type, one pass.
 
-Each section runs on the attention types it applies to (``SECTION_ATTENTION``), seeing each
-type as a plain stack (``AttentionView``); its analyzers are tagged with the type and all of
-them are fed by one corpus pass. Each type's figures go to a subfolder named after it
-(``encoder/``, ``decoder/``, ``cross/``); each table is written once, at the top, with an
-``attention`` column saying which type every row describes.
+``by_attention_type(section)`` wraps a section so that it runs on each attention type it
+applies to (``SECTION_ATTENTION``), seeing each type as a plain stack (``AttentionView``);
+its analyzers are tagged with the type, so the one corpus pass of ``report.analyze`` feeds
+them all. Each table is written once, with an ``attention`` column saying which type every
+row describes; each type's figures are written as ``<attention>_<figure>`` (for instance
+``cross_heads_entropy.png``) and labelled with the type in their top-left corner.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+import shutil
 from pathlib import Path
 
 from attnlens.analysis.attention_types import with_attention_column
-from attnlens.analysis.runner import run_analyzers
-from attnlens.data.batch import Batch
-from attnlens.model.attention_view import attention_views
+from attnlens.analysis.attention_view import attention_views
+from attnlens.analysis.base import Analyzer
+from attnlens.io import figure_label, write_table
 from attnlens.model.encoder_decoder import ATTENTION_TYPES, EncoderDecoderTransformer
+from attnlens.report.catalog import FigureDoc, SectionDoc
 from attnlens.report.sections import Section, SectionOutput
-from attnlens.report.writer import figure_label, write_table
 
 # Which attention types each section describes (others: all three). Query/key asymmetry
 # compares P with P^T, meaningless when queries and keys are different sequences; rank
-# collapse reruns a stack on its own, which only the encoder can do.
-SECTION_ATTENTION = {
+# collapse reruns whole blocks of a single stack (its block variants), which an
+# encoder-decoder model has no view for: the section is left out there.
+SECTION_ATTENTION: dict[str, tuple[str, ...]] = {
     "asymmetry": ("encoder", "decoder"),
-    "collapse": ("encoder",),
+    "collapse": (),
 }
 ATTENTION_TITLES = {
     "encoder": "encoder self-attention",
     "decoder": "decoder self-attention (causal)",
     "cross": "cross-attention (decoder queries, encoder keys)",
 }
+TABLE_SUFFIXES = (".csv", ".md")
 
 
 def section_attention(section: Section) -> tuple[str, ...]:
     return SECTION_ATTENTION.get(section.name, ATTENTION_TYPES)
 
 
-def analyze_encoder_decoder(
-    model: EncoderDecoderTransformer,
-    tokenizer,
-    batches: Sequence[Batch],
-    out: Path,
-    sections: Sequence[Section],
-    formats: tuple[str, ...] = ("png",),
-    show_progress: bool = True,
-) -> list[SectionOutput]:
-    """Run ``sections`` on every attention type they apply to; write combined tables."""
-    views = attention_views(model)
-    per_section: list[dict[str, list]] = []
-    for section in sections:
-        groups = {}
-        for attention in section_attention(section):
-            analyzers = section.analyzers(views[attention], tokenizer)
-            for analyzer in analyzers:
+def figure_name(attention: str, name: str) -> str:
+    """The file name (without suffix) of one attention type's copy of a figure."""
+    return f"{attention}_{name}"
+
+
+def doc_by_attention(doc: SectionDoc, attentions: tuple[str, ...]) -> SectionDoc:
+    """``doc`` with every figure listed once per attention type, captioned with the type."""
+    figures = tuple(
+        FigureDoc(figure_name(attention, f.name), f"{ATTENTION_TITLES[attention]}: {f.caption}")
+        for f in doc.figures
+        for attention in attentions
+    )
+    return dataclasses.replace(doc, figures=figures)
+
+
+class AttentionTypeSection(Section):
+    """One section run on each attention type of an encoder-decoder model it applies to."""
+
+    def __init__(self, section: Section) -> None:
+        self.section = section
+        self.name, self.title = section.name, section.title
+        self.needs_corpus = section.needs_corpus
+        self.attentions = section_attention(section)
+        self.doc = doc_by_attention(section.doc, self.attentions)
+        self.views: dict = {}
+
+    def analyzers(self, model: EncoderDecoderTransformer, tokenizer) -> list[Analyzer]:
+        self.views = attention_views(model)
+        tagged = []
+        for attention in self.attentions:
+            for analyzer in self.section.analyzers(self.views[attention], tokenizer):
                 analyzer.attention = attention
-            groups[attention] = analyzers
-        per_section.append(groups)
-    everything = [a for groups in per_section for group in groups.values() for a in group]
-    n_sentences = sum(int(b.input_ids.shape[0]) for b in batches)
-    if everything:
-        run_analyzers(model, batches, everything, total=n_sentences, show_progress=show_progress)
-    outputs = []
-    for section, groups in zip(sections, per_section, strict=True):
+                tagged.append(analyzer)
+        return tagged
+
+    def write(
+        self,
+        model: EncoderDecoderTransformer,
+        analyzers: list[Analyzer],
+        out_dir: Path,
+        formats: tuple[str, ...],
+    ) -> SectionOutput:
+        if not self.attentions:
+            note = (f"{self.title}: not computed on encoder-decoder models (it reruns the "
+                    "blocks of a single stack).")
+            return SectionOutput(self.title, summary=note, notes=[note])
+        views = self.views or attention_views(model)
         written = {}
-        for attention, analyzers in groups.items():
-            with figure_label(f"{model.cfg.source.get('name', '')}: {ATTENTION_TITLES[attention]}"):
-                written[attention] = section.write(views[attention], analyzers, out / attention,
-                                                   formats)
-        outputs.append(combine_outputs(section.title, written, out))
-    return outputs
+        name = model.cfg.source.get("name", "")
+        for attention in self.attentions:
+            group = [a for a in analyzers if a.attention == attention]
+            staging = Path(out_dir) / f".{attention}"
+            staging.mkdir()
+            with figure_label(f"{name}: {ATTENTION_TITLES[attention]}"):
+                output = self.section.write(views[attention], group, staging, formats)
+            written[attention] = _file_type_outputs(attention, output, staging, Path(out_dir))
+        return combine_outputs(self.title, written, Path(out_dir))
+
+
+def by_attention_type(section: Section) -> AttentionTypeSection:
+    return AttentionTypeSection(section)
+
+
+def _file_type_outputs(attention: str, output: SectionOutput, staging: Path,
+                       out: Path) -> SectionOutput:
+    """Drop one type's tables (written combined later); move its figures up, renamed."""
+    figures = []
+    for path in sorted(staging.iterdir()):
+        if path.suffix in TABLE_SUFFIXES and path.stem in output.tables:
+            continue
+        target = out / f"{figure_name(attention, path.stem)}{path.suffix}"
+        path.replace(target)
+        if any(path.name == f.name for f in output.figures):
+            figures.append(target)
+    shutil.rmtree(staging)
+    return dataclasses.replace(output, figures=figures)
 
 
 def combine_outputs(title: str, written: dict[str, SectionOutput], out: Path) -> SectionOutput:
     """One section output: tables stacked with an ``attention`` column, every type's figures."""
     tables = with_attention_column({a: o.tables for a, o in written.items()})
-    for attention, output in written.items():  # the per-type copies lack the column
-        for name in output.tables:
-            for suffix in (".csv", ".md"):
-                (out / attention / f"{name}{suffix}").unlink(missing_ok=True)
-    for name, table in tables.items():
-        write_table(table, out, name)
+    for table_name, table in tables.items():
+        write_table(table, out, table_name)
     figures = [path for output in written.values() for path in output.figures]
     summary = "\n\n".join(
         f"[{ATTENTION_TITLES[a]}]\n{o.summary}".rstrip() for a, o in written.items()
     )
-    return SectionOutput(title, tables=tables, figures=figures, summary=summary)
+    notes = [
+        f"{ATTENTION_TITLES[a]}: {line}"
+        for a, o in written.items()
+        for line in (o.notes or [s.strip() for s in o.summary.splitlines()
+                                 if s.strip() and not s.lstrip().startswith("|")])
+    ]
+    return SectionOutput(title, tables=tables, figures=figures, summary=summary, notes=notes)

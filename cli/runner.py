@@ -1,0 +1,248 @@
+"""The one path every command takes: check -> read the corpus -> load the model -> run -> print.
+
+``command(app, name, ...)`` registers a command body ``fn(run: CommandRun, **own_options)``.
+It adds the shared option groups (model, corpus, batching, output, quiet: ``options.py``) to
+the body's own options, and before calling the body checks every shared option, path and
+output folder without importing torch, transformers, pandas or matplotlib. The body checks its
+own options first (plain Python), then imports what it needs and calls ``run.write_report``
+or the ``run.read_corpus`` / ``run.load_model`` / ``run.prepare_output`` steps.
+
+Adding a command: a module ``cli/<name>.py`` with ``register(app)`` that calls ``command``,
+listed in ``cli/app.py:COMMAND_MODULES``; heavy imports go inside the body.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+from attnlens.cli import options
+
+if TYPE_CHECKING:
+    from attnlens.data.corpus import Corpus
+    from attnlens.report.sections import Section, SectionOutput
+
+
+class Interrupted(Exception):
+    """Ctrl-C during a command (typer would otherwise turn it into a silent exit 130)."""
+
+
+@dataclass
+class ModelOptions:
+    """MODEL, --device, --dtype, --allow-pickle."""
+
+    name: str | None = None
+    device: str = "cpu"
+    dtype: str = "float32"
+    allow_pickle: bool = False
+
+    def check(self) -> None:
+        from attnlens.device import check_device_name, check_dtype_name
+        from attnlens.loaders.checkpoint import resolve_checkpoint
+
+        check_device_name(self.device)
+        check_dtype_name(self.dtype)
+        resolve_checkpoint(self.name)
+
+    def load(self):
+        """``(HookedTransformer, Tokenizer)``."""
+        from attnlens.loaders import load
+
+        return load(self.name, device=self.device, dtype=self.dtype,
+                    allow_pickle=self.allow_pickle)
+
+
+@dataclass
+class CorpusOptions:
+    """--text, --treebank, --parse (neither: the embedded sample treebank)."""
+
+    text: Path | None = None
+    treebank: Path | None = None
+    parse: bool = False
+
+    @property
+    def given(self) -> bool:
+        return bool(self.text or self.treebank or self.parse)
+
+    def check(self) -> None:
+        from attnlens.data.corpus import check_corpus_options
+
+        check_corpus_options(self.text, self.treebank, self.parse)
+
+
+@dataclass
+class OutputOptions:
+    """--out and (for commands that draw) --format."""
+
+    folder: Path
+    format_text: str | None = None
+    formats: tuple[str, ...] = ()
+
+    def check(self) -> None:
+        from attnlens.io import check_output_path, figure_formats
+
+        if self.format_text is not None:
+            self.formats = figure_formats(self.format_text)
+        check_output_path(self.folder)
+
+    def prepare(self) -> Path:
+        """Create the folder (called right before the first file is written)."""
+        from attnlens.io import check_output_dir
+
+        return check_output_dir(self.folder)
+
+
+@dataclass
+class CommandRun:
+    """One command invocation: its shared options and the steps every command takes."""
+
+    model: ModelOptions | None = None
+    corpus: CorpusOptions | None = None
+    output: OutputOptions | None = None
+    batch_size: int = 16
+    max_length: int = 128
+    quiet: bool = False
+    console: Any = field(default=None, repr=False)
+
+    def check(self) -> None:
+        """Every shared option, path and output folder; imports nothing heavy."""
+        for part in (self.corpus, self.output, self.model):
+            if part is not None:
+                part.check()
+
+    @property
+    def show_progress(self) -> bool:
+        return not self.quiet
+
+    def read_corpus(self) -> Corpus:
+        """The corpus files read (no tokenizer needed, so before the model loads)."""
+        from attnlens.data.corpus import load_corpus
+
+        options = self.corpus or CorpusOptions()
+        return load_corpus(text=options.text, treebank=options.treebank, parse=options.parse)
+
+    def load_model(self):
+        """``(HookedTransformer, Tokenizer)`` from MODEL and the loading options."""
+        return (self.model or ModelOptions()).load()
+
+    def prepare_output(self) -> Path:
+        return self.output.prepare()
+
+    def note(self, message: str) -> None:
+        """A line on stderr (what was written, timings); stdout is kept for results."""
+        if self.console is None:
+            from rich.console import Console
+
+            self.console = Console(stderr=True)
+        self.console.print(message)
+
+    def write_report(
+        self, sections: Sequence[Section] | None, use_corpus: bool = True,
+        corpus_name: str = "none", print_summaries: bool = True,
+        prune_dir: Path | None = None, corpus: Corpus | None = None,
+    ) -> list[SectionOutput]:
+        """Run report ``sections`` (None: every section of `analyze`) over the corpus (read
+        here unless given), write their tables, figures, run.json and index.html, print the
+        summaries."""
+        if corpus is None and use_corpus:
+            corpus = self.read_corpus()
+        model, tokenizer = self.load_model()
+        batches = corpus.batches(tokenizer, self.batch_size, self.max_length) if corpus else []
+        out = self.prepare_output()
+        from attnlens.report.analyze import analyze
+
+        outputs = analyze(
+            model, tokenizer, batches, out, sections=sections, formats=self.output.formats,
+            show_progress=self.show_progress, corpus_name=corpus.name if corpus else corpus_name,
+            prune_dir=prune_dir,
+        )
+        if print_summaries:
+            for output in outputs:
+                typer.echo(output.summary)
+        n_tables = sum(len(o.tables) for o in outputs)
+        n_figures = sum(len(o.figures) for o in outputs)
+        self.note(f"wrote {n_tables} tables and {n_figures} figures to {out}/ "
+                  f"(open {out / 'index.html'})")
+        return outputs
+
+
+# Registration ------------------------------------------------------------------------------
+_SHARED = ("model", "device", "dtype", "allow_pickle", "text", "treebank", "parse",
+           "batch_size", "max_length", "out", "fmt", "quiet")
+
+
+def _shared_run(values: dict[str, Any]) -> CommandRun:
+    model = corpus = output = None
+    if "device" in values:
+        model = ModelOptions(values.get("model"), values["device"], values["dtype"],
+                             values["allow_pickle"])
+    if "text" in values:
+        corpus = CorpusOptions(values["text"], values["treebank"], values["parse"])
+    if "out" in values:
+        output = OutputOptions(values["out"], values.get("fmt"))
+    return CommandRun(model=model, corpus=corpus, output=output,
+                      batch_size=values.get("batch_size", 16),
+                      max_length=values.get("max_length", 128), quiet=values.get("quiet", False))
+
+
+def command(
+    app: typer.Typer,
+    name: str,
+    *,
+    model: bool = True,
+    loading: bool | None = None,
+    corpus: bool = False,
+    out: Path | None = None,
+    figures: bool = True,
+    batch_size: int | None = 16,
+    max_length: int = 128,
+    batch_unit: str = "Sentences",
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Register ``body(run, **own)`` as ``name`` with the shared option groups it asks for.
+
+    ``model``: MODEL and --device/--dtype/--allow-pickle (``loading``: the options without
+    the argument, for a command that reads MODEL itself; default ``model``); ``corpus``:
+    --text/--treebank/--parse; ``out``: --out with this default (and --format when
+    ``figures``); ``batch_size``: --batch-size/--max-length with these defaults (None: none).
+    --quiet always.
+    """
+
+    def decorate(body: Callable[..., None]) -> Callable[..., None]:
+        hints = typing.get_type_hints(body)
+        own = [
+            p.replace(annotation=hints.get(p.name, p.annotation), kind=options.KW)
+            for p in inspect.signature(body).parameters.values() if p.name != "run"
+        ]
+        shared_front = options.model_argument() if model else []
+        shared_back = [
+            *(options.corpus() if corpus else []),
+            *(options.batching(batch_size, max_length, batch_unit) if batch_size else []),
+            *(options.output(out, figures) if out is not None else []),
+            *(options.model_loading() if (model if loading is None else loading) else []),
+            *options.quiet(),
+        ]
+        params = [*shared_front, *own, *shared_back]
+
+        @functools.wraps(body)
+        def wrapper(**values: Any) -> None:
+            shared = {k: values.pop(k) for k in _SHARED if k in values}
+            run = _shared_run(shared)
+            run.check()
+            try:
+                body(run, **values)
+            except KeyboardInterrupt as exc:
+                raise Interrupted from exc
+
+        del wrapper.__wrapped__  # typer must read the signature below, not the body's
+        wrapper.__signature__ = inspect.Signature(params)
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        app.command(name)(wrapper)
+        return body
+
+    return decorate
