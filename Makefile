@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.setup-stamp
 TORCH := torch==2.13.0
 
-.PHONY: setup demo test test-kernels lint clean-venv browser sample-report screenshots
+.PHONY: setup demo test test-kernels lint clean-venv browser sample-report screenshots bench
 
 setup: $(STAMP)
 
@@ -70,3 +70,30 @@ test-kernels: setup
 
 clean-venv:
 	rm -rf $(VENV)
+
+# Performance figures (docs/performance.md): each script prints ratios against a baseline it
+# measures in the same run. Takes 15-30 min on 2 cores; run it on a quiet machine.
+# `make bench QUICK=1` runs every script on small settings (a few minutes): a check that
+# the scripts work, not figures to quote. `benchmarks/gpu_check.sh` is the GPU counterpart.
+BENCH_THREADS ?= 2
+QUICK ?= 0
+ifeq ($(QUICK),1)
+BENCH_FIXED := --rounds 1
+BENCH_FORWARD := --rounds 3
+BENCH_ANALYZE := --sentences 64
+BENCH_SPECTRUM := --rounds 1 --sentences 64 --long 256
+BENCH_MEMORY := --quick
+BENCH_BATCHING := --sentences 32
+BENCH_DISTRIBUTED := --sentences 48
+BENCH_PRUNED := --rounds 3
+endif
+BENCH := OMP_NUM_THREADS=$(BENCH_THREADS) $(BIN)/python benchmarks
+bench: setup
+	$(BENCH)/fixed_costs.py --phases $(BENCH_FIXED)
+	$(BENCH)/forward.py --threads $(BENCH_THREADS) $(BENCH_FORWARD)
+	$(BENCH)/analyze_corpus.py --threads $(BENCH_THREADS) --breakdown $(BENCH_ANALYZE)
+	$(BENCH)/spectrum.py --threads $(BENCH_THREADS) $(BENCH_SPECTRUM)
+	$(BENCH)/memory.py $(BENCH_MEMORY)
+	$(BENCH)/batching.py --threads $(BENCH_THREADS) $(BENCH_BATCHING)
+	$(BENCH)/distributed.py --threads $(BENCH_THREADS) $(BENCH_DISTRIBUTED)
+	$(BENCH)/pruned_speed.py --threads $(BENCH_THREADS) $(BENCH_PRUNED)

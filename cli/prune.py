@@ -176,6 +176,7 @@ def prune(
     from attnlens.pruning import prune as run_prune
 
     started = time.perf_counter()
+    ctx = run.start_processes()  # torchrun: evaluations spread over the processes
     model, tokenizer = run.load_model()
     if order is None:
         settings.orders = extras.default_orders(model, method)
@@ -183,7 +184,7 @@ def prune(
     name = auto_metric(model, data) if metric == "auto" else metric
     metrics = build_metrics(name, model, tokenizer, data, importance_data, eval_fraction,
                             split_seed, run.batch_size, run.max_length)
-    out = run.prepare_output()
+    out = run.prepare_output() if ctx.is_main else None
     description = {
         "model": model.cfg.source.get("path"), "metric": name, "data": str(data),
         "importance_data": None if importance_data is None else str(importance_data),
@@ -191,7 +192,11 @@ def prune(
         "batch_size": run.batch_size, "max_length": run.max_length, "dtype": run.model.dtype,
     }
     result = run_prune(model, metrics.importance, metrics.evaluation, settings, out,
-                       resume=resume, description=description, show_progress=run.show_progress)
+                       resume=resume, description=description,
+                       show_progress=run.show_progress and ctx.is_main, dist=ctx)
+    run.end_processes()
+    if not ctx.is_main:  # rank 0 writes the tables
+        return
     write_table(result.curve, out, "prune_curve", formats=("md",))
     fig = pruning_curves(result.curve, metrics.evaluation.label,
                          f"{name} on held-out data vs heads pruned")

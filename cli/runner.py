@@ -41,21 +41,27 @@ class ModelOptions:
     device: str = "cpu"
     dtype: str = "float32"
     allow_pickle: bool = False
+    device_map: str | None = None  # --device-map / --max-memory (commands that offer them)
+    max_memory: str | None = None
 
     def check(self) -> None:
         from attnlens.device import check_device_name, check_dtype_name
         from attnlens.loaders.checkpoint import resolve_checkpoint
+        from attnlens.loaders.device_map import check_device_map
 
         check_device_name(self.device)
         check_dtype_name(self.dtype)
+        check_device_map(self.device_map, self.max_memory)
         resolve_checkpoint(self.name)
 
     def load(self):
         """``(HookedTransformer, Tokenizer)``."""
         from attnlens.loaders import load
+        from attnlens.loaders.device_map import parse_max_memory
 
         return load(self.name, device=self.device, dtype=self.dtype,
-                    allow_pickle=self.allow_pickle)
+                    allow_pickle=self.allow_pickle, device_map=self.device_map,
+                    max_memory=parse_max_memory(self.max_memory))
 
 
 @dataclass
@@ -109,6 +115,7 @@ class CommandRun:
     max_length: int = 128
     quiet: bool = False
     console: Any = field(default=None, repr=False)
+    dist: Any = field(default=None, repr=False)  # distributed.DistContext once started
 
     def check(self) -> None:
         """Every shared option, path and output folder; imports nothing heavy."""
@@ -131,6 +138,24 @@ class CommandRun:
         """``(HookedTransformer, Tokenizer)`` from MODEL and the loading options."""
         return (self.model or ModelOptions()).load()
 
+    def start_processes(self):
+        """Under ``torchrun``: join the process group, each rank on its own device (``cuda``
+        becomes ``cuda:LOCAL_RANK``); else a single process. Returns the ``DistContext``."""
+        from attnlens import distributed
+
+        self.dist = distributed.context()
+        if self.model is not None:
+            self.model.device = distributed.rank_device(self.model.device, self.dist)
+        distributed.init(self.dist, self.model.device if self.model else "cpu")
+        return self.dist
+
+    def end_processes(self) -> None:
+        """Leave the process group (after a barrier) if ``start_processes`` joined one."""
+        from attnlens import distributed
+
+        if self.dist is not None:
+            distributed.finish(self.dist)
+
     def prepare_output(self) -> Path:
         return self.output.prepare()
 
@@ -152,16 +177,20 @@ class CommandRun:
         summaries."""
         if corpus is None and use_corpus:
             corpus = self.read_corpus()
+        ctx = self.start_processes()  # torchrun: each rank analyses a share; rank 0 writes
         model, tokenizer = self.load_model()
         batches = corpus.batches(tokenizer, self.batch_size, self.max_length) if corpus else []
-        out = self.prepare_output()
+        out = self.prepare_output() if ctx.is_main else self.output.folder
         from attnlens.report.analyze import analyze
 
         outputs = analyze(
             model, tokenizer, batches, out, sections=sections, formats=self.output.formats,
             show_progress=self.show_progress, corpus_name=corpus.name if corpus else corpus_name,
-            prune_dir=prune_dir,
+            prune_dir=prune_dir, dist=ctx,
         )
+        self.end_processes()
+        if not ctx.is_main:
+            return outputs
         if print_summaries:
             for output in outputs:
                 typer.echo(output.summary)
@@ -173,15 +202,16 @@ class CommandRun:
 
 
 # Registration ------------------------------------------------------------------------------
-_SHARED = ("model", "device", "dtype", "allow_pickle", "text", "treebank", "parse",
-           "batch_size", "max_length", "out", "fmt", "quiet")
+_SHARED = ("model", "device", "dtype", "allow_pickle", "device_map", "max_memory", "text",
+           "treebank", "parse", "batch_size", "max_length", "out", "fmt", "quiet")
 
 
 def _shared_run(values: dict[str, Any]) -> CommandRun:
     model = corpus = output = None
     if "device" in values:
         model = ModelOptions(values.get("model"), values["device"], values["dtype"],
-                             values["allow_pickle"])
+                             values["allow_pickle"], values.get("device_map"),
+                             values.get("max_memory"))
     if "text" in values:
         corpus = CorpusOptions(values["text"], values["treebank"], values["parse"])
     if "out" in values:
@@ -203,6 +233,7 @@ def command(
     batch_size: int | None = 16,
     max_length: int = 128,
     batch_unit: str = "Sentences",
+    device_map: bool = False,
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Register ``body(run, **own)`` as ``name`` with the shared option groups it asks for.
 
@@ -210,7 +241,7 @@ def command(
     the argument, for a command that reads MODEL itself; default ``model``); ``corpus``:
     --text/--treebank/--parse; ``out``: --out with this default (and --format when
     ``figures``); ``batch_size``: --batch-size/--max-length with these defaults (None: none).
-    --quiet always.
+    ``device_map``: --device-map/--max-memory (models spread over devices). --quiet always.
     """
 
     def decorate(body: Callable[..., None]) -> Callable[..., None]:
@@ -225,6 +256,7 @@ def command(
             *(options.batching(batch_size, max_length, batch_unit) if batch_size else []),
             *(options.output(out, figures) if out is not None else []),
             *(options.model_loading() if (model if loading is None else loading) else []),
+            *(options.device_map() if device_map else []),
             *options.quiet(),
         ]
         params = [*shared_front, *own, *shared_back]

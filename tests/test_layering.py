@@ -27,6 +27,7 @@ LAYERS: list[set[str]] = [
     {"data"},
     {"loaders"},
     {"analysis"},
+    {"distributed"},
     {"metrics"},
     {"pruning"},
     {"plots"},

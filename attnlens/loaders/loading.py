@@ -50,6 +50,8 @@ def load(
     device: str | torch.device | None = "cpu",
     dtype: str | torch.dtype | None = torch.float32,
     allow_pickle: bool = False,
+    device_map: str | dict | None = None,
+    max_memory: dict | None = None,
 ) -> tuple[HookedTransformer, Tokenizer]:
     """Load a checkpoint and its tokenizer: ``(HookedTransformer, Tokenizer)``.
 
@@ -58,7 +60,14 @@ def load(
     never downloads). Pickle weights are refused unless ``allow_pickle=True`` (then read
     with ``torch.load(weights_only=True)``); ``trust_remote_code`` is never used. A folder
     without tokenizer files is an error: use ``load_model`` for the model alone.
+    ``device_map="auto"`` (optional extra ``accelerate``) spreads the blocks over the GPUs and
+    CPU memory within ``max_memory`` (``{0: "20GiB", "cpu": "60GiB"}``); see
+    ``loaders.device_map``.
     """
-    model = load_model(name_or_path, device, dtype, allow_pickle)
+    model = load_model(name_or_path, "cpu" if device_map else device, dtype, allow_pickle)
+    if device_map:  # blocks spread over GPUs and CPU memory (loaders.device_map)
+        from attnlens.loaders.device_map import dispatch
+
+        model = dispatch(model, device_map, max_memory, allow_disk=False)
     tokenizer = Tokenizer.from_pretrained(model.cfg.source["path"])
     return model, tokenizer

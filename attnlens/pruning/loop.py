@@ -299,10 +299,19 @@ def prune(
     description: dict | None = None,
     show_progress: bool = False,
     on_step: Callable[[dict], None] | None = None,
+    dist=None,
 ) -> PruneResult:
-    """Run every curve of ``settings``; see the module docstring. Returns the tables."""
+    """Run every curve of ``settings``; see the module docstring. Returns the tables.
+
+    ``dist`` (a ``distributed.DistContext`` under torchrun) spreads the evaluations over the
+    processes (``pruning.spread``); rank 0 writes the tables.
+    """
     run = PruneRun(model, importance_metric, eval_metric, settings or PruneSettings(), out_dir,
                    description, show_progress, on_step)
+    if dist is not None and dist.active:
+        from attnlens.pruning.spread import prune_spread
+
+        return prune_spread(run, dist, resume=resume)
     return run.run(resume=resume)
 
 

@@ -18,14 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from attnlens.analysis.base import Analyzer
-from attnlens.analysis.runner import run_analyzers
 from attnlens.data.batch import Batch
+from attnlens.distributed import SINGLE, DistContext, run_sharded
 from attnlens.io import atomic_open, check_output_dir
 from attnlens.model.encoder_decoder import is_encoder_decoder
 from attnlens.model.transformer import HookedTransformer
 from attnlens.report.asymmetry_section import AsymmetrySection
 from attnlens.report.collapse_section import CollapseSection
 from attnlens.report.encoder_decoder import by_attention_type
+from attnlens.report.figure_pool import figure_pool
 from attnlens.report.folder import FIGURES_DIR, RUN_FILE, TABLES_DIR, Report, SectionRecord
 from attnlens.report.heads_section import HeadRolesSection
 from attnlens.report.provenance import invoked_command, model_record, package_versions
@@ -106,9 +107,14 @@ def analyze(
     options: dict[str, Any] | None = None,
     command: str = "",
     prune_dir: str | Path | None = None,
+    dist: DistContext = SINGLE,
 ) -> list[SectionOutput]:
-    """Run all sections' analyzers in one pass over ``batches``; write the report folder."""
-    out = check_output_dir(out_dir)
+    """Run all sections' analyzers in one pass over ``batches``; write the report folder.
+
+    Under ``torchrun`` (``dist`` active) each rank analyses its share of the batches; rank 0
+    merges the states, writes and returns the outputs; other ranks return an empty list.
+    """
+    out = check_output_dir(out_dir) if dist.is_main else Path(out_dir)
     if not command:  # inside any CLI command: its command line and options
         command, invoked = invoked_command()
         options = options or invoked
@@ -123,11 +129,13 @@ def analyze(
     if everything:
         with _all_timed(sections, per_section, seconds):
             pass_start = time.perf_counter()
-            run_analyzers(model, batches, everything, total=n_sentences,
-                          show_progress=show_progress)
+            run_sharded(model, batches, everything, dist, total=n_sentences,
+                        show_progress=show_progress)
             corpus_pass = time.perf_counter() - pass_start
     else:
         corpus_pass = 0.0
+    if not dist.is_main:
+        return []
     outputs, records = _write_sections(model, sections, per_section, out, formats, seconds)
     if prune_dir is not None:
         from attnlens.report.prune_section import attach_prune_run
@@ -141,6 +149,7 @@ def analyze(
         "model": model_record(model),
         "corpus": corpus_name,
         "sentences": n_sentences,
+        "processes": dist.world_size,
         "options": options or {},
         "packages": package_versions(),
         "timings": {
@@ -183,7 +192,7 @@ def _write_sections(model, sections, per_section, out: Path, formats, seconds):
     records: list[SectionRecord] = []
     try:
         write_times = []
-        with _figure_pool():
+        with figure_pool():  # figures drawn in worker processes; all on disk after the block
             for section, group in zip(sections, per_section, strict=True):
                 staging = staging_root / section.name
                 staging.mkdir()
@@ -202,18 +211,6 @@ def _write_sections(model, sections, per_section, out: Path, formats, seconds):
     finally:
         shutil.rmtree(staging_root, ignore_errors=True)
     return outputs, records
-
-
-@contextmanager
-def _figure_pool() -> Iterator[None]:
-    """Figures drawn in worker processes where the library offers it (all on disk after)."""
-    try:
-        from attnlens.report.figure_pool import figure_pool
-    except ImportError:
-        yield
-        return
-    with figure_pool():
-        yield
 
 
 def _version() -> str:

@@ -4,20 +4,21 @@
 applies to (``SECTION_ATTENTION``), seeing each type as a plain stack (``AttentionView``);
 its analyzers are tagged with the type, so the one corpus pass of ``report.analyze`` feeds
 them all. Each table is written once, with an ``attention`` column saying which type every
-row describes; each type's figures are written as ``<attention>_<figure>`` (for instance
-``cross_heads_entropy.png``) and labelled with the type in their top-left corner.
+row describes (each type's own copy, written first, is overwritten by the combined table);
+each type's figures are written as ``<attention>_<figure>`` (for instance
+``cross_heads_entropy.png``) and labelled with the type in their top-left corner
+(``io.figure_naming``, which also works when a figure pool draws them later).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from pathlib import Path
 
 from attnlens.analysis.attention_types import with_attention_column
 from attnlens.analysis.attention_view import attention_views
 from attnlens.analysis.base import Analyzer
-from attnlens.io import figure_label, write_table
+from attnlens.io import figure_naming, write_table
 from attnlens.model.encoder_decoder import ATTENTION_TYPES, EncoderDecoderTransformer
 from attnlens.report.catalog import FigureDoc, SectionDoc
 from attnlens.report.sections import Section, SectionOutput
@@ -35,7 +36,6 @@ ATTENTION_TITLES = {
     "decoder": "decoder self-attention (causal)",
     "cross": "cross-attention (decoder queries, encoder keys)",
 }
-TABLE_SUFFIXES = (".csv", ".md")
 
 
 def section_attention(section: Section) -> tuple[str, ...]:
@@ -93,31 +93,15 @@ class AttentionTypeSection(Section):
         name = model.cfg.source.get("name", "")
         for attention in self.attentions:
             group = [a for a in analyzers if a.attention == attention]
-            staging = Path(out_dir) / f".{attention}"
-            staging.mkdir()
-            with figure_label(f"{name}: {ATTENTION_TITLES[attention]}"):
-                output = self.section.write(views[attention], group, staging, formats)
-            written[attention] = _file_type_outputs(attention, output, staging, Path(out_dir))
+            label = f"{name}: {ATTENTION_TITLES[attention]}"
+            with figure_naming(figure_name(attention, ""), label):
+                written[attention] = self.section.write(views[attention], group, Path(out_dir),
+                                                        formats)
         return combine_outputs(self.title, written, Path(out_dir))
 
 
 def by_attention_type(section: Section) -> AttentionTypeSection:
     return AttentionTypeSection(section)
-
-
-def _file_type_outputs(attention: str, output: SectionOutput, staging: Path,
-                       out: Path) -> SectionOutput:
-    """Drop one type's tables (written combined later); move its figures up, renamed."""
-    figures = []
-    for path in sorted(staging.iterdir()):
-        if path.suffix in TABLE_SUFFIXES and path.stem in output.tables:
-            continue
-        target = out / f"{figure_name(attention, path.stem)}{path.suffix}"
-        path.replace(target)
-        if any(path.name == f.name for f in output.figures):
-            figures.append(target)
-    shutil.rmtree(staging)
-    return dataclasses.replace(output, figures=figures)
 
 
 def combine_outputs(title: str, written: dict[str, SectionOutput], out: Path) -> SectionOutput:
