@@ -178,3 +178,28 @@ def test_model_and_texts_are_told_apart(tiny_bert):
 def test_analyze_runs_the_new_sections():
     kinds = {type(section) for section in default_sections()}
     assert {RolloutSection, SparseSection, LinearSection} <= kinds
+
+
+def test_encoder_decoder_models_get_rollout_per_stack_and_coverage_per_type(tmp_path):
+    """Rollout runs on the encoder and decoder self-attention stacks only (cross-attention's
+    keys are the encoder output at every layer: no product of layers); sparse coverage and
+    the linear view run on all three attention types."""
+    from attnlens.data.conllu import sample_treebank
+    from tests.seq2seq_utils import tiny_bart_with_tokenizer
+
+    words = sorted({w for s in sample_treebank() for w in s.words})
+    tiny_bart_with_tokenizer(tmp_path / "bart", words)
+    text = tmp_path / "corpus.txt"
+    text.write_text("The cat sat .\nA dog ran near the tree .\n", encoding="utf-8")
+    expected = {"rollout": ({"encoder", "decoder"}, "rollout_layers.csv"),
+                "sparse": ({"encoder", "decoder", "cross"}, "sparse_heads.csv"),
+                "linear": ({"encoder", "decoder", "cross"}, "linear_attention.csv")}
+    for command, (attentions, table_name) in expected.items():
+        out = tmp_path / command
+        _invoke(command, str(tmp_path / "bart"), "--text", str(text), "--out", str(out))
+        table = pd.read_csv(out / "tables" / table_name)
+        assert set(table["attention"]) == attentions, command
+    rollout = pd.read_csv(out.parent / "rollout" / "tables" / "rollout.csv",
+                          keep_default_na=False)
+    for _, part in rollout.groupby(["attention", "sentence", "layer", "query"]):
+        assert abs(part["value"].sum() - 1.0) < ROW_TOL  # rows of each stack sum to 1

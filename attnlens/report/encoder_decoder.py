@@ -26,10 +26,13 @@ from attnlens.report.sections import Section, SectionOutput
 # Which attention types each section describes (others: all three). Query/key asymmetry
 # compares P with P^T, meaningless when queries and keys are different sequences; rank
 # collapse reruns whole blocks of a single stack (its block variants), which an
-# encoder-decoder model has no view for: the section is left out there.
+# encoder-decoder model has no view for: the section is left out there. Rollout multiplies a
+# stack's square [query, key] matrices layer after layer, which cross-attention's keys (the
+# encoder's output, the same at every layer) do not form.
 SECTION_ATTENTION: dict[str, tuple[str, ...]] = {
     "asymmetry": ("encoder", "decoder"),
     "collapse": (),
+    "rollout": ("encoder", "decoder"),
 }
 ATTENTION_TITLES = {
     "encoder": "encoder self-attention",
