@@ -86,6 +86,7 @@ BENCH_MEMORY := --quick
 BENCH_BATCHING := --sentences 32
 BENCH_DISTRIBUTED := --sentences 48
 BENCH_PRUNED := --rounds 3
+BENCH_NEWVIEWS := --sentences 64
 endif
 BENCH := OMP_NUM_THREADS=$(BENCH_THREADS) $(BIN)/python benchmarks
 bench: setup
@@ -97,3 +98,4 @@ bench: setup
 	$(BENCH)/batching.py --threads $(BENCH_THREADS) $(BENCH_BATCHING)
 	$(BENCH)/distributed.py --threads $(BENCH_THREADS) $(BENCH_DISTRIBUTED)
 	$(BENCH)/pruned_speed.py --threads $(BENCH_THREADS) $(BENCH_PRUNED)
+	$(BENCH)/newviews.py --threads $(BENCH_THREADS) $(BENCH_NEWVIEWS)

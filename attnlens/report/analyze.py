@@ -29,8 +29,11 @@ from attnlens.report.encoder_decoder import by_attention_type
 from attnlens.report.figure_pool import figure_pool
 from attnlens.report.folder import FIGURES_DIR, RUN_FILE, TABLES_DIR, Report, SectionRecord
 from attnlens.report.heads_section import HeadRolesSection
+from attnlens.report.linear_section import LinearSection
 from attnlens.report.provenance import invoked_command, model_record, package_versions
+from attnlens.report.rollout_section import RolloutSection
 from attnlens.report.sections import Section, SectionOutput
+from attnlens.report.sparse_section import SparseSection
 from attnlens.report.spectrum_section import SpectrumSection
 
 TIMED_METHODS = ("begin_batch", "update_layer", "end_batch", "update")
@@ -43,6 +46,9 @@ def default_sections() -> list[Section]:
         SpectrumSection(low_rank_cost=False),  # eigenvectors: `attnlens spectrum` has them
         AsymmetrySection(),
         CollapseSection(),
+        RolloutSection(),  # corpus shares; matrices and figures of the first 2 sentences only
+        SparseSection(),
+        LinearSection(),
     ]
 
 
