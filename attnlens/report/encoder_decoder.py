@@ -26,10 +26,17 @@ from attnlens.report.sections import Section, SectionOutput
 # Which attention types each section describes (others: all three). Query/key asymmetry
 # compares P with P^T, meaningless when queries and keys are different sequences; rank
 # collapse reruns whole blocks of a single stack (its block variants), which an
-# encoder-decoder model has no view for: the section is left out there.
+# encoder-decoder model has no view for: the section is left out there. Rollout composes
+# one stack's attention across its layers: only the encoder's self-attention is such a
+# stack (the decoder's positions also receive the encoder's tokens through cross-attention).
+# Sparse coverage compares rows with Longformer/BigBird self-attention sets and a uniform
+# baseline over every key, which a causal mask breaks: encoder only. Linear attention
+# handles causal masks and rectangular rows: all three.
 SECTION_ATTENTION: dict[str, tuple[str, ...]] = {
     "asymmetry": ("encoder", "decoder"),
     "collapse": (),
+    "rollout": ("encoder",),
+    "sparse": ("encoder",),
 }
 ATTENTION_TITLES = {
     "encoder": "encoder self-attention",
