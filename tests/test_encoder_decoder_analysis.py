@@ -164,3 +164,21 @@ def test_cli_tables_have_an_attention_column(command, tiny_bart, tmp_path):
         assert stats.groupby("attention").size().to_dict() == {
             "cross": 3 * 4 * 9, "decoder": 3 * 4 * 9, "encoder": 2 * 4 * 9}
         assert "[cross-attention" in result.output
+
+
+def test_analyze_runs_each_section_on_its_attention_types(tiny_bart, tmp_path):
+    from attnlens.report.encoder_decoder import SECTION_ATTENTION
+
+    out = tmp_path / "report"
+    result = run_cli("analyze", str(tiny_bart), "--out", str(out), "--quiet")
+    assert result.exit_code == 0, result.output
+    run = json.loads((out / "run.json").read_text())
+    for section in run["sections"]:
+        expected = SECTION_ATTENTION.get(section["name"], ATTENTION_TYPES)
+        found = {f.split("_", 1)[0] for f in section["figures"]}
+        assert found == set(expected), section["name"]
+        for name in section["tables"]:
+            table = pd.read_csv(out / "tables" / f"{name}.csv")
+            assert set(table["attention"]) <= set(expected), (section["name"], name)
+    collapse = next(s for s in run["sections"] if s["name"] == "collapse")
+    assert not collapse["tables"] and "not computed" in collapse["notes"][0]
