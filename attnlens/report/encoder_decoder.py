@@ -28,15 +28,13 @@ from attnlens.report.sections import Section, SectionOutput
 # collapse reruns whole blocks of a single stack (its block variants), which an
 # encoder-decoder model has no view for: the section is left out there. Rollout multiplies a
 # stack's square [query, key] matrices layer after layer, which cross-attention's keys (the
-# encoder's output, the same at every layer) do not form. Sparse coverage compares rows with
-# Longformer/BigBird self-attention sets and a uniform baseline over every key, which a
-# causal mask breaks: encoder only. Linear attention handles causal masks and rectangular
-# rows: all three.
+# encoder's output, the same at every layer) do not form. Sparse coverage (its sets and its
+# random baseline count the visible keys: i + 1 under a causal mask) and linear attention
+# (causal sums in causal stacks) run on all three.
 SECTION_ATTENTION: dict[str, tuple[str, ...]] = {
     "asymmetry": ("encoder", "decoder"),
     "collapse": (),
     "rollout": ("encoder", "decoder"),
-    "sparse": ("encoder",),
 }
 ATTENTION_TITLES = {
     "encoder": "encoder self-attention",
