@@ -182,8 +182,8 @@ def test_analyze_runs_the_new_sections():
 
 def test_encoder_decoder_models_get_rollout_per_stack_and_coverage_per_type(tmp_path):
     """Rollout runs on the encoder and decoder self-attention stacks only (cross-attention's
-    keys are the encoder output at every layer: no product of layers); sparse coverage on the
-    encoder (report.encoder_decoder.SECTION_ATTENTION); the linear view on all three types."""
+    keys are the encoder output at every layer: no product of layers); sparse coverage and the
+    linear view on all three types (report.encoder_decoder.SECTION_ATTENTION)."""
     from attnlens.data.conllu import sample_treebank
     from tests.seq2seq_utils import tiny_bart_with_tokenizer
 
@@ -192,7 +192,7 @@ def test_encoder_decoder_models_get_rollout_per_stack_and_coverage_per_type(tmp_
     text = tmp_path / "corpus.txt"
     text.write_text("The cat sat .\nA dog ran near the tree .\n", encoding="utf-8")
     expected = {"rollout": ({"encoder", "decoder"}, "rollout_layers.csv"),
-                "sparse": ({"encoder"}, "sparse_heads.csv"),
+                "sparse": ({"encoder", "decoder", "cross"}, "sparse_heads.csv"),
                 "linear": ({"encoder", "decoder", "cross"}, "linear_attention.csv")}
     for command, (attentions, table_name) in expected.items():
         out = tmp_path / command
