@@ -55,8 +55,8 @@ screenshots: setup browser
 # differences move between kernel sets: model padding, spectrum, metrics, MiniLM pruning, STS)
 # under each CPU kernel set the CPU supports: fp32 summation order differs between them.
 # MKL_CBWR switches MKL's BLAS/LAPACK code path the same way (COMPATIBLE: the generic one).
-KERNEL_TESTS := tests/test_parity_*.py tests/test_export.py tests/test_pruning.py \
-	tests/test_loaders.py tests/test_model.py tests/test_spectrum.py tests/test_metrics_prune.py \
+KERNEL_TESTS := tests/test_parity_*.py tests/test_export.py tests/test_export_seq2seq.py \
+	tests/test_pruning.py tests/test_loaders.py tests/test_model.py tests/test_spectrum.py tests/test_metrics_prune.py \
 	tests/test_pruning_minilm.py tests/test_sts.py tests/test_sample_report_regression.py
 test-kernels: setup
 	@for cap in default avx2; do \
@@ -86,6 +86,7 @@ BENCH_MEMORY := --quick
 BENCH_BATCHING := --sentences 32
 BENCH_DISTRIBUTED := --sentences 48
 BENCH_PRUNED := --rounds 3
+BENCH_NEWVIEWS := --sentences 64
 endif
 BENCH := OMP_NUM_THREADS=$(BENCH_THREADS) $(BIN)/python benchmarks
 bench: setup
@@ -97,3 +98,4 @@ bench: setup
 	$(BENCH)/batching.py --threads $(BENCH_THREADS) $(BENCH_BATCHING)
 	$(BENCH)/distributed.py --threads $(BENCH_THREADS) $(BENCH_DISTRIBUTED)
 	$(BENCH)/pruned_speed.py --threads $(BENCH_THREADS) $(BENCH_PRUNED)
+	$(BENCH)/newviews.py --threads $(BENCH_THREADS) $(BENCH_NEWVIEWS)

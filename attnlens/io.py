@@ -10,6 +10,8 @@ import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
+from functools import partial
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -89,6 +91,29 @@ def figure_formats(text: str | Iterable[str]) -> tuple[str, ...]:
 # queues ``(figure, write, [(path, format), ...])`` (``report.figure_pool`` installs one and
 # removes it when its block ends); with none, figures are drawn at once.
 FIGURE_QUEUES: list[Callable[[Any, Callable[[Any, Path, str], None], list], None]] = []
+# (name prefix, label) applied by ``save_figure`` while set (see ``figure_naming``).
+_FIGURE_NAMING: ContextVar[tuple[str, str] | None] = ContextVar("figure_naming", default=None)
+
+
+@contextmanager
+def figure_naming(prefix: str = "", label: str = "") -> Iterator[None]:
+    """Inside this block ``save_figure`` writes ``prefix + name`` and writes ``label`` in the
+    top-left corner of every figure (encoder-decoder reports: one copy per attention type)."""
+    token = _FIGURE_NAMING.set((prefix, label))
+    try:
+        yield
+    finally:
+        _FIGURE_NAMING.reset(token)
+
+
+def _add_label(fig, label: str):
+    fig.text(0.005, 0.995, label, ha="left", va="top", fontsize=8, style="italic")
+    return fig
+
+
+def _labelled(recipe: Callable[[], Any], label: str):
+    """A recipe's figure with ``label`` (module level, so the partial pickles)."""
+    return _add_label(recipe(), label)
 
 
 def save_figure(
@@ -103,6 +128,13 @@ def save_figure(
     """
     from matplotlib.figure import Figure
 
+    naming = _FIGURE_NAMING.get()
+    if naming is not None:
+        prefix, label = naming
+        name = prefix + name
+        if label:
+            fig = _add_label(fig, label) if isinstance(fig, Figure) else partial(
+                _labelled, fig, label)
     try:
         checked = figure_formats(formats)
     except DataError:

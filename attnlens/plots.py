@@ -334,6 +334,123 @@ def shared_subspace_curves(curve: pd.DataFrame, d_model: int, title: str) -> Fig
     return place_axes(fig, top=0.6, hspace=0.5)
 
 
+# Rollout and flow, sparse coverage, linear attention (issue 16) -----------------------------
+
+
+@styled
+def token_matrix_heatmap(matrix: pd.DataFrame, title: str, value: str = "value") -> Figure:
+    """Token x token heatmap of one sentence's matrix (rows: query, columns: key).
+
+    ``matrix`` has columns ``query, key, query_token, key_token, <value>`` for one sentence and
+    one layer (positions from 0). Labels read ``position token``.
+    """
+    grid = matrix.pivot_table(index="query", columns="key", values=value, aggfunc="first")
+    n = len(grid)
+    labels = (
+        matrix.drop_duplicates("key").sort_values("key")
+        .apply(lambda r: f"{int(r['key'])} {r['key_token']}", axis=1).tolist()
+    )
+    size = min(16.0, max(4.0, 0.28 * n + 2))
+    fig, ax = plt.subplots(figsize=(size + 1, size))
+    image = ax.imshow(grid.to_numpy(), cmap="viridis", vmin=0, aspect="equal")
+    ticks = range(n) if n <= 80 else range(0, n, max(1, n // 40))
+    ax.set_xticks(list(ticks))
+    ax.set_yticks(list(ticks))
+    ax.set_xticklabels([labels[i] for i in ticks], rotation=90, fontsize=6)
+    ax.set_yticklabels([labels[i] for i in ticks], fontsize=6)
+    ax.set_xlabel("input token (key)")
+    ax.set_ylabel("position (query)")
+    ax.set_title(title, fontsize=9)
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    # Fixed inches: rotated "position token" labels need ~1.3 in left and below.
+    return place_axes(fig, left=1.3, bottom=1.4, right=0.3)
+
+
+@styled
+def token_row_bars(row: pd.DataFrame, title: str, value: str = "value") -> Figure:
+    """Bar chart of one query row of a token matrix: ``key, key_token, <value>`` columns."""
+    row = row.sort_values("key")
+    n = len(row)
+    fig, ax = plt.subplots(figsize=(min(16.0, max(4.0, 0.3 * n + 1.5)), 3.6))
+    ax.bar(range(n), row[value].to_numpy(), color="C0")
+    ax.set_xticks(range(n))
+    ax.set_xticklabels([f"{int(k)} {t}" for k, t in zip(row["key"], row["key_token"],
+                                                        strict=True)],
+                       rotation=90, fontsize=6)
+    ax.set_ylabel("share")
+    ax.set_title(title, fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    return place_axes(fig, bottom=1.2)  # rotated "position token" labels below
+
+
+@styled
+def layer_measure_lines(table: pd.DataFrame, measures: list[str], title: str,
+                        ylabel: str = "mean over query rows") -> Figure:
+    """One line per measure over layers, from a tidy ``layer, measure, value`` table."""
+    fig, ax = plt.subplots(figsize=(5.0, 3.2))
+    for index, measure in enumerate(measures):
+        rows = table[table["measure"] == measure].sort_values("layer")
+        ax.plot(rows["layer"], rows["value"], marker="o", color=f"C{index}", label=measure)
+    n_layers = int(table["layer"].max()) + 1
+    ax.set_xticks(range(n_layers))
+    ax.set_xlabel("layer (after that block)")
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(0, None)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title(title, fontsize=9)
+    return place_axes(fig)
+
+
+@styled
+def window_coverage_curves(curve: pd.DataFrame, coverage: float, title: str,
+                           max_window: int = 32) -> Figure:
+    """Per layer, the heads' window mass against the window ``w`` (one line per head).
+
+    ``curve`` has columns ``layer, head, window, window_mass`` (``sparse_window_curve``).
+    """
+    curve = curve[curve["window"] <= max_window]
+    n_layers = int(curve["layer"].max()) + 1
+    fig, axes = _layer_axes(n_layers)
+    for layer, rows in curve.groupby("layer"):
+        ax = axes[int(layer)]
+        for head, part in rows.groupby("head"):
+            ax.plot(part["window"], part["window_mass"], linewidth=0.8, alpha=0.7,
+                    color=f"C{int(head) % 10}")
+        ax.axhline(coverage, color="grey", linestyle=":", linewidth=1)
+        ax.set_title(f"layer {int(layer)}", fontsize=9)
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+        ax.set_xlabel("window ±w", fontsize=8)
+    axes[0].set_ylabel("mass inside the window", fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    return place_axes(fig, top=0.6, hspace=0.5)
+
+
+@styled
+def keys_by_length(table: pd.DataFrame, d_head: int, title: str) -> Figure:
+    """Mean effective number of orthogonal keys per layer against the sentence-length bucket.
+
+    ``table`` has columns ``layer, head, lengths, effective_keys`` (``linear_keys_by_length``);
+    the dotted line is ``d_head``, the most orthogonal keys a head can hold.
+    """
+    buckets = list(dict.fromkeys(table["lengths"]))
+    fig, ax = plt.subplots(figsize=(5.0, 3.2))
+    for layer, rows in table.groupby("layer"):
+        means = rows.groupby("lengths")["effective_keys"].mean().reindex(buckets)
+        ax.plot(range(len(buckets)), means.to_numpy(), marker="o", label=f"layer {int(layer)}")
+    ax.axhline(d_head, color="grey", linestyle=":", linewidth=1, label=f"d_head = {d_head}")
+    ax.set_xticks(range(len(buckets)))
+    ax.set_xticklabels(buckets)
+    ax.set_xlabel("sentence length (tokens)")
+    ax.set_ylabel("effective keys (mean over heads)")
+    ax.set_ylim(0, None)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6)
+    ax.set_title(title, fontsize=9)
+    return place_axes(fig)
+
+
 # Head roles, behaviour classes and head clustering (attnlens.analysis.roles, behaviour,
 # clustering) -------------------------------------------------------------------------------
 
@@ -519,5 +636,58 @@ def head_distance_figure(distances: pd.DataFrame, title: str = "Mean JS divergen
     ax.set_xticklabels([f"{keys[i][0]}-{keys[i][1]}" for i in ticks], rotation=90, fontsize=6)
     ax.set_yticklabels([f"{keys[i][0]}-{keys[i][1]}" for i in ticks], fontsize=6)
     ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def l0_against_curves(curve: pd.DataFrame, summary: pd.DataFrame, metric_label: str,
+                      title: str) -> Figure:
+    """Held-out metric against the fraction of heads pruned: orders as lines (seeded orders
+    as a min-max band), each lambda's binary L0 gates as a labelled star."""
+    fig, ax = plt.subplots(figsize=(6.8, 4.4))
+    overall = curve[~curve["order"].str.contains(":")] if len(curve) else curve
+    for index, (order, rows) in enumerate(overall.groupby("order", sort=False)):
+        color = f"C{index}"
+        if rows["seed"].nunique() > 1:
+            by_step = rows.groupby("step").agg(x=("fraction_pruned", "mean"),
+                                               lo=("metric", "min"), hi=("metric", "max"),
+                                               mean=("metric", "mean"))
+            ax.fill_between(by_step["x"], by_step["lo"], by_step["hi"], color=color, alpha=0.2,
+                            label=f"{order} (min-max of {rows['seed'].nunique()} seeds)")
+            ax.plot(by_step["x"], by_step["mean"], color=color, linestyle="--", linewidth=1)
+        else:
+            rows = rows.sort_values("step")
+            ax.plot(rows["fraction_pruned"], rows["metric"], color=color, marker="o",
+                    markersize=3, label=order)
+    if len(summary):
+        ax.scatter(summary["fraction_pruned"], summary["metric"], marker="*", s=140,
+                   color="black", zorder=5, label="L0 gates (one per lambda)")
+        points = zip(summary["lambda"], summary["fraction_pruned"], summary["metric"],
+                     strict=True)
+        for lam, x, y in points:
+            ax.annotate(f"λ={lam:g}", (x, y), fontsize=7, xytext=(4, 4),
+                        textcoords="offset points")
+    ax.set_xlabel("fraction of heads pruned")
+    ax.set_ylabel(metric_label)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def l0_training_curves(curve: pd.DataFrame, title: str) -> Figure:
+    """Expected open gates and data loss against the training step, one line per lambda."""
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.4, 5.2), sharex=True)
+    for index, (lam, rows) in enumerate(curve.groupby("lambda", sort=True)):
+        top.plot(rows["step"], rows["expected_open"], color=f"C{index}", label=f"λ={lam:g}")
+        bottom.plot(rows["step"], rows["data_loss"], color=f"C{index}", linewidth=0.8)
+    top.set_ylabel("expected open gates")
+    bottom.set_ylabel("data loss (one draw)")
+    bottom.set_xlabel("training step")
+    top.set_title(title)
+    top.legend(fontsize=8)
+    for ax in (top, bottom):
+        ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig

@@ -20,6 +20,7 @@ from attnlens.errors import ConfigError
 from attnlens.io import atomic_open
 from attnlens.loaders.registry import CONVERTERS
 from attnlens.model.config import TransformerConfig
+from attnlens.model.encoder_decoder import is_encoder_decoder
 from attnlens.model.transformer import HookedTransformer
 
 # Tokenizer files copied from the source checkpoint when present.
@@ -127,7 +128,8 @@ def hf_state(model: HookedTransformer) -> tuple[dict, dict[str, torch.Tensor]]:
             f"cannot export model_type {model_type!r} (cfg.source['model_type']); "
             f"export supports models loaded from: {known}."
         )
-    uniform = pad_heads_to_uniform(model)
+    # Encoder-decoder models are never structurally pruned: nothing to pad.
+    uniform = model if is_encoder_decoder(model) else pad_heads_to_uniform(model)
     state = {k: v.detach() for k, v in uniform.state_dict().items()}
     fields, tensors = converter.export(uniform.cfg, state)
     hf = _source_config(cfg)

@@ -11,6 +11,7 @@ from attnlens.device import resolve_device, resolve_dtype
 from attnlens.loaders.checkpoint import read_config, read_weights, resolve_checkpoint
 from attnlens.loaders.registry import find_converter
 from attnlens.loaders.weights import WeightReader
+from attnlens.model.encoder_decoder import build_model
 from attnlens.model.transformer import HookedTransformer
 
 __all__ = ["load", "load_model"]
@@ -22,7 +23,10 @@ def load_model(
     dtype: str | torch.dtype | None = torch.float32,
     allow_pickle: bool = False,
 ) -> HookedTransformer:
-    """Convert a checkpoint into a HookedTransformer (eval mode) without its tokenizer."""
+    """Convert a checkpoint into a HookedTransformer (eval mode) without its tokenizer.
+
+    Encoder-decoder checkpoints (BART, Marian, T5) become an ``EncoderDecoderTransformer``.
+    """
     dev = resolve_device(device)
     path = resolve_checkpoint(name_or_path)
     hf = read_config(path)
@@ -35,7 +39,7 @@ def load_model(
     name = str(name_or_path) if name_or_path is not None else "all-MiniLM-L6-v2 (embedded)"
     cfg.source.update({"path": str(path), "name": name, "architecture": architecture})
     with torch.device("meta"):
-        model = HookedTransformer(cfg)
+        model = build_model(cfg)
     model.load_state_dict(state, strict=True, assign=True)
     model.setup_hooks()
     return model.to(device=dev, dtype=resolve_dtype(dtype)).eval()

@@ -21,14 +21,19 @@ from attnlens.analysis.base import Analyzer
 from attnlens.data.batch import Batch
 from attnlens.distributed import SINGLE, DistContext, run_sharded
 from attnlens.io import atomic_open, check_output_dir
+from attnlens.model.encoder_decoder import is_encoder_decoder
 from attnlens.model.transformer import HookedTransformer
 from attnlens.report.asymmetry_section import AsymmetrySection
 from attnlens.report.collapse_section import CollapseSection
+from attnlens.report.encoder_decoder import by_attention_type
 from attnlens.report.figure_pool import figure_pool
 from attnlens.report.folder import FIGURES_DIR, RUN_FILE, TABLES_DIR, Report, SectionRecord
 from attnlens.report.heads_section import HeadRolesSection
+from attnlens.report.linear_section import LinearSection
 from attnlens.report.provenance import invoked_command, model_record, package_versions
+from attnlens.report.rollout_section import RolloutSection
 from attnlens.report.sections import Section, SectionOutput
+from attnlens.report.sparse_section import SparseSection
 from attnlens.report.spectrum_section import SpectrumSection
 
 TIMED_METHODS = ("begin_batch", "update_layer", "end_batch", "update")
@@ -41,6 +46,9 @@ def default_sections() -> list[Section]:
         SpectrumSection(low_rank_cost=False),  # eigenvectors: `attnlens spectrum` has them
         AsymmetrySection(),
         CollapseSection(),
+        RolloutSection(),  # corpus shares; matrices and figures of the first 2 sentences only
+        SparseSection(),
+        LinearSection(),
     ]
 
 
@@ -117,6 +125,8 @@ def analyze(
         command, invoked = invoked_command()
         options = options or invoked
     sections = list(default_sections() if sections is None else sections)
+    if is_encoder_decoder(model):  # every section per attention type, tables with a column
+        sections = [by_attention_type(s) for s in sections]
     start = time.perf_counter()
     per_section = [s.analyzers(model, tokenizer) for s in sections]
     everything = [a for group in per_section for a in group]
