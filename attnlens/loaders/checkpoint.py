@@ -1,16 +1,40 @@
-"""Finding a checkpoint on disk and reading its config and tensors (safetensors first)."""
+"""Finding a checkpoint on disk and reading its config and tensors (safetensors first).
+
+Safety: safetensors are read by default; pickle weights only with ``allow_pickle`` and then
+through ``torch.load(weights_only=True)``; ``trust_remote_code`` is never used. Every
+floating tensor is checked for NaN/Inf when read. Finding and describing a checkpoint
+(``resolve_checkpoint``, ``safetensors_files``) imports no torch, so commands can check
+their inputs before the slow imports.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from attnlens.errors import ModelLoadError
 
+if TYPE_CHECKING:
+    import torch
+
 PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+# Tokenizer files a checkpoint folder may hold (copied by export, hashed in run manifests).
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "sentencepiece.bpe.model",
+    "spiece.model",
+)
+# Set by tests: loading weights raises, proving that an error came before the model loaded.
+NO_LOAD_ENV = "ATTNLENS_FORBID_MODEL_LOAD"
 
 
 def default_model_path() -> Path:
@@ -54,44 +78,94 @@ def resolve_checkpoint(name_or_path: str | os.PathLike | None) -> Path:
 
 
 def read_config(path: Path) -> dict:
+    file = path / "config.json"
     try:
-        return json.loads((path / "config.json").read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ModelLoadError(f"cannot read {path / 'config.json'}: {exc}") from exc
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelLoadError(f"cannot read {file}: {exc}; it must be the model's JSON "
+                             "config.") from exc
+    if not isinstance(config, dict):
+        raise ModelLoadError(f"{file} holds a JSON {type(config).__name__}, not an object; "
+                             "it must be the model's config.")
+    return config
 
 
-def _safetensors_files(path: Path) -> list[Path]:
+def _index_shards(index: Path) -> list[Path]:
+    """The shard files named by a sharded checkpoint's ``*.index.json`` (checked)."""
+    fix = "; re-save the checkpoint, or delete the index if the folder holds one weights file."
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(f"{index} is not a valid index (needs a JSON object with a "
+                             f"\"weight_map\" of tensor name -> shard file){fix}") from exc
+    if not isinstance(weight_map, dict) or not weight_map or not all(
+        isinstance(v, str) for v in weight_map.values()
+    ):
+        raise ModelLoadError(f"{index} has an empty or malformed \"weight_map\"{fix}")
+    folder = index.parent.resolve()
+    shards = []
+    for name in sorted(set(weight_map.values())):
+        shard = (folder / name).resolve()
+        if folder not in shard.parents:
+            raise ModelLoadError(f"{index} names shard {name!r} outside its folder{fix}")
+        if not shard.is_file():
+            raise ModelLoadError(f"{index} names shard {name!r}, which is missing{fix}")
+        shards.append(index.parent / name)
+    return shards
+
+
+def safetensors_files(path: Path) -> list[Path]:
+    """The safetensors files of a checkpoint folder (the index's shards, else the single)."""
     index = path / "model.safetensors.index.json"
     if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return [path / shard for shard in shards]
+        return _index_shards(index)
     single = path / "model.safetensors"
     return [single] if single.is_file() else []
 
 
-def _pickle_files(path: Path) -> list[Path]:
+def pickle_files(path: Path) -> list[Path]:
+    """The pickle weight files of a checkpoint folder (read only with ``allow_pickle``)."""
     index = path / "pytorch_model.bin.index.json"
     if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return [path / shard for shard in shards]
+        return _index_shards(index)
     single = path / "pytorch_model.bin"
     return [single] if single.is_file() else []
 
 
+def check_finite(tensors: dict[str, torch.Tensor], source: str) -> None:
+    """Refuse NaN or infinite weights, naming the first tensor that holds one."""
+    import torch
+
+    for name, tensor in tensors.items():
+        if tensor.is_floating_point() or tensor.is_complex():
+            finite = torch.isfinite(tensor)
+            if not bool(finite.all()):
+                bad = int((~finite).sum())
+                raise ModelLoadError(
+                    f"checkpoint tensor {name!r} in {source} holds {bad} NaN or infinite "
+                    f"value(s) of {tensor.numel()}; the weights are damaged: re-export or "
+                    "re-download the model."
+                )
+
+
 def read_weights(path: Path, allow_pickle: bool = False) -> dict[str, torch.Tensor]:
     """All tensors of the checkpoint, on the CPU, from safetensors (or opted-in pickle)."""
-    from safetensors.torch import load_file
-
-    files = _safetensors_files(path)
+    if os.environ.get(NO_LOAD_ENV):
+        raise ModelLoadError(f"model loading is forbidden here ({NO_LOAD_ENV} is set).")
+    files = safetensors_files(path)
     if files:
+        from safetensors.torch import load_file
+
         tensors: dict[str, torch.Tensor] = {}
         for file in files:
             try:
-                tensors.update(load_file(str(file)))
+                part = load_file(str(file))
             except Exception as exc:  # safetensors raises its own error types
                 raise ModelLoadError(f"cannot read {file}: {exc}; the file is damaged.") from exc
+            check_finite(part, file.name)
+            tensors.update(part)
         return tensors
-    pickles = _pickle_files(path)
+    pickles = pickle_files(path)
     if not pickles:
         raise ModelLoadError(f"{path} holds no model.safetensors or pytorch_model.bin.")
     if not allow_pickle:
@@ -99,15 +173,24 @@ def read_weights(path: Path, allow_pickle: bool = False) -> dict[str, torch.Tens
             f"{path} has only pickle weights (pytorch_model.bin), which can run code when "
             "loaded; pass --allow-pickle (allow_pickle=True) if you trust it."
         )
+    import torch
+
     tensors = {}
     for file in pickles:
         try:
             # weights_only: tensors and plain containers only, never arbitrary objects.
-            tensors.update(torch.load(file, map_location="cpu", weights_only=True))
+            part = torch.load(file, map_location="cpu", weights_only=True)
         except Exception as exc:  # UnpicklingError for anything but plain weights
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc)
             raise ModelLoadError(
                 f"{file} holds more than plain weights and was refused "
                 f"(torch.load weights_only=True: {first_line})."
             ) from exc
+        if not isinstance(part, dict) or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in part.items()
+        ):
+            raise ModelLoadError(f"{file} is not a state dict of named tensors; "
+                                 "save the model's state_dict() instead.")
+        check_finite(part, file.name)
+        tensors.update(part)
     return tensors

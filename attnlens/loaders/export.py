@@ -17,24 +17,11 @@ from pathlib import Path
 import torch
 
 from attnlens.errors import ConfigError
+from attnlens.loaders.checkpoint import TOKENIZER_FILES
 from attnlens.loaders.registry import CONVERTERS
 from attnlens.model.config import TransformerConfig
 from attnlens.model.transformer import HookedTransformer
 from attnlens.report.writer import atomic_open
-
-# Tokenizer files copied from the source checkpoint when present.
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.txt",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-    "sentencepiece.bpe.model",
-    "spiece.model",
-)
 
 # Source config.json fields not carried over (transformers writes its own).
 _DROP_FROM_SOURCE = ("_name_or_path", "transformers_version", "torch_dtype")
