@@ -112,7 +112,7 @@ def main() -> None:
             raise
         print(f"Error: {_usage_error(exc)}", file=sys.stderr)
         sys.exit(1)
-    except click_errors.Abort:
+    except typer.Abort:
         print("Error: aborted.", file=sys.stderr)
         sys.exit(1)
     except Exception as exc:

@@ -1,4 +1,8 @@
-"""Plain-text corpora: reading, the built-in sample, batching by length."""
+"""Plain-text corpora: reading, the built-in sample, batching by length.
+
+Reading (``read_text_file``) imports no torch, so a command checks its corpus before the
+slow imports and the model load.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,16 @@ import random
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
-from attnlens.data.batch import Batch
-from attnlens.data.tokenizer import Tokenizer
+from attnlens.data.files import check_input_file, read_utf8, text_lines
 from attnlens.errors import DataError
+
+if TYPE_CHECKING:
+    import torch
+
+    from attnlens.data.batch import Batch
+    from attnlens.data.tokenizer import Tokenizer
 
 
 def sample_sentences() -> list[str]:
@@ -20,18 +28,17 @@ def sample_sentences() -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
-def read_text_file(path: str | Path) -> list[str]:
-    """One sentence (or passage) per non-empty line."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"text file {path} does not exist; pass a file with one sentence per line.")
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path} is not UTF-8 text ({exc.reason}).") from exc
-    texts = [line.strip() for line in lines if line.strip()]
+def read_text_file(path: str | Path, option: str = "--text") -> list[str]:
+    """One sentence (or passage) per line; lines without real text are skipped.
+
+    A line counts when it holds a letter, digit, punctuation mark or symbol (not only
+    whitespace or control characters); a file without any such line is an error.
+    """
+    path = check_input_file(path, "text file", option, "one sentence per line")
+    texts = text_lines(read_utf8(path))
     if not texts:
-        raise DataError(f"{path} contains no text; write one sentence per line.")
+        raise DataError(f"{path} contains no text (only blank lines, whitespace or control "
+                        "characters); write one sentence per line.")
     return texts
 
 
@@ -52,6 +59,8 @@ def length_sorted_chunks(lengths: Sequence[int], batch_size: int) -> list[list[i
 
 def special_token_mask(tokenizer: Tokenizer, input_ids: torch.Tensor) -> torch.Tensor:
     """``[batch, pos]`` True where the token is one of the tokenizer's special tokens."""
+    import torch
+
     special = torch.tensor(sorted(tokenizer.special_ids), dtype=input_ids.dtype)
     return torch.isin(input_ids, special)
 
@@ -63,6 +72,8 @@ def text_batches(
     max_length: int = 128,
 ) -> list[Batch]:
     """Tokenise ``texts`` into length-sorted batches of at most ``batch_size`` sentences."""
+    from attnlens.data.batch import Batch
+
     if max_length < 4:
         raise DataError(f"max length must be at least 4 tokens, not {max_length}.")
     lengths = [len(t) for t in texts]
