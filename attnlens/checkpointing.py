@@ -216,14 +216,16 @@ class AnalysisCheckpoint:
         return self.batches_done
 
     def wrap(self, batches: Sequence[Any], analyzers: Sequence[Any]) -> Iterator[Any]:
-        """The batches still to do; saves a checkpoint every ``every`` sentences."""
-        if self.every is None and not self.resume:
+        """The batches still to do; saves a checkpoint every ``every`` sentences and once
+        the pass is over (so an interruption while writing figures redoes no batch)."""
+        saved = self.latest() if self.resume else None
+        if self.every is None and saved is None:
             yield from batches
             return
         check_checkpointable(analyzers)
         order = batch_order_digest(batches)
         total = sum(int(b.input_ids.shape[0]) for b in batches)
-        start = self.restore(analyzers, order) if self.resume else 0
+        start = self.restore(analyzers, order) if saved is not None else 0
         last_saved = self.sentences_done
         for index in range(start, len(batches)):
             batch = batches[index]
@@ -231,7 +233,8 @@ class AnalysisCheckpoint:
             # Back here only once the runner has fed the whole batch to every analyzer.
             self.batches_done = index + 1
             self.sentences_done += int(batch.input_ids.shape[0])
-            due = self.every is not None and self.sentences_done - last_saved >= self.every
-            if due and self.batches_done < len(batches):
+            if self.every is not None and self.sentences_done - last_saved >= self.every:
                 self.save(analyzers, order, total)
                 last_saved = self.sentences_done
+        if self.every is not None and self.sentences_done > last_saved:
+            self.save(analyzers, order, total)

@@ -21,8 +21,10 @@ from typing import Any
 
 MANIFEST_VERSION = 1
 _CACHE_MIN_BYTES = 16 << 20
-# Options that change nothing in the results: never compared on --resume.
-NOT_COMPARED = frozenset({"out", "force", "resume", "quiet", "checkpoint_every"})
+# Options that change nothing in the run's tables: never compared on --resume. (``prune``'s
+# --export is written after the run from its table, so a finished run can be exported.)
+NOT_COMPARED = frozenset({"out", "force", "resume", "quiet", "checkpoint_every", "export",
+                          "export_step"})
 
 
 # Hashing ------------------------------------------------------------------------------------

@@ -61,6 +61,7 @@ def collapse(
     allow_pickle: bool = opt.AllowPickleOpt,
     fmt: str = opt.FormatOpt,
     quiet: bool = opt.QuietOpt,
+    force: bool = opt.ForceOpt,
 ) -> None:
     """How fast token representations collapse towards rank one with depth (Dong et al. 2021).
 
@@ -70,9 +71,10 @@ def collapse(
 
     Variants: san (pure attention), san+skip, san+mlp, san+ln, full (the unmodified block).
     """
+    from attnlens.cli.outputs import prepare_output
+
     from attnlens.analysis.collapse import parse_variants
     from attnlens.errors import ConfigError
-    from attnlens.report.writer import check_output_dir
 
     formats = opt.figure_formats(fmt)
     chosen = parse_variants(variants)
@@ -92,10 +94,11 @@ def collapse(
         given = {k.lstrip("-").replace("-", "_"): v for k, v in synthetic_opts.items()
                  if v is not None}
         spec = SyntheticSpec(**given)
-        check_output_dir(out)
+        folder, _ = prepare_output(out, force=force, model=False)
         tables = run_synthetic(spec, chosen, device=resolve_device(device),
                                show_progress=not quiet)
-        output = write_synthetic_collapse(tables, out, formats)
+        with folder.writing() as work:
+            output = write_synthetic_collapse(tables, work, formats)
     else:
         used = [name for name, value in synthetic_opts.items() if value is not None]
         if used:
@@ -111,9 +114,9 @@ def collapse(
         from attnlens.report.collapse_section import write_pretrained_collapse
 
         texts = read_text_file(text) if text else sample_sentences()
+        folder, _ = prepare_output(out, force=force, inputs={"text": text}, model=model)
         model_obj, tokenizer = load(model, device=device, dtype=dtype, allow_pickle=allow_pickle)
         batches = text_batches(tokenizer, texts, batch_size=batch_size, max_length=max_length)
-        check_output_dir(out)
         analyzers = [
             VariantCollapse(model_obj, chosen, dtype=collapse_dtype(model_obj),
                             max_sentences=max_sentences),
@@ -121,7 +124,8 @@ def collapse(
         ]
         run_analyzers(model_obj, batches, analyzers, total=len(texts), show_progress=not quiet,
                       description="collapse")
-        output = write_pretrained_collapse(*analyzers, out, formats)
+        with folder.writing() as work:
+            output = write_pretrained_collapse(*analyzers, work, formats)
     console.print(output.summary)
     console.print(f"wrote {len(output.tables)} tables and {len(output.figures)} figures to "
                   f"{out}/ in {time.perf_counter() - start:.1f} s")

@@ -35,18 +35,24 @@ def stsb(
     dtype: str = opt.DtypeOpt,
     allow_pickle: bool = opt.AllowPickleOpt,
     quiet: bool = opt.QuietOpt,
+    score_range: str | None = typer.Option(
+        None, "--score-range", show_default=False,
+        help="LOW,HIGH: the scale of the gold scores (default 0,5, STS-B's).",
+    ),
 ) -> None:
     """STS Benchmark Spearman x 100 of embedding cosines vs gold scores (printed on stdout).
 
     Embeddings are mean-pooled over real tokens and L2-normalised (sentence-transformers).
     """
+    from attnlens.data.pairs import parse_score_range, read_pairs
+
+    data = read_pairs(pairs, parse_score_range(score_range))
     import torch
 
     from attnlens.loaders import load
-    from attnlens.metrics.sts import distinct_sentences, read_pairs, sts_spearman
+    from attnlens.metrics.sts import distinct_sentences, sts_spearman
     from attnlens.progress import progress_bar
 
-    data = read_pairs(pairs)
     start = time.perf_counter()
     model_obj, tokenizer = load(model, device=device, dtype=dtype, allow_pickle=allow_pickle)
     n_sentences = len(distinct_sentences(data))

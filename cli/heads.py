@@ -57,18 +57,20 @@ def heads(
     base_relations: bool = BaseRelationsOpt,
     fmt: str = opt.FormatOpt,
     quiet: bool = opt.QuietOpt,
+    force: bool = opt.ForceOpt,
+    resume: bool = opt.ResumeOpt,
+    checkpoint_every: int | None = opt.CheckpointEveryOpt,
 ) -> None:
     """Find the positional, syntactic and rare-word heads of MODEL (layers/heads from 0).
 
     With --treebank (or the embedded sample): everything. With --text: statistics,
     positional and rare-word heads (add --parse for syntactic heads via spaCy).
     """
+    from attnlens.cli.outputs import prepare_output
+
+    from attnlens.checkpointing import AnalysisCheckpoint
     from attnlens.data.rarity import WordRarity
     from attnlens.data.words import load_corpus
-    from attnlens.loaders import load
-    from attnlens.report.analyze import analyze as run_analysis
-    from attnlens.report.heads_section import HeadRolesSection
-    from attnlens.report.writer import check_output_dir
 
     formats = opt.figure_formats(fmt)
     corpus = load_corpus(
@@ -77,7 +79,17 @@ def heads(
         parse=parse,
     )
     rarity = WordRarity.from_text_file(rarity_corpus) if rarity_corpus else None
-    check_output_dir(out)
+    folder, manifest = prepare_output(
+        out, force=force, resume=resume, resumable=True, model=model,
+        inputs={"text": text, "treebank": treebank, "rarity_corpus": rarity_corpus},
+    )
+    if folder.resumes_complete:
+        console.print(f"{out}/ already holds this run, complete; nothing to resume.")
+        return
+    from attnlens.loaders import load
+    from attnlens.report.analyze import analyze as run_analysis
+    from attnlens.report.heads_section import HeadRolesSection
+
     model_obj, tokenizer = load(model, device=device, dtype=dtype, allow_pickle=allow_pickle)
     batches = corpus.batches(tokenizer, batch_size=batch_size, max_length=max_length)
     section = HeadRolesSection(
@@ -88,10 +100,12 @@ def heads(
         rarity=rarity,
         base_relations=base_relations,
     )
-    (output,) = run_analysis(
-        model_obj, tokenizer, batches, out, sections=[section], formats=formats,
-        show_progress=not quiet, corpus_name=corpus.name,
-    )
+    with folder.writing(manifest) as work:
+        checkpoint = AnalysisCheckpoint(work, checkpoint_every, resume=folder.resumes_partial)
+        (output,) = run_analysis(
+            model_obj, tokenizer, batches, work, sections=[section], formats=formats,
+            show_progress=not quiet, corpus_name=corpus.name, checkpoint=checkpoint,
+        )
     typer.echo(output.summary)
     console.print(f"wrote {len(output.tables)} tables and {len(output.figures)} figures "
                   f"to {out}/ (open {out / 'index.html'})")

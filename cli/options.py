@@ -28,8 +28,31 @@ FormatOpt = typer.Option("png", "--format", help="Figure formats, comma-separate
 QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress bars.")
 
 
+ForceOpt = typer.Option(
+    False, "--force", help="Replace a non-empty output folder as a whole (its files are deleted)."
+)
+ResumeOpt = typer.Option(
+    False, "--resume",
+    help="Continue an interrupted run of the same command, inputs and options in --out.",
+)
+CheckpointEveryOpt = typer.Option(
+    None, "--checkpoint-every", min=1, show_default=False,
+    help="Save the analyzers' state every N sentences, so --resume continues from there.",
+)
+FIGURE_FORMATS = ("png", "svg", "pdf")
+
+
 def figure_formats(value: str) -> tuple[str, ...]:
-    return tuple(f.strip().lower() for f in value.split(",") if f.strip())
+    """The --format list, checked before anything runs."""
+    from attnlens.errors import ConfigError
+
+    formats = tuple(dict.fromkeys(f.strip().lower() for f in value.split(",") if f.strip()))
+    unknown = [f for f in formats if f not in FIGURE_FORMATS]
+    if unknown or not formats:
+        shown = f"{unknown[0]!r} is not a figure format" if unknown else "no figure format given"
+        raise ConfigError(f"--format {value!r}: {shown}; choose from png, svg and pdf, "
+                          "comma-separated (e.g. --format png,svg).")
+    return formats
 
 
 OptionalPath = Path | None

@@ -194,3 +194,15 @@ def read_weights(path: Path, allow_pickle: bool = False) -> dict[str, torch.Tens
         check_finite(part, file.name)
         tensors.update(part)
     return tensors
+
+
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers")
+_HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads", "num_heads")
+
+
+def config_shape(hf: dict) -> tuple[int, int] | None:
+    """(layers, heads per layer) read from a config.json dict, before any weight is loaded;
+    None when the config names them otherwise."""
+    layers = next((hf[k] for k in _LAYER_KEYS if isinstance(hf.get(k), int)), None)
+    heads = next((hf[k] for k in _HEAD_KEYS if isinstance(hf.get(k), int)), None)
+    return None if layers is None or heads is None else (layers, heads)

@@ -71,6 +71,21 @@ class PruneSettings:
         if self.abs_mode not in ABS_MODES:
             raise ConfigError(f"abs mode must be one of {', '.join(ABS_MODES)}.")
 
+    def check_model(self, n_layers: int, n_heads: int) -> None:
+        """Refuse settings that cannot prune a model of ``n_layers`` x ``n_heads`` heads."""
+        if self.min_heads_per_layer >= n_heads:
+            raise ConfigError(
+                f"--min-heads-per-layer {self.min_heads_per_layer} keeps all {n_heads} heads of "
+                f"every layer, so nothing can be pruned; choose 0 to {n_heads - 1}."
+            )
+
+    def step_targets(self, n_heads: int) -> list[int]:
+        """Heads pruned after each step 1, 2, ... of a model with ``n_heads`` heads in all.
+
+        Few heads and a small step can round two steps to the same count: one is kept.
+        """
+        return list(dict.fromkeys(min(t, n_heads) for t in self.targets(n_heads) if t > 0))
+
     def curves(self) -> list[tuple[str, int]]:
         """(order, seed) of every curve; only ``random`` uses several seeds."""
         return [
@@ -142,10 +157,8 @@ class PruneRun:
         self.show_progress, self.on_step = show_progress, on_step
         self.start_mask = full_mask(model)
         self.n_heads = int(self.start_mask.sum())
-        # Few heads and a small step can round two steps to the same count: keep one.
-        self.targets = list(dict.fromkeys(
-            min(t, self.n_heads) for t in settings.targets(self.n_heads) if t > 0
-        ))
+        settings.check_model(model.n_layers, max(model.heads_per_layer))
+        self.targets = settings.step_targets(self.n_heads)
         self.rows: list[dict] = []
         self.score_frames: list[pd.DataFrame] = []
 
@@ -162,7 +175,11 @@ class PruneRun:
         if not settings_path.is_file():
             raise DataError(f"{out} has {curve_path.name} but no {SETTINGS_FILE}; "
                             "cannot check that --resume continues the same run.")
-        saved = json.loads(settings_path.read_text())
+        try:
+            saved = json.loads(settings_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise DataError(f"{settings_path} is damaged ({exc}); cannot check that --resume "
+                            "continues the same run: start over with --force.") from exc
         current = json.loads(json.dumps(self._record()))  # as it would be saved
         if saved != current:
             changed = sorted(k for k in set(saved) | set(current)
@@ -171,11 +188,21 @@ class PruneRun:
                 f"the run in {out} used different settings ({', '.join(changed)}); "
                 "rerun with the same options, or choose another --out without --resume."
             )
-        curve = pd.read_csv(curve_path, keep_default_na=False)
+        try:
+            curve = pd.read_csv(curve_path, keep_default_na=False)
+            scores_path = out / f"{SCORES_FILE}.csv"
+            scores = pd.read_csv(scores_path) if scores_path.is_file() else None
+        except (OSError, ValueError) as exc:  # pandas' parser errors are ValueErrors
+            raise DataError(f"the saved tables in {out} are damaged ({exc}); start over "
+                            "with --force.") from exc
+        if list(curve.columns) != CURVE_COLUMNS or (
+            scores is not None and list(scores.columns) != SCORE_COLUMNS
+        ):
+            raise DataError(f"the saved tables in {out} do not have the pruning columns; "
+                            "start over with --force.")
         self.rows = curve.to_dict("records")
-        scores_path = out / f"{SCORES_FILE}.csv"
-        if scores_path.is_file():
-            self.score_frames = [pd.read_csv(scores_path)]
+        if scores is not None:
+            self.score_frames = [scores]
 
     def _write(self) -> None:
         if self.out_dir is None:

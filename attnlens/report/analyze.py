@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from attnlens.analysis.runner import run_analyzers
+from attnlens.checkpointing import AnalysisCheckpoint
 from attnlens.data.batch import Batch
 from attnlens.model.transformer import HookedTransformer
 from attnlens.report.asymmetry_section import AsymmetrySection
@@ -38,8 +39,13 @@ def analyze(
     formats: tuple[str, ...] = ("png",),
     show_progress: bool = True,
     corpus_name: str = "",
+    checkpoint: AnalysisCheckpoint | None = None,
 ) -> list[SectionOutput]:
-    """Run all sections' analyzers in one pass over ``batches`` and write their outputs."""
+    """Run all sections' analyzers in one pass over ``batches`` and write their outputs.
+
+    ``checkpoint`` saves the analyzers' states every N sentences and, when resuming,
+    restores them and skips the batches they already hold.
+    """
     out = check_output_dir(out_dir)
     sections = list(default_sections() if sections is None else sections)
     start = time.perf_counter()
@@ -47,7 +53,8 @@ def analyze(
     everything = [a for group in per_section for a in group]
     n_sentences = sum(int(b.input_ids.shape[0]) for b in batches)
     if everything:
-        run_analyzers(model, batches, everything, total=n_sentences, show_progress=show_progress)
+        stream = batches if checkpoint is None else checkpoint.wrap(batches, everything)
+        run_analyzers(model, stream, everything, total=n_sentences, show_progress=show_progress)
     outputs = [
         section.write(model, group, out, formats)
         for section, group in zip(sections, per_section, strict=True)
