@@ -44,7 +44,8 @@ def decode_utf8(data: bytes, source: str) -> str:
         ) from None
     if "\x00" in text:
         line = text.count("\n", 0, text.index("\x00")) + 1
-        raise DataError(f"{source} holds NUL bytes (line {line}); it is not a text file.")
+        raise DataError(f"{source} holds NUL bytes (line {line}), so it is not a text file; "
+                        "pass a UTF-8 text file.")
     return text
 
 

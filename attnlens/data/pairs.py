@@ -104,7 +104,8 @@ def read_pairs(path: str | Path, score_range: tuple[float, float] = STS_RANGE,
                             "or give the scores' scale with --score-range LOW,HIGH.")
         for column, sentence in enumerate(row[:2], start=1):
             if not has_real_text(sentence):
-                raise DataError(f"{where}: sentence{column} is empty.")
+                raise DataError(f"{where}: sentence{column} is empty; fill it in or remove "
+                                "the pair.")
         first.append(row[0])
         second.append(row[1])
         scores.append(score)

@@ -31,7 +31,7 @@ def load_model(
     allow_pickle: bool = False,
 ) -> HookedTransformer:
     """Convert a checkpoint into a HookedTransformer (eval mode) without its tokenizer."""
-    dev = resolve_device(device)
+    dev, dt = resolve_device(device), resolve_dtype(dtype)  # option errors before any reading
     path = resolve_checkpoint(name_or_path)
     hf = read_config(path)
     converter, architecture = find_converter(hf)
@@ -46,7 +46,7 @@ def load_model(
         model = HookedTransformer(cfg)
     model.load_state_dict(state, strict=True, assign=True)
     model.setup_hooks()
-    return model.to(device=dev, dtype=resolve_dtype(dtype)).eval()
+    return model.to(device=dev, dtype=dt).eval()
 
 
 def load(

@@ -64,7 +64,8 @@ def resolve_checkpoint(name_or_path: str | os.PathLike | None) -> Path:
         raise ModelLoadError(f"{path} is a file; pass the folder that holds config.json.")
     name = str(name_or_path)
     if name.count("/") > 1 or name.startswith((".", "/", "~")):
-        raise ModelLoadError(f"model folder {name!r} does not exist.")
+        raise ModelLoadError(f"model folder {name!r} does not exist; pass a folder holding "
+                             "config.json and weights, or no MODEL for the embedded MiniLM.")
     try:
         from huggingface_hub import snapshot_download
 
@@ -148,12 +149,16 @@ def check_finite(tensors: dict[str, torch.Tensor], source: str) -> None:
                 )
 
 
-def read_weights(path: Path, allow_pickle: bool = False) -> dict[str, torch.Tensor]:
-    """All tensors of the checkpoint, on the CPU, from safetensors (or opted-in pickle)."""
+def _forbid_check() -> None:
     if os.environ.get(NO_LOAD_ENV):
         raise ModelLoadError(f"model loading is forbidden here ({NO_LOAD_ENV} is set).")
+
+
+def read_weights(path: Path, allow_pickle: bool = False) -> dict[str, torch.Tensor]:
+    """All tensors of the checkpoint, on the CPU, from safetensors (or opted-in pickle)."""
     files = safetensors_files(path)
     if files:
+        _forbid_check()
         from safetensors.torch import load_file
 
         tensors: dict[str, torch.Tensor] = {}
@@ -173,6 +178,7 @@ def read_weights(path: Path, allow_pickle: bool = False) -> dict[str, torch.Tens
             f"{path} has only pickle weights (pytorch_model.bin), which can run code when "
             "loaded; pass --allow-pickle (allow_pickle=True) if you trust it."
         )
+    _forbid_check()
     import torch
 
     tensors = {}
