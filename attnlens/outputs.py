@@ -84,15 +84,17 @@ def atomic_write_json(path: str | os.PathLike, value: Any) -> Path:
 
 # Names made from data -----------------------------------------------------------------------
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_DOTS = re.compile(r"[._]{2,}")
 
 
 def safe_filename(text: str, fallback: str = "item", max_length: int = 100) -> str:
     """A file name made from data (a relation, a model name) that stays in its folder.
 
     Anything but ASCII letters, digits, ``.``, ``_`` and ``-`` becomes ``_`` (so ``/`` and
-    ``\\`` cannot start a path); leading dots are dropped (no ``..``, no hidden files).
+    ``\\`` cannot make a path), runs of dots and underscores become one ``_`` (no ``..``),
+    and leading or trailing ``.``/``_``/``-`` go (no hidden files): ``../../x`` -> ``x``.
     """
-    name = _UNSAFE.sub("_", str(text)).lstrip(".")[:max_length].rstrip(".")
+    name = _DOTS.sub("_", _UNSAFE.sub("_", str(text))).strip("._-")[:max_length].strip("._-")
     return name or fallback
 
 

@@ -12,6 +12,7 @@ from typing import IO
 import pandas as pd
 
 from attnlens.errors import DataError
+from attnlens.outputs import path_inside
 
 FIGURE_FORMATS = ("png", "svg", "pdf")
 _UMASK = os.umask(0)
@@ -54,7 +55,7 @@ def write_table(
     """Write ``df`` as ``name.csv`` and/or ``name.md`` in ``out_dir``; return the paths."""
     paths = []
     for fmt in formats:
-        path = Path(out_dir) / f"{name}.{fmt}"
+        path = path_inside(out_dir, f"{name}.{fmt}")  # a name from data cannot leave out_dir
         with atomic_open(path) as handle:
             if fmt == "csv":
                 df.to_csv(handle, index=False)
@@ -77,7 +78,7 @@ def save_figure(
         for fmt in formats:
             if fmt not in FIGURE_FORMATS:
                 raise DataError(f"unknown figure format {fmt!r}; use one of {FIGURE_FORMATS}.")
-            path = Path(out_dir) / f"{name}.{fmt}"
+            path = path_inside(out_dir, f"{name}.{fmt}")
             with atomic_open(path, "wb") as handle:
                 fig.savefig(handle, format=fmt, dpi=120, bbox_inches="tight")
             paths.append(path)
