@@ -255,3 +255,53 @@ def test_the_embedded_model_fingerprint_covers_weights_config_and_tokenizer():
     assert {"config.json", "model.safetensors"} <= set(fingerprint["files"])
     assert any(name.startswith(("tokenizer", "vocab")) for name in fingerprint["files"])
     assert len(fingerprint["sha256"]) == 64
+
+
+# Export ----------------------------------------------------------------------------------------
+def _tiny_bert(path):
+    from transformers import BertConfig, BertModel
+
+    from attnlens.loaders import load_model
+    from tests.parity_utils import TINY, VOCAB, save_tiny
+
+    save_tiny(BertModel, BertConfig(vocab_size=VOCAB, **TINY), path)
+    return load_model(path)
+
+
+def test_export_over_a_sharded_checkpoint_leaves_no_old_index(tmp_path):
+    """Issue 15, failure 1: an old model.safetensors.index.json beside a new export made the
+    folder load as the old model."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    from attnlens.loaders import load_model
+    from attnlens.loaders.export import export_hf
+    from attnlens.pruning import prune_heads
+    from tests.parity_utils import TINY, VOCAB
+
+    model = _tiny_bert(tmp_path / "src")
+    old = BertModel(BertConfig(vocab_size=VOCAB, **TINY))
+    old.save_pretrained(str(tmp_path / "target"), max_shard_size="20KB")  # sharded
+    assert (tmp_path / "target" / "model.safetensors.index.json").is_file()
+    pruned = prune_heads(model, torch.tensor([[1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 0.0]]))
+    with pytest.raises(ConfigError, match="is not empty"):
+        export_hf(pruned, tmp_path / "target")
+    export_hf(pruned, tmp_path / "target", overwrite=True)
+    assert sorted(p.name for p in (tmp_path / "target").iterdir()) == [
+        "config.json", "model.safetensors"]
+    back = load_model(tmp_path / "target")
+    ids = torch.tensor([[2, 7, 9, 3]])
+    with torch.no_grad():  # the exported model, not the old shards: same outputs as pruned
+        torch.testing.assert_close(back(ids), pruned(ids), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_export_never_replaces_the_source_model(tmp_path, overwrite):
+    from attnlens.loaders.export import export_hf
+
+    model = _tiny_bert(tmp_path / "src")
+    before = _files(tmp_path / "src")
+    for target in (tmp_path / "src", tmp_path):
+        with pytest.raises(ConfigError, match="the source model"):
+            export_hf(model, target, overwrite=overwrite)
+    assert _files(tmp_path / "src") == before
