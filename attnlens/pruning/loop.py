@@ -207,8 +207,10 @@ class PruneRun:
     def _write(self) -> None:
         if self.out_dir is None:
             return
-        write_table(self.curve(), self.out_dir, CURVE_FILE, formats=("csv",))
+        # Scores first: a run killed between the two files then has scores for a step whose
+        # row is missing (resume reuses them), never a row whose scores are lost.
         write_table(self.scores(), self.out_dir, SCORES_FILE, formats=("csv",))
+        write_table(self.curve(), self.out_dir, CURVE_FILE, formats=("csv",))
 
     def curve(self) -> pd.DataFrame:
         return pd.DataFrame.from_records(self.rows, columns=CURVE_COLUMNS)
