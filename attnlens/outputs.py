@@ -233,6 +233,7 @@ class OutputFolder:
     # Checks before anything runs -----------------------------------------------------------
     def check(self) -> OutputFolder:
         """Refuse a target this run may not write (see the module docstring)."""
+        _ACTIVE.note = None  # a note of an earlier command in this process no longer applies
         target, opt = self.target, self.option
         if target.exists() and not target.is_dir():
             raise ConfigError(f"{opt} {self.given} is a file; pass a folder (new or empty).")
