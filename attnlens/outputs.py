@@ -189,6 +189,7 @@ class OutputFolder:
         self._created_parents: list[Path] = []
         self._checked = False
         self._same_run_in_target = False
+        self._partial_progress = self._complete_target = False
 
     # Where things are ----------------------------------------------------------------------
     @property
@@ -199,7 +200,8 @@ class OutputFolder:
     def saved_manifest(self) -> dict | None:
         """The manifest of the run this folder would continue: the partial one, else a
         complete one in the target; None when there is none."""
-        for folder in (self.partial, self.target):
+        folders = [self.partial, self.target] if self._partial_progress else [self.target]
+        for folder in folders:
             path = folder / MANIFEST_FILE
             if path.is_file():
                 try:
@@ -213,13 +215,13 @@ class OutputFolder:
 
     @property
     def resumes_partial(self) -> bool:
-        return self.resume and self.partial.is_dir()
+        """The work folder starts with an earlier run's results (set by ``check``)."""
+        return self.resume and (self._partial_progress or self._complete_target)
 
     @property
     def resumes_complete(self) -> bool:
         """--resume given on a folder that already holds this run, complete."""
-        manifest = None if self.resumes_partial else self._target_manifest()
-        return self.resume and bool(manifest and manifest.get("complete"))
+        return self._complete_target
 
     def _target_manifest(self) -> dict | None:
         path = self.target / MANIFEST_FILE
@@ -239,7 +241,11 @@ class OutputFolder:
             raise ConfigError(f"{opt} {self.given} is a file; pass a folder (new or empty).")
         self._check_protected()
         self._check_writable_parent()
-        has_partial = self.resumable and self.partial.is_dir()
+        # A partial folder without progress (killed before its first result) is not a run.
+        has_partial = self._partial_progress = (
+            self.resumable and self.partial.is_dir() and self.has_progress(self.partial))
+        manifest = self._target_manifest() if self.resume and not has_partial else None
+        self._complete_target = bool(manifest and manifest.get("complete"))
         if has_partial and not self.resume and not self.force:
             raise ConfigError(
                 f"an interrupted run is in {self.partial}; add --resume to continue it, or "
@@ -308,7 +314,7 @@ class OutputFolder:
         if saved is not None:
             differences = manifest_differences(saved, current)
             if differences:
-                where = self.partial if self.partial.is_dir() else self.given
+                where = self.partial if self._partial_progress else self.given
                 raise ConfigError(
                     f"--resume refused: {'; '.join(differences)} since the run in {where}; "
                     "rerun with the same inputs and options, or add --force without --resume "
@@ -343,9 +349,9 @@ class OutputFolder:
         self._make_parents()
         if self.resumable:
             partial = self.partial
-            if partial.is_dir() and not self.resume:
-                shutil.rmtree(partial)  # --force: start over
-            if self.resume and not partial.is_dir() and self.resumes_complete:
+            if partial.is_dir() and not (self.resume and self._partial_progress):
+                shutil.rmtree(partial)  # --force, or a folder without progress: start over
+            if self._complete_target:
                 shutil.copytree(self.target, partial, symlinks=True)
             partial.mkdir(exist_ok=True)
             work = partial

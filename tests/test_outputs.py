@@ -305,3 +305,17 @@ def test_export_never_replaces_the_source_model(tmp_path, overwrite):
         with pytest.raises(ConfigError, match="the source model"):
             export_hf(model, target, overwrite=overwrite)
     assert _files(tmp_path / "src") == before
+
+
+def test_a_partial_folder_without_progress_is_not_a_run(tmp_path):
+    """Killed before its first result: only the manifest was written; the next run starts
+    over without asking for --resume or --force."""
+    partial = tmp_path / ".run.partial"
+    partial.mkdir()
+    (partial / MANIFEST_FILE).write_text('{"command": "old"}')
+    folder = OutputFolder(tmp_path / "run", resumable=True).check()
+    folder.verify_manifest({"command": "new"})
+    with folder.writing({"command": "new"}) as work:
+        (work / "t.csv").write_text("x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    assert '"command": "new"' in (tmp_path / "run" / MANIFEST_FILE).read_text()
