@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.setup-stamp
 TORCH := torch==2.13.0
 
-.PHONY: setup demo test test-kernels lint clean-venv
+.PHONY: setup demo test test-kernels lint clean-venv browser sample-report screenshots
 
 setup: $(STAMP)
 
@@ -25,19 +25,47 @@ demo: setup
 lint: setup
 	$(BIN)/ruff check .
 
-test: setup
+test: setup browser
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
 
-# Float-sensitive tests (parity, export, pruning equivalence) under each CPU kernel set the
-# CPU supports: fp32 summation order differs between them.
-KERNEL_TESTS := tests/test_parity_*.py tests/test_export.py tests/test_pruning.py tests/test_loaders.py
+# Headless Chromium for tests/test_browser.py: installed with apt when this is root on a
+# Debian/Ubuntu machine and it is missing (quick when present). Elsewhere the browser tests
+# skip with the reason, except under CI=true, where they fail.
+browser:
+	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing chromium and chromium-driver (apt)"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    chromium chromium-driver >/dev/null) || echo "could not install chromium: browser tests will skip"; \
+	else echo "no chromium and cannot install it (needs root and apt): browser tests will skip"; fi
+
+# The sample report in reports/minilm (embedded model, embedded sample treebank, the
+# STS-B pruning run of reports/prune attached) and the README's screenshots.
+SAMPLE_VIEW_TEXT := The keeper climbed the stairs because the old lamp at the top had to be lit before dark.
+sample-report: setup
+	rm -rf reports/minilm
+	$(BIN)/attnlens analyze --out reports/minilm --prune reports/prune --quiet
+	$(BIN)/attnlens view "$(SAMPLE_VIEW_TEXT)" --out reports/minilm/viewer.html --layer 2 --heads 0,8
+
+screenshots: setup browser
+	$(BIN)/python docs/img/screenshots.py reports/minilm docs/img
+
+# Float-sensitive tests (parity, export, pruning equivalence, and the tests whose measured
+# differences move between kernel sets: model padding, spectrum, metrics, MiniLM pruning, STS)
+# under each CPU kernel set the CPU supports: fp32 summation order differs between them.
+# MKL_CBWR switches MKL's BLAS/LAPACK code path the same way (COMPATIBLE: the generic one).
+KERNEL_TESTS := tests/test_parity_*.py tests/test_export.py tests/test_pruning.py \
+	tests/test_loaders.py tests/test_model.py tests/test_spectrum.py tests/test_metrics_prune.py \
+	tests/test_pruning_minilm.py tests/test_sts.py tests/test_sample_report_regression.py
 test-kernels: setup
 	@for cap in default avx2; do \
 	  if [ "$$cap" = avx2 ] && ! grep -qw avx2 /proc/cpuinfo; then \
 	    echo "skipping ATEN_CPU_CAPABILITY=avx2: this CPU lacks AVX2"; continue; fi; \
-	  echo "ATEN_CPU_CAPABILITY=$$cap"; \
-	  ATEN_CPU_CAPABILITY=$$cap $(BIN)/pytest -q -p no:cacheprovider $(KERNEL_TESTS) || exit 1; \
+	  if [ "$$cap" = avx2 ]; then cbwr=AVX2; else cbwr=COMPATIBLE; fi; \
+	  echo "ATEN_CPU_CAPABILITY=$$cap MKL_CBWR=$$cbwr"; \
+	  ATEN_CPU_CAPABILITY=$$cap MKL_CBWR=$$cbwr $(BIN)/pytest -q -p no:cacheprovider $(KERNEL_TESTS) \
+	    || exit 1; \
 	done
 
 clean-venv:

@@ -16,99 +16,28 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from attnlens.errors import ConfigError
-from attnlens.outputs import CHECKPOINT_DIR, active_folder, atomic_write_bytes, atomic_write_json
+from attnlens.io import atomic_write_bytes, atomic_write_json
+from attnlens.outputs import CHECKPOINT_DIR, active_folder
 
 LATEST = "latest.json"
-_MARK = "__attnlens__"  # key of an encoded non-JSON value
-
-
 # State <-> (JSON, tensors) -------------------------------------------------------------------
-class _Encoder:
-    """Turns a ``state_dict()`` into JSON plus a flat dict of tensors, and back."""
-
-    def __init__(self) -> None:
-        self.tensors: dict[str, Any] = {}
-
-    def encode(self, value: Any, where: str) -> Any:
-        import numpy as np
-        import torch
-
-        if isinstance(value, torch.Tensor):
-            key = f"t{len(self.tensors)}"
-            self.tensors[key] = value.detach().to("cpu").contiguous().clone()
-            return {_MARK: "tensor", "key": key}
-        if isinstance(value, np.ndarray):
-            key = f"t{len(self.tensors)}"
-            self.tensors[key] = torch.from_numpy(np.ascontiguousarray(value).copy())
-            return {_MARK: "ndarray", "key": key}
-        if isinstance(value, np.generic):
-            return {_MARK: "numpy", "dtype": str(value.dtype), "value": value.item()}
-        if isinstance(value, Counter):
-            items = [[self.encode(k, where), self.encode(v, where)] for k, v in value.items()]
-            return {_MARK: "counter", "items": items}
-        if isinstance(value, dict):
-            if all(isinstance(k, str) and k != _MARK for k in value):
-                return {k: self.encode(v, f"{where}[{k!r}]") for k, v in value.items()}
-            items = [[self.encode(k, where), self.encode(v, f"{where}[{k!r}]")]
-                     for k, v in value.items()]
-            return {_MARK: "dict", "items": items}
-        if isinstance(value, tuple):
-            return {_MARK: "tuple", "items": [self.encode(v, where) for v in value]}
-        if isinstance(value, (set, frozenset)):
-            return {_MARK: "set", "items": [self.encode(v, where) for v in value]}
-        if isinstance(value, list):
-            return [self.encode(v, where) for v in value]
-        if value is None or isinstance(value, (bool, int, float, str)):
-            return value
-        raise ConfigError(f"cannot checkpoint {where}: a {type(value).__name__} is not plain "
-                          "data (tensors, numbers, strings, lists, dicts, Counters).")
-
-    def decode(self, value: Any) -> Any:
-        import numpy as np
-
-        if isinstance(value, list):
-            return [self.decode(v) for v in value]
-        if not isinstance(value, dict):
-            return value
-        kind = value.get(_MARK)
-        if kind is None:
-            return {k: self.decode(v) for k, v in value.items()}
-        if kind == "tensor":
-            return self.tensors[value["key"]]
-        if kind == "ndarray":
-            return self.tensors[value["key"]].numpy()
-        if kind == "numpy":
-            return np.dtype(value["dtype"]).type(value["value"])
-        items = value["items"]
-        if kind == "counter":
-            return Counter({self.decode(k): self.decode(v) for k, v in items})
-        if kind == "dict":
-            return {self.decode(k): self.decode(v) for k, v in items}
-        if kind == "tuple":
-            return tuple(self.decode(v) for v in items)
-        if kind == "set":
-            return {self.decode(v) for v in items}
-        raise ConfigError(f"unknown value kind {kind!r} in a checkpoint; it is damaged.")
-
-
 def encode_states(states: Sequence[dict]) -> tuple[bytes, dict[str, Any]]:
-    """(JSON bytes, tensors) for a list of ``state_dict()``s."""
-    encoder = _Encoder()
-    encoded = [encoder.encode(s, s.get("analyzer", "analyzer")) for s in states]
-    text = json.dumps(encoded, sort_keys=True, allow_nan=True)
-    return text.encode("utf-8"), encoder.tensors
+    """(JSON bytes, tensors) for a list of ``state_dict()``s (``analysis.state.split_state``)."""
+    from attnlens.analysis.state import split_state
+
+    tensors, skeleton = split_state(list(states))
+    return json.dumps(skeleton, sort_keys=True, allow_nan=True).encode("utf-8"), tensors
 
 
 def decode_states(data: bytes, tensors: dict[str, Any]) -> list[dict]:
-    encoder = _Encoder()
-    encoder.tensors = tensors
-    return [encoder.decode(s) for s in json.loads(data.decode("utf-8"))]
+    from attnlens.analysis.state import join_state
+
+    return join_state(tensors, json.loads(data.decode("utf-8")))
 
 
 # Which analyzers can be checkpointed ----------------------------------------------------------

@@ -47,7 +47,7 @@ def _read_cache() -> dict[str, str]:
 
 
 def _remember(key: str, digest: str) -> None:
-    from attnlens.outputs import atomic_write_json
+    from attnlens.io import atomic_write_json
 
     cache = _read_cache()
     cache[key] = digest
@@ -80,30 +80,11 @@ def input_fingerprint(path: str | os.PathLike) -> dict[str, Any]:
             "sha256": sha256_file(path)}
 
 
-def model_files(folder: Path) -> list[Path]:
-    """The files a model's results depend on: config, the weights read, tokenizer files."""
-    from attnlens.loaders.checkpoint import (
-        TOKENIZER_FILES,
-        pickle_files,
-        safetensors_files,
-    )
-
-    weights = safetensors_files(folder) or pickle_files(folder)
-    indexes = [folder / n for n in ("model.safetensors.index.json",
-                                    "pytorch_model.bin.index.json")]
-    named = [folder / "config.json", *indexes, *(folder / n for n in TOKENIZER_FILES)]
-    return sorted({p for p in [*named, *weights] if p.is_file()})
-
-
-def model_fingerprint(name_or_path: str | os.PathLike | None) -> dict[str, Any]:
-    """``{"name", "path", "files": {name: sha256}, "sha256"}`` of a checkpoint folder."""
-    from attnlens.loaders.checkpoint import resolve_checkpoint
-
-    folder = resolve_checkpoint(name_or_path)
-    files = {p.name: sha256_file(p) for p in model_files(folder)}
-    combined = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
-    name = None if name_or_path is None else str(name_or_path)
-    return {"name": name, "path": str(folder), "files": files, "sha256": combined}
+def files_fingerprint(files: list[Path]) -> dict[str, Any]:
+    """``{"files": {name: sha256}, "sha256": combined}`` of a set of files (one folder)."""
+    digests = {p.name: sha256_file(p) for p in files}
+    combined = hashlib.sha256(json.dumps(digests, sort_keys=True).encode()).hexdigest()
+    return {"files": digests, "sha256": combined}
 
 
 # Manifests ----------------------------------------------------------------------------------
@@ -123,17 +104,17 @@ def build_manifest(
     command: str,
     options: dict[str, Any],
     inputs: dict[str, str | os.PathLike | None] | None = None,
-    model: str | os.PathLike | bool | None = False,
+    model: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The record of a run: command, every option, input hashes and the model's hash.
 
-    ``inputs`` maps an option name to a file (None: not given); ``model`` is the model
-    argument (None: the embedded model; False: the command uses no model).
+    ``inputs`` maps an option name to a file (None: not given); ``model`` is the model's
+    fingerprint (``loaders.checkpoint.checkpoint_fingerprint``; None: the command uses none).
     """
     from attnlens import __version__
 
     inputs = {k: v for k, v in (inputs or {}).items() if v is not None}
-    skip = set(inputs) | ({"model"} if model is not False else set())
+    skip = set(inputs) | ({"model"} if model else set())
     return {
         "attnlens_manifest": MANIFEST_VERSION,
         "attnlens_version": __version__,
@@ -141,7 +122,7 @@ def build_manifest(
         "options": {k: _jsonable(v) for k, v in sorted(options.items())
                     if k not in NOT_COMPARED and k not in skip},
         "inputs": {k: input_fingerprint(v) for k, v in sorted(inputs.items())},
-        "model": None if model is False else model_fingerprint(model),
+        "model": model or None,
     }
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import shutil
 import tempfile
@@ -30,9 +29,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from attnlens.errors import AttnlensError, ConfigError
+from attnlens.io import atomic_write_json
 
 MANIFEST_FILE = "manifest.json"
 CHECKPOINT_DIR = "checkpoint"
@@ -40,7 +39,7 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
-# Atomic files -------------------------------------------------------------------------------
+# Durable renames ----------------------------------------------------------------------------
 def _fsync_dir(path: Path) -> None:
     """Make a rename inside ``path`` durable (a no-op where directories cannot be opened)."""
     try:
@@ -53,59 +52,6 @@ def _fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to a temporary file beside ``path``, flush it to disk, rename it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600 files
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    return atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_json(path: str | os.PathLike, value: Any) -> Path:
-    """JSON with sorted keys and a final newline (the same value gives the same bytes)."""
-    return atomic_write_text(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
-
-
-# Names made from data -----------------------------------------------------------------------
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-_DOTS = re.compile(r"[._]{2,}")
-
-
-def safe_filename(text: str, fallback: str = "item", max_length: int = 100) -> str:
-    """A file name made from data (a relation, a model name) that stays in its folder.
-
-    Anything but ASCII letters, digits, ``.``, ``_`` and ``-`` becomes ``_`` (so ``/`` and
-    ``\\`` cannot make a path), runs of dots and underscores become one ``_`` (no ``..``),
-    and leading or trailing ``.``/``_``/``-`` go (no hidden files): ``../../x`` -> ``x``.
-    """
-    name = _DOTS.sub("_", _UNSAFE.sub("_", str(text))).strip("._-")[:max_length].strip("._-")
-    return name or fallback
-
-
-def path_inside(folder: str | os.PathLike, name: str) -> Path:
-    """``folder / name``, refused when it would leave ``folder`` (``..``, absolute paths)."""
-    base = Path(folder).resolve()
-    path = (base / name).resolve()
-    if path == base or base not in path.parents:
-        raise ConfigError(f"file name {name!r} would be written outside {folder}; "
-                          "names made from data must be plain file names.")
-    return path
 
 
 # Publishing ---------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import matplotlib
 
 matplotlib.use("Agg")  # no screen needed; notebooks still display returned Figures
@@ -264,5 +266,189 @@ def shared_subspace_curves(curve: pd.DataFrame, d_model: int, title: str) -> Fig
     axes[0].set_ylabel("cumulative energy (sum s^2)", fontsize=8)
     axes[0].legend(fontsize=6, loc="lower right")
     fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+# Head roles, behaviour classes and head clustering (attnlens.analysis.roles, behaviour,
+# clustering) -------------------------------------------------------------------------------
+
+ROLE_COLORS = {
+    "none": "#f0f0f0",
+    "positional": "#6baed6",
+    "syntactic": "#fd8d3c",
+    "rare-word": "#74c476",
+    "several": "#9e9ac8",
+}
+_ROLE_NAMES = ("positional", "syntactic", "rare-word")
+
+
+def _role_category(roles: str) -> str:
+    found = [r for r in _ROLE_NAMES if r in roles.split("; ")]
+    return "none" if not found else found[0] if len(found) == 1 else "several"
+
+
+def _role_label(row) -> str:
+    parts = []
+    if "positional" in row.roles:
+        parts.append(f"P{row.best_offset:+d}")
+    if "syntactic" in row.roles:
+        parts.append(f"S{row.n_relations}")
+    if "rare-word" in row.roles:
+        parts.append("R")
+    return "\n".join(parts)
+
+
+def role_map_figure(head_roles: pd.DataFrame, title: str = "Head roles") -> Figure:
+    """Layer x head map of a ``head_roles`` table: colour = role (or "several"); text P±k
+    offset, Sn = syntactic for n relations, R = rare-word. Heads absent from the table
+    (removed by structural pruning) stay white."""
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    names = list(ROLE_COLORS)
+    n_layers = int(head_roles["layer"].max()) + 1
+    n_heads = int(head_roles["head"].max()) + 1
+    grid = np.full((n_layers, n_heads), np.nan)
+    labels = [["" for _ in range(n_heads)] for _ in range(n_layers)]
+    for row in head_roles.itertuples():
+        grid[row.layer, row.head] = names.index(_role_category(row.roles))
+        labels[row.layer][row.head] = _role_label(row)
+    cmap = ListedColormap(list(ROLE_COLORS.values())).with_extremes(bad="white")
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.6 * n_heads + 2.5), max(2.5, 0.5 * n_layers + 1)))
+    ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0, vmax=len(names) - 1,
+              aspect="auto")
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            ax.text(head, layer, labels[layer][head], ha="center", va="center", fontsize=6)
+    ax.set_xticks(range(n_heads))
+    ax.set_yticks(range(n_layers))
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.set_title(title)
+    ax.legend(handles=[Patch(color=c, label=n) for n, c in ROLE_COLORS.items()],
+              bbox_to_anchor=(1.02, 1), loc="upper left", fontsize=7, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def relation_heatmaps(
+    syntactic_accuracy: pd.DataFrame, direction: str, max_relations: int = 24
+) -> Figure:
+    """Small multiples: one layer x head accuracy heatmap per relation for ``direction``;
+    a dot marks the heads that are syntactic for that relation (tested role)."""
+
+    rows = syntactic_accuracy[syntactic_accuracy["direction"] == direction]
+    relations = list(dict.fromkeys(rows["relation"]))[:max_relations]
+    cols = min(4, max(1, len(relations)))
+    n_rows = max(1, math.ceil(len(relations) / cols))
+    fig, axes = plt.subplots(n_rows, cols, figsize=(3.0 * cols + 1, 2.4 * n_rows), squeeze=False)
+    for ax in axes.flat:
+        ax.set_axis_off()
+    image = None
+    for ax, relation in zip(axes.flat, relations, strict=False):
+        sub = rows[rows["relation"] == relation]
+        grid = layer_head_grid(sub, value="accuracy")
+        ax.set_axis_on()
+        image = ax.imshow(grid, cmap="viridis", vmin=0, vmax=1, aspect="auto")
+        if "syntactic" in sub:
+            marked = sub[sub["syntactic"].astype(bool)]
+            ax.scatter(marked["head"], marked["layer"], s=6, c="red", marker="o")
+        base = float(sub["baseline"].iloc[0])
+        ax.set_title(f"{relation} (n={int(sub['examples'].iloc[0])}, base {base:.2f})", fontsize=8)
+        ax.set_xticks(range(grid.shape[1]))
+        ax.set_yticks(range(grid.shape[0]))
+        ax.tick_params(labelsize=6)
+        ax.set_xlabel("head", fontsize=7)
+        ax.set_ylabel("layer", fontsize=7)
+    fig.suptitle(f"Syntactic accuracy per head (layers and heads from 0), {direction}; "
+                 "red dot: syntactic after correction")
+    fig.tight_layout(rect=(0, 0, 0.92, 1))
+    if image is not None:  # one shared colour scale, 0..1
+        fig.colorbar(image, cax=fig.add_axes((0.93, 0.15, 0.015, 0.7)), label="accuracy")
+    return fig
+
+
+def behaviour_figure(behaviour: pd.DataFrame, title: str = "Attention behaviour") -> Figure:
+    """Three layer x head panels of a ``head_behaviour`` table: vertical, diagonal, broad."""
+    measures = ("vertical", "diagonal", "broad")
+    first = layer_head_grid(behaviour, value=measures[0])
+    n_layers, n_heads = first.shape
+    fig, axes = plt.subplots(1, 3, figsize=(3 * max(3.0, 0.4 * n_heads + 1.2),
+                                            max(2.4, 0.4 * n_layers + 1.2)), squeeze=False)
+    image = None
+    for ax, measure in zip(axes[0], measures, strict=True):
+        grid = layer_head_grid(behaviour, value=measure)
+        image = ax.imshow(grid, cmap="magma", vmin=0, vmax=1, aspect="auto")
+        ax.set_title(measure, fontsize=9)
+        ax.set_xticks(range(n_heads))
+        ax.set_yticks(range(n_layers))
+        ax.tick_params(labelsize=6)
+        ax.set_xlabel("head", fontsize=7)
+        ax.set_ylabel("layer", fontsize=7)
+        if n_heads * n_layers <= 400:
+            for layer in range(n_layers):
+                for head in range(n_heads):
+                    v = grid[layer, head]
+                    if np.isfinite(v):
+                        ax.text(head, layer, f"{100 * v:.0f}", ha="center", va="center",
+                                fontsize=5, color="white" if v < 0.5 else "black")
+    fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0, 0.93, 1))
+    if image is not None:
+        fig.colorbar(image, cax=fig.add_axes((0.94, 0.15, 0.012, 0.7)), label="share")
+    return fig
+
+
+def head_embedding_figure(
+    embedding: pd.DataFrame, title: str = "Heads embedded by attention distance (MDS)"
+) -> Figure:
+    """Two scatter panels of a ``head_embedding`` table (x, y per head): coloured by layer
+    and by role (column ``roles``); each point labelled layer-head."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.8), squeeze=False)
+    by_layer, by_role = axes[0]
+    points = by_layer.scatter(embedding["x"], embedding["y"], c=embedding["layer"],
+                              cmap="viridis", s=28)
+    fig.colorbar(points, ax=by_layer, label="layer")
+    categories = [_role_category(r) for r in embedding.get("roles", ["none"] * len(embedding))]
+    colors = [ROLE_COLORS[c] for c in categories]
+    by_role.scatter(embedding["x"], embedding["y"], c=colors, s=28, edgecolors="#555555",
+                    linewidths=0.4)
+    from matplotlib.patches import Patch
+
+    by_role.legend(handles=[Patch(color=ROLE_COLORS[c], label=c) for c in ROLE_COLORS],
+                   fontsize=7, frameon=False, loc="best")
+    for ax, name in ((by_layer, "coloured by layer"), (by_role, "coloured by tested role")):
+        for row in embedding.itertuples():
+            ax.annotate(f"{row.layer}-{row.head}", (row.x, row.y), fontsize=5,
+                        xytext=(2, 2), textcoords="offset points")
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("MDS 1")
+        ax.set_ylabel("MDS 2")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def head_distance_figure(distances: pd.DataFrame, title: str = "Mean JS divergence") -> Figure:
+    """Heatmap of a ``head_distances`` table (one row per head pair), heads ordered by layer."""
+    keys = sorted(set(zip(distances["layer_a"], distances["head_a"], strict=True))
+                  | set(zip(distances["layer_b"], distances["head_b"], strict=True)))
+    index = {k: i for i, k in enumerate(keys)}
+    grid = np.zeros((len(keys), len(keys)))  # a head's divergence from itself is 0
+    for row in distances.itertuples():
+        a, b = index[(row.layer_a, row.head_a)], index[(row.layer_b, row.head_b)]
+        grid[a, b] = grid[b, a] = row.js_divergence
+    size = max(4.0, min(12.0, 0.12 * len(keys) + 2))
+    fig, ax = plt.subplots(figsize=(size + 1, size))
+    image = ax.imshow(grid, cmap="viridis", aspect="equal")
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="nats")
+    step = max(1, len(keys) // 24)
+    ticks = list(range(0, len(keys), step))
+    ax.set_xticks(ticks)
+    ax.set_yticks(ticks)
+    ax.set_xticklabels([f"{keys[i][0]}-{keys[i][1]}" for i in ticks], rotation=90, fontsize=6)
+    ax.set_yticklabels([f"{keys[i][0]}-{keys[i][1]}" for i in ticks], fontsize=6)
+    ax.set_title(title)
     fig.tight_layout()
     return fig

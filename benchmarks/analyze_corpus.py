@@ -27,7 +27,7 @@ SHARED_UD = Path(__file__).resolve().parents[2] / "shared/data/ud-ewt/en_ewt-ud-
 
 
 def corpus(tokenizer, sentences: int, batch_size: int, max_length: int):
-    from attnlens.data.words import corpus_batches
+    from attnlens.data.corpus import corpus_batches
 
     treebank = str(SHARED_UD) if SHARED_UD.is_file() else None
     batches, name = corpus_batches(

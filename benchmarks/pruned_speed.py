@@ -17,8 +17,8 @@ import time
 import torch
 
 import attnlens
+from attnlens.model.gates import full_mask
 from attnlens.pruning import prune_heads
-from attnlens.pruning.gates import full_mask
 from attnlens.pruning.importance import random_scores
 from attnlens.pruning.loop import select_heads
 

@@ -9,13 +9,9 @@ import signal
 import sys
 
 import typer
+from attnlens.cli.runner import Interrupted
 
 from attnlens.errors import AttnlensError, RunInterrupted
-
-try:  # recent Typer releases vendor their own copy of Click
-    from typer._click import exceptions as click_errors
-except ImportError:  # pragma: no cover (older Typer uses Click itself)
-    from click import exceptions as click_errors
 
 app = typer.Typer(
     name="attnlens",
@@ -34,7 +30,8 @@ def _root() -> None:
 
 # Each module defines register(app). Order = order in `attnlens --help`.
 COMMAND_MODULES = [
-    "analyze", "heads", "spectrum", "asymmetry", "collapse", "prune", "eval", "models",
+    "analyze", "report", "compare", "view", "heads", "spectrum", "asymmetry", "collapse", "prune",
+    "eval", "models",
 ]
 
 for _module in COMMAND_MODULES:
@@ -54,16 +51,16 @@ def _known_error(exc: BaseException) -> str | None:
     return None
 
 
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
+# Click's UsageError (missing, unknown or bad options); typer may vendor click, so it is taken
+# from the class hierarchy of the public typer.BadParameter rather than imported.
+UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 
 
-def _usage_error(exc: click_errors.ClickException) -> str:
-    """Click's usage errors (bad option values, unknown options) as one line with the fix."""
-    message = _one_line(exc.format_message()).rstrip(".")
-    ctx = getattr(exc, "ctx", None)
-    where = ctx.command_path if ctx is not None else "attnlens"
-    return f"{message}; see `{where} --help`."
+def usage_error_line(exc: Exception) -> str:
+    """Click's option-parsing error as one line naming the option and where help is."""
+    message = " ".join(exc.format_message().split())
+    command = exc.ctx.command_path if exc.ctx is not None else "attnlens"
+    return f"{message.rstrip('.')}; see '{command} --help'."
 
 
 def _on_signal(signum: int, frame) -> None:
@@ -73,55 +70,52 @@ def _on_signal(signum: int, frame) -> None:
     raise RunInterrupted(signal.Signals(signum).name)
 
 
-def _interrupted_message() -> str:
+def interrupted_message(args: list[str]) -> str:
     """One line: what the interrupted run kept, and the exact command to resume or rerun."""
     outputs = sys.modules.get("attnlens.outputs")
     note = outputs.interrupt_note() if outputs is not None else None
-    args = sys.argv[1:]
     if note and note.startswith("kept"):
         again = shlex.join(["attnlens", *args, *([] if "--resume" in args else ["--resume"])])
         return f"Interrupted: {note}; resume with: {again}"
     return f"Interrupted: {note or 'nothing was written'}; rerun with: " + shlex.join(
-        ["attnlens", *args]
-    )
+        ["attnlens", *args])
 
 
-def main() -> None:
-    """Entry point: runs the app; known failures become one line on stderr and exit 1.
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: runs the app; every failure a user can cause becomes one line on stderr
+    starting with ``Error:`` and exit status 1, without a traceback.
 
-    Typer's standalone mode turns a KeyboardInterrupt into a silent exit 130 before any
-    handler of ours can run, so the app runs with ``standalone_mode=False`` and SIGINT and
-    SIGTERM raise ``RunInterrupted`` (not an ``Exception``: no library ``except`` swallows
-    it); the message says what was kept and how to resume.
+    Ctrl-C and SIGTERM raise ``RunInterrupted`` (a ``BaseException`` that is not a
+    ``KeyboardInterrupt``, which Click would turn into a bare abort and library code might
+    swallow): the line then says what the run kept and the command that resumes it; exit
+    status 130 (143 for SIGTERM).
     """
-    signal.signal(signal.SIGINT, _on_signal)
-    signal.signal(signal.SIGTERM, _on_signal)
+    args = sys.argv[1:] if argv is None else list(argv)
+    previous = signal.signal(signal.SIGINT, _on_signal), signal.signal(signal.SIGTERM, _on_signal)
     try:
-        code = app(prog_name="attnlens", standalone_mode=False)
+        code = app(prog_name="attnlens", args=args, standalone_mode=False)
+    except UsageError as exc:  # missing/unknown option, bad value, out of range
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `attnlens` or group: its help
+            typer.echo(exc.ctx.get_help())
+            sys.exit(0)
+        print(f"Error: {usage_error_line(exc)}", file=sys.stderr)
+        code = 1
     except RunInterrupted as exc:
-        print(_interrupted_message(), file=sys.stderr)
-        sys.exit(143 if exc.signal_name == "SIGTERM" else 130)
-    except KeyboardInterrupt:
-        print(_interrupted_message(), file=sys.stderr)
-        sys.exit(130)
-    except click_errors.NoArgsIsHelpError as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except click_errors.ClickException as exc:
-        if os.environ.get("ATTNLENS_DEBUG"):
-            raise
-        print(f"Error: {_usage_error(exc)}", file=sys.stderr)
-        sys.exit(1)
-    except typer.Abort:
-        print("Error: aborted.", file=sys.stderr)
-        sys.exit(1)
+        print(interrupted_message(args), file=sys.stderr)
+        code = 143 if exc.signal_name == "SIGTERM" else 130
+    except (KeyboardInterrupt, typer.Abort, Interrupted):
+        print(interrupted_message(args), file=sys.stderr)
+        code = 130
     except Exception as exc:
         message = _known_error(exc)
         if message is None or os.environ.get("ATTNLENS_DEBUG"):
             raise
-        print(f"Error: {_one_line(message)}", file=sys.stderr)
-        sys.exit(1)
-    sys.exit(code if isinstance(code, int) else 0)
+        print(f"Error: {' '.join(message.split())}", file=sys.stderr)
+        code = 1
+    finally:
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])
+    sys.exit(code or 0)
 
 
 if __name__ == "__main__":

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
-
 import typer
-from attnlens.cli import options as opt
-from rich.console import Console
-
-console = Console(stderr=True)
+from attnlens.cli.analyze import DEFAULT_OUT
+from attnlens.cli.runner import CommandRun, command
 
 ALL_VARIANTS = "san,san+skip,san+mlp,san+ln,full"
 
@@ -40,8 +35,29 @@ MaxSentencesOpt = typer.Option(
 )
 
 
+def _synthetic(run: CommandRun, variants: list[str], given: dict[str, float]) -> None:
+    """Random stacks per variant: residual against depth over seeds, decay fits."""
+    from attnlens.errors import ConfigError
+
+    if run.model.name is not None or run.corpus.given:
+        raise ConfigError("--synthetic builds random stacks; drop MODEL, --text, --treebank, "
+                          "--paths and --max-sentences.")
+    from attnlens.analysis.synthetic import SyntheticSpec, run_synthetic
+    from attnlens.device import resolve_device
+    from attnlens.report.collapse_section import write_synthetic_collapse
+
+    spec = SyntheticSpec(**given)
+    tables = run_synthetic(spec, variants, device=resolve_device(run.model.device),
+                           show_progress=run.show_progress)
+    with run.writing() as work:
+        output = write_synthetic_collapse(tables, work, run.output.formats)
+    typer.echo(output.summary)
+    run.note(f"wrote {len(output.tables)} tables and {len(output.figures)} figures to "
+             f"{run.output.folder}/")
+
+
 def collapse(
-    model: opt.OptionalStr = opt.ModelArg,
+    run: CommandRun,
     synthetic: bool = SyntheticOpt,
     variants: str = VariantsOpt,
     depth: int | None = DepthOpt,
@@ -52,16 +68,6 @@ def collapse(
     qk_gain: float | None = QKGainOpt,
     paths: int | None = PathsOpt,
     max_sentences: int | None = MaxSentencesOpt,
-    text: opt.OptionalPath = opt.TextOpt,
-    out: Path = opt.OutOpt,
-    batch_size: int = opt.BatchSizeOpt,
-    max_length: int = opt.MaxLengthOpt,
-    device: str = opt.DeviceOpt,
-    dtype: str = opt.DtypeOpt,
-    allow_pickle: bool = opt.AllowPickleOpt,
-    fmt: str = opt.FormatOpt,
-    quiet: bool = opt.QuietOpt,
-    force: bool = opt.ForceOpt,
 ) -> None:
     """How fast token representations collapse towards rank one with depth (Dong et al. 2021).
 
@@ -71,65 +77,28 @@ def collapse(
 
     Variants: san (pure attention), san+skip, san+mlp, san+ln, full (the unmodified block).
     """
-    from attnlens.cli.outputs import prepare_output
-
-    from attnlens.analysis.collapse import parse_variants
+    from attnlens.analysis.variants import parse_variants
     from attnlens.errors import ConfigError
 
-    formats = opt.figure_formats(fmt)
     chosen = parse_variants(variants)
-    synthetic_opts = {"--depth": depth, "--seeds": seeds, "--width": width, "--heads": heads,
-                      "--tokens": tokens, "--qk-gain": qk_gain}
-    start = time.perf_counter()
+    synthetic_opts = {"depth": depth, "seeds": seeds, "width": width, "heads": heads,
+                      "tokens": tokens, "qk_gain": qk_gain}
+    given = {k: v for k, v in synthetic_opts.items() if v is not None}
     if synthetic:
-        if model is not None or text is not None or paths is not None or max_sentences:
-            raise ConfigError(
-                "--synthetic builds random stacks; drop MODEL, --text, --paths and "
-                "--max-sentences."
-            )
-        from attnlens.analysis.synthetic import SyntheticSpec, run_synthetic
-        from attnlens.device import resolve_device
-        from attnlens.report.collapse_section import write_synthetic_collapse
+        if paths is not None or max_sentences is not None:
+            raise ConfigError("--synthetic builds random stacks; drop MODEL, --text, "
+                              "--treebank, --paths and --max-sentences.")
+        return _synthetic(run, chosen, given)
+    if given:
+        used = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise ConfigError(f"{used} only apply to --synthetic stacks; a pretrained model's "
+                          "depth and widths are its own.")
+    from attnlens.report.collapse_section import CollapseSection
 
-        given = {k.lstrip("-").replace("-", "_"): v for k, v in synthetic_opts.items()
-                 if v is not None}
-        spec = SyntheticSpec(**given)
-        folder, _ = prepare_output(out, force=force, model=False)
-        tables = run_synthetic(spec, chosen, device=resolve_device(device),
-                               show_progress=not quiet)
-        with folder.writing() as work:
-            output = write_synthetic_collapse(tables, work, formats)
-    else:
-        used = [name for name, value in synthetic_opts.items() if value is not None]
-        if used:
-            raise ConfigError(
-                f"{', '.join(used)} only apply to --synthetic stacks; a pretrained model's "
-                "depth and widths are its own."
-            )
-        from attnlens.analysis.collapse import VariantCollapse, collapse_dtype
-        from attnlens.analysis.paths import PathCollapse
-        from attnlens.analysis.runner import run_analyzers
-        from attnlens.data.text import read_text_file, sample_sentences, text_batches
-        from attnlens.loaders import load
-        from attnlens.report.collapse_section import write_pretrained_collapse
-
-        texts = read_text_file(text) if text else sample_sentences()
-        folder, _ = prepare_output(out, force=force, inputs={"text": text}, model=model)
-        model_obj, tokenizer = load(model, device=device, dtype=dtype, allow_pickle=allow_pickle)
-        batches = text_batches(tokenizer, texts, batch_size=batch_size, max_length=max_length)
-        analyzers = [
-            VariantCollapse(model_obj, chosen, dtype=collapse_dtype(model_obj),
-                            max_sentences=max_sentences),
-            PathCollapse.for_model(model_obj, n_paths=32 if paths is None else paths),
-        ]
-        run_analyzers(model_obj, batches, analyzers, total=len(texts), show_progress=not quiet,
-                      description="collapse")
-        with folder.writing() as work:
-            output = write_pretrained_collapse(*analyzers, work, formats)
-    console.print(output.summary)
-    console.print(f"wrote {len(output.tables)} tables and {len(output.figures)} figures to "
-                  f"{out}/ in {time.perf_counter() - start:.1f} s")
+    section = CollapseSection(variants=chosen, n_paths=32 if paths is None else paths,
+                              per_batch=None, max_sentences=max_sentences, path_sentences=None)
+    run.write_report([section])
 
 
 def register(app: typer.Typer) -> None:
-    app.command("collapse")(collapse)
+    command(app, "collapse", corpus=True, out=DEFAULT_OUT)(collapse)

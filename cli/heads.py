@@ -5,20 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from attnlens.cli import options as opt
-from rich.console import Console
+from attnlens.cli.analyze import DEFAULT_OUT
+from attnlens.cli.runner import CommandRun, command
 
-console = Console(stderr=True)
-
-ParseOpt = typer.Option(
-    False, "--parse", help="Dependency-parse the --text file with spaCy (optional extra)."
-)
 PositionalThresholdOpt = typer.Option(
     0.9, "--positional-threshold", min=0.0, max=1.0,
     help="Share of tokens one offset must win for a positional head.",
 )
 MinExamplesOpt = typer.Option(
-    20, "--min-examples", min=1, help="Arcs a relation needs to be reported."
+    100, "--min-examples", min=1,
+    help="Arcs a relation needs to be reported and tested (see docs/heads.md: power).",
 )
 MarginOpt = typer.Option(
     0.10, "--margin", min=0.0, max=1.0,
@@ -36,62 +32,85 @@ RarityCorpusOpt = typer.Option(
 BaseRelationsOpt = typer.Option(
     False, "--base-relations", help="Merge subtypes (nmod:poss -> nmod)."
 )
+BootstrapOpt = typer.Option(
+    1000, "--bootstrap", min=0,
+    help="Bootstrap replicates over sentences for intervals and role tests (0: off).",
+)
+SeedOpt = typer.Option(0, "--seed", help="Seed of the bootstrap and of the held-out split.")
+AlphaOpt = typer.Option(
+    0.05, "--alpha", min=0.0, max=1.0,
+    help="False discovery rate (bh) or family-wise error (holm) of each family of role tests.",
+)
+CorrectionOpt = typer.Option(
+    "bh", "--correction", help="Multiple-testing correction: bh (Benjamini-Hochberg) or holm."
+)
+PoolingOpt = typer.Option(
+    "token", "--pooling",
+    help="token: every arc/token/word counts the same (Clark et al.); sentence: per-sentence "
+    "shares averaged.",
+)
+RareSelfOpt = typer.Option(
+    "include", "--rare-self",
+    help="Whether the attending word itself competes for its row's maximum: include|exclude.",
+)
+SelectOnOpt = typer.Option(
+    None, "--select-on",
+    help="CoNLL-U treebank on which each relation's best head is chosen (reported on the "
+    "analysed corpus). Default: a seeded half of the analysed sentences.",
+    show_default=False,
+)
+SelectFractionOpt = typer.Option(
+    0.5, "--select-fraction", min=0.0, max=1.0,
+    help="Without --select-on: share of the sentences that choose the best heads.",
+)
+ClustersOpt = typer.Option(
+    True, "--clusters/--no-clusters",
+    help="Jensen-Shannon distances between every pair of heads and their MDS embedding.",
+)
 
 
 def heads(
-    model: opt.OptionalStr = opt.ModelArg,
-    treebank: opt.OptionalPath = opt.TreebankOpt,
-    text: opt.OptionalPath = opt.TextOpt,
-    parse: bool = ParseOpt,
-    out: Path = opt.OutOpt,
-    batch_size: int = opt.BatchSizeOpt,
-    max_length: int = opt.MaxLengthOpt,
-    device: str = opt.DeviceOpt,
-    dtype: str = opt.DtypeOpt,
-    allow_pickle: bool = opt.AllowPickleOpt,
+    run: CommandRun,
     positional_threshold: float = PositionalThresholdOpt,
     min_examples: int = MinExamplesOpt,
     margin: float = MarginOpt,
     rare_threshold: float = RareThresholdOpt,
-    rarity_corpus: opt.OptionalPath = RarityCorpusOpt,
+    rarity_corpus: Path | None = RarityCorpusOpt,
     base_relations: bool = BaseRelationsOpt,
-    fmt: str = opt.FormatOpt,
-    quiet: bool = opt.QuietOpt,
-    force: bool = opt.ForceOpt,
-    resume: bool = opt.ResumeOpt,
-    checkpoint_every: int | None = opt.CheckpointEveryOpt,
+    bootstrap: int = BootstrapOpt,
+    seed: int = SeedOpt,
+    alpha: float = AlphaOpt,
+    correction: str = CorrectionOpt,
+    pooling: str = PoolingOpt,
+    rare_self: str = RareSelfOpt,
+    select_on: Path | None = SelectOnOpt,
+    select_fraction: float = SelectFractionOpt,
+    clusters: bool = ClustersOpt,
 ) -> None:
     """Find the positional, syntactic and rare-word heads of MODEL (layers/heads from 0).
 
     With --treebank (or the embedded sample): everything. With --text: statistics,
-    positional and rare-word heads (add --parse for syntactic heads via spaCy).
+    positional and rare-word heads (add --parse for syntactic heads via spaCy). Roles are
+    tested claims: bootstrap intervals over sentences, corrected for every head and
+    relation tried (docs/heads.md).
     """
-    from attnlens.cli.outputs import prepare_output
+    inference = _statistics(bootstrap, seed, alpha, correction, pooling, rare_self,
+                            select_fraction)
+    from attnlens.io import check_input_file
 
-    from attnlens.checkpointing import AnalysisCheckpoint
+    check_input_file(select_on, "--select-on", "CoNLL-U treebank")
+    check_input_file(rarity_corpus, "--rarity-corpus", "text, one sentence per line")
+    from attnlens.data.corpus import load_corpus
     from attnlens.data.rarity import WordRarity
-    from attnlens.data.words import load_corpus
-
-    formats = opt.figure_formats(fmt)
-    corpus = load_corpus(
-        text=str(text) if text else None,
-        treebank=str(treebank) if treebank else None,
-        parse=parse,
-    )
-    rarity = WordRarity.from_text_file(rarity_corpus) if rarity_corpus else None
-    folder, manifest = prepare_output(
-        out, force=force, resume=resume, resumable=True, model=model,
-        inputs={"text": text, "treebank": treebank, "rarity_corpus": rarity_corpus},
-    )
-    if folder.resumes_complete:
-        console.print(f"{out}/ already holds this run, complete; nothing to resume.")
-        return
-    from attnlens.loaders import load
-    from attnlens.report.analyze import analyze as run_analysis
+    from attnlens.data.text import read_text_file
     from attnlens.report.heads_section import HeadRolesSection
 
-    model_obj, tokenizer = load(model, device=device, dtype=dtype, allow_pickle=allow_pickle)
-    batches = corpus.batches(tokenizer, batch_size=batch_size, max_length=max_length)
+    corpus = run.read_corpus()
+    chooser = load_corpus(treebank=select_on) if select_on else None
+    rarity = None
+    if rarity_corpus:
+        rarity = WordRarity.from_texts(read_text_file(rarity_corpus, "--rarity-corpus"),
+                                      source=str(rarity_corpus))
     section = HeadRolesSection(
         positional_threshold=positional_threshold,
         min_examples=min_examples,
@@ -99,17 +118,33 @@ def heads(
         rare_threshold=rare_threshold,
         rarity=rarity,
         base_relations=base_relations,
+        inference=inference,
+        rare_self=rare_self,
+        select_on=chooser,
+        select_on_name=chooser.name if chooser else "",
+        select_fraction=select_fraction,
+        clusters=clusters,
+        corpus_name=corpus.name,
     )
-    with folder.writing(manifest) as work:
-        checkpoint = AnalysisCheckpoint(work, checkpoint_every, resume=folder.resumes_partial)
-        (output,) = run_analysis(
-            model_obj, tokenizer, batches, work, sections=[section], formats=formats,
-            show_progress=not quiet, corpus_name=corpus.name, checkpoint=checkpoint,
-        )
-    typer.echo(output.summary)
-    console.print(f"wrote {len(output.tables)} tables and {len(output.figures)} figures "
-                  f"to {out}/ (open {out / 'index.html'})")
+    run.write_report([section], corpus=corpus)
+
+
+def _statistics(bootstrap: int, seed: int, alpha: float, correction: str, pooling: str,
+                rare_self: str, select_fraction: float):
+    """The statistics options as an ``Inference``, checked before anything is loaded."""
+    from attnlens.analysis.bootstrap import Inference
+    from attnlens.errors import ConfigError
+
+    if rare_self not in ("include", "exclude"):
+        raise ConfigError(f"--rare-self must be include or exclude, not {rare_self!r}.")
+    if not 0 < select_fraction < 1:
+        raise ConfigError(f"--select-fraction must lie strictly between 0 and 1, "
+                          f"not {select_fraction}.")
+    return Inference(bootstrap=bootstrap, seed=seed, alpha=alpha, correction=correction,
+                     pooling=pooling)
 
 
 def register(app: typer.Typer) -> None:
-    app.command("heads")(heads)
+    command(app, "heads", corpus=True, out=DEFAULT_OUT, resumable=True, checkpoints=True,
+            inputs={"rarity_corpus": "text, one sentence per line",
+                    "select_on": "CoNLL-U treebank"})(heads)

@@ -1,16 +1,25 @@
-"""`attnlens models`: the architectures attnlens loads, with the parity each reached."""
+"""`attnlens models`: the architectures attnlens loads; with --verify, their parity measured now."""
 
 from __future__ import annotations
 
 import typer
 
-MarkdownOpt = typer.Option(False, "--markdown", help="Print a Markdown table (as in the README).")
+MarkdownOpt = typer.Option(False, "--markdown", help="Print a Markdown table (docs/models.md).")
+VerifyOpt = typer.Option(
+    False, "--verify",
+    help="Build a tiny random model of every architecture, load it and measure the largest "
+    "difference to Hugging Face (attention, hidden states, logits; fp32).",
+)
+FamilyOpt = typer.Option(
+    None, "--family", show_default=False,
+    help="Only these model_types, comma-separated (e.g. bert,gpt2).",
+)
 
 HEAD_NAMES = {None: "hidden states", "mlm": "masked LM", "classifier": "classifier", "lm": "LM"}
 
 
 def model_rows() -> list[dict[str, str]]:
-    """One row per family: HF architectures, output heads, parity reached in the tests."""
+    """One row per family: HF architectures, output heads, whether it exports back."""
     from attnlens.loaders.registry import CONVERTERS
 
     rows = []
@@ -21,31 +30,80 @@ def model_rows() -> list[dict[str, str]]:
             "model_type": model_type,
             "architectures": ", ".join(conv.architectures),
             "heads": ", ".join(heads),
-            "max abs difference vs HF (fp32)": conv.parity,
             "export": "yes" if conv.export is not None else "no",
         })
     return rows
 
 
-def models(markdown: bool = MarkdownOpt) -> None:
-    """List the supported architectures and the parity with Hugging Face each reached."""
-    rows = model_rows()
+def verified_rows(
+    model_types: list[str] | None, show_progress: bool
+) -> tuple[list[dict[str, str]], list[str]]:
+    """One row per architecture with the parity measured on a tiny random model, and the
+    architectures above the tolerance."""
+    from attnlens.loaders.registry import CONVERTERS
+    from attnlens.loaders.verify import TINY_TOL, verify_all
+    from attnlens.progress import progress_bar
+
+    total = sum(len(c.architectures) for t, c in CONVERTERS.items()
+                if not model_types or t in model_types)
+    with progress_bar("tiny models", total=total, enabled=show_progress) as advance:
+        measured = verify_all(model_types, progress=advance)
+
+    def fmt(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1e}" if value else "0"
+
+    rows = [{
+        "family": CONVERTERS[m["model_type"]].family or m["model_type"],
+        "model_type": m["model_type"],
+        "architecture": m["architecture"],
+        "head": HEAD_NAMES[CONVERTERS[m["model_type"]].architectures[m["architecture"]]],
+        "attention": fmt(m["attention"]),
+        "hidden states": fmt(m["hidden"]),
+        "logits": fmt(m.get("logits")),
+        f"within {TINY_TOL:g}": "yes" if m["within_tolerance"] else "NO",
+    } for m in measured]
+    return rows, [m["architecture"] for m in measured if not m["within_tolerance"]]
+
+
+def _print(rows: list[dict[str, str]], markdown: bool, title: str) -> None:
     if markdown:
         import pandas as pd
 
-        from attnlens.report.writer import markdown_table
+        from attnlens.io import markdown_table
 
         typer.echo(markdown_table(pd.DataFrame(rows)), nl=False)
         return
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="Architectures attnlens loads (model_type from config.json)")
+    table = Table(title=title)
     for column in rows[0]:
         table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(*row.values())
     Console().print(table)
+
+
+def models(markdown: bool = MarkdownOpt, verify: bool = VerifyOpt,
+           family: str | None = FamilyOpt) -> None:
+    """List the supported architectures; --verify measures their parity with Hugging Face."""
+    from attnlens.errors import ConfigError
+    from attnlens.loaders.registry import CONVERTERS
+
+    chosen = [f.strip() for f in family.split(",") if f.strip()] if family else None
+    unknown = [f for f in chosen or [] if f not in CONVERTERS]
+    if unknown:
+        raise ConfigError(f"unknown --family {', '.join(unknown)}; choose from "
+                          f"{', '.join(CONVERTERS)}.")
+    if not verify:
+        rows = [r for r in model_rows() if not chosen or r["model_type"] in chosen]
+        _print(rows, markdown, "Architectures attnlens loads (model_type from config.json)")
+        return
+    rows, failed = verified_rows(chosen, show_progress=not markdown)
+    _print(rows, markdown, "Largest absolute difference to Hugging Face eager, fp32, measured "
+                           "now on tiny random models")
+    if failed:
+        raise ConfigError(f"parity above tolerance for {', '.join(failed)}.")
 
 
 def register(app: typer.Typer) -> None:

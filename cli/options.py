@@ -1,59 +1,94 @@
-"""Options shared by several commands, so every command spells them the same way."""
+"""Options shared by several commands, spelled once (``runner.command`` adds them to a command).
+
+Each function returns the ``inspect.Parameter`` objects of one group; the runner appends them
+to a command's own parameters, so every command spells, checks and documents them alike.
+Panels group them in ``--help``.
+"""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import typer
 
-ModelArg = typer.Argument(
-    None,
-    help="Model folder (config.json + safetensors) or a hub id in the local HF cache. "
-    "Default: the embedded all-MiniLM-L6-v2.",
-    show_default=False,
-)
-TextOpt = typer.Option(None, "--text", help="Text file, one sentence per line.", show_default=False)
-TreebankOpt = typer.Option(
-    None, "--treebank", help="CoNLL-U treebank (default: the embedded sample).", show_default=False
-)
-OutOpt = typer.Option(Path("attnlens-report"), "--out", "-o", help="Output folder.")
-BatchSizeOpt = typer.Option(16, "--batch-size", min=1, help="Sentences per forward pass.")
-MaxLengthOpt = typer.Option(128, "--max-length", min=4, help="Truncate inputs to this many tokens.")
-DeviceOpt = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or auto.")
-DtypeOpt = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16.")
-AllowPickleOpt = typer.Option(
-    False, "--allow-pickle", help="Allow pickle (pytorch_model.bin) weights; only if trusted."
-)
-FormatOpt = typer.Option("png", "--format", help="Figure formats, comma-separated: png,svg,pdf.")
-QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress bars.")
+KW = inspect.Parameter.KEYWORD_ONLY
+MODEL_PANEL, CORPUS_PANEL, OUTPUT_PANEL = "Model", "Corpus", "Output"
 
 
-ForceOpt = typer.Option(
-    False, "--force", help="Replace a non-empty output folder as a whole (its files are deleted)."
-)
-ResumeOpt = typer.Option(
-    False, "--resume",
-    help="Continue an interrupted run of the same command, inputs and options in --out.",
-)
-CheckpointEveryOpt = typer.Option(
-    None, "--checkpoint-every", min=1, show_default=False,
-    help="Save the analyzers' state every N sentences, so --resume continues from there.",
-)
-FIGURE_FORMATS = ("png", "svg", "pdf")
+def _param(name: str, annotation, default) -> inspect.Parameter:
+    return inspect.Parameter(name, KW, default=default, annotation=annotation)
 
 
-def figure_formats(value: str) -> tuple[str, ...]:
-    """The --format list, checked before anything runs."""
-    from attnlens.errors import ConfigError
-
-    formats = tuple(dict.fromkeys(f.strip().lower() for f in value.split(",") if f.strip()))
-    unknown = [f for f in formats if f not in FIGURE_FORMATS]
-    if unknown or not formats:
-        shown = f"{unknown[0]!r} is not a figure format" if unknown else "no figure format given"
-        raise ConfigError(f"--format {value!r}: {shown}; choose from png, svg and pdf, "
-                          "comma-separated (e.g. --format png,svg).")
-    return formats
+def model_argument() -> list[inspect.Parameter]:
+    return [_param("model", str | None, typer.Argument(
+        None, metavar="[MODEL]", show_default=False,
+        help="Model folder (config.json + safetensors) or a hub id in the local HF cache. "
+        "Default: the embedded all-MiniLM-L6-v2.",
+    ))]
 
 
-OptionalPath = Path | None
-OptionalStr = str | None
+def model_loading() -> list[inspect.Parameter]:
+    return [
+        _param("device", str, typer.Option(
+            "cpu", "--device", help="cpu, cuda, cuda:N or auto.", rich_help_panel=MODEL_PANEL)),
+        _param("dtype", str, typer.Option(
+            "float32", "--dtype", help="float32, bfloat16 or float16.",
+            rich_help_panel=MODEL_PANEL)),
+        _param("allow_pickle", bool, typer.Option(
+            False, "--allow-pickle", rich_help_panel=MODEL_PANEL,
+            help="Allow pickle (pytorch_model.bin) weights; only if trusted.")),
+    ]
+
+
+def corpus() -> list[inspect.Parameter]:
+    return [
+        _param("text", Path | None, typer.Option(
+            None, "--text", show_default=False, rich_help_panel=CORPUS_PANEL,
+            help="Text file, one sentence per line (split into words).")),
+        _param("treebank", Path | None, typer.Option(
+            None, "--treebank", show_default=False, rich_help_panel=CORPUS_PANEL,
+            help="CoNLL-U treebank. Without --text or --treebank: the embedded sample treebank "
+            "(43 English sentences).")),
+        _param("parse", bool, typer.Option(
+            False, "--parse", rich_help_panel=CORPUS_PANEL,
+            help="Dependency-parse the --text file with spaCy (optional extra).")),
+    ]
+
+
+def batching(batch_size: int, max_length: int, unit: str) -> list[inspect.Parameter]:
+    return [
+        _param("batch_size", int, typer.Option(
+            batch_size, "--batch-size", min=1, help=f"{unit} per forward pass.")),
+        _param("max_length", int, typer.Option(
+            max_length, "--max-length", min=4, help="Truncate inputs to this many tokens.")),
+    ]
+
+
+def output(default: Path, figures: bool) -> list[inspect.Parameter]:
+    params = [_param("out", Path, typer.Option(
+        default, "--out", "-o", help="Output folder.", rich_help_panel=OUTPUT_PANEL))]
+    if figures:
+        params.append(_param("fmt", str, typer.Option(
+            "png", "--format", rich_help_panel=OUTPUT_PANEL,
+            help="Figure formats, comma-separated: png,svg,pdf.")))
+    params.append(_param("force", bool, typer.Option(
+        False, "--force", rich_help_panel=OUTPUT_PANEL,
+        help="Replace a non-empty output folder as a whole (its files are deleted).")))
+    return params
+
+
+def resuming(checkpoints: bool) -> list[inspect.Parameter]:
+    params = [_param("resume", bool, typer.Option(
+        False, "--resume", rich_help_panel=OUTPUT_PANEL,
+        help="Continue an interrupted run of the same command, inputs and options in --out."))]
+    if checkpoints:
+        params.append(_param("checkpoint_every", int | None, typer.Option(
+            None, "--checkpoint-every", min=1, show_default=False, rich_help_panel=OUTPUT_PANEL,
+            help="Save the analyzers' state every N sentences, so --resume continues from "
+            "there.")))
+    return params
+
+
+def quiet() -> list[inspect.Parameter]:
+    return [_param("quiet", bool, typer.Option(False, "--quiet", "-q", help="No progress bars."))]

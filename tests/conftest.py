@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,3 +32,15 @@ def minilm():
 def _deterministic():
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture(scope="session")
+def sample_report(tmp_path_factory) -> Path:
+    """`attnlens analyze --quiet` on the embedded model and sample treebank, run once."""
+    out = tmp_path_factory.mktemp("sample_report")
+    result = subprocess.run(
+        [sys.executable, "-m", "attnlens.cli", "analyze", "--out", str(out), "--quiet"],
+        cwd=out, capture_output=True, text=True, timeout=900,
+    )
+    assert result.returncode == 0, result.stderr
+    return out

@@ -10,18 +10,21 @@ import torch
 
 from attnlens.analysis.asymmetry import (
     PatternAsymmetry,
-    attention_weight_asymmetry,
-    bilinear_shares,
     dominance_violations,
     pattern_asymmetry,
     unweighted_attention,
-    weight_asymmetry_table,
 )
 from attnlens.analysis.base import Batch
 from attnlens.analysis.runner import run_analyzers
+from attnlens.analysis.weight_asymmetry import (
+    bilinear_shares,
+    head_weight_asymmetry,
+    weight_asymmetry_table,
+)
 from attnlens.errors import ConfigError
 from attnlens.model.attention import MultiHeadAttention
 from attnlens.model.config import TransformerConfig
+from attnlens.model.folding import attention_weights
 from attnlens.model.transformer import HookedTransformer
 
 
@@ -37,6 +40,7 @@ def test_known_symmetric_and_antisymmetric_shares():
     rotation = torch.tensor([[0.0, 1.0], [-1.0, 0.0]], dtype=torch.float64)  # antisymmetric
     shear = torch.tensor([[1.0, 1.0], [0.0, 1.0]], dtype=torch.float64)
     # M = W_Q W_K^T with W_Q = I, W_K = M^T.
+    # float64 on 2x2 integer matrices: exact to ~1 ulp, far inside approx's default rel 1e-6
     for M, sym in ((eye, 1.0), (rotation, 0.0), (shear, 2.5 / 3)):
         shares = bilinear_shares(eye, M.T.contiguous())
         assert float(shares["sym_share"]) == pytest.approx(sym)
@@ -52,6 +56,8 @@ def test_shares_match_the_explicit_d_in_by_d_in_split():
     for h in range(3):
         M = (W_Q[h] @ W_K[h].T).numpy()
         sym, anti = explicit_shares(M)
+        # float64 both ways, traces vs explicit 20x20 norms (<= 400 terms): 400 x 2.2e-16
+        # ~ 1e-13 relative (measured <= 4.2e-16)
         assert float(shares["sym_share"][h]) == pytest.approx(sym, rel=1e-10)
         assert float(shares["antisym_share"][h]) == pytest.approx(anti, rel=1e-10)
         assert float(shares["norm_sq"][h]) == pytest.approx(np.linalg.norm(M) ** 2, rel=1e-10)
@@ -61,9 +67,10 @@ def test_head_with_equal_query_and_key_weights_has_no_weight_asymmetry():
     attn = MultiHeadAttention(d_in=8, n_heads=2, qkv_bias=False)
     with torch.no_grad():
         attn.W_K.copy_(attn.W_Q)
-    measures = attention_weight_asymmetry(attn)
+    measures = head_weight_asymmetry(attention_weights(attn))
+    # float64 from identical weights: W_Q W_Q^T is symmetric to ~2.2e-16, its share ~1e-31
     assert measures["antisym_share"].abs().max() < 1e-12
-    assert measures["sym_share"].numpy() == pytest.approx([1.0, 1.0])
+    assert measures["sym_share"].numpy() == pytest.approx([1.0, 1.0])  # float64, exact here
     assert "sym_share_affine" not in measures  # no biases, no affine measures
 
 
@@ -72,7 +79,7 @@ def test_affine_shares_with_biases_match_the_augmented_matrix():
     with torch.no_grad():
         attn.b_Q.normal_()
         attn.b_K.normal_()
-    measures = attention_weight_asymmetry(attn)
+    measures = head_weight_asymmetry(attention_weights(attn))
     for h in range(2):
         W_Q, W_K = attn.W_Q[h].detach().double(), attn.W_K[h].detach().double()
         u = (W_K @ attn.b_Q[h].detach().double()).numpy()
@@ -80,6 +87,7 @@ def test_affine_shares_with_biases_match_the_augmented_matrix():
         M[:6, :6] = (W_Q @ W_K.T).numpy()
         M[6, :6] = u  # key-only term u . y; the query-only terms cancel in the softmax
         sym, anti = explicit_shares(M)
+        # float64 both ways (as above); the bias norm from the same float64 products: ~1e-16
         assert float(measures["sym_share_affine"][h]) == pytest.approx(sym, rel=1e-10)
         assert float(measures["antisym_share_affine"][h]) == pytest.approx(anti, rel=1e-10)
         assert float(measures["key_bias_norm"][h]) == pytest.approx(np.linalg.norm(u))
@@ -107,7 +115,9 @@ def test_all_attend_to_first_token_is_fully_directed():
     P = torch.zeros(3, 3)
     P[:, 0] = 1.0
     ratio, counts = pattern_asymmetry(P)
-    assert float(ratio) == pytest.approx(2 / math.sqrt(3))  # ||P - P^T|| = 2, ||P|| = sqrt(3)
+    # ||P - P^T|| = 2, ||P|| = sqrt(3): fp32 norms of 0/1 entries, one correctly rounded sqrt
+    # and division: <= 2 fp32 ulps, 2.4e-7 < approx's rel 1e-6 (measured 1.8e-8)
+    assert float(ratio) == pytest.approx(2 / math.sqrt(3))
     assert counts.tolist() == [2.0, 0.0, 2.0, 2.0]  # edges 1->0, 2->0; none mutual; both one-way
 
 
@@ -131,7 +141,7 @@ def test_unweighted_attention_obeys_the_product_inequality():
     scales = torch.rand(4, 30, 1, generator=gen, dtype=torch.float64) * 6
     X = torch.randn(4, 30, 16, generator=gen, dtype=torch.float64) * scales
     alpha = unweighted_attention(X)
-    assert torch.allclose(alpha.sum(-1), torch.ones(4, 30, dtype=torch.float64))
+    assert torch.allclose(alpha.sum(-1), torch.ones(4, 30, dtype=torch.float64))  # float64 rows
     counts = dominance_violations(alpha).sum(0)
     assert counts[1] == 0  # alpha_ij alpha_ji <= alpha_ii alpha_jj always
 
@@ -191,6 +201,7 @@ def test_merge_of_halves_equals_whole_and_streaming_matches(fixture, request):
     first, second = PatternAsymmetry.for_model(model), PatternAsymmetry.for_model(model)
     run_analyzers(model, batches[:2], [first], show_progress=False)
     run_analyzers(model, batches[2:], [second], show_progress=False)
+    # same batches, same shapes: identical per-batch values; only float64 sums regroup
     results_close(first.merge(second).result(), whole.result(), atol=1e-12)
     # All sentences in one padded batch: same result up to float32 rounding of the patterns.
     width = 20
@@ -208,6 +219,8 @@ def test_merge_of_halves_equals_whole_and_streaming_matches(fixture, request):
     for name in a:
         asym_a = a[name][a[name]["measure"] == "asym_ratio"]["value"].to_numpy()
         asym_b = b[name][b[name]["measure"] == "asym_ratio"]["value"].to_numpy()
+        # fp32 patterns of other batch shapes: ratios of norms over <= 20 x 20 entries of O(1)
+        # rows, 20 x 1.19e-7 ~ 2.4e-6 relative -> 1e-5 (measured 3.0e-8)
         np.testing.assert_allclose(asym_a, asym_b, atol=1e-5)
 
 
@@ -225,4 +238,8 @@ def test_baseline_uses_the_attention_input_and_matches_a_direct_computation(pre_
             norm = torch.linalg.matrix_norm
             expected = float(norm(alpha - alpha.T) / norm(alpha))
             got = table.query("layer == @layer and measure == 'asym_ratio'")["value"].item()
-            assert got == pytest.approx(expected, rel=1e-5)  # float32 X, float64 after
+            # float32 X, float64 after. The cache holds every hook, hook_result included, which
+            # switches layer 0's output to per-head products: layer 1's X differs by fp32 ~1e-7
+            # relative, amplified by the cancellation in alpha - alpha^T (measured <= 1.7e-6
+            # relative) -> 1e-5
+            assert got == pytest.approx(expected, rel=1e-5)

@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 from attnlens.loaders.weights import heads_to_linear, heads_to_out_linear
 from attnlens.model.attention import MultiHeadAttention
 
-TOL = 1e-5  # fp32, absolute
+# fp32, absolute: outputs |y| <= ~4 are sums of <= 32 products computed by other kernels
+# (manual, SDPA, torch MHA): eps 1.19e-7 x 4 x sqrt(32) ~ 3e-6 (measured <= 4.8e-7).
+TOL = 1e-5
 
 
 def make_attention(**kwargs) -> MultiHeadAttention:
@@ -115,7 +117,7 @@ def test_additive_bias_shifts_attention() -> None:
     bias = torch.zeros(1, 2, 5, 5)
     bias[..., 0] = 50.0  # every query looks at token 0 almost only
     _, cache = capture(attn, x, attn_bias=bias)
-    assert cache["pattern"][..., 0].min() > 0.99
+    assert cache["pattern"][..., 0].min() > 0.99  # a +50 logit leaves ~4 e^-50 elsewhere
     manual, fast = run_both_paths(attn, x, attn_bias=bias)
     assert (manual - fast).abs().max() <= TOL
 
@@ -195,13 +197,15 @@ def test_unweighted_self_attention_is_diagonally_dominant(n, c, seed, scale) -> 
     """
     x = torch.randn(n, c, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
     logits = scale * x @ x.T / math.sqrt(c)
+    # float64: s_ij and s_ji may be summed in other orders; |s| <= ~50, c <= 8 terms:
+    # 2.2e-16 x 50 x 8 ~ 1e-13 (measured <= 7.1e-15). The same 1e-12 slack below.
     assert torch.allclose(logits, logits.T, rtol=0, atol=1e-12)
     diag = logits.diagonal()
     assert (logits <= torch.maximum(diag[:, None], diag[None, :]) + 1e-12).all()
     alpha = torch.softmax(logits, dim=-1)
     norms = x.norm(dim=-1)
     row_dominates = norms[:, None] >= norms[None, :]  # [i, j]: |x_i| >= |x_j|
-    assert (alpha <= alpha.diagonal()[:, None] + 1e-12)[row_dominates].all()
+    assert (alpha <= alpha.diagonal()[:, None] + 1e-12)[row_dominates].all()  # float64, alpha <= 1
 
 
 def test_probability_form_of_diagonal_dominance_has_counterexamples() -> None:
@@ -233,6 +237,8 @@ def test_rotary_scores_depend_only_on_relative_position() -> None:
         return cache["scores"][0, :, 0, 1]  # query token 0 -> key token 1, per head
 
     base = scores_at([3, 7])
+    # fp32 angles p x theta up to 107 rad carry ~107 x 1.19e-7 = 1.3e-5 rad of rounding; times
+    # |q||k| <= ~5 -> 1e-4 (measured 3.6e-7). A different offset moves scores by O(1) (2.0).
     assert (scores_at([13, 17]) - base).abs().max() <= 1e-4  # same offset
     assert (scores_at([103, 107]) - base).abs().max() <= 1e-4
     assert (scores_at([3, 9]) - base).abs().max() > 1e-3  # a different offset changes it
@@ -244,6 +250,7 @@ def test_partial_rotary_leaves_other_features_alone() -> None:
     _, moved = capture(attn, x, positions=torch.tensor([[0, 5, 9]]))
     _, still = capture(attn, x, positions=torch.tensor([[0, 0, 0]]))
     assert torch.equal(moved["q"][..., 4:], still["q"][..., 4:])
+    # rotated features move by O(1) (measured 2.1), far outside allclose's rtol 1e-5/atol 1e-8
     assert not torch.allclose(moved["q"][:, 1:, :, :4], still["q"][:, 1:, :, :4])
 
 
@@ -256,7 +263,7 @@ def test_head_gate_zero_removes_exactly_that_head() -> None:
     gated = attn(x, head_gate=gate)
     contribution = torch.einsum("bpv,vo->bpo", cache["z"][:, :, 2], attn.W_O[2])
     assert (attn(x) - contribution - gated).abs().max() <= TOL
-    assert (gated - attn(x)).abs().max() > 1e-3
+    assert (gated - attn(x)).abs().max() > 1e-3  # must differ: the head writes O(1) (1.05)
 
 
 def test_head_gate_gradient_matches_finite_differences() -> None:
@@ -274,6 +281,8 @@ def test_head_gate_gradient_matches_finite_differences() -> None:
         step = torch.zeros(2, dtype=torch.float64)
         step[h] = eps
         numeric = (loss(gate.detach() + step) - loss(gate.detach() - step)) / (2 * eps)
+        # float64 central difference: rounding 2.2e-16 x |loss| (~64) / 1e-6 ~ 1.4e-8, truncation
+        # eps^2 f''' ~ 1e-12: 1e-6 relative leaves room (measured 4.2e-9).
         assert abs(grad[h].item() - numeric.item()) <= 1e-6 * max(1.0, abs(numeric.item()))
 
 
@@ -282,7 +291,8 @@ def test_bfloat16_forward_is_close_to_float32() -> None:
     x = torch.randn(2, 6, 32)
     expected = attn(x)
     low = attn.to(torch.bfloat16)(x.to(torch.bfloat16)).float()
-    # bf16 keeps 8 bits of mantissa: relative error ~ 2^-8 per op; 5e-2 absolute on O(1) outputs.
+    # bf16 keeps 8 bits of mantissa: relative error ~ 2^-8 per op; 5e-2 absolute on O(1) outputs
+    # (measured 9.4e-3).
     assert (low - expected).abs().max() <= 5e-2
 
 
@@ -301,6 +311,8 @@ def test_cuda_paths_agree_with_cpu(device: str) -> None:
     expected = attn(x)
     gpu = attn.to(device)
     manual, fast = run_both_paths(gpu, x.to(device))
+    # fp32 on the GPU (TF32 off, torch's default for matmul): other reduction orders on |y| <= 4,
+    # 3e-6 as for TOL, x30 for GPU kernels -> 1e-4 (measured <= 9.5e-7 on an H100).
     assert (manual.cpu() - expected).abs().max() <= 1e-4
     assert (fast.cpu() - expected).abs().max() <= 1e-4
 
@@ -309,9 +321,11 @@ def test_factored_singular_values_match_the_full_product() -> None:
     attn = make_attention(d_in=20, n_heads=4, d_head=3)
     for factored in (attn.QK, attn.OV):
         full = torch.linalg.svdvals(factored.AB.double())[..., : factored.inner_dim]
+        # svdvals are float64 rounded to fp32: 0.5 ulp of s <= 2 is 1.2e-7 (measured <= 9e-8)
         assert (factored.svdvals().double() - full).abs().max() <= 1e-5
         assert factored.shape == tuple(factored.AB.shape)
-    assert (attn.QK.svdvals() > 1e-6).sum(-1).tolist() == [3, 3, 3, 3]  # rank d_head
+    # rank d_head: the 3 singular values are O(1) (min 0.5); a lost rank gives ~1e-16 s_1
+    assert (attn.QK.svdvals() > 1e-6).sum(-1).tolist() == [3, 3, 3, 3]
 
 
 def test_softmax_rows_are_distributions_and_padding_gets_no_weight() -> None:
@@ -319,6 +333,7 @@ def test_softmax_rows_are_distributions_and_padding_gets_no_weight() -> None:
     padding = torch.tensor([[1, 1, 1, 0, 0]])
     _, cache = capture(attn, torch.randn(1, 5, 16), key_padding_mask=padding)
     pattern = cache["pattern"]
+    # rows of <= 5 fp32 probabilities sum to 1 within ~5 x 1.19e-7 (allclose rtol 1e-5)
     assert torch.allclose(pattern.sum(-1), torch.ones(1, 2, 5))
     assert pattern[..., 3:].max() == 0.0
     assert pattern[0, :, 0, 1:].max() == 0.0  # causal: the first token sees only itself

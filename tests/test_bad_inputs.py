@@ -217,7 +217,7 @@ CASES = [
                                              "out"], "freq.txt does not exist", "pass a file"),
     # Treebanks -------------------------------------------------------------------------
     Case("treebank-missing", lambda e: ["heads", "--treebank", "no.conllu", "--out", "out"],
-         "treebank no.conllu does not exist", "CoNLL-U"),
+         "--treebank file no.conllu does not exist", "CoNLL-U"),
     Case("treebank-columns", lambda e: ["heads", "--treebank", e.write(
         "t.conllu", "1\tDogs\tdog\n\n"), "--out", "out"], "has 3 columns",
         "10 tab-separated columns"),
@@ -245,9 +245,9 @@ CASES = [
         "CoNLL-U treebank"),
     # Options -----------------------------------------------------------------------------
     Case("format-gif", lambda e: ["analyze", "--format", "png,gif", "--out", "out"],
-         "'gif' is not a figure format", "choose from png, svg and pdf"),
+         "unknown figure format gif", "use png, svg, pdf"),
     Case("batch-size-zero", lambda e: ["analyze", "--batch-size", "0", "--out", "out"],
-         "Invalid value for '--batch-size'", "see `attnlens analyze --help`"),
+         "Invalid value for '--batch-size'", "see 'attnlens analyze --help'"),
     Case("max-length-too-small", lambda e: ["spectrum", "--max-length", "2", "--out", "out"],
          "Invalid value for '--max-length'", "--help"),
     Case("unknown-option", lambda e: ["analyze", "--outt", "x"], "No such option: --outt",

@@ -89,7 +89,7 @@ def test_states_round_trip_exactly():
 
 
 def test_values_that_are_not_plain_data_are_refused():
-    with pytest.raises(ConfigError, match=r"cannot checkpoint X.*function"):
+    with pytest.raises(ConfigError, match=r"cannot save the state of X.*function"):
         encode_states([{"analyzer": "X", "state": {"f": lambda: 0}}])
 
 

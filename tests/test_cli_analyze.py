@@ -25,15 +25,12 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("report")
-    result = run_cli("analyze", "--out", str(out), "--quiet", cwd=out)
-    assert result.returncode == 0, result.stderr
-    return out
+def report(sample_report: Path) -> Path:
+    return sample_report
 
 
 def test_analyze_writes_the_attention_statistics(report: Path) -> None:
-    table = pd.read_csv(report / "head_stats.csv")
+    table = pd.read_csv(report / "tables" / "head_stats.csv")
     assert set(table.columns) >= {"layer", "head", "measure", "value"}
     assert set(table["measure"]) == set(MEASURES)
     assert sorted(table["layer"].unique()) == list(range(6))
@@ -42,7 +39,9 @@ def test_analyze_writes_the_attention_statistics(report: Path) -> None:
     value = table.set_index(["measure", "layer", "head"])["value"]
     assert value["confidence"].between(0.0, 1.0).all()
     assert value["to_cls"].between(0.0, 1.0).all() and value["to_sep"].between(0.0, 1.0).all()
-    assert (value["to_cls"] + value["to_sep"] <= 1.0 + 1e-9).all()
+    # shares of fp32 softmax rows, which sum to 1 within ~n x 1.19e-7 (n < 60 tokens: 7e-6):
+    # 1e-9 was below fp32 rounding; 1e-5 (measured max of the sum 0.86)
+    assert (value["to_cls"] + value["to_sep"] <= 1.0 + 1e-5).all()
     # Entropy of a distribution over n tokens lies in [0, log n]; sample sentences are < 40 tokens.
     assert value["entropy"].between(0.0, math.log(60)).all()
     assert (value["distance"] >= 0).all()
@@ -56,14 +55,14 @@ def test_analyze_writes_the_attention_statistics(report: Path) -> None:
 
 def test_analyze_writes_figures_markdown_and_html(report: Path) -> None:
     for measure in MEASURES:
-        png = report / f"heads_{measure}.png"
+        png = report / "figures" / f"heads_{measure}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert (report / "head_stats.md").read_text().startswith("| layer | head |")
+    assert (report / "tables" / "head_stats.md").read_text().startswith("| layer | head |")
     html = (report / "index.html").read_text()
     assert "data:image/png;base64," in html and "Head roles" in html
     meta = json.loads((report / "run.json").read_text())
     assert meta["sentences"] > 0 and meta["layers_and_heads_numbered_from"] == 0
-    assert not list(report.glob(".*.tmp"))
+    assert not list(report.rglob(".*.tmp")) and not list(report.glob(".sections-*"))
 
 
 def test_bad_text_file_is_one_line_error_and_writes_nothing(tmp_path: Path) -> None:

@@ -10,24 +10,23 @@ import torch
 
 from attnlens.analysis.base import Batch
 from attnlens.analysis.collapse import (
-    VARIANTS,
     ResidualCollapse,
     composite_norm,
     fit_decay,
-    parse_variants,
     relative_residual,
     subsample,
     token_residual,
-    variant_config,
 )
 from attnlens.analysis.paths import count_paths, path_products, rank1_residual, real_patterns
 from attnlens.analysis.paths import sample_paths as sample_head_paths
+from attnlens.analysis.variants import VARIANTS, parse_variants, variant_config
 from attnlens.errors import ConfigError
 from attnlens.model.config import TransformerConfig
 
 
 def test_composite_norm_by_hand() -> None:
     m = torch.tensor([[1.0, -2.0], [3.0, 4.0]], dtype=torch.float64)
+    # float64 sums of small integers and one sqrt: exact to 1 ulp (rel 1e-12 here and below)
     # ||m||_1 = max column sum of |.| = max(1 + 3, 2 + 4) = 6
     # ||m||_inf = max row sum of |.| = max(1 + 2, 3 + 4) = 7
     assert composite_norm(m).item() == pytest.approx(math.sqrt(6 * 7), rel=1e-12)
@@ -50,8 +49,9 @@ def test_identical_rows_have_zero_residual() -> None:
 def test_distinct_rows_have_positive_residual_by_hand() -> None:
     x = torch.eye(2)[None]  # two tokens, rows e1 and e2; mean token (0.5, 0.5)
     res = token_residual(x)
-    assert torch.allclose(res, torch.tensor([[[0.5, -0.5], [-0.5, 0.5]]]))
+    assert torch.allclose(res, torch.tensor([[[0.5, -0.5], [-0.5, 0.5]]]))  # exact in binary
     # Frobenius: ||res|| = 1, ||X|| = sqrt 2.  Composite: every row/column sum is 1 for both.
+    # float64 on exact inputs: 1 ulp (measured 1.1e-16)
     assert relative_residual(x, norm="frobenius").item() == pytest.approx(2**-0.5, rel=1e-12)
     assert relative_residual(x, norm="composite").item() == pytest.approx(1.0, rel=1e-12)
     # A rank-1 matrix whose rows differ (a v^T with varying a) is *not* collapsed.
@@ -71,7 +71,7 @@ def test_padding_is_ignored_per_sentence() -> None:
         alone = torch.cat(
             [relative_residual(short[None], None, norm), relative_residual(long[None], None, norm)]
         )
-        assert torch.allclose(got, alone, rtol=1e-12, atol=0)
+        assert torch.allclose(got, alone, rtol=1e-12, atol=0)  # float64; padded rows add 0.0
     with pytest.raises(ConfigError):
         relative_residual(padded, mask, "spectral")
 
@@ -80,6 +80,7 @@ def test_fit_recovers_a_doubly_exponential_rate_and_stops_at_the_floor() -> None
     depth = np.arange(12)
     r = np.exp(-0.01 * 3.0**depth)  # -log r triples per layer
     fit = fit_decay(depth, r)
+    # float64 least squares on exact synthetic curves: ~1e-15 (measured 1.8e-15)
     assert fit["double_base"] == pytest.approx(3.0, rel=1e-9)
     assert fit["double_r2"] == pytest.approx(1.0, abs=1e-12)
     assert fit["single_r2"] < 0.9
@@ -118,6 +119,7 @@ def test_residual_collapse_merge_equals_one_pass() -> None:
     second.update_hidden([h[2:] for h in hidden], mask[2:])
     a, b = whole.result()["collapse"], first.merge(second).result()["collapse"]
     assert len(a) == 2 * 3 and (a["n"] == 4).all()
+    # exact: the same float64 per-sentence values, merged (measured 0.0)
     assert np.allclose(a[["mean", "min", "max", "q10"]], b[["mean", "min", "max", "q10"]])
 
 
@@ -130,8 +132,10 @@ def test_subsample_spans_the_batch() -> None:
 
 def test_rank1_residual_by_hand() -> None:
     u, v = torch.tensor([1.0, 2.0, 3.0]), torch.tensor([0.5, -1.0, 4.0])
-    assert rank1_residual(torch.outer(u, v)).item() < 1e-15
-    # Identity n x n: singular values all 1 -> sqrt((n - 1) / n).
+    # float64 SVD of an exact rank-one 3x3: s_2 is LAPACK's backward error, up to ~n^2 x 2.2e-16
+    # x s_1 = 2e-15 s_1 on other LAPACK code paths (measured 1.6e-17); float32 would give ~1e-8
+    assert rank1_residual(torch.outer(u, v)).item() < 1e-13
+    # Identity n x n: singular values all 1 -> sqrt((n - 1) / n), exact in float64.
     assert rank1_residual(torch.eye(4)).item() == pytest.approx(math.sqrt(3 / 4), rel=1e-12)
     # diag(3, 4): sqrt(3^2 / (3^2 + 4^2)) = 3/5.
     assert rank1_residual(torch.diag(torch.tensor([3.0, 4.0]))).item() == pytest.approx(0.6)
@@ -154,6 +158,8 @@ def test_path_products_match_explicit_products_and_ignore_padding() -> None:
         for b, n in ((0, n_real), (1, n_pos)):
             a1 = patterns[l1][b, h1, :n, :n].double()
             a2 = patterns[l2][b, h2, :n, :n].double()
+            # float64 products of the same fp32 patterns: <= 5 terms of <= 1, ~1e-16; the SVD
+            # of the same float64 matrix (measured 0.0)
             assert torch.allclose(products[i, b, :n, :n], a2 @ a1, atol=1e-12)
             expected = rank1_residual(a2 @ a1)
             assert rank1_residual(products[i, b]).item() == pytest.approx(expected.item(), 1e-9)
@@ -202,4 +208,23 @@ def test_path_collapse_sentence_bounds_use_exactly_the_sampled_rows() -> None:
         Batch(input_ids=batch.input_ids[rows], attention_mask=mask[rows]), ActivationCache(picked)
     )
     for length in bounded.sums:
+        # float64 sums of the same rows' residuals, grouped differently (measured 5.6e-17)
         assert torch.allclose(bounded.sums[length], direct.sums[length])
+
+
+def test_tables_label_the_composite_residual_an_upper_bound() -> None:
+    """The mean token minimises the Frobenius residual, not the composite one (issue 13)."""
+    torch.manual_seed(3)
+    analyzer = ResidualCollapse(n_layers=1)
+    analyzer.update_hidden([torch.randn(3, 5, 4), torch.randn(3, 5, 4)], None)
+    table = analyzer.result()["collapse"]
+    assert dict(zip(table["norm"], table["bound"], strict=False)) == {
+        "composite": "upper", "frobenius": "exact"}
+    # On a hand-built X the mean token is not the composite-norm minimiser: another x does
+    # better, so the reported value is a strict upper bound there.
+    # One column 0, 0, 0, 10: at the mean 2.5, sqrt(15 x 7.5) = 10.6; at x = 0, sqrt(10 x 10).
+    X = torch.tensor([[0.0], [0.0], [0.0], [10.0]], dtype=torch.float64)
+    at_mean = composite_norm(token_residual(X[None]))[0]
+    at_zero = composite_norm(X[None])[0]
+    assert float(at_mean) == pytest.approx(math.sqrt(15 * 7.5))
+    assert float(at_zero) == pytest.approx(10.0) and at_zero < at_mean

@@ -17,6 +17,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
         ("attention_patterns.py", "layer 5 head"),
         ("ablate_head.py", "without head 2.5"),
         ("factored_circuits.py", "QK effective rank"),
+        ("heads_power.py", "power of the syntactic-head test"),
     ],
 )
 def test_example_runs(script: str, expected: str) -> None:

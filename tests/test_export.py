@@ -135,6 +135,8 @@ def test_pad_heads_to_uniform_keeps_outputs(tiny_bert_base):
     assert padded.cfg.heads_per_layer == [4, 4]
     assert (padded.blocks[1].attn.W_O[1:] == 0).all()  # the padded heads write nothing
     real = batch.attention_mask.bool()
+    # sliced heads vs gated heads: shorter W_O sums, |h| <= ~4 after LayerNorm (measured
+    # <= 1.2e-6 on every kernel set tried); the same reasoning as the next bound
     assert float((got_pruned - expected).abs()[real].max()) <= 1e-5
     # Zero heads change the length of W_O's fp32 sums, hence their order: hidden states of
     # magnitude <= ~4 after LayerNorm, eps 1.19e-7, a few ulps per layer -> 1e-5 (AVX2
@@ -160,7 +162,7 @@ def test_pruned_model_exports_and_loads_in_transformers(tiny_bert_base, tmp_path
         theirs = hf(**batch.inputs()).last_hidden_state
     diff = float((ours - theirs).abs()[real].max())
     print(f"pruned export max abs difference {diff:.2e}")
-    assert diff <= 1e-5
+    assert diff <= 1e-5  # transformers vs ours on |h| <= ~4, as TINY_TOL (measured <= 1.8e-6)
     reloaded = load_model(out)
     with torch.no_grad():
         # Same weights, fp32 rounding of the safetensors round trip is exact, but padded
@@ -184,7 +186,10 @@ def test_export_copies_tokenizer_files(minilm, tmp_path):
         ours = model(**tokenizer(texts), return_type="hidden")
         theirs = hf(**enc).last_hidden_state
     real = enc["attention_mask"].bool()
-    assert float((ours - theirs).abs()[real].max()) <= 1e-5
+    # MiniLM |h| <= ~6 (ulp 4.8e-7) through 6 layers of 384-term sums in other batch shapes:
+    # 1.19e-7 x 6 x sqrt(384) ~ 1.4e-5 per layer at worst: 1e-5 was below that -> 5e-5
+    # (measured <= 3.1e-6)
+    assert float((ours - theirs).abs()[real].max()) <= 5e-5
 
 
 def test_export_refuses_what_hf_cannot_express(tiny_bert_base, tmp_path):
@@ -274,4 +279,5 @@ def test_pruned_gqa_model_exports(tmp_path):
     with torch.no_grad():
         ours = pruned(**batch.inputs())
         theirs = hf(**batch.inputs()).logits
+    # logits <= ~6 against transformers' Llama, as TINY_TOL (measured <= 4.3e-6)
     assert float((ours - theirs).abs()[real].max()) <= 1e-5

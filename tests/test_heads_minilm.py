@@ -52,17 +52,19 @@ def test_heads_command_on_the_embedded_sample(tmp_path):
     assert result.exit_code == 0, result.output
     assert "Best head per relation" in result.output
     for name in ("head_stats", "positional_heads", "syntactic_table1", "rare_words", "head_roles"):
-        assert (out / f"{name}.csv").is_file() and (out / f"{name}.md").is_file()
-    assert (out / "head_roles_map.png").is_file() and (out / "index.html").is_file()
-    roles = pd.read_csv(out / "head_roles.csv")
+        assert (out / "tables" / f"{name}.csv").is_file()
+        assert (out / "tables" / f"{name}.md").is_file()
+    assert (out / "figures" / "head_roles_map.png").is_file() and (out / "index.html").is_file()
+    roles = pd.read_csv(out / "tables" / "head_roles.csv")
     assert len(roles) == 6 * 12 and roles["layer"].min() == 0 and roles["head"].min() == 0
-    stats = pd.read_csv(out / "head_stats.csv").pivot_table(
+    stats = pd.read_csv(out / "tables" / "head_stats.csv").pivot_table(
         index=["layer", "head"], columns="measure", values="value"
     )
     assert ((stats["confidence"] > 0) & (stats["confidence"] <= 1)).all()
     targets = stats[["to_cls", "to_sep", "to_punct"]].sum(axis=1)
+    # fp32 softmax rows sum to 1 within ~n x 1.19e-7 (n < 60 tokens: 7e-6); measured max 0.89
     assert (targets <= 1 + 1e-5).all()
-    table = pd.read_csv(out / "syntactic_table1.csv")
+    table = pd.read_csv(out / "tables" / "syntactic_table1.csv")
     assert {"det", "nsubj", "all relations"} <= set(table["relation"])
     assert set(table["direction"]) == {"dep->head", "head->dep"}
 
@@ -74,8 +76,8 @@ def test_heads_command_on_plain_text(tmp_path):
     result = CliRunner().invoke(app, ["heads", "--text", str(text), "--out", str(out), "-q"])
     assert result.exit_code == 0, result.output
     assert "syntactic heads not measured" in result.output
-    assert not (out / "syntactic_table1.csv").exists()
-    rare = pd.read_csv(out / "rare_words.csv")
+    assert not (out / "tables" / "syntactic_table1.csv").exists()
+    rare = pd.read_csv(out / "tables" / "rare_words.csv")
     assert rare["sentences"].iloc[0] == 2
 
 
@@ -135,6 +137,7 @@ def test_ud_baselines_match_an_independent_count_on_all_sentences(minilm):
     for relation in CHECKED:
         row = base.loc[(relation, "dep->head")]
         assert row["examples"] == sum(expected[relation].values())
+        # exact: both are ratios of the same integer counts (approx default rel 1e-6)
         assert row["baseline"] == pytest.approx(independent_baseline(expected[relation]))
         best_offset = expected[relation].most_common(1)[0][0]
         assert row["baseline_offset"] == best_offset
@@ -154,7 +157,7 @@ def test_minilm_on_ud_subset(minilm):
     tables = syntactic.result()
     base = tables["syntactic_baselines"].set_index(["relation", "direction"])
     expected = independent_offsets(path, limit=150)
-    for relation in CHECKED:
+    for relation in CHECKED:  # exact count ratios, as above
         assert base.loc[(relation, "dep->head"), "baseline"] == pytest.approx(
             independent_baseline(expected[relation])
         )

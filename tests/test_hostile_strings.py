@@ -31,6 +31,14 @@ def _treebank(relation: str, word: str) -> str:
     return "\n".join(rows) + "\n"
 
 
+def _script_json_text(text: str) -> str:
+    """``text`` as it appears inside a JSON string of the page's data element."""
+
+    from attnlens.report.payload import script_json
+
+    return script_json(text)[1:-1]  # without the JSON string's quotes
+
+
 def test_hostile_strings_are_escaped_in_the_html_report(tmp_path):
     from attnlens.loaders.checkpoint import default_model_path
 
@@ -49,11 +57,12 @@ def test_hostile_strings_are_escaped_in_the_html_report(tmp_path):
         raw = payload.replace("/", "|") if name == "model" else payload
         assert raw not in page, f"the {name} reached the page unescaped"
         assert OPENINGS[name] not in page  # not even its opening tag
-    # not vacuous: the file name, model name and relation are on the page, escaped
-    assert html.escape(PAYLOADS["file"]) in page or html.escape(PAYLOADS["file"],
-                                                                 quote=False) in page
-    assert html.escape(PAYLOADS["relation"], quote=False) in page
-    assert html.escape(PAYLOADS["model"].replace("/", "|"), quote=False) in page
+    # not vacuous: the file name, model name and relation are on the page, escaped as HTML
+    # text or as JSON inside the page's data <script> element (report/payload.script_json)
+    for name in ("file", "relation", "model"):
+        raw = PAYLOADS[name].replace("/", "|") if name == "model" else PAYLOADS[name]
+        forms = {html.escape(raw), html.escape(raw, quote=False), _script_json_text(raw)}
+        assert any(form in page for form in forms), f"the {name} is not on the page"
     # every file written stayed inside --out
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["out", treebank.name, model.name])
@@ -70,8 +79,7 @@ def test_tables_and_figures_named_from_data_cannot_leave_their_folder(tmp_path):
     import pytest
 
     from attnlens.errors import ConfigError
-    from attnlens.outputs import safe_filename
-    from attnlens.report.writer import save_figure, write_table
+    from attnlens.io import safe_filename, save_figure, write_table
 
     out = tmp_path / "out"
     out.mkdir()

@@ -45,7 +45,7 @@ def test_pre_and_post_norm_differ_and_both_run() -> None:
     post = tiny_model(norm_position="post")(**inputs)
     pre = tiny_model(norm_position="pre", final_norm=True)(**inputs)
     assert torch.isfinite(post).all() and torch.isfinite(pre).all()
-    assert not torch.allclose(post, pre)
+    assert not torch.allclose(post, pre)  # O(1) apart (measured 0.68), far outside rtol 1e-5
 
 
 @pytest.mark.parametrize("act", ["gelu", "gelu_new", "relu", "silu"])
@@ -55,25 +55,27 @@ def test_mlp_variants(act: str, gated: bool) -> None:
     x = torch.randn(2, 3, 16)
     mlp = model.blocks[0].mlp
     hidden = mlp.act(mlp.W_gate(x)) * mlp.W_in(x) if gated else mlp.act(mlp.W_in(x))
-    assert torch.allclose(mlp(x), mlp.W_out(hidden))
+    assert torch.allclose(mlp(x), mlp.W_out(hidden))  # exact: the same ops in the same order
 
 
 def test_rmsnorm_normalises_the_root_mean_square() -> None:
     model = tiny_model(norm="rmsnorm")
     x = 3.0 * torch.randn(4, 16)
     y = model.blocks[0].ln1(x)
+    # mean of 16 fp32 squares ~ 1 (~1e-6), plus the norm's eps/ms(x) ~ 1e-6 / 9
     assert torch.allclose(y.pow(2).mean(-1), torch.ones(4), atol=1e-4)
 
 
 def test_head_mask_of_ones_changes_nothing_and_zeros_silence_a_layer() -> None:
     model = tiny_model()
     inputs = tiny_inputs()
+    # exact: a gate of 1.0 multiplies exactly and the path (SDPA) is the same
     assert torch.allclose(model(**inputs, head_mask=torch.ones(2, 4)), model(**inputs))
     mask = torch.ones(2, 4)
     mask[1] = 0.0
     _, cache = model.run_with_cache(**inputs, head_mask=mask, names_filter="blocks.1.hook_attn_out")
     expected = model.blocks[1].attn.b_O.expand_as(cache["attn_out", 1])
-    assert torch.allclose(cache["attn_out", 1], expected)
+    assert torch.allclose(cache["attn_out", 1], expected)  # exact: zero heads + b_O
 
 
 def test_model_head_gate_gradient_is_defined_for_every_head() -> None:
@@ -91,8 +93,9 @@ def test_causal_model_does_not_look_ahead() -> None:
     changed = ids.clone()
     changed[0, 4:] = (changed[0, 4:] % 49) + 1
     a, b = model(input_ids=ids), model(input_ids=changed)
+    # same shapes, same kernels; later tokens enter only as exact zeros (measured 0.0)
     assert torch.allclose(a[:, :4], b[:, :4], atol=1e-6)
-    assert not torch.allclose(a[:, 4:], b[:, 4:])
+    assert not torch.allclose(a[:, 4:], b[:, 4:])  # changed tokens move outputs by O(1) (1.8)
 
 
 def test_rotary_model_sees_relative_positions_only() -> None:
@@ -103,9 +106,12 @@ def test_rotary_model_sees_relative_positions_only() -> None:
     ids = torch.randint(1, 50, (1, 5))
     base = model(input_ids=ids)
     shifted = model(input_ids=ids, position_ids=torch.arange(5)[None] + 3)
-    assert (base - shifted).abs().max() <= 1e-4  # a uniform shift keeps every offset
+    # a uniform shift keeps every offset; fp32 angles (<= 7 rad) round differently:
+    # 7 x 1.19e-7 rad x |q||k| per score, through 2 layers of |h| ~ 3 -> 1e-4 (measured 6e-7)
+    assert (base - shifted).abs().max() <= 1e-4
     spread = model(input_ids=ids, position_ids=torch.arange(5)[None] * 2)
-    assert not torch.allclose(base, spread, atol=1e-3)  # doubled offsets change scores
+    # doubled offsets change scores: outputs move by O(1) (measured 0.8) >> atol 1e-3
+    assert not torch.allclose(base, spread, atol=1e-3)
 
 
 def test_padding_does_not_change_real_tokens() -> None:
@@ -115,6 +121,8 @@ def test_padding_does_not_change_real_tokens() -> None:
     padded_ids = torch.cat([ids, torch.zeros(1, 3, dtype=torch.long)], dim=1)
     mask = torch.tensor([[1] * 5 + [0] * 3])
     padded = model(input_ids=padded_ids, attention_mask=mask)
+    # other batch shapes, so other kernel blockings: |h| <= ~4 after LayerNorm, sums of <= 32
+    # terms: 1.19e-7 x 4 x sqrt(32) ~ 3e-6 -> 1e-5 (measured <= 6.0e-7)
     assert (padded[:, :5] - alone).abs().max() <= 1e-5
 
 

@@ -9,16 +9,9 @@ import os
 import pytest
 
 from attnlens.errors import ConfigError, DataError
+from attnlens.io import atomic_write_bytes, path_inside, safe_filename
 from attnlens.manifest import build_manifest, manifest_differences, sha256_file
-from attnlens.outputs import (
-    MANIFEST_FILE,
-    OutputFolder,
-    atomic_write_bytes,
-    interrupt_note,
-    path_inside,
-    publish_folder,
-    safe_filename,
-)
+from attnlens.outputs import MANIFEST_FILE, OutputFolder, interrupt_note, publish_folder
 
 
 def _files(folder) -> dict[str, bytes]:
@@ -249,9 +242,9 @@ def test_manifest_differences_name_inputs_options_and_model(tmp_path):
 
 
 def test_the_embedded_model_fingerprint_covers_weights_config_and_tokenizer():
-    from attnlens.manifest import model_fingerprint
+    from attnlens.loaders.checkpoint import checkpoint_fingerprint
 
-    fingerprint = model_fingerprint(None)
+    fingerprint = checkpoint_fingerprint(None)
     assert {"config.json", "model.safetensors"} <= set(fingerprint["files"])
     assert any(name.startswith(("tokenizer", "vocab")) for name in fingerprint["files"])
     assert len(fingerprint["sha256"]) == 64

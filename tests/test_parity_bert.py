@@ -9,6 +9,9 @@ import torch.nn.functional as F
 from tests.parity_utils import TINY, TINY_TOL, VOCAB, padded_batch, tiny_parity
 
 # Real MiniLM: hidden states within 1e-4, attention probabilities within 1e-5 (issue 3).
+# |h| <= ~6 over 6 layers of 384-term sums: 1.19e-7 x 6 x sqrt(384) x 6 ~ 8e-5 at worst;
+# Measured 0.0 on MKL's default path (the same ops in the same order as transformers' eager
+# BERT), 4.1e-6 and 1.2e-6 with MKL_CBWR=COMPATIBLE.
 MINILM_HIDDEN_TOL = 1e-4
 MINILM_ATTENTION_TOL = 1e-5
 
@@ -33,7 +36,7 @@ def test_tiny_bert_parity(architecture, tmp_path):
         with torch.no_grad():
             pooled = ours(**batch.inputs(), return_type="pooled")
             theirs = hf(**batch.inputs()).pooler_output
-        assert float((pooled - theirs).abs().max()) <= TINY_TOL
+        assert float((pooled - theirs).abs().max()) <= TINY_TOL  # tanh output <= 1 (1.9e-6)
 
 
 def test_token_types_are_used(tmp_path):
@@ -48,7 +51,7 @@ def test_token_types_are_used(tmp_path):
         a = ours(**batch.inputs(), token_type_ids=types)
         b = hf(**batch.inputs(), token_type_ids=types).last_hidden_state
     real = batch.attention_mask.bool()
-    assert float((a - b).abs()[real].max()) <= TINY_TOL
+    assert float((a - b).abs()[real].max()) <= TINY_TOL  # see parity_utils (measured 1.7e-6)
 
 
 SENTENCES = [

@@ -15,8 +15,8 @@ from attnlens.errors import ConfigError
 from attnlens.loaders import load_model
 from attnlens.loaders.export import export_hf
 from attnlens.metrics.sts_task import StsMetric
+from attnlens.model.gates import full_mask
 from attnlens.pruning import PruneSettings, final_mask, prune, prune_heads
-from attnlens.pruning.gates import full_mask
 from attnlens.pruning.loop import select_heads
 from attnlens.pruning.structural import pruned_parameter_count
 from tests.helpers import tiny_inputs, tiny_model
@@ -79,6 +79,7 @@ def test_pruning_no_head_leaves_the_metric_unchanged(pairs_csv):
     model = toy_model()
     importance, evaluation = sts_metrics(pairs_csv)
     unmasked = evaluation.evaluate(model)
+    # exact (==) here and below: a gate of 1.0 multiplies exactly, same ops, same shapes
     assert evaluation.evaluate(model, full_mask(model)) == unmasked
     result = prune(model, importance, evaluation, PruneSettings(orders=["importance"],
                                                                 step=0.25, max_fraction=0.5))
@@ -110,6 +111,7 @@ def test_pruning_curve_records_every_step(pairs_csv):
             for label in row.heads_removed.split():
                 layer, head = map(int, label.split("."))
                 mask[layer, head] = 0.0
+            # exact: the loop evaluates the same mask with the same ops (measured 0.0)
             assert row.metric == pytest.approx(evaluation.evaluate(model, mask), abs=1e-12)
             assert row.params == sum(p.numel() for p in prune_heads(model, mask).parameters())
         assert (mask.sum(dim=1) >= 1).all()  # the default minimum of one head per layer
@@ -142,6 +144,8 @@ def test_resume_after_an_interruption_gives_the_same_table(pairs_csv, tmp_path, 
         prune(model, importance, evaluation, settings, out, on_step=stop_after_six)
     assert len(pd.read_csv(out / "prune_curve.csv")) == 6  # written step by step
     resumed = prune(model, importance, evaluation, settings, out, resume=True)
+    # assert_frame_equal's float defaults (rtol 1e-5) below: exact, the same computations, and
+    # CSV round trips of float64 repr are exact
     pd.testing.assert_frame_equal(_without_time(resumed.curve), _without_time(whole.curve))
     on_disk = pd.read_csv(out / "prune_curve.csv", keep_default_na=False)
     pd.testing.assert_frame_equal(_without_time(on_disk), _without_time(whole.curve),
@@ -182,12 +186,15 @@ def test_structural_pruning_equals_masking(seed, sdpa):
     with torch.no_grad():
         masked_out = model(**inputs, head_mask=mask)
         pruned_out = pruned(**inputs)
+    # fewer heads shorten W_O's fp32 sums, so their order changes: |h| <= ~4 after LayerNorm,
+    # sums of <= 16 terms over 2 layers: 1.19e-7 x 4 x sqrt(16) x 2 ~ 4e-6 -> 1e-5 (measured
+    # <= 7.2e-7). The same bound for the other pruned-vs-masked comparisons below.
     torch.testing.assert_close(pruned_out, masked_out, rtol=0, atol=1e-5)
     assert sum(p.numel() for p in pruned.parameters()) == pruned_parameter_count(model, mask)
     assert sum(p.numel() for p in pruned.parameters()) < sum(p.numel() for p in model.parameters())
     # kept heads keep their weights, in order
     keep = mask[0].nonzero().flatten()
-    torch.testing.assert_close(pruned.blocks[0].attn.W_Q, model.blocks[0].attn.W_Q[keep])
+    torch.testing.assert_close(pruned.blocks[0].attn.W_Q, model.blocks[0].attn.W_Q[keep])  # copy
     # pruning a pruned model again composes (head mask of the pruned model's size)
     second = torch.ones(model.n_layers, max(pruned.heads_per_layer))
     second[1, 0] = 0.0
@@ -237,6 +244,8 @@ def test_exported_pruned_bert_reloads_in_transformers_with_the_same_outputs(tmp_
         theirs = hf(**inputs).last_hidden_state
         masked = model(**inputs, head_mask=mask, return_type="hidden")
     real = inputs["attention_mask"].bool()
+    # transformers' BERT vs ours (other kernels and orders), |h| <= ~4: as TINY_TOL in
+    # tests/parity_utils.py (measured <= 1.7e-6); masked vs pruned and the reload as above
     torch.testing.assert_close(theirs[real], ours[real], rtol=0, atol=1e-5)
     torch.testing.assert_close(masked[real], ours[real], rtol=0, atol=1e-5)
     back = load_model(tmp_path / "out")
@@ -281,6 +290,7 @@ def test_cli_prunes_exports_and_resumes(tiny_checkpoint, pairs_csv, tmp_path, mo
     mask = final_mask(model, curve, "importance")
     inputs = tiny_inputs(vocab=vocab_size())
     with torch.no_grad():
+        # padded zero heads vs gated heads: reordered fp32 sums, as above (measured 0.0)
         torch.testing.assert_close(exported(**inputs), model(**inputs, head_mask=mask),
                                    rtol=0, atol=1e-5)
     # --resume on the finished run keeps the table (in-process: faster than a subprocess)
@@ -291,7 +301,7 @@ def test_cli_prunes_exports_and_resumes(tiny_checkpoint, pairs_csv, tmp_path, mo
         main()
     assert exit_info.value.code == 0
     again = pd.read_csv(out / "prune_curve.csv", keep_default_na=False)
-    pd.testing.assert_frame_equal(again, curve)
+    pd.testing.assert_frame_equal(again, curve)  # exact: the same file, nothing recomputed
 
 
 @pytest.mark.parametrize(

@@ -34,11 +34,12 @@ def test_spectrum_command_writes_tables_and_figures(tmp_path, text_file):
     assert "cumulative share at k = n/4" in result.output
     for name in ("spectrum_summary", "spectrum_curve", "spectrum_curve_by_length",
                  "low_rank_cost", "circuit_summary", "shared_subspace_dims"):
-        assert (out / f"{name}.csv").is_file() and (out / f"{name}.md").is_file(), name
+        assert (out / "tables" / f"{name}.csv").is_file(), name
+        assert (out / "tables" / f"{name}.md").is_file(), name
     for name in ("spectrum_at_quarter", "spectrum_curves", "shared_subspace"):
-        assert (out / f"{name}.png").stat().st_size > 0
-        assert (out / f"{name}.svg").is_file()
-    summary = pd.read_csv(out / "spectrum_summary.csv")
+        assert (out / "figures" / f"{name}.png").stat().st_size > 0
+        assert (out / "figures" / f"{name}.svg").is_file()
+    summary = pd.read_csv(out / "tables" / "spectrum_summary.csv")
     assert list(summary.columns) == ["layer", "head", "measure", "value"]
     assert len(summary[summary["measure"] == "cum_at_quarter"]) == 6 * 12
     assert (out / "index.html").is_file()
@@ -48,10 +49,10 @@ def test_asymmetry_weights_only_reads_no_corpus(tmp_path):
     out = tmp_path / "weights"
     result = runner.invoke(app, ["asymmetry", "--weights-only", "--out", str(out), "-q"])
     assert result.exit_code == 0, result.output
-    table = pd.read_csv(out / "weight_asymmetry.csv")
+    table = pd.read_csv(out / "tables" / "weight_asymmetry.csv")
     assert set(table["measure"]) >= {"sym_share", "antisym_share", "sym_share_affine"}
-    assert not (out / "pattern_asymmetry.csv").exists()
-    assert (out / "asymmetry_weights.png").is_file()
+    assert not (out / "tables" / "pattern_asymmetry.csv").exists()
+    assert (out / "figures" / "asymmetry_weights.png").is_file()
 
 
 def test_asymmetry_with_corpus_reports_the_baseline(tmp_path, text_file):
@@ -59,14 +60,15 @@ def test_asymmetry_with_corpus_reports_the_baseline(tmp_path, text_file):
     result = runner.invoke(app, ["asymmetry", "--text", str(text_file), "--out", str(out), "-q"])
     assert result.exit_code == 0, result.output
     assert "baseline" in result.output
-    baseline = pd.read_csv(out / "asymmetry_baseline.csv")
+    baseline = pd.read_csv(out / "tables" / "asymmetry_baseline.csv")
     assert set(baseline["layer"]) == set(range(6))
-    assert (out / "asymmetry_patterns.png").is_file()
+    assert (out / "figures" / "asymmetry_patterns.png").is_file()
 
 
 def test_weights_only_with_text_is_a_one_line_error(tmp_path, text_file):
     result = runner.invoke(
-        app, ["asymmetry", "--weights-only", "--text", str(text_file), "--out", str(tmp_path)]
+        app, ["asymmetry", "--weights-only", "--text", str(text_file), "--out",
+              str(tmp_path / "out")]
     )
     assert result.exit_code != 0
     assert isinstance(result.exception, ConfigError)

@@ -14,6 +14,9 @@ import torch.nn.functional as F
 from tests.conftest import shared_file
 
 # all-MiniLM-L6-v2 with plain transformers, max_length 256, gives 86.72 on STS-B dev.
+# The tolerance is that figure's 2-decimal rounding (measured |score - 86.72| = 0.0037). A
+# Spearman over 1,500 pairs moves across kernel sets only when fp32 noise (~1e-7) swaps two
+# near-tied cosines: ~2e-4 of the x100 score per swap (at most 5e-4).
 STSB_DEV_EXPECTED = 86.72
 STSB_TOLERANCE = 0.005
 
@@ -85,6 +88,8 @@ def test_tiny_csv_matches_plain_transformers(tmp_path):
     score = full_score(result.stderr)
     expected = reference_spearman(csv_path)
     print(f"tiny CSV: attnlens {score}, plain transformers {expected:.4f}")
+    # ranks of 8 cosines: any swap moves the score by >= 2.4; 1e-4 covers the command's
+    # 4-decimal print (<= 5e-5; measured 1.9e-5)
     assert score == pytest.approx(expected, abs=1e-4)
     assert printed == round(score, 2)
     assert expected > 50  # the gold scores are easy: a sanity check of the reference

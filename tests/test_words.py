@@ -36,6 +36,8 @@ def test_word_attention_matches_hand_computation():
     # from b: mean of rows b1, b2 = [0.1, .25, .15, .2, .15, .15] -> a .25, b .35, c .15
     # from c: a 0.0, b 0.1 + 0.1, c 0.4
     expected = torch.tensor([[0.2, 0.4, 0.2], [0.25, 0.35, 0.15], [0.0, 0.2, 0.4]])
+    # assert_close's fp32 defaults (rtol 1.3e-6, atol 1e-5) here and below: sums and means of
+    # <= 4 fp32 probabilities of hand values, a few ulps of O(1) (measured 3.0e-8)
     torch.testing.assert_close(wa.weights[0, 0], expected)
     # special columns dropped without renormalising: reported separately
     torch.testing.assert_close(wa.to_special[0, 0], torch.tensor([0.2, 0.25, 0.4]))
@@ -51,6 +53,7 @@ def test_word_attention_batches_sentences_of_different_lengths():
     wa = word_attention(pattern, torch.cat([WORD_IDS, short_ids]))
     assert wa.weights.shape == (2, 1, 3, 3)
     assert wa.valid.tolist() == [[True, True, True], [True, True, False]]
+    # single fp32 values carried over: exact (assert_close's fp32 defaults)
     torch.testing.assert_close(wa.weights[1, 0, :2, :2], torch.tensor([[0.6, 0.2], [0.6, 0.2]]))
     assert float(wa.weights[1, 0, :, 2].abs().sum()) == 0.0
     assert float(wa.to_special.abs().sum()) == 0.0  # no special mask given
@@ -103,7 +106,7 @@ def test_treebank_and_text_batches_carry_annotations(minilm):
 
 
 def test_load_corpus_selects_treebank_text_or_the_sample(tmp_path):
-    from attnlens.data.words import load_corpus
+    from attnlens.data.corpus import load_corpus
 
     sample = load_corpus()
     assert sample.name.startswith("built-in sample treebank") and len(sample.sentences) >= 40
@@ -121,7 +124,7 @@ def test_load_corpus_selects_treebank_text_or_the_sample(tmp_path):
 
 
 def test_corpus_batches_in_one_call(minilm):
-    from attnlens.data.words import corpus_batches
+    from attnlens.data.corpus import corpus_batches
 
     _, tokenizer = minilm
     batches, name = corpus_batches(tokenizer, batch_size=50)

@@ -1,24 +1,6 @@
-"""How asymmetric is attention? Query/key weights and attention patterns as directed graphs.
+"""How asymmetric are attention patterns? Each head's pattern as a directed graph.
 
-**Weights** (no corpus). Per head, ``M = W_QK = W_Q W_K^T [d_in, d_in]`` splits into
-``S = (M + M^T) / 2`` and ``A = (M - M^T) / 2`` with ``||S||^2 + ||A||^2 = ||M||^2``
-(Frobenius). Reported as shares of the *squared* norm, which add up to 1:
-
-- ``sym_share = ||S||^2 / ||M||^2``, ``antisym_share = ||A||^2 / ||M||^2``;
-- ``symmetry = tr(M M) / ||M||^2 = sym_share - antisym_share`` in ``[-1, 1]``.
-
-Computed without forming ``d_in x d_in``: ``||M||^2 = sum((W_Q^T W_Q) * (W_K^T W_K))`` and
-``tr(M M) = sum(B * B^T)`` with ``B = W_K^T W_Q [d_head, d_head]``, ``||S||^2 = (||M||^2 +
-tr(MM)) / 2``: ``O(d_in d_head^2)`` instead of ``O(d_in^2 d_head)``, exact (float64) for any
-width.
-
-Biases: the logit of query ``x`` and key ``y`` is ``x M y^T + x W_Q b_K^T + b_Q W_K^T y^T +
-b_Q b_K^T``. The second and last terms do not depend on the key and cancel in the softmax;
-the key-only term ``u . y`` with ``u = W_K b_Q`` does change attention. With the constant
-input coordinate 1 the logits (up to per-query constants) are the bilinear form of
-``M~ = [[M, 0], [u^T, 0]]`` on ``[x, 1]`` and ``[y, 1]``; ``sym_share_affine`` and
-``antisym_share_affine`` are the shares of ``M~``, and ``key_bias_norm = ||u||``. Reported
-only for models with query biases.
+(The weights' side, the query/key bilinear form, is ``weight_asymmetry``.)
 
 **Patterns** (streaming, real tokens only). Per head and sentence, ``P [n, n]``:
 
@@ -33,7 +15,8 @@ only for models with query biases.
 
 **Baseline**: unweighted self-attention ``alpha = softmax(X X^T / sqrt(C))`` on the attention
 layer's own input ``X [n, C]`` (``hook_resid_pre`` for post-norm models such as BERT,
-``ln1(hook_resid_pre)`` for pre-norm models), with the same measures. Its logits are
+``ln1(hook_resid_pre)`` for pre-norm models, with ``ln1`` taken as plain tensors at
+construction), with the same measures. Its logits are
 symmetric, which implies ``alpha_ij alpha_ji <= alpha_ii alpha_jj`` (``product_violations``:
 share of pairs breaking it, 0 up to rounding); the stronger claim ``alpha_ij <= max(alpha_ii,
 alpha_jj)`` is checked too (``dominance_violations``: share of ordered pairs ``i != j``
@@ -47,74 +30,17 @@ import pandas as pd
 import torch
 
 from attnlens.analysis.base import Analyzer, Batch
-from attnlens.analysis.spectrum import gather_square, gather_tokens, length_groups
+from attnlens.analysis.spectrum import LengthGroup, gather_square, gather_tokens, length_groups
 from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
-from attnlens.model.attention import MultiHeadAttention
+from attnlens.model.folding import NormParams, attention_input_norm
 from attnlens.model.transformer import HookedTransformer
 
-WEIGHT_MEASURES = ("sym_share", "antisym_share", "symmetry")
-BIAS_MEASURES = ("sym_share_affine", "antisym_share_affine", "key_bias_norm")
 PATTERN_MEASURES = ("asym_ratio", "directed_share", "reciprocity")
 BASELINE_MEASURES = (*PATTERN_MEASURES, "product_violations", "dominance_violations")
 # Count slots kept per layer/head: edges, reciprocated edges, pairs with an edge, directed pairs.
 _COUNTS = 4
 RELATIVE_TOL = 1e-9
-
-
-# --- weights ------------------------------------------------------------------------------
-def bilinear_shares(
-    W_Q: torch.Tensor, W_K: torch.Tensor, key_bias: torch.Tensor | None = None
-) -> dict[str, torch.Tensor]:
-    """Symmetric/antisymmetric shares of ``M = W_Q W_K^T`` for ``W_Q, W_K [..., d_in, d]``.
-
-    With ``key_bias [..., d_in]`` (``u = W_K b_Q``) the shares of ``[[M, 0], [u^T, 0]]``.
-    Returns float64 tensors ``[...]`` keyed ``norm_sq``, ``trace_sq``, ``sym_share``,
-    ``antisym_share``, ``symmetry``.
-    """
-    Q, K = W_Q.detach().double(), W_K.detach().double()
-    norm_sq = ((Q.mT @ Q) * (K.mT @ K)).sum(dim=(-1, -2))  # ||M||_F^2
-    B = K.mT @ Q  # [..., d, d]
-    trace_sq = (B * B.mT).sum(dim=(-1, -2))  # tr(M M)
-    if key_bias is not None:
-        norm_sq = norm_sq + (key_bias.detach().double() ** 2).sum(-1)
-    safe = norm_sq.clamp_min(torch.finfo(torch.float64).tiny)
-    sym = ((norm_sq + trace_sq) / 2 / safe).clamp(0, 1)
-    return {
-        "norm_sq": norm_sq,
-        "trace_sq": trace_sq,
-        "sym_share": sym,
-        "antisym_share": 1 - sym,
-        "symmetry": trace_sq / safe,
-    }
-
-
-def attention_weight_asymmetry(attn: MultiHeadAttention) -> dict[str, torch.Tensor]:
-    """Per-head weight measures of one attention module: name -> ``[head]`` (float64)."""
-    W_K = attn._kv_per_query_head(attn.W_K)  # [head, d_kv_in, d_head]
-    if attn.d_in != attn.d_kv_in:
-        raise ConfigError("weight asymmetry needs self-attention (queries and keys of one width).")
-    plain = bilinear_shares(attn.W_Q, W_K)
-    out = {name: plain[name] for name in WEIGHT_MEASURES}
-    if attn.b_Q is not None:
-        u = torch.einsum("hid,hd->hi", W_K.detach().double(), attn.b_Q.detach().double())
-        affine = bilinear_shares(attn.W_Q, W_K, key_bias=u)
-        out["sym_share_affine"] = affine["sym_share"]
-        out["antisym_share_affine"] = affine["antisym_share"]
-        out["key_bias_norm"] = u.norm(dim=-1)
-    return out
-
-
-def weight_asymmetry_table(model: HookedTransformer) -> pd.DataFrame:
-    """Tidy ``layer, head, measure, value`` of the weight asymmetry of every head."""
-    records = []
-    for layer, block in enumerate(model.blocks):
-        for measure, values in attention_weight_asymmetry(block.attn).items():
-            records += [
-                {"layer": layer, "head": head, "measure": measure, "value": float(v)}
-                for head, v in enumerate(values.tolist())
-            ]
-    return pd.DataFrame.from_records(records)
 
 
 # --- patterns -----------------------------------------------------------------------------
@@ -164,17 +90,19 @@ def unweighted_attention(X: torch.Tensor) -> torch.Tensor:
     return torch.softmax(X @ X.mT / X.shape[-1] ** 0.5, dim=-1)
 
 
-def attention_input(model: HookedTransformer, layer: int, resid_pre: torch.Tensor) -> torch.Tensor:
-    """The input the attention of ``layer`` sees: ``ln1(resid_pre)`` if pre-norm, else itself."""
-    if model.cfg.norm_position == "pre":
-        return model.blocks[layer].ln1(resid_pre)
-    return resid_pre
-
-
 class PatternAsymmetry(Analyzer):
-    """Streaming asymmetry of attention patterns per head, plus the unweighted baseline."""
+    """Streaming asymmetry of attention patterns per head, plus the unweighted baseline.
+
+    Layerwise: each layer's patterns (and residual input, for the baseline) are folded in as
+    the forward pass produces them; the running sums stay on the activations' device.
+    ``input_norms[layer]`` is the norm between the residual stream and that layer's attention
+    (pre-norm models; ``NormParams``, plain tensors) or None.
+    """
 
     name = "pattern_asymmetry"
+    layerwise = True
+    state_fields = ("sentences", "ratio_sum", "counts", "base_ratio_sum", "base_counts",
+                    "base_violations")
 
     def __init__(
         self,
@@ -182,7 +110,7 @@ class PatternAsymmetry(Analyzer):
         factor: float = 2.0,
         edge_level: float = 1.0,
         baseline: bool = True,
-        input_fn=None,
+        input_norms: list[NormParams | None] | None = None,
     ) -> None:
         if factor < 1:
             raise ConfigError(f"the direction factor must be at least 1, not {factor}.")
@@ -191,7 +119,7 @@ class PatternAsymmetry(Analyzer):
         self.heads_per_layer = list(heads_per_layer)
         self.n_layers, self.n_heads = len(heads_per_layer), max(heads_per_layer)
         self.factor, self.edge_level, self.baseline = factor, edge_level, baseline
-        self.input_fn = input_fn  # (layer, resid_pre) -> attention input; identity if None
+        self.input_norms = list(input_norms or [None] * self.n_layers)
         f64 = torch.float64
         self.sentences = 0
         self.ratio_sum = torch.zeros(self.n_layers, self.n_heads, dtype=f64)
@@ -199,16 +127,23 @@ class PatternAsymmetry(Analyzer):
         self.base_ratio_sum = torch.zeros(self.n_layers, dtype=f64)
         self.base_counts = torch.zeros(self.n_layers, _COUNTS, dtype=f64)
         self.base_violations = torch.zeros(self.n_layers, 3, dtype=f64)
+        self._groups: list[LengthGroup] = []
 
     @classmethod
     def for_model(cls, model: HookedTransformer, **kwargs) -> PatternAsymmetry:
         if model.cfg.causal:
             raise ConfigError("pattern asymmetry needs a bidirectional (encoder) model.")
-        return cls(
-            model.heads_per_layer,
-            input_fn=lambda layer, x: attention_input(model, layer, x),
-            **kwargs,
-        )
+        norms = [attention_input_norm(model, layer) for layer in range(model.n_layers)]
+        analyzer = cls(model.heads_per_layer, input_norms=norms, **kwargs)
+        analyzer.identify_model(model)
+        return analyzer
+
+    def settings(self) -> dict:
+        return {
+            "heads_per_layer": self.heads_per_layer, "factor": self.factor,
+            "edge_level": self.edge_level, "baseline": self.baseline,
+            "input_norms": [None if n is None else n.kind for n in self.input_norms],
+        }
 
     def hook_names(self, model: HookedTransformer) -> list[str]:
         names = [f"blocks.{i}.attn.hook_pattern" for i in range(model.n_layers)]
@@ -216,40 +151,34 @@ class PatternAsymmetry(Analyzer):
             names += [f"blocks.{i}.hook_resid_pre" for i in range(model.n_layers)]
         return names
 
-    def update(self, batch: Batch, cache: ActivationCache) -> None:
-        layers = range(self.n_layers)
-        # All layers side by side on the head axis: one batched call per length group.
-        patterns = torch.cat([cache["pattern", i] for i in layers], dim=1)  # [b, L*head, q, k]
-        offsets = np.cumsum([0, *self.heads_per_layer])
+    def begin_batch(self, batch: Batch) -> None:
+        self.move_state(batch.attention_mask.device)
+        self._groups = length_groups(batch.attention_mask)  # one host read of the lengths
+        self.sentences += sum(len(group.rows) for group in self._groups)
+
+    def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
+        heads = self.heads_per_layer[layer]
+        patterns = cache["pattern", layer]  # [batch, head, query_pos, key_pos]
+        norm = self.input_norms[layer]
         if self.baseline:
-            inputs = [cache["resid_pre", i] for i in layers]  # L x [batch, pos, d_model]
-            if self.input_fn is not None:
-                inputs = [self.input_fn(i, x) for i, x in zip(layers, inputs, strict=True)]
-            X_all = torch.stack(inputs, dim=2)  # [batch, pos, layer, d_model]
-        for group in length_groups(batch.attention_mask):
-            self.sentences += len(group.rows)
-            P = gather_square(patterns, group)  # [group, L*head, n, n]
+            X_all = cache["resid_pre", layer]  # [batch, pos, d_model]
+            if norm is not None:
+                X_all = norm.to(X_all.device).apply(X_all)  # the attention's own input
+        for group in self._groups:
+            P = gather_square(patterns, group)  # [group, head, n, n]
             ratio, counts = pattern_asymmetry(P, self.factor, self.edge_level)
-            ratio, counts = ratio.sum(0).cpu(), counts.sum(0).cpu()  # [L*head], [L*head, 4]
-            for layer, h in enumerate(self.heads_per_layer):
-                self.ratio_sum[layer, :h] += ratio[offsets[layer] : offsets[layer + 1]]
-                self.counts[layer, :h] += counts[offsets[layer] : offsets[layer + 1]]
+            self.ratio_sum[layer, :heads] += ratio.sum(0)  # [head]
+            self.counts[layer, :heads] += counts.sum(0)  # [head, 4]
             if not self.baseline:
                 continue
-            X = gather_tokens(X_all, group).transpose(1, 2)  # [group, layer, n, d_model]
-            alpha = unweighted_attention(X)  # [group, layer, n, n]
+            alpha = unweighted_attention(gather_tokens(X_all, group))  # [group, n, n]
             ratio, counts = pattern_asymmetry(alpha, self.factor, self.edge_level)
-            self.base_ratio_sum += ratio.sum(0).cpu()
-            self.base_counts += counts.sum(0).cpu()
-            self.base_violations += dominance_violations(alpha).sum(0).cpu()
+            self.base_ratio_sum[layer] += ratio.sum(0)
+            self.base_counts[layer] += counts.sum(0)
+            self.base_violations[layer] += dominance_violations(alpha).sum(0)
 
-    def merge(self, other: PatternAsymmetry) -> PatternAsymmetry:
-        if other.heads_per_layer != self.heads_per_layer:
-            raise ConfigError("cannot merge asymmetry analyzers of different models.")
-        self.sentences += other.sentences
-        for name in ("ratio_sum", "counts", "base_ratio_sum", "base_counts", "base_violations"):
-            getattr(self, name).add_(getattr(other, name))
-        return self
+    def end_batch(self, batch: Batch) -> None:
+        self._groups = []
 
     @staticmethod
     def _graph_measures(ratio_sum, counts, sentences) -> list[np.ndarray]:
@@ -259,7 +188,7 @@ class PatternAsymmetry(Analyzer):
         ratio = ratio_sum / max(sentences, 1)
         directed = share(counts[..., 3], counts[..., 2])
         reciprocity = share(counts[..., 1], counts[..., 0])
-        return [m.numpy() for m in (ratio, directed, reciprocity)]
+        return [m.cpu().numpy() for m in (ratio, directed, reciprocity)]
 
     def result(self) -> dict[str, pd.DataFrame]:
         if self.sentences == 0:
@@ -274,11 +203,9 @@ class PatternAsymmetry(Analyzer):
         tables = {"pattern_asymmetry": pd.DataFrame.from_records(records)}
         if self.baseline:
             base = self._graph_measures(self.base_ratio_sum, self.base_counts, self.sentences)
-            pairs = self.base_violations[:, 0].clamp_min(1)
-            base += [
-                (self.base_violations[:, 1] / pairs).numpy(),
-                (self.base_violations[:, 2] / pairs).numpy(),
-            ]
+            violations = self.base_violations.cpu()
+            pairs = violations[:, 0].clamp_min(1)
+            base += [(violations[:, 1] / pairs).numpy(), (violations[:, 2] / pairs).numpy()]
             tables["asymmetry_baseline"] = pd.DataFrame.from_records(
                 {"layer": layer, "measure": measure, "value": float(v[layer])}
                 for measure, v in zip(BASELINE_MEASURES, base, strict=True)

@@ -16,11 +16,22 @@ Two ways to receive a batch:
 
 ``update(batch, cache)`` works for both kinds (for a layerwise analyzer it replays a full
 cache layer by layer), which is what tests on hand-built caches use.
+
+Analyzers that need forward passes of their own (the rank-collapse block variants) set
+``needs_model_pass`` and implement ``model_pass(model, batch)``; the runner calls it once per
+batch after the main forward. No analyzer keeps a reference to the model: what it needs from
+the model it takes at construction as plain tensors and numbers.
+
+Running state stays on the device the activations come from (no host synchronisation per
+layer or head); ``state_dict`` copies it to the CPU, ``result`` reads it there.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+import weakref
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterable
@@ -34,7 +45,7 @@ from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
 
-__all__ = ["Analyzer", "Batch", "layer_of", "pattern_hook_names"]
+__all__ = ["Analyzer", "Batch", "layer_of", "model_fingerprint", "pattern_hook_names"]
 
 _BLOCK_RE = re.compile(r"(?:^|\.)blocks\.(\d+)\.")
 
@@ -67,7 +78,11 @@ class Analyzer(ABC):
 
     name: str = "analyzer"
     layerwise: bool = False
+    needs_model_pass: bool = False
     state_fields: tuple[str, ...] = ()
+    # ``model_fingerprint`` of the model the state comes from (``for_model`` constructors set
+    # it); part of the settings two partial states must share.
+    model_id: str | None = None
 
     @abstractmethod
     def hook_names(self, model: HookedTransformer) -> list[str]:
@@ -83,6 +98,10 @@ class Analyzer(ABC):
 
     def end_batch(self, batch: Batch) -> None:  # noqa: B027 (optional hook)
         """Called after a batch's last layer (layerwise analyzers)."""
+
+    def model_pass(self, model: HookedTransformer, batch: Batch) -> None:
+        """Forward passes of the analyzer's own (``needs_model_pass``); keep no reference."""
+        raise TypeError(f"{type(self).__name__} runs no forward pass of its own.")
 
     def update(self, batch: Batch, cache: ActivationCache) -> None:
         """Fold one batch given every activation it reads (all layers at once)."""
@@ -102,13 +121,26 @@ class Analyzer(ABC):
         """JSON-serialisable options and model facts two partial states must share."""
         return {}
 
+    def identify_model(self, model: HookedTransformer) -> None:
+        """Record which model the state is about (``model_id``), so merges can check it."""
+        self.model_id = model_fingerprint(model)
+
+    def all_settings(self) -> dict[str, Any]:
+        """``settings()`` plus the model's fingerprint: what a merge compares."""
+        return {**self.settings(), "model_id": self.model_id}
+
     def state_dict(self) -> dict[str, Any]:
-        """The running state as plain data: ``{"analyzer", "settings", "state"}``."""
+        """The running state as plain data on the CPU: ``{"analyzer", "settings", "state"}``."""
         return {
             "analyzer": type(self).__name__,
-            "settings": self.settings(),
-            "state": {field: _copy(getattr(self, field)) for field in self.state_fields},
+            "settings": self.all_settings(),
+            "state": {field: _copy(getattr(self, field), "cpu") for field in self.state_fields},
         }
+
+    def move_state(self, device: torch.device | str) -> None:
+        """Move every tensor of the running state to ``device`` (a no-op where it is)."""
+        for field in self.state_fields:
+            setattr(self, field, _to_device(getattr(self, field), torch.device(device)))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Replace the running state by ``state`` (made by ``state_dict`` with equal settings)."""
@@ -137,7 +169,7 @@ class Analyzer(ABC):
             raise ConfigError(
                 f"cannot combine a {state.get('analyzer')} state with a {kind} analyzer."
             )
-        mine, theirs = _jsonable(self.settings()), _jsonable(state.get("settings", {}))
+        mine, theirs = _jsonable(self.all_settings()), _jsonable(state.get("settings", {}))
         if mine != theirs:
             diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
             raise ConfigError(
@@ -157,15 +189,27 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _copy(value: Any) -> Any:
+def _copy(value: Any, device: str | None = None) -> Any:
+    """A deep copy of a state value (tensors detached, on ``device`` when given)."""
     if isinstance(value, torch.Tensor):
-        return value.detach().clone()
+        value = value.detach()
+        return value.to(device, copy=True) if device is not None else value.clone()
     if isinstance(value, Counter):
         return Counter(value)
     if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
+        return {k: _copy(v, device) for k, v in value.items()}
     if isinstance(value, list):
-        return [_copy(v) for v in value]
+        return [_copy(v, device) for v in value]
+    return value
+
+
+def _to_device(value: Any, device: torch.device) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value if value.device == device else value.to(device)
+    if isinstance(value, dict) and not isinstance(value, Counter):
+        return {k: _to_device(v, device) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_to_device(v, device) for v in value]
     return value
 
 
@@ -196,3 +240,27 @@ def _add(mine: Any, theirs: Any, where: str) -> Any:
 
 def pattern_hook_names(model: HookedTransformer) -> list[str]:
     return [f"blocks.{i}.attn.hook_pattern" for i in range(model.n_layers)]
+
+
+_FINGERPRINTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_FINGERPRINT_VALUES = 256  # leading values of each parameter that enter the hash
+
+
+def model_fingerprint(model: HookedTransformer) -> str:
+    """A short hash of a model's architecture and weights, to tell two models apart.
+
+    sha256 over the config (provenance left out) and, per parameter, its name, shape, dtype
+    and first 256 values: cheap for any size, and different for two checkpoints of one
+    architecture (fine-tunes, pruned copies) or one checkpoint in two dtypes.
+    """
+    if model in _FINGERPRINTS:
+        return _FINGERPRINTS[model]
+    digest = hashlib.sha256()
+    config = {k: v for k, v in model.cfg.to_dict().items() if k != "source"}
+    digest.update(json.dumps(config, sort_keys=True, default=str).encode())
+    for name, param in model.named_parameters():
+        head = param.detach().flatten()[:_FINGERPRINT_VALUES].float().cpu()
+        digest.update(f"{name}{tuple(param.shape)}{param.dtype}".encode())
+        digest.update(head.numpy().tobytes())
+    _FINGERPRINTS[model] = digest.hexdigest()[:16]
+    return _FINGERPRINTS[model]

@@ -1,9 +1,15 @@
 """Spectra of each head's factored circuits: QK (W_Q W_K^T) and OV (W_V W_O).
 
-Singular values come from the factored view (``attn.QK``, ``attn.OV``: an ``r x r`` SVD after
-two thin QRs, never the ``d_in x d_in`` product), in float64. ``effective_rank`` is
+Singular values come from the factored view (``FactoredMatrix``: an ``r x r`` SVD after two
+thin QRs, never the ``d_in x d_in`` product), in float64. ``effective_rank`` is
 ``exp(H(s / sum s))``; ``rank90`` / ``rank99`` the smallest ``k`` whose singular values hold
 90 % / 99 % of ``sum s`` (the same energy as the attention spectrum).
+
+Pre-norm models: the input norm's gain (and bias) is folded into ``W_Q``, ``W_K``, ``W_V``
+first (``attnlens.model.folding``), so QK is the bilinear form the head applies to the
+residual stream and OV the map it writes back. Rotary models: QK is the form at relative
+offset 0 (``R(0) = I``); other offsets rotate it (``weight_asymmetry`` averages over them).
+OV does not depend on the position.
 """
 
 from __future__ import annotations
@@ -18,9 +24,24 @@ from attnlens.analysis.spectrum import (
     numerical_rank,
 )
 from attnlens.errors import ConfigError
+from attnlens.model.factored import FactoredMatrix
+from attnlens.model.folding import folded_attention_weights
 from attnlens.model.transformer import HookedTransformer
 
 CIRCUITS = ("QK", "OV")
+
+
+def circuit_matrix(model: HookedTransformer, layer: int, circuit: str) -> FactoredMatrix:
+    """``layer``'s per-head QK or OV circuit, the input norm folded in (pre-norm models)."""
+    attn = model.blocks[layer].attn
+    folded = folded_attention_weights(model, layer)
+    if not folded.folded:
+        return getattr(attn, circuit)  # the module's own factored view
+    dtype = attn.W_Q.dtype  # the same precision as the module's view
+    if circuit == "QK":
+        W_K = attn._kv_per_query_head(folded.W_K.to(dtype))
+        return FactoredMatrix(folded.W_Q.to(dtype), W_K.mT)
+    return FactoredMatrix(attn._kv_per_query_head(folded.W_V.to(dtype)), attn.W_O_effective())
 
 
 def circuit_singular_values(model: HookedTransformer, circuit: str) -> list[torch.Tensor]:
@@ -28,7 +49,8 @@ def circuit_singular_values(model: HookedTransformer, circuit: str) -> list[torc
     if circuit not in CIRCUITS:
         raise ConfigError(f"unknown circuit {circuit!r}; use one of {CIRCUITS}.")
     with torch.no_grad(), lapack_single_thread(model.device):
-        return [getattr(block.attn, circuit).svdvals().double() for block in model.blocks]
+        return [circuit_matrix(model, layer, circuit).svdvals().double()
+                for layer in range(model.n_layers)]
 
 
 def circuit_spectra(model: HookedTransformer, circuits=CIRCUITS) -> pd.DataFrame:

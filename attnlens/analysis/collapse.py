@@ -9,6 +9,12 @@ Definitions (``X`` is one sentence's ``[pos, d_model]`` matrix of real tokens):
   sum of absolute values, ``||M||_inf`` the largest row sum (the norm of the paper's bounds);
 - relative residual ``||res(X)|| / ||X||`` in that norm and in the Frobenius norm.
 
+Dong et al. define the residual through ``min_x ||X - 1 x^T||``. In the Frobenius norm the mean
+token is that minimiser, so the Frobenius rows are exact (``bound = exact``). In the composite
+norm the minimiser is in general another vector (the problem is not separable by column), so
+the composite rows are an **upper bound** of the paper's quantity (``bound = upper``); it is
+tight for collapsed inputs, where both are zero.
+
 ``depth`` counts blocks applied: depth 0 is the embedding output (the input of block 0),
 depth ``l`` the output of block ``l - 1``. Padding is dropped per sentence: only real tokens
 enter the mean and the norms.
@@ -18,7 +24,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -27,19 +32,11 @@ import torch
 from attnlens.analysis.base import Analyzer, Batch
 from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
-from attnlens.model.config import TransformerConfig
 from attnlens.model.transformer import HookedTransformer
 
 NORMS = ("composite", "frobenius")
-# The block variants of the study: (use_skip, use_mlp, use_norm) switches of TransformerConfig.
-# Formulas for post-norm blocks (BERT); pre-norm models keep their own norm placement.
-VARIANTS: dict[str, tuple[bool, bool, bool]] = {
-    "san": (False, False, False),  # pure self-attention: x <- attn(x)
-    "san+skip": (True, False, False),  # x <- x + attn(x)
-    "san+mlp": (False, True, False),  # x <- mlp(attn(x))
-    "san+ln": (False, False, True),  # x <- norm(attn(x))
-    "full": (True, True, True),  # the unmodified block
-}
+# How the mean-token residual relates to min_x ||X - 1 x^T|| in each norm (see collapse_table).
+RESIDUAL_BOUND = {"composite": "upper", "frobenius": "exact"}
 # Relative residuals below this are rounding noise in float64 (about 450 machine epsilons);
 # the decay fits stop there.
 FIT_FLOOR = 1e-13
@@ -85,27 +82,6 @@ def relative_residual(
     return torch.linalg.matrix_norm(res) / torch.linalg.matrix_norm(x).clamp_min(tiny)
 
 
-def parse_variants(names: str | Sequence[str]) -> list[str]:
-    """``"san,full"`` or a list of names -> validated variant names, in the given order."""
-    if isinstance(names, str):
-        names = [n.strip().lower() for n in names.split(",") if n.strip()]
-    unknown = [n for n in names if n not in VARIANTS]
-    if unknown or not names:
-        raise ConfigError(
-            f"unknown variant(s) {', '.join(unknown) or '(none given)'}; "
-            f"choose from {','.join(VARIANTS)}."
-        )
-    return list(dict.fromkeys(names))
-
-
-def variant_config(cfg: TransformerConfig, variant: str) -> TransformerConfig:
-    """``cfg`` with the skip/MLP/norm switches of ``variant`` (other fields unchanged)."""
-    use_skip, use_mlp, use_norm = VARIANTS[parse_variants([variant])[0]]
-    return replace(
-        cfg, use_skip=use_skip, use_mlp=use_mlp, use_norm=use_norm, source=dict(cfg.source)
-    )
-
-
 def depth_hook_names(n_layers: int) -> list[str]:
     """Hook names whose outputs are depths 0..n_layers: the embedding, then each block."""
     return ["hook_embed"] + [f"blocks.{i}.hook_resid_post" for i in range(n_layers)]
@@ -125,55 +101,82 @@ def summarize(values: np.ndarray) -> dict[str, float]:
     }
 
 
+def depth_residuals(hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """``[norm, batch]`` relative residuals (``NORMS`` order) of ``hidden [batch, pos, d]``."""
+    return torch.stack([relative_residual(hidden, mask, norm) for norm in NORMS])
+
+
+def collapse_table(values: np.ndarray, variant: str) -> pd.DataFrame:
+    """Summary rows per norm and depth of per-sentence ``values [norm, depth, sentence]``.
+
+    ``bound`` says how the mean-token residual relates to Dong et al.'s ``min_x ||X - 1 x^T||``:
+    ``exact`` in the Frobenius norm (the mean token is the minimiser), ``upper`` in the
+    composite norm (the mean token need not minimise it: an upper bound).
+    """
+    records = []
+    if values.shape[-1]:
+        for n, norm in enumerate(NORMS):
+            for depth in range(values.shape[1]):
+                records.append({"variant": variant, "depth": depth, "norm": norm,
+                                "bound": RESIDUAL_BOUND[norm], **summarize(values[n, depth])})
+    return pd.DataFrame.from_records(records)
+
+
 class ResidualCollapse(Analyzer):
     """Per-sentence relative residual at every depth of one model, in both norms.
 
-    State: every sentence's value (a few floats per sentence and depth), so that quantiles
-    are exact and ``merge`` is a concatenation. ``variant`` labels the rows of the result.
+    State: every sentence's value (a few floats per sentence and depth, on the activations'
+    device until read), so that quantiles are exact and a merge is a concatenation.
+    ``variant`` labels the rows of the result. Layerwise: depth ``l`` is read as soon as block
+    ``l - 1`` has produced it.
     """
 
     name = "collapse"
+    layerwise = True
+    state_fields = ("values",)
 
     def __init__(self, n_layers: int, variant: str = "full") -> None:
         self.n_layers, self.variant = n_layers, variant
         self.values: list[torch.Tensor] = []  # each [norm, depth, batch], float64
+        self._depths: dict[int, torch.Tensor] = {}  # per-batch scratch: depth -> [norm, batch]
+
+    @classmethod
+    def for_model(cls, model: HookedTransformer, variant: str = "full") -> ResidualCollapse:
+        analyzer = cls(model.n_layers, variant)
+        analyzer.identify_model(model)
+        return analyzer
+
+    def settings(self) -> dict:
+        return {"n_layers": self.n_layers, "variant": self.variant}
 
     def hook_names(self, model: HookedTransformer) -> list[str]:
         return depth_hook_names(self.n_layers)
 
-    def update(self, batch: Batch, cache: ActivationCache) -> None:
-        self.update_hidden(
-            [cache[name] for name in depth_hook_names(self.n_layers)], batch.attention_mask
-        )
+    def begin_batch(self, batch: Batch) -> None:
+        self._depths = {}
+
+    def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
+        name = "hook_embed" if layer < 0 else f"blocks.{layer}.hook_resid_post"
+        self._depths[layer + 1] = depth_residuals(cache[name], batch.attention_mask)
+
+    def end_batch(self, batch: Batch) -> None:
+        depths = [self._depths[d] for d in range(self.n_layers + 1)]
+        self.values.append(torch.stack(depths, dim=1))  # [norm, depth, batch]
+        self._depths = {}
 
     def update_hidden(self, hidden: Sequence[torch.Tensor], mask: torch.Tensor | None) -> None:
         """Fold in the representations ``hidden[depth] [batch, pos, d]`` of one batch."""
-        per_depth = [
-            torch.stack([relative_residual(h, mask, norm) for norm in NORMS]) for h in hidden
-        ]  # depth x [norm, batch]
-        self.values.append(torch.stack(per_depth, dim=1).cpu())  # [norm, depth, batch]
-
-    def merge(self, other: ResidualCollapse) -> ResidualCollapse:
-        self.values.extend(other.values)
-        return self
+        per_depth = [depth_residuals(h, mask) for h in hidden]  # depth x [norm, batch]
+        self.values.append(torch.stack(per_depth, dim=1))  # [norm, depth, batch]
 
     def per_sentence(self) -> torch.Tensor:
-        """All values so far ``[norm, depth, sentence]``."""
+        """All values so far ``[norm, depth, sentence]`` (on the CPU)."""
         if not self.values:
             return torch.zeros(len(NORMS), self.n_layers + 1, 0, dtype=torch.float64)
-        return torch.cat(self.values, dim=-1)
+        return torch.cat([v.cpu() for v in self.values], dim=-1)
 
     def result(self) -> dict[str, pd.DataFrame]:
-        values = self.per_sentence().numpy()
-        records = []
-        if values.shape[-1]:
-            for n, norm in enumerate(NORMS):
-                for depth in range(self.n_layers + 1):
-                    records.append(
-                        {"variant": self.variant, "depth": depth, "norm": norm,
-                         **summarize(values[n, depth])}
-                    )
-        return {"collapse": pd.DataFrame.from_records(records)}
+        return {"collapse": collapse_table(self.per_sentence().numpy(), self.variant)}
 
 
 def fit_decay(
@@ -231,32 +234,8 @@ def fit_table(curves: pd.DataFrame, value: str = "geo_mean") -> pd.DataFrame:
     for (variant, norm), rows in curves.groupby(["variant", "norm"], sort=False):
         rows = rows.sort_values("depth")
         fit = fit_decay(rows["depth"].to_numpy(), rows[value].to_numpy())
-        records.append({"variant": variant, "norm": norm, **fit})
+        records.append({"variant": variant, "norm": norm, "bound": RESIDUAL_BOUND[norm], **fit})
     return pd.DataFrame.from_records(records)
-
-
-def variant_model(
-    model: HookedTransformer,
-    variant: str,
-    state: dict[str, torch.Tensor] | None = None,
-) -> HookedTransformer:
-    """``model`` rebuilt with ``variant``'s switches, on the same (shared, not copied) weights.
-
-    The variant is ``HookedTransformer(variant_config(model.cfg, variant))``; its tensors are
-    assigned from ``state`` (default ``model.state_dict()``; pass a converted copy to change the
-    dtype). Weights of the modules the variant removes (MLPs, norms) are left out; a weight the
-    variant needs but ``state`` lacks is an error.
-    """
-    cfg = variant_config(model.cfg, variant)
-    state = model.state_dict() if state is None else state
-    with torch.device("meta"):
-        copy = HookedTransformer(cfg)
-    loaded = copy.load_state_dict(state, strict=False, assign=True)
-    if loaded.missing_keys:
-        missing = ", ".join(loaded.missing_keys[:4])
-        raise ConfigError(f"variant {variant!r} needs weights the model lacks: {missing}.")
-    copy.setup_hooks()
-    return copy.to(model.device).eval()
 
 
 def sample_rows(size: int, n: int) -> torch.Tensor:
@@ -285,68 +264,3 @@ def subsample(batch: Batch, n: int) -> Batch:
         attention_mask=pick(batch.attention_mask),
         token_type_ids=pick(batch.token_type_ids),
     )
-
-
-class VariantCollapse(Analyzer):
-    """Relative residual per depth of block variants of a pretrained model, on a corpus.
-
-    Each variant is ``variant_model(model, name)``: the model's own weights under other
-    ``use_skip``/``use_mlp``/``use_norm`` switches. The analyzer runs the variants itself on
-    each batch's inputs (it reads nothing from the main model's cache), in ``dtype``
-    (default float64, one converted copy of the weights shared by all variants; None keeps
-    the model's dtype and shares its tensors). The cost is bounded by ``per_batch`` (at most
-    that many sentences of each batch, evenly spaced) and ``max_sentences`` (in all).
-    """
-
-    name = "collapse_variants"
-
-    def __init__(
-        self,
-        model: HookedTransformer,
-        variants: str | Sequence[str] = tuple(VARIANTS),
-        dtype: torch.dtype | None = torch.float64,
-        per_batch: int | None = None,
-        max_sentences: int | None = None,
-    ) -> None:
-        self.variants = parse_variants(variants)
-        state = model.state_dict()
-        if dtype is not None:
-            state = {k: v.to(dtype) for k, v in state.items()}
-        self.models = {v: variant_model(model, v, state) for v in self.variants}
-        self.n_layers = model.n_layers
-        self.collapse = {v: ResidualCollapse(model.n_layers, v) for v in self.variants}
-        self.per_batch, self.max_sentences = per_batch, max_sentences
-        self.sentences = 0
-
-    def hook_names(self, model: HookedTransformer) -> list[str]:
-        return []
-
-    @torch.no_grad()
-    def update(self, batch: Batch, cache: ActivationCache | None = None) -> None:
-        if self.per_batch is not None:
-            batch = subsample(batch, self.per_batch)
-        if self.max_sentences is not None:
-            batch = subsample(batch, self.max_sentences - self.sentences)
-        n = int(batch.input_ids.shape[0])
-        if n == 0:
-            return
-        names = depth_hook_names(self.n_layers)
-        for variant, model in self.models.items():
-            inputs = {k: v.to(model.device) for k, v in batch.model_inputs().items()}
-            _, var_cache = model.run_with_cache(
-                **inputs, names_filter=names, return_type="hidden"
-            )
-            mask = inputs["attention_mask"]
-            self.collapse[variant].update_hidden([var_cache[name] for name in names], mask)
-        self.sentences += n
-
-    def merge(self, other: VariantCollapse) -> VariantCollapse:
-        for variant in self.variants:
-            self.collapse[variant].merge(other.collapse[variant])
-        self.sentences += other.sentences
-        return self
-
-    def result(self) -> dict[str, pd.DataFrame]:
-        tables = [self.collapse[v].result()["collapse"] for v in self.variants]
-        curves = pd.concat(tables, ignore_index=True)
-        return {"collapse_variants": curves, "collapse_fits": fit_table(curves)}

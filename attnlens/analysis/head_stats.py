@@ -13,6 +13,10 @@ layer/head/measure in the result):
 - ``to_self`` / ``to_prev`` / ``to_next``: mean weight on the token itself, the token before
   and the token after (those neighbours may be [CLS] or [SEP]);
 - ``distance``: mean attention distance ``sum_j p_ij |i - j|``, in tokens.
+
+Sums are also kept per sentence (``sentence_sums``, ``sentence_rows``), so the heads report
+gives each statistic a bootstrap interval over sentences and can pool per sentence
+(``attnlens.analysis.head_stats_tables``).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlens.analysis.base import Analyzer, Batch, pattern_hook_names
+from attnlens.analysis.per_sentence import PerSentenceRows, sentence_ids_of
 from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
 
@@ -64,12 +69,13 @@ def punctuation_ids(tokenizer) -> set[int]:
     }
 
 
-class HeadStats(Analyzer):
+class HeadStats(PerSentenceRows, Analyzer):
     """Streaming token-level statistics per head (see the module docstring)."""
 
     name = "head_stats"
     layerwise = True
-    state_fields = ("sums", "rows")
+    state_fields = ("sums", "rows", "sentences", "sentence_sums", "sentence_rows")
+    row_fields = ("sentence_sums", "sentence_rows")
 
     def __init__(
         self,
@@ -78,8 +84,10 @@ class HeadStats(Analyzer):
         cls_ids: set[int],
         sep_ids: set[int],
         punct_ids: set[int],
+        heads_per_layer: list[int] | None = None,
     ) -> None:
         self.n_layers, self.n_heads = n_layers, n_heads
+        self.heads_per_layer = list(heads_per_layer or [n_heads] * n_layers)
         self.cls_ids, self.sep_ids, self.punct_ids = set(cls_ids), set(sep_ids), set(punct_ids)
         self._id_sets = [  # [CLS], [SEP], punctuation ids as sorted tensors, built once
             torch.tensor(sorted(s), dtype=torch.long)
@@ -87,24 +95,33 @@ class HeadStats(Analyzer):
         ]
         self.sums = torch.zeros(len(MEASURES), n_layers, n_heads, dtype=torch.float64)
         self.rows = 0
+        self.sentences: list[int] = []  # corpus index of every sentence seen
+        self.sentence_sums: list[torch.Tensor] = []  # per batch [sentence, measure, layer, head]
+        self.sentence_rows: list[torch.Tensor] = []  # per batch [sentence] rows counted
 
     @classmethod
     def for_model(cls, model: HookedTransformer, tokenizer) -> HeadStats:
         cls_ids, sep_ids = special_id_sets(tokenizer)
-        return cls(
-            model.n_layers, max(model.heads_per_layer), cls_ids, sep_ids, punctuation_ids(tokenizer)
-        )
+        stats = cls(model.n_layers, max(model.heads_per_layer), cls_ids, sep_ids,
+                    punctuation_ids(tokenizer), heads_per_layer=model.heads_per_layer)
+        stats.identify_model(model)
+        return stats
 
     def hook_names(self, model: HookedTransformer) -> list[str]:
         return pattern_hook_names(model)
 
+    def row_width(self, field: str) -> tuple[int, ...]:
+        return (len(MEASURES), self.n_layers, self.n_heads) if field == "sentence_sums" else ()
+
     def settings(self) -> dict:
         return {
-            "n_layers": self.n_layers, "n_heads": self.n_heads, "cls_ids": self.cls_ids,
+            "n_layers": self.n_layers, "n_heads": self.n_heads,
+            "heads_per_layer": self.heads_per_layer, "cls_ids": self.cls_ids,
             "sep_ids": self.sep_ids, "punct_ids": self.punct_ids,
         }
 
     def begin_batch(self, batch: Batch) -> None:
+        self.move_state(batch.attention_mask.device)
         real = batch.attention_mask.bool()  # [batch, pos]
         rows = real & ~batch.special_mask if batch.special_mask is not None else real
         ids = batch.input_ids
@@ -114,7 +131,10 @@ class HeadStats(Analyzer):
         pos = torch.arange(ids.shape[1], device=ids.device)
         self._distance = (pos[:, None] - pos[None, :]).abs().to(torch.float32)  # [query, key]
         self._row_weight = rows.to(torch.float32)[:, None, :]  # [batch, 1, query_pos]
-        self.rows += int(rows.sum())
+        self.sentences += sentence_ids_of(batch, self.next_sentence_id())
+        self.sentence_rows.append(rows.sum(1))  # [sentence]
+        self._scratch = torch.zeros(ids.shape[0], len(MEASURES), self.n_layers, self.n_heads,
+                                    device=ids.device)  # [sentence, measure, layer, head]
 
     def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
         p = cache["pattern", layer].float()  # [batch, head, query_pos, key_pos]
@@ -134,8 +154,15 @@ class HeadStats(Analyzer):
                 (p * self._distance).sum(-1),
             ]
         )  # [measure, batch, head, query_pos]
-        totals = (per_row * self._row_weight).sum(dim=(1, 3))  # [measure, head]
-        self.sums[:, layer, :n_heads] += totals.double().cpu()
+        per_sentence = (per_row * self._row_weight).sum(3)  # [measure, batch, head]
+        self._scratch[:, :, layer, :n_heads] = per_sentence.transpose(0, 1)
+
+    def end_batch(self, batch: Batch) -> None:
+        # one transfer per batch; the per-sentence rows stay on the model's device
+        self.sums += self._scratch.sum(0).double().cpu()
+        self.rows += int(self.sentence_rows[-1].sum())
+        self.sentence_sums.append(self._scratch)
+        self._scratch = None
 
     def result(self) -> dict[str, pd.DataFrame]:
         means = (self.sums / max(self.rows, 1)).numpy()
@@ -149,6 +176,6 @@ class HeadStats(Analyzer):
             }
             for m, measure in enumerate(MEASURES)
             for layer in range(self.n_layers)
-            for head in range(self.n_heads)
+            for head in range(self.heads_per_layer[layer])  # only heads the model has
         ]
         return {"head_stats": pd.DataFrame.from_records(records)}

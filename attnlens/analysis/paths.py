@@ -105,10 +105,12 @@ def real_patterns(
     return out
 
 
-def path_products(patterns: dict[int, torch.Tensor], paths: list[HeadPath]) -> torch.Tensor:
+def path_products(patterns: dict, paths: list[HeadPath]) -> torch.Tensor:
     """Attention products ``A[l_k, h_k] @ ... @ A[l_1, h_1]`` of equally long ``paths``.
 
-    ``patterns`` from ``real_patterns``; returns ``[path, batch, query_pos, key_pos]`` (float64).
+    ``patterns[layer][head]`` is ``[batch, query_pos, key_pos]`` with padding zeroed (a
+    ``real_patterns`` tensor, or a dict of the heads the paths use); returns
+    ``[path, batch, query_pos, key_pos]`` (float64).
     """
     length = len(paths[0])
     product = None
@@ -123,13 +125,17 @@ def path_products(patterns: dict[int, torch.Tensor], paths: list[HeadPath]) -> t
 class PathCollapse(Analyzer):
     """Rank-1 residual of sampled head paths' attention products, against path length.
 
-    State per length: each path's running sum over sentences (float64) and the sentence
-    count, so ``merge`` adds. ``result`` gives ``path_collapse`` (per length: mean, geo_mean,
-    min, q10, q90, max over the sampled paths of each path's mean over sentences) and
-    ``path_samples`` (one row per path).
+    Layerwise: each layer's patterns are cut down to the sampled sentences and the heads some
+    path uses as soon as the layer is produced; the products are formed at the end of the
+    batch. State per length: each path's running sum over sentences (float64, keyed by the
+    length as text) and the sentence count, so a merge adds. ``result`` gives
+    ``path_collapse`` (per length: mean, geo_mean, min, q10, q90, max over the sampled paths
+    of each path's mean over sentences) and ``path_samples`` (one row per path).
     """
 
     name = "path_collapse"
+    layerwise = True
+    state_fields = ("sums", "sentences")
 
     def __init__(
         self,
@@ -144,56 +150,78 @@ class PathCollapse(Analyzer):
         # Cost bounds: at most per_batch sentences of each batch, max_sentences in all.
         self.per_batch, self.max_sentences = per_batch, max_sentences
         self.paths = sample_paths(self.heads_per_layer, n_paths, seed)
-        self.sums = {k: torch.zeros(len(p), dtype=torch.float64) for k, p in self.paths.items()}
+        self.heads_used: dict[int, list[int]] = {}
+        for paths in self.paths.values():
+            for path in paths:
+                for layer, head in zip(path.layers, path.heads, strict=True):
+                    self.heads_used.setdefault(layer, []).append(head)
+        self.heads_used = {k: sorted(set(v)) for k, v in sorted(self.heads_used.items())}
+        self.sums = {str(k): torch.zeros(len(p), dtype=torch.float64)
+                     for k, p in self.paths.items()}
         self.sentences = 0
+        self._rows: torch.Tensor | None = None  # per-batch scratch: sampled sentences
+        self._patterns: dict[int, dict[int, torch.Tensor]] = {}
+        self._head_index: dict[int, torch.Tensor] = {}  # heads_used as index tensors
 
     @classmethod
     def for_model(
         cls, model: HookedTransformer, n_paths: int = 32, seed: int = 0, **bounds
     ) -> PathCollapse:
-        return cls(model.heads_per_layer, n_paths, seed, **bounds)
+        analyzer = cls(model.heads_per_layer, n_paths, seed, **bounds)
+        analyzer.identify_model(model)
+        return analyzer
+
+    def settings(self) -> dict:
+        return {"heads_per_layer": self.heads_per_layer, "n_paths": self.n_paths,
+                "seed": self.seed, "per_batch": self.per_batch,
+                "max_sentences": self.max_sentences}
 
     @property
     def layers(self) -> list[int]:
         """Layers that some sampled path passes through."""
-        return sorted({layer for paths in self.paths.values() for p in paths for layer in p.layers})
+        return list(self.heads_used)
 
     def hook_names(self, model: HookedTransformer) -> list[str]:
         return [f"blocks.{layer}.attn.hook_pattern" for layer in self.layers]
 
-    def update(self, batch: Batch, cache: ActivationCache) -> None:
-        rows = torch.arange(int(batch.input_ids.shape[0]))
+    def begin_batch(self, batch: Batch) -> None:
+        self.move_state(batch.attention_mask.device)
+        rows = torch.arange(batch.size)
         if self.per_batch is not None:
             rows = sample_rows(len(rows), self.per_batch)
         if self.max_sentences is not None:
             rows = rows[sample_rows(len(rows), self.max_sentences - self.sentences)]
-        if len(rows) == 0:
-            return
-        mask = batch.attention_mask[rows.to(batch.attention_mask.device)]
-        patterns = real_patterns(
-            {layer: cache["pattern", layer][rows.to(mask.device)] for layer in self.layers}, mask
-        )
-        for length, paths in self.paths.items():
-            products = path_products(patterns, paths)
-            residual = rank1_residual(products)  # [path, batch]
-            self.sums[length] += residual.sum(dim=1).cpu()
-        self.sentences += len(rows)
+        device = batch.attention_mask.device
+        self._rows = rows.to(device)
+        self._patterns = {}
+        built_on = next(iter(self._head_index.values())).device if self._head_index else None
+        if built_on != device:  # index tensors on the batch's device: no copy in update_layer
+            self._head_index = {layer: torch.tensor(heads, device=device)
+                                for layer, heads in self.heads_used.items()}
 
-    def merge(self, other: PathCollapse) -> PathCollapse:
-        if (other.heads_per_layer, other.n_paths, other.seed) != (
-            self.heads_per_layer, self.n_paths, self.seed
-        ):
-            raise ConfigError("cannot merge path analyzers built with different paths.")
-        for length in self.sums:
-            self.sums[length] += other.sums[length]
-        self.sentences += other.sentences
-        return self
+    def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
+        if self._rows is None or len(self._rows) == 0:
+            return
+        heads = self.heads_used[layer]
+        mask = batch.attention_mask[self._rows]
+        kept = cache["pattern", layer][self._rows][:, self._head_index[layer]]
+        # kept [rows, used head, query_pos, key_pos]
+        real = real_patterns({layer: kept}, mask)[layer]  # [used head, rows, query, key]
+        self._patterns[layer] = {head: real[i] for i, head in enumerate(heads)}
+
+    def end_batch(self, batch: Batch) -> None:
+        if self._rows is not None and len(self._rows):
+            for length, paths in self.paths.items():
+                residual = rank1_residual(path_products(self._patterns, paths))  # [path, rows]
+                self.sums[str(length)] += residual.sum(dim=1)
+            self.sentences += len(self._rows)
+        self._rows, self._patterns = None, {}
 
     def result(self) -> dict[str, pd.DataFrame]:
         curve, samples = [], []
         if self.sentences:
             for length, paths in self.paths.items():
-                means = (self.sums[length] / self.sentences).numpy()
+                means = (self.sums[str(length)].cpu() / self.sentences).numpy()
                 curve.append({"path_length": length, **summarize(means)})
                 samples += [
                     {"path_length": length, "path": p.label(), "residual": float(m)}
@@ -203,4 +231,3 @@ class PathCollapse(Analyzer):
             "path_collapse": pd.DataFrame.from_records(curve),
             "path_samples": pd.DataFrame.from_records(samples),
         }
-

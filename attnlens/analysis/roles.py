@@ -1,35 +1,37 @@
-"""Head roles: positional, syntactic and rare-word heads, with the evidence for each.
+"""Head roles: positional, syntactic and rare-word heads, each a tested claim with its evidence.
 
 Built from the tables of ``PositionalHeads``, ``SyntacticHeads`` and ``RareWordHeads``
-(``result()``); a head can have several roles or none. Figures: a layer x head role map and
-per-relation accuracy heatmaps (layers and heads numbered from 0).
+(``result()``); a head can have several roles or none. Every candidate role is a row of
+``role_tests``: the estimate, its bootstrap interval over sentences, what it is compared to,
+the one-sided p-value and the q-value corrected within its family (every head for
+positional and rare-word heads; every head x relation x main direction for syntactic heads).
+
+Two views: ``tested`` (default) grants a role when ``q_value < alpha``; ``uncorrected`` keeps
+the point-estimate rules (share >= threshold; accuracy >= baseline + margin) for comparison
+with earlier work. With ``--bootstrap 0`` nothing is tested and both views use the point
+rules. Figures of these tables are in ``attnlens.plots`` (``role_map``, ``relation_heatmaps``).
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
-from attnlens.analysis.syntactic import ALL_RELATIONS, MAIN_DIRECTIONS
+from attnlens.analysis.syntactic import ALL_RELATIONS, MAIN_DIRECTIONS, NOT_A_ROLE
 
 ROLES = ("positional", "syntactic", "rare-word")
-# Arcs of these relations are measured and tabled but never make a head "syntactic":
-# punctuation attaches by convention, not by grammar, and its offset baseline is weak.
-NOT_A_ROLE = ("punct",)
-ROLE_COLORS = {
-    "none": "#f0f0f0",
-    "positional": "#6baed6",
-    "syntactic": "#fd8d3c",
-    "rare-word": "#74c476",
-    "several": "#9e9ac8",
-}
+VIEWS = ("tested", "uncorrected")
+TEST_COLUMNS = [
+    "role", "layer", "head", "detail", "value", "ci_low", "ci_high", "reference",
+    "compared_to", "tested", "p_value", "q_value", "n_sentences", "n_examples", "passed",
+    "above_rule",
+]
+EVIDENCE_COLUMNS = ["layer", "head", "role", "detail", "value", "ci_low", "ci_high",
+                    "compared_to", "tested", "p_value", "q_value", "n_sentences", "n_examples"]
 
 
-def _syntactic_evidence(accuracy: pd.DataFrame | None) -> pd.DataFrame:
-    """Rows of the main directions per (layer, head, relation), "all relations" excluded."""
+def _syntactic_rows(accuracy: pd.DataFrame | None) -> pd.DataFrame:
+    """Rows of the main directions that can make a head syntactic (not punct, not pooled)."""
     if accuracy is None or accuracy.empty:
         return pd.DataFrame(columns=["layer", "head", "relation", "direction", "accuracy",
                                      "baseline", "syntactic"])
@@ -37,41 +39,95 @@ def _syntactic_evidence(accuracy: pd.DataFrame | None) -> pd.DataFrame:
     return rows[~rows["relation"].isin([ALL_RELATIONS, *NOT_A_ROLE])]
 
 
-def role_evidence(
+def _positional_tests(positional: pd.DataFrame) -> pd.DataFrame:
+    threshold = positional["threshold"]
+    return pd.DataFrame({
+        "role": "positional", "layer": positional["layer"], "head": positional["head"],
+        "detail": [f"offset {o:+d}" for o in positional["best_offset"]],
+        "value": positional["share"], "ci_low": positional["ci_low"],
+        "ci_high": positional["ci_high"], "reference": threshold,
+        "compared_to": [f"threshold {t:.2f}" for t in threshold], "tested": positional["tested"],
+        "p_value": positional["p_value"], "q_value": positional["q_value"],
+        "n_sentences": positional["n_sentences"], "n_examples": positional["tokens"],
+        "passed": positional["positional"], "above_rule": positional["above_threshold"],
+    })
+
+
+def _syntactic_tests(accuracy: pd.DataFrame | None) -> pd.DataFrame:
+    rows = _syntactic_rows(accuracy)
+    if rows.empty:
+        return pd.DataFrame(columns=TEST_COLUMNS)
+    return pd.DataFrame({
+        "role": "syntactic", "layer": rows["layer"], "head": rows["head"],
+        "detail": rows["relation"] + " " + rows["direction"], "value": rows["accuracy"],
+        "ci_low": rows["ci_low"], "ci_high": rows["ci_high"],
+        "reference": rows["baseline"] + rows["min_excess"],
+        "compared_to": [f"baseline {b:.3f} + margin {m:.2f}"
+                        for b, m in zip(rows["baseline"], rows["min_excess"], strict=True)],
+        "tested": rows["tested"], "p_value": rows["p_value"], "q_value": rows["q_value"],
+        "n_sentences": rows["n_sentences"], "n_examples": rows["examples"],
+        "passed": rows["syntactic"], "above_rule": rows["above_margin"],
+    })
+
+
+def _rare_tests(rare: pd.DataFrame | None) -> pd.DataFrame:
+    if rare is None or rare.empty:
+        return pd.DataFrame(columns=TEST_COLUMNS)
+    return pd.DataFrame({
+        "role": "rare-word", "layer": rare["layer"], "head": rare["head"],
+        "detail": "rarest word", "value": rare["share_rarest"], "ci_low": rare["ci_low"],
+        "ci_high": rare["ci_high"], "reference": rare["threshold"],
+        "compared_to": [f"threshold {t:.2f} (chance {c:.3f})"
+                        for t, c in zip(rare["threshold"], rare["chance_rarest"], strict=True)],
+        "tested": rare["tested"], "p_value": rare["p_value"], "q_value": rare["q_value"],
+        "n_sentences": rare["sentences"], "n_examples": rare["words"],
+        "passed": rare["rare_word"], "above_rule": rare["above_threshold"],
+    })
+
+
+def role_tests(
     positional: pd.DataFrame,
     syntactic_accuracy: pd.DataFrame | None = None,
     rare_words: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """Tidy: one row per (head, role) found, with the evidence and what it was compared to."""
-    records = []
-    for row in positional[positional["positional"]].itertuples():
-        records.append({"layer": row.layer, "head": row.head, "role": "positional",
-                        "detail": f"offset {row.best_offset:+d}", "value": row.share,
-                        "compared_to": "threshold"})
-    syn = _syntactic_evidence(syntactic_accuracy)
-    for row in syn[syn["syntactic"]].itertuples():
-        records.append({"layer": row.layer, "head": row.head, "role": "syntactic",
-                        "detail": f"{row.relation} {row.direction}", "value": row.accuracy,
-                        "compared_to": f"baseline {row.baseline:.3f}"})
-    if rare_words is not None:
-        for row in rare_words[rare_words["rare_word"]].itertuples():
-            records.append({"layer": row.layer, "head": row.head, "role": "rare-word",
-                            "detail": "rarest word", "value": row.share_rarest,
-                            "compared_to": f"chance {row.chance_rarest:.3f}"})
-    columns = ["layer", "head", "role", "detail", "value", "compared_to"]
-    return pd.DataFrame.from_records(records, columns=columns).sort_values(
-        ["layer", "head", "role"], ignore_index=True
-    )
+    """Tidy: one row per candidate (head, role, detail) with its test (see module docstring).
+
+    ``passed`` is the tested role (q < alpha, corrected within the role's family);
+    ``above_rule`` the uncorrected point-estimate rule.
+    """
+    parts = [_positional_tests(positional), _syntactic_tests(syntactic_accuracy),
+             _rare_tests(rare_words)]
+    parts = [p for p in parts if not p.empty]
+    if not parts:
+        return pd.DataFrame(columns=TEST_COLUMNS)
+    table = pd.concat(parts, ignore_index=True)[TEST_COLUMNS]
+    for column in ("tested", "passed", "above_rule"):
+        table[column] = table[column].astype(bool)
+    return table
+
+
+def role_evidence(
+    positional: pd.DataFrame,
+    syntactic_accuracy: pd.DataFrame | None = None,
+    rare_words: pd.DataFrame | None = None,
+    view: str = "tested",
+) -> pd.DataFrame:
+    """Tidy: one row per (head, role, detail) granted in ``view``, with its evidence."""
+    tests = role_tests(positional, syntactic_accuracy, rare_words)
+    granted = tests[tests["passed" if view == "tested" else "above_rule"]]
+    return granted[EVIDENCE_COLUMNS].sort_values(
+        ["layer", "head", "role"], ignore_index=True, kind="stable")
 
 
 def classify_heads(
     positional: pd.DataFrame,
     syntactic_accuracy: pd.DataFrame | None = None,
     rare_words: pd.DataFrame | None = None,
+    view: str = "tested",
 ) -> pd.DataFrame:
     """One row per head: its roles ("none" when it has none) and the evidence behind each."""
-    evidence = role_evidence(positional, syntactic_accuracy, rare_words)
-    syn = _syntactic_evidence(syntactic_accuracy)
+    evidence = role_evidence(positional, syntactic_accuracy, rare_words, view)
+    syn = _syntactic_rows(syntactic_accuracy)
     table = positional[["layer", "head", "best_offset", "share"]].rename(
         columns={"share": "offset_share"}
     )
@@ -92,91 +148,27 @@ def classify_heads(
             on=["layer", "head"],
             how="left",
         )
-    roles, details = [], []
-    for row in table.itertuples():
-        found = evidence[(evidence["layer"] == row.layer) & (evidence["head"] == row.head)]
-        names = [r for r in ROLES if r in set(found["role"])]
+    found: dict[tuple[int, int], list[dict]] = {}
+    for record in evidence.to_dict("records"):  # plain dicts: one pass, no per-head frames
+        found.setdefault((int(record["layer"]), int(record["head"])), []).append(record)
+    roles, details, counts = [], [], []
+    for layer, head in zip(table["layer"], table["head"], strict=True):
+        rows = found.get((int(layer), int(head)), [])
+        names = [r for r in ROLES if any(row["role"] == r for row in rows)]
         roles.append("; ".join(names) if names else "none")
-        details.append(
-            "; ".join(f"{r.role}: {r.detail} ({r.value:.2f})" for r in found.itertuples())
-        )
-    return table.assign(roles=roles, evidence=details)
+        counts.append(sum(row["role"] == "syntactic" for row in rows))
+        details.append("; ".join(_evidence_text(row) for row in rows))
+    return table.assign(roles=roles, n_relations=counts, evidence=details, view=view)
 
 
-def _short_label(roles: str, evidence: str, best_offset: int) -> str:
-    parts = []
-    if "positional" in roles:
-        parts.append(f"P{best_offset:+d}")
-    if "syntactic" in roles:
-        n = evidence.count("syntactic:")
-        parts.append(f"S{n}")
-    if "rare-word" in roles:
-        parts.append("R")
-    return "\n".join(parts)
+def _evidence_text(row: dict) -> str:
+    ci_low, ci_high, q = (float(row[k]) for k in ("ci_low", "ci_high", "q_value"))
+    interval = "" if np.isnan(ci_low) else f" [{ci_low:.2f}, {ci_high:.2f}]"
+    tested = "" if np.isnan(q) else f", q={q:.2g}"
+    return f"{row['role']}: {row['detail']} ({float(row['value']):.2f}{interval}{tested})"
 
 
-def role_map_figure(head_roles: pd.DataFrame, title: str = "Head roles") -> Figure:
-    """Layer x head map: colour = role (or "several"); text P±k offset, Sn relations, R."""
-    from matplotlib.colors import ListedColormap
-    from matplotlib.patches import Patch
-
-    from attnlens.plots import plt
-
-    names = list(ROLE_COLORS)
-    n_layers = int(head_roles["layer"].max()) + 1
-    n_heads = int(head_roles["head"].max()) + 1
-    grid = np.zeros((n_layers, n_heads))
-    labels = [["" for _ in range(n_heads)] for _ in range(n_layers)]
-    for row in head_roles.itertuples():
-        found = [r for r in ROLES if r in row.roles.split("; ")]
-        category = "none" if not found else found[0] if len(found) == 1 else "several"
-        grid[row.layer, row.head] = names.index(category)
-        labels[row.layer][row.head] = _short_label(row.roles, row.evidence, row.best_offset)
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.6 * n_heads + 2.5), max(2.5, 0.5 * n_layers + 1)))
-    ax.imshow(grid, cmap=ListedColormap(list(ROLE_COLORS.values())), vmin=0,
-              vmax=len(names) - 1, aspect="auto")
-    for layer in range(n_layers):
-        for head in range(n_heads):
-            ax.text(head, layer, labels[layer][head], ha="center", va="center", fontsize=6)
-    ax.set_xticks(range(n_heads))
-    ax.set_yticks(range(n_layers))
-    ax.set_xlabel("head")
-    ax.set_ylabel("layer")
-    ax.set_title(title)
-    ax.legend(handles=[Patch(color=c, label=n) for n, c in ROLE_COLORS.items()],
-              bbox_to_anchor=(1.02, 1), loc="upper left", fontsize=7, frameon=False)
-    fig.tight_layout()
-    return fig
-
-
-def relation_heatmaps(
-    syntactic_accuracy: pd.DataFrame, direction: str, max_relations: int = 24
-) -> Figure:
-    """Small multiples: one layer x head accuracy heatmap per relation for ``direction``."""
-    from attnlens.plots import layer_head_grid, plt
-
-    rows = syntactic_accuracy[syntactic_accuracy["direction"] == direction]
-    relations = list(dict.fromkeys(rows["relation"]))[:max_relations]
-    cols = min(4, max(1, len(relations)))
-    n_rows = max(1, math.ceil(len(relations) / cols))
-    fig, axes = plt.subplots(n_rows, cols, figsize=(3.0 * cols + 1, 2.4 * n_rows), squeeze=False)
-    for ax in axes.flat:
-        ax.set_axis_off()
-    image = None
-    for ax, relation in zip(axes.flat, relations, strict=False):
-        sub = rows[rows["relation"] == relation]
-        grid = layer_head_grid(sub, value="accuracy")
-        ax.set_axis_on()
-        image = ax.imshow(grid, cmap="viridis", vmin=0, vmax=1, aspect="auto")
-        base = float(sub["baseline"].iloc[0])
-        ax.set_title(f"{relation} (n={int(sub['examples'].iloc[0])}, base {base:.2f})", fontsize=8)
-        ax.set_xticks(range(grid.shape[1]))
-        ax.set_yticks(range(grid.shape[0]))
-        ax.tick_params(labelsize=6)
-        ax.set_xlabel("head", fontsize=7)
-        ax.set_ylabel("layer", fontsize=7)
-    fig.suptitle(f"Syntactic accuracy per head (layers and heads from 0), {direction}")
-    fig.tight_layout(rect=(0, 0, 0.92, 1))
-    if image is not None:  # one shared colour scale, 0..1
-        fig.colorbar(image, cax=fig.add_axes((0.93, 0.15, 0.015, 0.7)), label="accuracy")
-    return fig
+def role_counts(head_roles: pd.DataFrame) -> dict[str, int]:
+    """Heads with each role (a head with several roles counts once per role)."""
+    return {role: int(head_roles["roles"].str.split("; ").apply(lambda r, x=role: x in r).sum())
+            for role in ROLES}

@@ -4,7 +4,8 @@ Layerwise analyzers receive each layer's activations from inside the forward pas
 as that layer has produced everything they read, and the runner drops those activations
 right after: memory holds one layer's patterns, not the whole model's. Whole-batch
 analyzers (``layerwise = False``) get a cache of every activation they read once the
-forward pass ends.
+forward pass ends. Analyzers with forward passes of their own (``needs_model_pass``) run
+them after the main pass, on the model without the runner's hooks.
 """
 
 from __future__ import annotations
@@ -88,13 +89,15 @@ def run_analyzers(
     """Run ``model`` over ``batches`` once, feeding every analyzer what it reads."""
     feeder = _LayerFeeder(model, analyzers)
     hooks = [(name, feeder.save) for name in feeder.names]
-    with progress_bar(description, total=total, enabled=show_progress) as advance, model.hooks(
-        fwd_hooks=hooks
-    ):
+    own_passes = [a for a in analyzers if a.needs_model_pass]
+    with progress_bar(description, total=total, enabled=show_progress) as advance:
         for batch in batches:
             batch = batch.to(model.device)
-            feeder.begin(batch)
-            model(**batch.model_inputs(), return_type="hidden")
-            feeder.end()
+            with model.hooks(fwd_hooks=hooks):
+                feeder.begin(batch)
+                model(**batch.model_inputs(), return_type="hidden")
+                feeder.end()
+            for analyzer in own_passes:
+                analyzer.model_pass(model, batch)
             advance(batch.size)
     return analyzers

@@ -16,6 +16,11 @@ energy, as in Cordonnier et al.): ``E(k) = sum_{i<=k} s_i^2 / sum_i s_i^2``. The
 the number of dimensions holding 90/95/99 % of it, beside ``d_model`` and beside the sum over
 heads of the per-head counts (what the concatenation would need if the heads' subspaces were
 orthogonal).
+
+Pre-norm models: the input norm is folded into ``W_Q`` and ``W_K`` first
+(``attnlens.model.folding``). Rotary models: ``W_Q`` and ``W_K`` alone are exact at every
+offset (a rotation on the right changes neither a column space nor its spectrum); ``W_QK``
+is the form at relative offset 0.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from einops import rearrange
 
 from attnlens.analysis.spectrum import lapack_single_thread
 from attnlens.model.attention import MultiHeadAttention
+from attnlens.model.folding import NormParams, attention_input_norm, attention_weights
 from attnlens.model.transformer import HookedTransformer
 
 ENERGY_LEVELS = (0.90, 0.95, 0.99)
@@ -43,13 +49,17 @@ def dims_for_energy(curve: torch.Tensor, level: float) -> torch.Tensor:
     return ((curve < level - 1e-12).sum(-1) + 1).clamp(max=curve.shape[-1])
 
 
-def head_factors(attn: MultiHeadAttention) -> dict[str, torch.Tensor]:
+def head_factors(
+    attn: MultiHeadAttention, norm: NormParams | None = None
+) -> dict[str, torch.Tensor]:
     """Per-head matrices ``[head, d_in, r]`` whose column spaces and spectra are studied.
 
-    ``W_QK`` is represented by ``W_Q[h] R_h^T`` (same singular values, same column space).
+    ``norm``: the input norm folded in (``model.folding``). ``W_QK`` is represented by
+    ``W_Q[h] R_h^T`` (same singular values, same column space).
     """
-    W_Q = attn.W_Q.detach().double()  # [head, d_in, d_head]
-    W_K = attn._kv_per_query_head(attn.W_K).detach().double()  # [head, d_in, d_head]
+    weights = attention_weights(attn, norm)
+    W_Q = weights.W_Q  # [head, d_in, d_head], float64
+    W_K = attn._kv_per_query_head(weights.W_K)  # [head, d_in, d_head]
     with lapack_single_thread(W_K.device):
         _, R = torch.linalg.qr(W_K)  # W_K[h] = Q_h R_h, R [head, d_head, d_head]
     return {"W_Q": W_Q, "W_K": W_K, "W_QK": W_Q @ R.mT}
@@ -68,10 +78,12 @@ def gram_singular_values(M: torch.Tensor) -> torch.Tensor:
     return eig.flip(-1).clamp_min(0).sqrt()
 
 
-def layer_spectra(attn: MultiHeadAttention) -> dict[str, dict[str, torch.Tensor]]:
+def layer_spectra(
+    attn: MultiHeadAttention, norm: NormParams | None = None
+) -> dict[str, dict[str, torch.Tensor]]:
     """Singular values ``{matrix: {"concat": [r], "per_head": [head, r_h]}}`` of one layer."""
     out = {}
-    for name, per_head in head_factors(attn).items():
+    for name, per_head in head_factors(attn, norm).items():
         concat = rearrange(per_head, "head d_in r -> d_in (head r)")
         out[name] = {
             "concat": gram_singular_values(concat),
@@ -90,7 +102,8 @@ def shared_subspace_tables(model: HookedTransformer) -> dict[str, pd.DataFrame]:
     d_model = model.cfg.d_model
     dims_rows, curve_rows = [], []
     for layer, block in enumerate(model.blocks):
-        for matrix, spectra in layer_spectra(block.attn).items():
+        norm = attention_input_norm(model, layer)
+        for matrix, spectra in layer_spectra(block.attn, norm).items():
             concat = energy_curve(spectra["concat"])  # [r]
             heads = energy_curve(spectra["per_head"])  # [head, r_h]
             for level in ENERGY_LEVELS:

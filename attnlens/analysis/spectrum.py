@@ -308,6 +308,8 @@ class SpectrumAnalyzer(Analyzer):
     """
 
     name = "spectrum"
+    state_fields = ("sentences", "token_sum", "curve_sum", "summary_sum", "cost_sum",
+                    "bucket_sum", "bucket_count")
 
     def __init__(
         self,
@@ -343,7 +345,16 @@ class SpectrumAnalyzer(Analyzer):
     @classmethod
     def for_model(cls, model: HookedTransformer, **kwargs) -> SpectrumAnalyzer:
         scales = [block.attn.scale for block in model.blocks]
-        return cls(model.heads_per_layer, scales=scales, causal=model.cfg.causal, **kwargs)
+        analyzer = cls(model.heads_per_layer, scales=scales, causal=model.cfg.causal, **kwargs)
+        analyzer.identify_model(model)
+        return analyzer
+
+    def settings(self) -> dict:
+        return {
+            "heads_per_layer": self.heads_per_layer, "rank_fractions": self.rank_fractions,
+            "low_rank_cost": self.low_rank_cost, "seed": self.seed, "method": self.method,
+            "scales": self.scales, "causal": self.causal,
+        }
 
     def hook_names(self, model: HookedTransformer) -> list[str]:
         kinds = ["pattern", *self._qkv_kinds()]
@@ -434,25 +445,6 @@ class SpectrumAnalyzer(Analyzer):
         self.curve_sum[block] += fold(curve_at(curve, self.grid.to(curve) * n))
         by_k = torch.nn.functional.pad(curve, (0, hi - n), value=1.0)  # [group, L*head, hi]
         bucket[block] += fold(by_k)
-
-    def merge(self, other: SpectrumAnalyzer) -> SpectrumAnalyzer:
-        if (other.heads_per_layer, other.rank_fractions) != (
-            self.heads_per_layer,
-            self.rank_fractions,
-        ):
-            raise ConfigError("cannot merge spectrum analyzers of different models or settings.")
-        self.sentences += other.sentences
-        self.token_sum += other.token_sum
-        self.curve_sum += other.curve_sum
-        self.summary_sum += other.summary_sum
-        self.cost_sum += other.cost_sum
-        for hi, total in other.bucket_sum.items():
-            if hi in self.bucket_sum:
-                self.bucket_sum[hi] += total
-            else:
-                self.bucket_sum[hi] = total.clone()
-            self.bucket_count[hi] = self.bucket_count.get(hi, 0) + other.bucket_count[hi]
-        return self
 
     def _index(self) -> pd.DataFrame:
         return pd.DataFrame(

@@ -12,58 +12,161 @@ Word level (``attnlens.data.words``). For every arc ``dependent -> head`` with r
 
 A head's accuracy for (r, direction) is the share of arcs it gets right; tied maxima share
 the credit. The baseline is the best fixed relative offset for r and the direction, counted
-from the same arcs ("always predict the word k positions away"). A head is syntactic for r
-when its accuracy is at least the baseline + ``margin`` (Voita: 10 points), for relations
-with at least ``min_examples`` arcs. "all relations" pools every arc.
+from the same arcs ("always predict the word k positions away"). "all relations" pools every
+arc. The analyzer keeps its hits **per sentence and relation** (summed over the sentence's
+arcs), so ``attnlens.analysis.syntactic_tables`` can give every accuracy a bootstrap interval
+over sentences, test each head against its baseline and select heads on held-out sentences.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pandas as pd
 import torch
 
 from attnlens.analysis.base import Analyzer, Batch, pattern_hook_names
+from attnlens.analysis.bootstrap import Inference
+from attnlens.analysis.per_sentence import PerSentenceRows, sentence_ids_of
 from attnlens.data.conllu import base_relation
-from attnlens.data.words import cached_word_attention
+from attnlens.data.words import WordAttentionContext
 from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
 
 DIRECTIONS = ("dep->head", "head->dep", "head->dep (clark code)")
 MAIN_DIRECTIONS = DIRECTIONS[:2]
 ALL_RELATIONS = "all relations"
+# Arcs of these relations are measured and tabled but never make a head "syntactic":
+# punctuation attaches by convention, not by grammar, and its offset baseline is weak.
+NOT_A_ROLE = ("punct",)
+# Smallest relation the tables report and test; the power calculation in docs/heads.md
+# (``multiple_testing.margin_test_power``) justifies it.
+DEFAULT_MIN_EXAMPLES = 100
 
 
-class SyntacticHeads(Analyzer):
-    """Streaming per-relation, per-direction hit counts of every head, and offset counts."""
+@dataclass
+class SentenceArcs:
+    """The analyzer's per-(sentence, relation) state, consolidated on the CPU.
+
+    ``pair_*`` has one entry per (sentence, relation) with at least one arc: its sentence's
+    corpus index, relation, arc count and hits ``[pair, direction, layer, head]``;
+    ``arc_*`` one entry per arc (sentence, relation, offset ``head - dependent``).
+    """
+
+    relations: list[str]
+    sentences: torch.Tensor  # [sentence] sorted corpus indices of every sentence seen
+    pair_sentence: torch.Tensor  # [pair]
+    pair_relation: torch.Tensor  # [pair] index into relations
+    pair_arcs: torch.Tensor  # [pair] float64
+    pair_hits: torch.Tensor  # [pair, direction, layer, head] float32
+    arc_sentence: torch.Tensor  # [arc]
+    arc_relation: torch.Tensor  # [arc]
+    arc_offset: torch.Tensor  # [arc]
+
+    def group(self, relation: str | None, keep: torch.Tensor | None = None) -> RelationArcs:
+        """Per-sentence data of one relation (``None``: every arc), on sentences ``keep``."""
+        if relation is None:
+            pairs = torch.ones_like(self.pair_sentence, dtype=torch.bool)
+            arcs = torch.ones_like(self.arc_sentence, dtype=torch.bool)
+        else:
+            r = self.relations.index(relation)
+            pairs, arcs = self.pair_relation == r, self.arc_relation == r
+        if keep is not None:
+            pairs &= torch.isin(self.pair_sentence, keep)
+            arcs &= torch.isin(self.arc_sentence, keep)
+        ids, rows = torch.unique(self.pair_sentence[pairs], return_inverse=True)
+        width = self.pair_hits.shape[1:]
+        hits = torch.zeros((len(ids), *width), dtype=torch.float64)
+        hits.index_add_(0, rows, self.pair_hits[pairs].double())  # [sentence, dir, layer, head]
+        n_arcs = torch.zeros(len(ids), dtype=torch.float64).index_add_(
+            0, rows, self.pair_arcs[pairs])
+        offsets, columns = torch.unique(self.arc_offset[arcs], return_inverse=True)
+        arc_rows = torch.searchsorted(ids, self.arc_sentence[arcs])
+        counts = torch.zeros(len(ids), len(offsets), dtype=torch.float64)
+        counts.index_put_((arc_rows, columns), torch.ones(len(arc_rows), dtype=torch.float64),
+                          accumulate=True)  # [sentence, offset]
+        return RelationArcs(ids, n_arcs, hits, offsets, counts)
+
+
+@dataclass
+class RelationArcs:
+    """One relation's arcs summed per sentence: the inputs of every bootstrap."""
+
+    sentences: torch.Tensor  # [sentence] corpus indices
+    arcs: torch.Tensor  # [sentence] arcs in the sentence
+    hits: torch.Tensor  # [sentence, direction, layer, head]
+    offsets: torch.Tensor  # [offset] distinct values of head - dependent
+    offset_counts: torch.Tensor  # [sentence, offset] arcs at each offset
+
+    @property
+    def examples(self) -> int:
+        return int(self.arcs.sum())
+
+
+class SyntacticHeads(PerSentenceRows, Analyzer):
+    """Streaming per-sentence, per-relation hit counts of every head, and arc offsets."""
 
     name = "syntactic"
+    layerwise = True
+    state_fields = ("sentences", "offsets", "pair_sentence", "pair_relation", "pair_arcs",
+                    "pair_hits", "arc_sentence", "arc_relation", "arc_offset")
+    row_fields = ("pair_hits",)
+    sentence_fields = ("sentences", "pair_sentence", "arc_sentence")
 
     def __init__(
         self,
         n_layers: int,
         n_heads: int,
-        min_examples: int = 20,
+        min_examples: int = DEFAULT_MIN_EXAMPLES,
         margin: float = 0.10,
         base_relations: bool = False,
+        heads_per_layer: Sequence[int] | None = None,
+        inference: Inference | None = None,
+        words: WordAttentionContext | None = None,
     ) -> None:
         self.n_layers, self.n_heads = n_layers, n_heads
+        self.heads_per_layer = list(heads_per_layer or [n_heads] * n_layers)
         self.min_examples, self.margin, self.base_relations = min_examples, margin, base_relations
-        self.hits: dict[str, torch.Tensor] = {}  # relation -> [direction, layer, head]
+        self.inference = inference or Inference()
+        self.words = words or WordAttentionContext()
+        self.sentences: list[int] = []  # corpus index of every sentence with a tree
         self.offsets: dict[str, Counter[int]] = {}  # relation -> Counter(head - dependent)
+        self.pair_sentence: list[int] = []  # one entry per (sentence, relation) pair
+        self.pair_relation: list[str] = []
+        self.pair_arcs: list[int] = []
+        self.pair_hits: list[torch.Tensor] = []  # per batch [pair, direction, layer, head]
+        self.arc_sentence: list[int] = []  # one entry per arc
+        self.arc_relation: list[str] = []
+        self.arc_offset: list[int] = []
+        self._scratch: torch.Tensor | None = None
 
     @classmethod
     def for_model(cls, model: HookedTransformer, **kwargs) -> SyntacticHeads:
-        return cls(model.n_layers, max(model.heads_per_layer), **kwargs)
+        return cls(model.n_layers, max(model.heads_per_layer),
+                   heads_per_layer=model.heads_per_layer, **kwargs)
 
     def hook_names(self, model: HookedTransformer) -> list[str]:
         return pattern_hook_names(model)
 
-    def _arcs(self, batch: Batch) -> tuple[torch.Tensor, list[str]]:
-        """``[arc, 4]`` rows (sentence, dependent, head, relation index) and the relations."""
-        relations: dict[str, int] = {}
-        rows = []
+    def row_width(self, field: str) -> tuple[int, ...]:
+        return (len(DIRECTIONS), self.n_layers, self.n_heads)  # pair_hits
+
+    def settings(self) -> dict:
+        return {"n_layers": self.n_layers, "heads_per_layer": self.heads_per_layer,
+                "min_examples": self.min_examples, "margin": self.margin,
+                "base_relations": self.base_relations, **self.inference.settings()}
+
+    # Feeding --------------------------------------------------------------------------
+    def begin_batch(self, batch: Batch) -> None:
+        self._scratch = None
+        if "heads" not in batch.extra or batch.word_ids is None:
+            return  # a corpus without dependency trees: nothing to count
+        ids = sentence_ids_of(batch, self.next_sentence_id())
+        self.sentences += ids
+        pairs: dict[tuple[int, str], int] = {}
+        rows = []  # (sentence in batch, dependent, head, pair)
         trees = zip(batch.extra["heads"], batch.extra["relations"], strict=True)
         for b, (heads, labels) in enumerate(trees):
             n_words = batch.extra["n_words"][b]
@@ -71,58 +174,58 @@ class SyntacticHeads(Analyzer):
                 if head < 0 or dep >= n_words or head >= n_words:
                     continue  # the root, or a word cut by truncation
                 rel = base_relation(label) if self.base_relations else label
-                rows.append((b, dep, head, relations.setdefault(rel, len(relations))))
+                pair = pairs.setdefault((b, rel), len(pairs))
+                rows.append((b, dep, head, pair))
                 self.offsets.setdefault(rel, Counter())[head - dep] += 1
-        arcs = torch.tensor(rows, dtype=torch.long).reshape(-1, 4)
-        return arcs, list(relations)
-
-    def update(self, batch: Batch, cache: ActivationCache) -> None:
-        if "heads" not in batch.extra or batch.word_ids is None:
-            return  # a corpus without dependency trees: nothing to count
-        arcs, relations = self._arcs(batch)
-        if not len(relations):
+                self.arc_sentence.append(ids[b])
+                self.arc_relation.append(rel)
+                self.arc_offset.append(head - dep)
+        arcs_per_pair = Counter(row[3] for row in rows)
+        for (b, rel), pair in pairs.items():
+            self.pair_sentence.append(ids[b])
+            self.pair_relation.append(rel)
+            self.pair_arcs.append(arcs_per_pair[pair])
+        if not pairs:
             return
         device = batch.word_ids.device
-        sent, dep, head, rel = arcs.to(device).unbind(1)  # each [arc]
-        hits = torch.zeros(len(relations), len(DIRECTIONS), self.n_layers, self.n_heads)
-        for layer in range(self.n_layers):
-            wa = cached_word_attention(cache, batch, layer)
-            w = wa.weights  # [batch, head, query_word, key_word]
-            n_heads = w.shape[1]
-            n_padding = (~wa.valid).sum(-1)[:, None, None]  # [batch, 1, 1]
-            masked = w.clone()
-            masked.diagonal(dim1=-2, dim2=-1).fill_(-1.0)  # a word never picks itself
-            top_row = masked.amax(-1, keepdim=True)  # [batch, head, query_word, 1]
-            top_col = masked.amax(-2, keepdim=True)  # [batch, head, 1, key_word]
-            row_max = masked == top_row  # maxima of each query's row
-            col_max = masked == top_col  # maxima of each key's column
-            # padding words hold exactly 0: they tie only with a zero maximum; uncount them
-            row_n = (row_max.sum(-1) - (top_row[..., 0] == 0) * n_padding).clamp_min(1)
-            col_n = (col_max.sum(-2) - (top_col[..., 0, :] == 0) * n_padding).clamp_min(1)
-            credits = [
-                row_max[sent, :, dep, head] / row_n[sent, :, dep],  # dependent's row -> head
-                row_max[sent, :, head, dep] / row_n[sent, :, head],  # head's row -> dependent
-                col_max[sent, :, head, dep] / col_n[sent, :, dep],  # dependent's column -> head
-            ]  # each [arc, head]; tied maxima share the credit
-            for d, credit in enumerate(credits):
-                summed = torch.zeros(len(relations), n_heads, device=device)
-                summed.index_add_(0, rel, credit.to(torch.float32))  # [relation, head]
-                hits[:, d, layer, :n_heads] += summed.cpu()
-        for r, relation in enumerate(relations):
-            if relation not in self.hits:
-                self.hits[relation] = torch.zeros_like(hits[r], dtype=torch.float64)
-            self.hits[relation] += hits[r].double()
+        self._arcs = torch.tensor(rows, dtype=torch.long).to(device)  # [arc, 4]
+        self._scratch = torch.zeros(len(pairs), len(DIRECTIONS), self.n_layers, self.n_heads,
+                                    device=device)  # [pair, direction, layer, head]
 
-    def merge(self, other: SyntacticHeads) -> SyntacticHeads:
-        for relation, hits in other.hits.items():
-            if relation in self.hits:
-                self.hits[relation] += hits
-            else:
-                self.hits[relation] = hits.clone()
-        for relation, counts in other.offsets.items():
-            self.offsets.setdefault(relation, Counter()).update(counts)
-        return self
+    def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
+        if self._scratch is None:
+            return
+        sent, dep, head, pair = self._arcs.unbind(1)  # each [arc]
+        wa = self.words.get(batch, layer, cache["pattern", layer])
+        w = wa.weights  # [batch, head, query_word, key_word]
+        n_heads = w.shape[1]
+        n_padding = (~wa.valid).sum(-1)[:, None, None]  # [batch, 1, 1]
+        masked = w.clone()
+        masked.diagonal(dim1=-2, dim2=-1).fill_(-1.0)  # a word never picks itself
+        top_row = masked.amax(-1, keepdim=True)  # [batch, head, query_word, 1]
+        top_col = masked.amax(-2, keepdim=True)  # [batch, head, 1, key_word]
+        row_max = masked == top_row  # maxima of each query's row
+        col_max = masked == top_col  # maxima of each key's column
+        # padding words hold exactly 0: they tie only with a zero maximum; uncount them
+        row_n = (row_max.sum(-1) - (top_row[..., 0] == 0) * n_padding).clamp_min(1)
+        col_n = (col_max.sum(-2) - (top_col[..., 0, :] == 0) * n_padding).clamp_min(1)
+        credits = [
+            row_max[sent, :, dep, head] / row_n[sent, :, dep],  # dependent's row -> head
+            row_max[sent, :, head, dep] / row_n[sent, :, head],  # head's row -> dependent
+            col_max[sent, :, head, dep] / col_n[sent, :, dep],  # dependent's column -> head
+        ]  # each [arc, head]; tied maxima share the credit
+        for d, credit in enumerate(credits):
+            summed = torch.zeros(len(self._scratch), n_heads, device=w.device)
+            summed.index_add_(0, pair, credit.to(torch.float32))  # [pair, head]
+            self._scratch[:, d, layer, :n_heads] = summed
 
+    def end_batch(self, batch: Batch) -> None:
+        if self._scratch is not None:
+            self.pair_hits.append(self._scratch)  # stays on the model's device
+        self._scratch = None
+        self.words.clear()
+
+    # Reading --------------------------------------------------------------------------
     def examples(self, relation: str) -> int:
         return sum(self.offsets[relation].values())
 
@@ -131,12 +234,28 @@ class SyntacticHeads(Analyzer):
         kept = [r for r in self.offsets if self.examples(r) >= self.min_examples]
         return sorted(kept, key=lambda r: (-self.examples(r), r))
 
-    def _pooled(self) -> tuple[torch.Tensor, Counter[int]]:
-        hits = sum(self.hits.values(), torch.zeros(len(DIRECTIONS), self.n_layers, self.n_heads))
-        offsets: Counter[int] = Counter()
-        for counts in self.offsets.values():
-            offsets.update(counts)
-        return hits.double(), offsets
+    def head_exists(self) -> torch.Tensor:
+        """``[layer, head]`` True for heads the model has (pruned layers have fewer)."""
+        exists = torch.zeros(self.n_layers, self.n_heads, dtype=torch.bool)
+        for layer, n in enumerate(self.heads_per_layer):
+            exists[layer, :n] = True
+        return exists
+
+    def per_sentence(self) -> SentenceArcs:
+        """The running state consolidated on the CPU (see ``SentenceArcs``)."""
+        names = sorted(set(self.pair_relation))
+        index = {r: i for i, r in enumerate(names)}
+        return SentenceArcs(
+            relations=names,
+            sentences=torch.unique(torch.tensor(self.sentences, dtype=torch.long)),
+            pair_sentence=torch.tensor(self.pair_sentence, dtype=torch.long),
+            pair_relation=torch.tensor([index[r] for r in self.pair_relation], dtype=torch.long),
+            pair_arcs=torch.tensor(self.pair_arcs, dtype=torch.float64),
+            pair_hits=self.field_rows("pair_hits", torch.float32),
+            arc_sentence=torch.tensor(self.arc_sentence, dtype=torch.long),
+            arc_relation=torch.tensor([index[r] for r in self.arc_relation], dtype=torch.long),
+            arc_offset=torch.tensor(self.arc_offset, dtype=torch.long),
+        )
 
     @staticmethod
     def baseline(offsets: Counter[int], direction: str) -> tuple[int, float]:
@@ -152,48 +271,7 @@ class SyntacticHeads(Analyzer):
         offset, count = max(offsets.items(), key=lambda kv: (kv[1], -abs(kv[0]), -kv[0]))
         return (-offset if direction == "head->dep" else offset), count / total
 
-    def _rows(self):
-        """(relation, examples, hits [direction, layer, head], offsets) incl. all relations."""
-        for relation in self.relations():
-            yield relation, self.examples(relation), self.hits[relation], self.offsets[relation]
-        if self.offsets:
-            hits, offsets = self._pooled()
-            yield ALL_RELATIONS, sum(offsets.values()), hits, offsets
-
     def result(self) -> dict[str, pd.DataFrame]:
-        accuracy, best, baselines = [], [], []
-        for relation, n, hits, offsets in self._rows():
-            acc = (hits / n).numpy()  # [direction, layer, head]
-            for d, direction in enumerate(DIRECTIONS):
-                offset, base = self.baseline(offsets, direction)
-                baselines.append(
-                    {"relation": relation, "direction": direction, "examples": n,
-                     "baseline_offset": offset, "baseline": base}
-                )
-                for layer in range(self.n_layers):
-                    for head in range(self.n_heads):
-                        a = float(acc[d, layer, head])
-                        accuracy.append(
-                            {"relation": relation, "direction": direction, "layer": layer,
-                             "head": head, "accuracy": a, "baseline": base, "examples": n,
-                             "syntactic": bool(a >= base + self.margin)}
-                        )
-                layer, head = divmod(int(acc[d].argmax()), self.n_heads)
-                top = float(acc[d, layer, head])
-                best.append(
-                    {"relation": relation, "direction": direction, "examples": n,
-                     "layer": layer, "head": head, "accuracy": top, "baseline": base,
-                     "baseline_offset": offset, "margin": top - base,
-                     "syntactic": bool(top >= base + self.margin)}
-                )
-        columns = {
-            "syntactic_accuracy": ["relation", "direction", "layer", "head", "accuracy",
-                                   "baseline", "examples", "syntactic"],
-            "syntactic_best": ["relation", "direction", "examples", "layer", "head", "accuracy",
-                               "baseline", "baseline_offset", "margin", "syntactic"],
-            "syntactic_baselines": ["relation", "direction", "examples", "baseline_offset",
-                                    "baseline"],
-        }
-        tables = {"syntactic_accuracy": accuracy, "syntactic_best": best,
-                  "syntactic_baselines": baselines}
-        return {k: pd.DataFrame.from_records(v, columns=columns[k]) for k, v in tables.items()}
+        from attnlens.analysis.syntactic_tables import syntactic_tables
+
+        return syntactic_tables(self)

@@ -3,7 +3,7 @@
 Each stack is a ``HookedTransformer`` built from a ``TransformerConfig`` with no token,
 position or segment embeddings (``positional="none"``, ``n_token_types=0``) and post-norm
 blocks; the variants differ only in the config switches ``use_skip``, ``use_mlp`` and
-``use_norm`` (see ``collapse.VARIANTS``). It is fed random ``inputs_embeds`` and computed in
+``use_norm`` (see ``variants.VARIANTS``). It is fed random ``inputs_embeds`` and computed in
 float64, so that residuals can fall to ~1e-16 before rounding noise takes over.
 
 Random init, per seed (identical across variants: same attention weights, same MLP weights
@@ -31,13 +31,12 @@ import torch
 
 from attnlens.analysis.collapse import (
     NORMS,
+    collapse_table,
     depth_hook_names,
     fit_table,
-    parse_variants,
     relative_residual,
-    summarize,
-    variant_config,
 )
+from attnlens.analysis.variants import parse_variants, variant_config
 from attnlens.errors import ConfigError
 from attnlens.model.config import TransformerConfig
 from attnlens.model.transformer import HookedTransformer
@@ -148,8 +147,8 @@ def run_synthetic(
 ) -> dict[str, pd.DataFrame]:
     """Relative residual against depth for each variant, over seeds; plus the decay fits.
 
-    Tables: ``synthetic_collapse`` (variant, depth, norm, then mean, geo_mean, min, q10, q90,
-    max over the seeds' curves, and n = seeds), ``synthetic_fits`` (``collapse.fit_decay`` on
+    Tables: ``synthetic_collapse`` (variant, depth, norm, bound, then mean, geo_mean, min, q10,
+    q90, max over the seeds' curves, and n = seeds), ``synthetic_fits`` (``collapse.fit_decay`` on
     the geometric mean of each variant and norm) and ``synthetic_spec`` (the parameters).
     """
     spec = spec or SyntheticSpec()
@@ -164,13 +163,8 @@ def run_synthetic(
                 curves.append(seed_curves(model, synthetic_inputs(spec, seed, device)))
                 advance(1)
             per_variant[variant] = torch.stack(curves, dim=-1).numpy()  # [norm, depth, seed]
-    records = [
-        {"variant": variant, "depth": depth, "norm": norm, **summarize(values[n, depth])}
-        for variant, values in per_variant.items()
-        for n, norm in enumerate(NORMS)
-        for depth in range(spec.depth + 1)
-    ]
-    curves = pd.DataFrame.from_records(records)
+    curves = pd.concat([collapse_table(values, variant) for variant, values in per_variant.items()],
+                       ignore_index=True)
     spec_table = pd.DataFrame(
         {"parameter": list(asdict(spec)), "value": [str(v) for v in asdict(spec).values()]}
     )

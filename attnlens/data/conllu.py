@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from attnlens.data.files import check_input_file, read_utf8
+from attnlens.data.files import read_utf8
 from attnlens.errors import DataError
+from attnlens.io import check_input_file
 
 ROOT = -1  # head index of the root word
 
@@ -135,7 +136,7 @@ def parse_conllu(text: str, source: str = "<string>") -> list[DepSentence]:
 
 def read_conllu(path: str | Path) -> list[DepSentence]:
     """Read a CoNLL-U file (UTF-8) into sentences of words with heads and relations."""
-    path = check_input_file(path, "treebank", "--treebank", "CoNLL-U")
+    path = check_input_file(path, "--treebank", "CoNLL-U treebank")
     return parse_conllu(read_utf8(path), source=str(path))
 
 

@@ -7,30 +7,10 @@ control characters end in the same kind of one-line ``DataError``. Imports nothi
 
 from __future__ import annotations
 
-import os
 import unicodedata
 from pathlib import Path
 
 from attnlens.errors import DataError
-
-
-def check_input_file(path: str | os.PathLike, what: str, option: str, hint: str) -> Path:
-    """``path`` as a Path when it is a readable regular file, else a ``DataError``.
-
-    ``what`` names the file in messages ("text file"), ``option`` the option that takes it,
-    ``hint`` what a good file holds ("one sentence per line").
-    """
-    path = Path(path).expanduser()
-    if path.is_dir():
-        raise DataError(f"{what} {path} is a folder; pass a file ({hint}) with {option}.")
-    if not path.exists():
-        raise DataError(f"{what} {path} does not exist; pass a file ({hint}) with {option}.")
-    if not path.is_file():
-        raise DataError(f"{what} {path} is not a regular file; pass a file ({hint}) with "
-                        f"{option}.")
-    if not os.access(path, os.R_OK):
-        raise DataError(f"{what} {path} cannot be read (permission denied).")
-    return path
 
 
 def decode_utf8(data: bytes, source: str) -> str:

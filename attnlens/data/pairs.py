@@ -17,8 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from attnlens.data.files import check_input_file, has_real_text, read_utf8
+from attnlens.data.files import has_real_text, read_utf8
 from attnlens.errors import ConfigError, DataError
+from attnlens.io import check_input_file
 
 STS_RANGE = (0.0, 5.0)  # STS Benchmark gold scores
 MIN_PAIRS = 3  # Spearman's rho of fewer pairs is undefined or meaningless
@@ -82,7 +83,7 @@ def _rows(text: str, source: str):
 def read_pairs(path: str | Path, score_range: tuple[float, float] = STS_RANGE,
                option: str = "--pairs") -> SentencePairs:
     """A CSV of ``sentence1,sentence2,score`` rows without header, checked (module doc)."""
-    path = check_input_file(path, "pairs file", option, "CSV of sentence1,sentence2,score")
+    path = check_input_file(path, option, "CSV of sentence1,sentence2,score")
     low, high = score_range
     first, second, scores = [], [], []
     for line_no, row in _rows(read_utf8(path), str(path)):

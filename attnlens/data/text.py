@@ -12,10 +12,11 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from attnlens.data.files import check_input_file, read_utf8, text_lines
+from attnlens.data.files import read_utf8, text_lines
 from attnlens.errors import DataError
+from attnlens.io import check_input_file
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # reading files needs no torch: commands check them before loading it
     import torch
 
     from attnlens.data.batch import Batch
@@ -34,7 +35,7 @@ def read_text_file(path: str | Path, option: str = "--text") -> list[str]:
     A line counts when it holds a letter, digit, punctuation mark or symbol (not only
     whitespace or control characters); a file without any such line is an error.
     """
-    path = check_input_file(path, "text file", option, "one sentence per line")
+    path = check_input_file(path, option, "text, one sentence per line")
     texts = text_lines(read_utf8(path))
     if not texts:
         raise DataError(f"{path} contains no text (only blank lines, whitespace or control "

@@ -92,25 +92,35 @@ def word_attention(
     return WordAttention(weights=weights, to_special=to_special, valid=valid)
 
 
-_memo: dict[str, object] = {"cache": None, "key": None, "layers": {}}
+class WordAttentionContext:
+    """Word-level attention of the batch and layer being analysed, shared explicitly.
 
-
-def cached_word_attention(cache, batch: Batch, layer: int) -> WordAttention:
-    """``word_attention`` of one layer, computed once per (cache, batch) for all analyzers.
-
-    Only the most recent cache's layers are remembered, so memory stays at one batch.
+    One object per run, passed to every analyzer that reads word-level attention (syntactic
+    and rare-word heads), so each layer of each batch is aggregated once however many
+    analyzers read it. It remembers one layer of one batch (weak references to the batch and
+    the pattern tensor, so it never keeps either alive): asking for another batch, layer or
+    pattern recomputes. Analyzers given none make their own (nothing shared, same numbers).
     """
-    key = (id(batch.word_ids), tuple(batch.extra.get("n_words", ())))
-    owner = _memo["cache"]
-    if owner is None or owner() is not cache or _memo["key"] != key:
-        _memo.update(cache=weakref.ref(cache), key=key, layers={})
-    layers = _memo["layers"]
-    if layer not in layers:
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget the remembered layer (analyzers call this at the end of each batch)."""
+        self._key: tuple | None = None
+        self._value: WordAttention | None = None
+
+    def get(self, batch: Batch, layer: int, pattern: torch.Tensor) -> WordAttention:
+        """``word_attention`` of ``pattern [batch, head, query_pos, key_pos]`` for ``batch``."""
+        if self._key is not None:
+            batch_ref, pattern_ref, known_layer = self._key
+            if batch_ref() is batch and pattern_ref() is pattern and known_layer == layer:
+                return self._value
         n_words = max(batch.extra["n_words"]) if batch.extra.get("n_words") else None
-        layers[layer] = word_attention(
-            cache["pattern", layer], batch.word_ids, batch.special_mask, n_words=n_words
-        )
-    return layers[layer]
+        value = word_attention(pattern, batch.word_ids, batch.special_mask, n_words=n_words)
+        self._key = (weakref.ref(batch), weakref.ref(pattern), layer)
+        self._value = value
+        return value
 
 
 def word_batches(
@@ -186,61 +196,3 @@ def treebank_batches(
             "relations": [s.relations for s in sentences],
         },
     )
-
-
-def check_corpus_options(text: str | None, treebank: str | None, parse: bool) -> None:
-    """Fail early on contradictory corpus options."""
-    if text and treebank:
-        raise DataError("give either --text or --treebank, not both.")
-    if parse and not text:
-        raise DataError("--parse parses a plain-text file; pass it with --text.")
-
-
-@dataclass
-class Corpus:
-    """A corpus read from disk: dependency trees, or plain-text lines split into words."""
-
-    name: str
-    sentences: list | None = None  # DepSentence list (treebank or spaCy parse)
-    texts: list[str] | None = None  # plain-text lines
-
-    def batches(self, tokenizer: Tokenizer, batch_size: int = 16, max_length: int = 128):
-        """Word batches for the analyzers (``treebank_batches`` or ``text_word_batches``)."""
-        if self.sentences is not None:
-            return treebank_batches(tokenizer, self.sentences, batch_size, max_length)
-        return text_word_batches(tokenizer, self.texts or [], batch_size, max_length)
-
-
-def load_corpus(
-    text: str | None = None, treebank: str | None = None, parse: bool = False
-) -> Corpus:
-    """The corpus a command was given: ``treebank`` (CoNLL-U), else ``text`` (one sentence per
-    line; dependency-parsed by spaCy when ``parse``), else the embedded sample treebank."""
-    from attnlens.data import conllu
-    from attnlens.data.text import read_text_file
-
-    check_corpus_options(text, treebank, parse)
-    if treebank:
-        sentences = conllu.read_conllu(treebank)
-        return Corpus(f"{treebank} ({len(sentences)} sentences)", sentences=sentences)
-    if text and parse:
-        sentences = conllu.parse_with_spacy(read_text_file(text))
-        return Corpus(f"{text} parsed by spaCy ({len(sentences)} sentences)", sentences=sentences)
-    if text:
-        texts = read_text_file(text)
-        return Corpus(f"{text} ({len(texts)} lines)", texts=texts)
-    sentences = conllu.sample_treebank()
-    return Corpus(f"built-in sample treebank ({len(sentences)} sentences)", sentences=sentences)
-
-
-def corpus_batches(
-    tokenizer: Tokenizer,
-    text: str | None = None,
-    treebank: str | None = None,
-    parse: bool = False,
-    batch_size: int = 16,
-    max_length: int = 128,
-) -> tuple[list[Batch], str]:
-    """``load_corpus(...)`` batched in one call: (word batches, the corpus name)."""
-    corpus = load_corpus(text=text, treebank=treebank, parse=parse)
-    return corpus.batches(tokenizer, batch_size, max_length), corpus.name

@@ -1,6 +1,15 @@
-"""BERT family converter (BertModel, BertForMaskedLM, BertForSequenceClassification)."""
+"""The BERT-family converter (BERT; RoBERTa in ``roberta.py``), parametrised by ``BertFamily``.
+
+One function converts (``convert_encoder_family``) and one exports
+(``export_encoder_family``) every BERT-style encoder; a ``BertFamily`` holds what differs
+between them: the config reader, the weights' prefix, and where the MLM head and the
+classifier live in the checkpoint.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -103,15 +112,6 @@ def convert_embeddings(cfg: TransformerConfig, reader: WeightReader) -> dict[str
     return sd
 
 
-# attnlens MLM head part -> checkpoint name (BERT; RoBERTa has its own table).
-BERT_MLM_NAMES = {
-    "dense": "cls.predictions.transform.dense",
-    "norm": "cls.predictions.transform.LayerNorm",
-    "decoder": "cls.predictions.decoder.weight",
-    "bias": "cls.predictions.bias",
-}
-
-
 def convert_mlm_head(
     cfg: TransformerConfig, reader: WeightReader, names: dict[str, str], embed: torch.Tensor
 ) -> dict[str, torch.Tensor]:
@@ -129,37 +129,7 @@ def convert_mlm_head(
     }
 
 
-def convert_bert(
-    hf: dict, reader: WeightReader, architecture: str
-) -> tuple[TransformerConfig, dict]:
-    head = HEAD_BY_ARCHITECTURE[architecture]
-    if head is None and reader.has("pooler.dense.weight"):
-        head = "pooler"
-    cfg = bert_config(hf, head)
-    d = cfg.d_model
-    sd = convert_embeddings(cfg, reader)
-    sd.update(convert_encoder_layers(cfg, reader, "encoder.layer."))
-    if head == "pooler":
-        sd["head.dense.weight"] = reader.take("pooler.dense.weight", (d, d))
-        sd["head.dense.bias"] = reader.take("pooler.dense.bias", (d,))
-    elif head == "mlm":
-        if reader.has("cls.predictions.decoder.bias"):
-            reader.take("cls.predictions.decoder.bias", (cfg.vocab_size,))
-        sd.update(convert_mlm_head(cfg, reader, BERT_MLM_NAMES, sd["embed.weight"]))
-    elif head == "classifier":
-        sd["head.dense.weight"] = reader.take("pooler.dense.weight", (d, d))
-        sd["head.dense.bias"] = reader.take("pooler.dense.bias", (d,))
-        sd["head.out.weight"] = reader.take("classifier.weight", (cfg.n_labels, d))
-        sd["head.out.bias"] = reader.take("classifier.bias", (cfg.n_labels,))
-    return cfg, sd
-
-
 # Export (attnlens -> Hugging Face) ------------------------------------------------------
-ARCHITECTURE_BY_HEAD = {None: "BertModel", "pooler": "BertModel"} | {
-    head: arch for arch, head in HEAD_BY_ARCHITECTURE.items() if head is not None
-}
-
-
 def label_fields(cfg: TransformerConfig) -> dict:
     """``id2label``/``label2id`` for a classifier head (generic names), else nothing."""
     if cfg.head != "classifier":
@@ -247,19 +217,102 @@ def export_mlm_head(state: dict, names: dict[str, str], tied: bool) -> dict:
     return out
 
 
-def export_bert(cfg: TransformerConfig, state: dict) -> tuple[dict, dict]:
-    """Inverse of ``convert_bert``: (config.json fields, checkpoint tensors)."""
+# The family, parametrised ---------------------------------------------------------------
+@dataclass(frozen=True)
+class BertFamily:
+    """What distinguishes one BERT-style family's checkpoints from another's."""
+
+    model_type: str
+    base: str  # prefix of the base model's weights in checkpoints with a head ("bert.")
+    head_by_architecture: dict[str, str | None]
+    config: Callable[[dict, str | None], TransformerConfig]
+    mlm_names: dict[str, str]  # attnlens MLM head part (dense/norm/decoder/bias) -> name
+    classifier_dense: str  # the classifier's first layer ("pooler.dense" in BERT)
+    classifier_dense_in_base: bool  # whether that layer sits under ``base`` when exported
+    classifier_out: str  # the classifier's output layer
+
+    def convert(
+        self, hf: dict, reader: WeightReader, architecture: str
+    ) -> tuple[TransformerConfig, dict]:
+        """The registry's converter for this family (``convert_encoder_family``)."""
+        return convert_encoder_family(self, hf, reader, architecture)
+
+    def export(self, cfg: TransformerConfig, state: dict) -> tuple[dict, dict]:
+        """The registry's exporter for this family (``export_encoder_family``)."""
+        return export_encoder_family(self, cfg, state)
+
+    @property
+    def architecture_by_head(self) -> dict[str | None, str]:
+        bare = next(a for a, h in self.head_by_architecture.items() if h is None)
+        return {None: bare, "pooler": bare} | {
+            h: a for a, h in self.head_by_architecture.items() if h is not None
+        }
+
+
+def convert_encoder_family(
+    family: BertFamily, hf: dict, reader: WeightReader, architecture: str
+) -> tuple[TransformerConfig, dict]:
+    """A BERT-style checkpoint -> (attnlens config, attnlens state dict)."""
+    head = family.head_by_architecture[architecture]
+    if head is None and reader.has("pooler.dense.weight"):
+        head = "pooler"
+    cfg = family.config(hf, head)
+    d = cfg.d_model
+    sd = convert_embeddings(cfg, reader)
+    sd.update(convert_encoder_layers(cfg, reader, "encoder.layer."))
+    if head == "pooler":
+        sd["head.dense.weight"] = reader.take("pooler.dense.weight", (d, d))
+        sd["head.dense.bias"] = reader.take("pooler.dense.bias", (d,))
+    elif head == "mlm":
+        decoder_bias = family.mlm_names["decoder"].removesuffix("weight") + "bias"
+        if reader.has(decoder_bias):  # the same tensor as the head's bias
+            reader.take(decoder_bias, (cfg.vocab_size,))
+        sd.update(convert_mlm_head(cfg, reader, family.mlm_names, sd["embed.weight"]))
+    elif head == "classifier":
+        dense, out = family.classifier_dense, family.classifier_out
+        sd["head.dense.weight"] = reader.take(f"{dense}.weight", (d, d))
+        sd["head.dense.bias"] = reader.take(f"{dense}.bias", (d,))
+        sd["head.out.weight"] = reader.take(f"{out}.weight", (cfg.n_labels, d))
+        sd["head.out.bias"] = reader.take(f"{out}.bias", (cfg.n_labels,))
+    return cfg, sd
+
+
+def export_encoder_family(
+    family: BertFamily, cfg: TransformerConfig, state: dict
+) -> tuple[dict, dict]:
+    """Inverse of ``convert_encoder_family``: (config.json fields, checkpoint tensors)."""
     tied = decoder_is_tied(state)
-    fields = encoder_fields(cfg, ARCHITECTURE_BY_HEAD[cfg.head])
+    fields = encoder_fields(cfg, family.architecture_by_head[cfg.head])
     fields["tie_word_embeddings"] = tied if cfg.head == "mlm" else True
-    base = "" if cfg.head in (None, "pooler") else "bert."
+    base = "" if cfg.head in (None, "pooler") else family.base
     tensors = export_encoder(cfg, state, base)
-    if cfg.head in ("pooler", "classifier"):
-        tensors[base + "pooler.dense.weight"] = state["head.dense.weight"]
-        tensors[base + "pooler.dense.bias"] = state["head.dense.bias"]
-    if cfg.head == "classifier":
-        tensors["classifier.weight"] = state["head.out.weight"]
-        tensors["classifier.bias"] = state["head.out.bias"]
+    if cfg.head == "pooler":
+        tensors["pooler.dense.weight"] = state["head.dense.weight"]
+        tensors["pooler.dense.bias"] = state["head.dense.bias"]
+    elif cfg.head == "classifier":
+        dense = (base if family.classifier_dense_in_base else "") + family.classifier_dense
+        tensors[f"{dense}.weight"] = state["head.dense.weight"]
+        tensors[f"{dense}.bias"] = state["head.dense.bias"]
+        tensors[f"{family.classifier_out}.weight"] = state["head.out.weight"]
+        tensors[f"{family.classifier_out}.bias"] = state["head.out.bias"]
     elif cfg.head == "mlm":
-        tensors.update(export_mlm_head(state, BERT_MLM_NAMES, tied))
+        tensors.update(export_mlm_head(state, family.mlm_names, tied))
     return fields, tensors
+
+
+BERT = BertFamily(
+    model_type="bert",
+    base="bert.",
+    head_by_architecture=HEAD_BY_ARCHITECTURE,
+    config=bert_config,
+    mlm_names={
+        "dense": "cls.predictions.transform.dense",
+        "norm": "cls.predictions.transform.LayerNorm",
+        "decoder": "cls.predictions.decoder.weight",
+        "bias": "cls.predictions.bias",
+    },
+    # BERT's classifier reads the pooler (dense + tanh), which belongs to the base model.
+    classifier_dense="pooler.dense",
+    classifier_dense_in_base=True,
+    classifier_out="classifier",
+)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from attnlens.errors import ModelLoadError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch is imported where weights are read: path checks stay light
     import torch
 
 PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -133,6 +133,24 @@ def pickle_files(path: Path) -> list[Path]:
     return [single] if single.is_file() else []
 
 
+def model_files(folder: Path) -> list[Path]:
+    """The files a model's results depend on: config, the weights read, tokenizer files."""
+    weights = safetensors_files(folder) or pickle_files(folder)
+    indexes = [folder / n for n in ("model.safetensors.index.json",
+                                    "pytorch_model.bin.index.json")]
+    named = [folder / "config.json", *indexes, *(folder / n for n in TOKENIZER_FILES)]
+    return sorted({p for p in [*named, *weights] if p.is_file()})
+
+
+def checkpoint_fingerprint(name_or_path: str | os.PathLike | None) -> dict:
+    """``{"name", "path", "files": {name: sha256}, "sha256"}`` of a checkpoint (run manifests)."""
+    from attnlens.manifest import files_fingerprint
+
+    folder = resolve_checkpoint(name_or_path)
+    name = None if name_or_path is None else str(name_or_path)
+    return {"name": name, "path": str(folder), **files_fingerprint(model_files(folder))}
+
+
 def check_finite(tensors: dict[str, torch.Tensor], source: str) -> None:
     """Refuse NaN or infinite weights, naming the first tensor that holds one."""
     import torch
@@ -156,6 +174,8 @@ def _forbid_check() -> None:
 
 def read_weights(path: Path, allow_pickle: bool = False) -> dict[str, torch.Tensor]:
     """All tensors of the checkpoint, on the CPU, from safetensors (or opted-in pickle)."""
+    import torch
+
     files = safetensors_files(path)
     if files:
         _forbid_check()
@@ -179,8 +199,6 @@ def read_weights(path: Path, allow_pickle: bool = False) -> dict[str, torch.Tens
             "loaded; pass --allow-pickle (allow_pickle=True) if you trust it."
         )
     _forbid_check()
-    import torch
-
     tensors = {}
     for file in pickles:
         try:

@@ -17,11 +17,11 @@ from pathlib import Path
 import torch
 
 from attnlens.errors import ConfigError
+from attnlens.io import atomic_write_json
 from attnlens.loaders.checkpoint import TOKENIZER_FILES
 from attnlens.loaders.registry import CONVERTERS
 from attnlens.model.config import TransformerConfig
 from attnlens.model.transformer import HookedTransformer
-from attnlens.outputs import atomic_write_text
 
 # Source config.json fields not carried over (transformers writes its own).
 _DROP_FROM_SOURCE = ("_name_or_path", "transformers_version", "torch_dtype")
@@ -167,6 +167,6 @@ def export_hf(
     hf, tensors = hf_state(model)
     with folder.writing() as work:
         save_file(tensors, work / "model.safetensors", metadata={"format": "pt"})
-        atomic_write_text(work / "config.json", json.dumps(hf, indent=2, sort_keys=True) + "\n")
+        atomic_write_json(work / "config.json", hf)
         _copy_tokenizer_files(source, work)
     return Path(out_dir)

@@ -1,12 +1,18 @@
 """The task-metric protocol used by head importance and pruning.
 
-A ``Metric`` holds one data set. ``evaluate(model, head_mask)`` gives the number reported
-after each pruning step; ``example_losses`` gives one differentiable loss per example, the
-quantity whose gradient with respect to the head gates defines importance.
+A ``Metric`` holds one data set (``examples``). ``evaluate(model, head_mask)`` gives the
+number reported after each pruning step; ``example_losses`` gives one differentiable loss per
+example, the quantity whose gradient with respect to the head gates defines importance.
+
+The base class owns what every metric shares: the examples and their count, ``subset``
+(the same metric on some examples), and ``loss_batches`` (length-sorted batches built once
+and cached); a metric says how long an example is and how a chunk of examples becomes a
+``LossBatch`` (``make_batch``).
 """
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,7 +22,7 @@ import numpy as np
 import torch
 
 from attnlens.data.batch import Batch
-from attnlens.data.text import special_token_mask
+from attnlens.data.text import length_sorted_chunks, special_token_mask
 from attnlens.errors import ConfigError
 from attnlens.model.transformer import HookedTransformer
 
@@ -55,27 +61,56 @@ class Metric(ABC):
     higher_is_better: bool = True
     loss_description: str = ""
 
-    def __init__(self, tokenizer, batch_size: int = 32, max_length: int = 128) -> None:
+    def __init__(
+        self, examples, tokenizer, batch_size: int = 32, max_length: int = 128
+    ) -> None:
         if batch_size < 1:
             raise ConfigError(f"batch size must be at least 1, not {batch_size}.")
         if max_length < 4:
             raise ConfigError(f"max length must be at least 4 tokens, not {max_length}.")
+        if len(examples) == 0:
+            raise ConfigError(f"the {self.name} data holds no examples.")
+        # A list, or a sequence-like object with ``subset(indices)`` (``SentencePairs``).
+        self.examples = examples
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.max_length = max_length
+        self._batches: list[LossBatch] | None = None
 
     @property
-    @abstractmethod
     def n_examples(self) -> int:
         """Number of examples (pairs, sentences, rows) in the data set."""
+        return len(self.examples)
+
+    def subset(self, indices) -> Metric:
+        """The same metric on the examples at ``indices`` (for importance/evaluation splits)."""
+        chosen = list(indices)
+        part = copy.copy(self)
+        if hasattr(self.examples, "subset"):
+            part.examples = self.examples.subset(chosen)
+        else:
+            part.examples = [self.examples[i] for i in chosen]
+        part._batches = None
+        return part
+
+    def example_lengths(self) -> list[int]:
+        """A length per example for batching alike (default: characters of its text)."""
+        return [len(text) for text in self.texts()]
+
+    def loss_batches(self) -> list[LossBatch]:
+        """The data as model-ready batches (built once, reused by every scoring pass)."""
+        if self._batches is None:
+            chunks = length_sorted_chunks(self.example_lengths(), self.batch_size)
+            self._batches = [self.make_batch(chunk, number) for number, chunk in enumerate(chunks)]
+        return self._batches
+
+    @abstractmethod
+    def make_batch(self, chunk: list[int], number: int) -> LossBatch:
+        """The examples at ``chunk`` (batch ``number`` of ``loss_batches``) as a LossBatch."""
 
     @abstractmethod
     def evaluate(self, model: HookedTransformer, head_mask: torch.Tensor | None = None) -> float:
         """The metric with heads gated by ``head_mask [layer, head]`` (None: all heads)."""
-
-    @abstractmethod
-    def loss_batches(self) -> list[LossBatch]:
-        """The data as model-ready batches (built once, reused by every scoring pass)."""
 
     @abstractmethod
     def example_losses(
@@ -90,10 +125,6 @@ class Metric(ABC):
     @abstractmethod
     def texts(self) -> list[str]:
         """The data's texts, for attention statistics (confidence, entropy orders)."""
-
-    @abstractmethod
-    def subset(self, indices) -> Metric:
-        """The same metric on the examples at ``indices`` (for importance/evaluation splits)."""
 
     def text_batches(self) -> list[Batch]:
         """``texts()`` tokenised as analyzer batches."""

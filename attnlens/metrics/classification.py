@@ -10,11 +10,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from attnlens.data.text import length_sorted_chunks
 from attnlens.errors import DataError
 from attnlens.metrics.base import LossBatch, Metric
+from attnlens.model.gates import gated_forward
 from attnlens.model.transformer import HookedTransformer
-from attnlens.pruning.gates import gated_forward
 
 
 def model_label_ids(model: HookedTransformer) -> dict[str, int]:
@@ -80,36 +79,30 @@ class AccuracyMetric(Metric):
 
     def __init__(self, texts: Sequence[str], labels: Sequence[int], tokenizer,
                  batch_size: int = 32, max_length: int = 128) -> None:
-        super().__init__(tokenizer, batch_size, max_length)
         if len(texts) != len(labels):
             raise DataError("texts and labels differ in length.")
-        self.lines, self.labels = list(texts), list(labels)
-        self._batches: list[LossBatch] | None = None
-
-    def subset(self, indices) -> AccuracyMetric:
-        idx = list(indices)
-        return AccuracyMetric([self.lines[i] for i in idx], [self.labels[i] for i in idx],
-                              self.tokenizer, self.batch_size, self.max_length)
+        super().__init__(list(zip(texts, labels, strict=True)), tokenizer, batch_size,
+                         max_length)
 
     @property
-    def n_examples(self) -> int:
-        return len(self.lines)
+    def lines(self) -> list[str]:
+        return [text for text, _ in self.examples]
+
+    @property
+    def labels(self) -> list[int]:
+        return [label for _, label in self.examples]
 
     def texts(self) -> list[str]:
         return self.lines
 
-    def loss_batches(self) -> list[LossBatch]:
-        if self._batches is None:
-            self._batches = [
-                LossBatch(
-                    self.tokenizer([self.lines[i] for i in chunk], max_length=self.max_length),
-                    torch.arange(len(chunk)),
-                    len(chunk),
-                    target=torch.tensor([self.labels[i] for i in chunk]),
-                )
-                for chunk in length_sorted_chunks([len(t) for t in self.lines], self.batch_size)
-            ]
-        return self._batches
+    def make_batch(self, chunk: list[int], number: int) -> LossBatch:
+        rows = [self.examples[i] for i in chunk]
+        return LossBatch(
+            self.tokenizer([text for text, _ in rows], max_length=self.max_length),
+            torch.arange(len(chunk)),
+            len(chunk),
+            target=torch.tensor([label for _, label in rows]),
+        )
 
     def example_losses(self, model, batch, head_mask=None, row_gates=None) -> torch.Tensor:
         batch = batch.to(model.device)

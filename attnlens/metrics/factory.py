@@ -7,10 +7,9 @@ from pathlib import Path
 
 from attnlens.data.text import read_text_file
 from attnlens.errors import ConfigError
+from attnlens.metrics import METRIC_NAMES
 from attnlens.metrics.base import Metric, require_head, split_indices
 from attnlens.model.transformer import HookedTransformer
-
-METRIC_NAMES = ("sts", "mlm", "lm", "accuracy", "fidelity")
 
 
 @dataclass

@@ -26,12 +26,10 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from attnlens.data.text import length_sorted_chunks
-from attnlens.errors import ConfigError
 from attnlens.metrics.base import LossBatch, Metric
 from attnlens.metrics.embeddings import mean_pool
+from attnlens.model.gates import gated_forward
 from attnlens.model.transformer import HookedTransformer
-from attnlens.pruning.gates import gated_forward
 
 LOGIT_HEADS = ("mlm", "lm", "classifier")
 
@@ -43,10 +41,7 @@ class FidelityMetric(Metric):
 
     def __init__(self, lines: Sequence[str], tokenizer, reference: HookedTransformer,
                  batch_size: int = 32, max_length: int = 128, seed: int = 0) -> None:
-        super().__init__(tokenizer, batch_size, max_length)
-        self.lines = list(lines)
-        if not self.lines:
-            raise ConfigError("the text data holds no lines.")
+        super().__init__(list(lines), tokenizer, batch_size, max_length)
         self.reference = reference
         self.seed = seed
         self.distribution = reference.cfg.head in LOGIT_HEADS
@@ -57,31 +52,17 @@ class FidelityMetric(Metric):
             if self.distribution
             else "v . embedding, v ~ N(0, I) per text (second-order cosine probe)"
         )
-        self._batches: list[LossBatch] | None = None
-
-    def subset(self, indices) -> FidelityMetric:
-        return FidelityMetric([self.lines[i] for i in indices], self.tokenizer, self.reference,
-                              self.batch_size, self.max_length, self.seed)
-
-    @property
-    def n_examples(self) -> int:
-        return len(self.lines)
 
     def texts(self) -> list[str]:
-        return self.lines
+        return self.examples
 
-    def loss_batches(self) -> list[LossBatch]:
-        if self._batches is None:
-            self._batches = []
-            chunks = length_sorted_chunks([len(t) for t in self.lines], self.batch_size)
-            for number, chunk in enumerate(chunks):
-                inputs = self.tokenizer([self.lines[i] for i in chunk], max_length=self.max_length)
-                batch = LossBatch(inputs, torch.arange(len(chunk)), len(chunk),
-                                  extra={"index": list(chunk), "number": number})
-                if not self.distribution:  # embeddings are small: keep them
-                    batch.target = self._reference(batch).cpu()
-                self._batches.append(batch)
-        return self._batches
+    def make_batch(self, chunk: list[int], number: int) -> LossBatch:
+        inputs = self.tokenizer([self.examples[i] for i in chunk], max_length=self.max_length)
+        batch = LossBatch(inputs, torch.arange(len(chunk)), len(chunk),
+                          extra={"index": list(chunk), "number": number})
+        if not self.distribution:  # embeddings are small: keep them
+            batch.target = self._reference(batch).cpu()
+        return batch
 
     def _outputs(self, model, batch, head_mask=None, row_gates=None) -> torch.Tensor:
         """Embeddings ``[batch, d_model]`` or log-probabilities ``[batch, (pos,) vocab]``."""

@@ -19,11 +19,10 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from attnlens.data.text import length_sorted_chunks
 from attnlens.errors import ConfigError
 from attnlens.metrics.base import LossBatch, Metric, non_special
+from attnlens.model.gates import gated_forward
 from attnlens.model.transformer import HookedTransformer
-from attnlens.pruning.gates import gated_forward
 
 MASK_PROBABILITY = 0.15
 IGNORE = -100
@@ -47,41 +46,23 @@ class _TokenLossMetric(Metric):
 
     def __init__(self, lines: Sequence[str], tokenizer, batch_size: int = 32,
                  max_length: int = 128) -> None:
-        super().__init__(tokenizer, batch_size, max_length)
-        self.lines = list(lines)
-        if not self.lines:
-            raise ConfigError("the text data holds no lines.")
-        self._batches: list[LossBatch] | None = None
+        super().__init__(list(lines), tokenizer, batch_size, max_length)
 
     @property
-    def n_examples(self) -> int:
-        return len(self.lines)
+    def lines(self) -> list[str]:
+        return self.examples
 
     def texts(self) -> list[str]:
-        return self.lines
-
-    def subset(self, indices):
-        return type(self)([self.lines[i] for i in indices], self.tokenizer, self.batch_size,
-                          self.max_length, **self._subset_kwargs())
-
-    def _subset_kwargs(self) -> dict:
-        return {}
+        return self.examples
 
     @abstractmethod
     def _labels(self, inputs: dict[str, torch.Tensor], line_ids: list[int]):
         """(model inputs, per-token labels ``[batch, pos]``, IGNORE where not scored)."""
 
-    def loss_batches(self) -> list[LossBatch]:
-        if self._batches is None:
-            self._batches = []
-            for chunk in length_sorted_chunks([len(t) for t in self.lines], self.batch_size):
-                inputs = self.tokenizer([self.lines[i] for i in chunk],
-                                        max_length=self.max_length)
-                inputs, labels = self._labels(inputs, chunk)
-                self._batches.append(
-                    LossBatch(inputs, torch.arange(len(chunk)), len(chunk), target=labels)
-                )
-        return self._batches
+    def make_batch(self, chunk: list[int], number: int) -> LossBatch:
+        inputs = self.tokenizer([self.examples[i] for i in chunk], max_length=self.max_length)
+        inputs, labels = self._labels(inputs, chunk)
+        return LossBatch(inputs, torch.arange(len(chunk)), len(chunk), target=labels)
 
     def _sums(self, model, batch, head_mask=None, row_gates=None):
         logits = gated_forward(model, batch.inputs, head_mask, row_gates, "logits")
@@ -122,9 +103,6 @@ class MaskedLMMetric(_TokenLossMetric):
         self.seed = seed
         if tokenizer.hf.mask_token_id is None:
             raise ConfigError("--metric mlm needs a tokenizer with a mask token.")
-
-    def _subset_kwargs(self) -> dict:
-        return {"seed": self.seed}
 
     def _labels(self, inputs, line_ids):
         ids = inputs["input_ids"].clone()

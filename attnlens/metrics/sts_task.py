@@ -15,12 +15,11 @@ import torch
 import torch.nn.functional as F
 
 from attnlens.data.pairs import STS_RANGE
-from attnlens.data.text import length_sorted_chunks
 from attnlens.metrics.base import LossBatch, Metric
 from attnlens.metrics.embeddings import mean_pool
 from attnlens.metrics.sts import SentencePairs, read_pairs, sts_spearman
+from attnlens.model.gates import gated_forward
 from attnlens.model.transformer import HookedTransformer
-from attnlens.pruning.gates import gated_forward
 
 
 class StsMetric(Metric):
@@ -34,22 +33,16 @@ class StsMetric(Metric):
     def __init__(
         self, pairs: SentencePairs, tokenizer, batch_size: int = 32, max_length: int = 128
     ) -> None:
-        super().__init__(tokenizer, batch_size, max_length)
-        self.pairs = pairs
-        self._batches: list[LossBatch] | None = None
+        super().__init__(pairs, tokenizer, batch_size, max_length)
+
+    @property
+    def pairs(self) -> SentencePairs:
+        return self.examples
 
     @classmethod
     def from_csv(cls, path: str | Path, tokenizer, score_range: tuple[float, float] = STS_RANGE,
                  **kwargs) -> StsMetric:
         return cls(read_pairs(path, score_range, option="--data"), tokenizer, **kwargs)
-
-    def subset(self, indices) -> StsMetric:
-        return StsMetric(self.pairs.subset(indices), self.tokenizer, self.batch_size,
-                         self.max_length)
-
-    @property
-    def n_examples(self) -> int:
-        return len(self.pairs)
 
     def evaluate(self, model: HookedTransformer, head_mask: torch.Tensor | None = None) -> float:
         self.pairs.require_defined("the evaluation pairs")
@@ -58,23 +51,18 @@ class StsMetric(Metric):
             head_mask=head_mask,
         )
 
-    def loss_batches(self) -> list[LossBatch]:
-        if self._batches is None:
-            p = self.pairs
-            lengths = [len(a) + len(b) for a, b in zip(p.first, p.second, strict=True)]
-            self._batches = []
-            for chunk in length_sorted_chunks(lengths, self.batch_size):
-                texts = [p.first[i] for i in chunk] + [p.second[i] for i in chunk]
-                n = len(chunk)
-                self._batches.append(
-                    LossBatch(
-                        inputs=self.tokenizer(texts, max_length=self.max_length),
-                        row_example=torch.arange(n).repeat(2),  # [2 n]: first then second
-                        n_examples=n,
-                        target=torch.tensor(p.scaled_scores()[chunk]),  # [n]
-                    )
-                )
-        return self._batches
+    def example_lengths(self) -> list[int]:
+        return [len(a) + len(b) for a, b in zip(self.pairs.first, self.pairs.second, strict=True)]
+
+    def make_batch(self, chunk: list[int], number: int) -> LossBatch:
+        p, n = self.pairs, len(chunk)
+        texts = [p.first[i] for i in chunk] + [p.second[i] for i in chunk]
+        return LossBatch(
+            inputs=self.tokenizer(texts, max_length=self.max_length),
+            row_example=torch.arange(n).repeat(2),  # [2 n]: first then second
+            n_examples=n,
+            target=torch.tensor(p.scaled_scores()[chunk]),  # [n]
+        )
 
     def example_losses(
         self,

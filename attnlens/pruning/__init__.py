@@ -1,17 +1,24 @@
-"""Head importance, pruning curves on a real metric, and structural head removal."""
+"""Head importance, pruning curves on a real metric, and structural head removal.
 
-from attnlens.pruning.importance import ORDERS, gradient_importance, score_heads
-from attnlens.pruning.loop import PruneResult, PruneSettings, final_mask, prune
-from attnlens.pruning.structural import prune_heads, pruned_parameter_count
+Names are imported on first use: ``attnlens.pruning.settings`` (option checks) needs no torch.
+"""
 
-__all__ = [
-    "ORDERS",
-    "PruneResult",
-    "PruneSettings",
-    "final_mask",
-    "gradient_importance",
-    "prune",
-    "prune_heads",
-    "pruned_parameter_count",
-    "score_heads",
-]
+from __future__ import annotations
+
+from attnlens.lazy import lazy_names
+
+_LAZY = {
+    "ORDERS": "attnlens.pruning.settings",
+    "PruneSettings": "attnlens.pruning.settings",
+    "PruneResult": "attnlens.pruning.loop",
+    "final_mask": "attnlens.pruning.loop",
+    "prune": "attnlens.pruning.loop",
+    "gradient_importance": "attnlens.pruning.importance",
+    "score_heads": "attnlens.pruning.importance",
+    "prune_heads": "attnlens.pruning.structural",
+    "pruned_parameter_count": "attnlens.pruning.structural",
+}
+
+__all__ = list(_LAZY)
+
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

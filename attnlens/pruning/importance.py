@@ -27,12 +27,10 @@ import torch
 from attnlens.analysis.head_stats import HeadStats
 from attnlens.errors import ConfigError
 from attnlens.metrics.base import Metric
+from attnlens.model.gates import full_mask
 from attnlens.model.transformer import HookedTransformer
 from attnlens.progress import progress_bar
-from attnlens.pruning.gates import full_mask
-
-ORDERS = ("importance", "random", "confidence", "entropy", "loo")
-ABS_MODES = ("example", "batch")
+from attnlens.pruning.settings import ABS_MODES, ORDERS
 
 
 def _absent(model: HookedTransformer) -> torch.Tensor:

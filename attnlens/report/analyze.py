@@ -1,23 +1,37 @@
-"""The `attnlens analyze` pipeline: one corpus pass feeding every section, then files."""
+"""The `attnlens analyze` pipeline: compute -> tables -> render.
+
+One corpus pass feeds every section's analyzers; each section then writes its tables and
+figures; they are filed under ``tables/`` and ``figures/``, ``run.json`` records the run,
+and the page is rendered from those files alone (``attnlens.report.folder`` has the layout).
+"""
 
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
+from attnlens.analysis.base import Analyzer
 from attnlens.analysis.runner import run_analyzers
 from attnlens.checkpointing import AnalysisCheckpoint
 from attnlens.data.batch import Batch
+from attnlens.io import atomic_open, check_output_dir
 from attnlens.model.transformer import HookedTransformer
 from attnlens.report.asymmetry_section import AsymmetrySection
 from attnlens.report.collapse_section import CollapseSection
+from attnlens.report.folder import FIGURES_DIR, RUN_FILE, TABLES_DIR, Report, SectionRecord
 from attnlens.report.heads_section import HeadRolesSection
-from attnlens.report.html import write_html_report
+from attnlens.report.provenance import invoked_command, model_record, package_versions
 from attnlens.report.sections import Section, SectionOutput
 from attnlens.report.spectrum_section import SpectrumSection
-from attnlens.report.writer import atomic_open, check_output_dir
+
+TIMED_METHODS = ("begin_batch", "update_layer", "end_batch", "update")
 
 
 def default_sections() -> list[Section]:
@@ -30,6 +44,55 @@ def default_sections() -> list[Section]:
     ]
 
 
+@contextmanager
+def timed(analyzers: Sequence[Analyzer], totals: dict[str, float], key: str) -> Iterator[None]:
+    """Add the time ``analyzers`` spend in their update methods to ``totals[key]``."""
+    totals.setdefault(key, 0.0)
+    wrapped: list[tuple[Analyzer, str]] = []
+
+    def wrap(method):
+        def run(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                totals[key] += time.perf_counter() - start
+        return run
+
+    for analyzer in analyzers:
+        for name in TIMED_METHODS:
+            if name not in vars(analyzer) and hasattr(analyzer, name):
+                setattr(analyzer, name, wrap(getattr(analyzer, name)))
+                wrapped.append((analyzer, name))
+    try:
+        yield
+    finally:
+        for analyzer, name in wrapped:
+            delattr(analyzer, name)  # back to the class's method
+
+
+def _file_outputs(staging: Path, out: Path, output: SectionOutput) -> tuple[list[str], list[str]]:
+    """Move what a section wrote in ``staging`` into ``tables/`` and ``figures/``."""
+    tables_dir, figures_dir = out / TABLES_DIR, out / FIGURES_DIR
+    tables_dir.mkdir(exist_ok=True)
+    figures_dir.mkdir(exist_ok=True)
+    tables = list(output.tables)
+    for path in sorted(staging.iterdir()):
+        if path.name.startswith("."):
+            continue
+        target = tables_dir if path.suffix in (".csv", ".md", ".json") else figures_dir
+        path.replace(target / path.name)
+    output.figures = [figures_dir / p.name for p in output.figures]
+    names = list(dict.fromkeys(p.stem for p in output.figures))
+    return tables, names
+
+
+def write_run_record(out: Path, record: dict[str, Any]) -> None:
+    with atomic_open(out / RUN_FILE) as handle:
+        json.dump(record, handle, indent=2, default=str)
+        handle.write("\n")
+
+
 def analyze(
     model: HookedTransformer,
     tokenizer,
@@ -39,35 +102,124 @@ def analyze(
     formats: tuple[str, ...] = ("png",),
     show_progress: bool = True,
     corpus_name: str = "",
+    options: dict[str, Any] | None = None,
+    command: str = "",
+    prune_dir: str | Path | None = None,
     checkpoint: AnalysisCheckpoint | None = None,
 ) -> list[SectionOutput]:
-    """Run all sections' analyzers in one pass over ``batches`` and write their outputs.
+    """Run all sections' analyzers in one pass over ``batches``; write the report folder.
 
     ``checkpoint`` saves the analyzers' states every N sentences and, when resuming,
     restores them and skips the batches they already hold.
     """
     out = check_output_dir(out_dir)
+    if not command:  # inside any CLI command: its command line and options
+        command, invoked = invoked_command()
+        options = options or invoked
     sections = list(default_sections() if sections is None else sections)
     start = time.perf_counter()
     per_section = [s.analyzers(model, tokenizer) for s in sections]
     everything = [a for group in per_section for a in group]
     n_sentences = sum(int(b.input_ids.shape[0]) for b in batches)
+    seconds: dict[str, float] = {}
     if everything:
-        stream = batches if checkpoint is None else checkpoint.wrap(batches, everything)
-        run_analyzers(model, stream, everything, total=n_sentences, show_progress=show_progress)
-    outputs = [
-        section.write(model, group, out, formats)
-        for section, group in zip(sections, per_section, strict=True)
-    ]
-    meta = {
-        "model": model.cfg.source.get("name") or model.cfg.source.get("path", ""),
-        "architecture": model.cfg.source.get("architecture", ""),
+        with _all_timed(sections, per_section, seconds):
+            pass_start = time.perf_counter()
+            stream = batches if checkpoint is None else checkpoint.wrap(batches, everything)
+            run_analyzers(model, stream, everything, total=n_sentences,
+                          show_progress=show_progress)
+            corpus_pass = time.perf_counter() - pass_start
+    else:
+        corpus_pass = 0.0
+    outputs, records = _write_sections(model, sections, per_section, out, formats, seconds)
+    if prune_dir is not None:
+        from attnlens.report.prune_section import attach_prune_run
+
+        records.append(attach_prune_run(prune_dir, out / TABLES_DIR, out / FIGURES_DIR))
+    total = time.perf_counter() - start
+    write_run_record(out, {
+        "attnlens": _version(),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": command,
+        "model": model_record(model),
         "corpus": corpus_name,
         "sentences": n_sentences,
-        "seconds": round(time.perf_counter() - start, 2),
+        "options": options or {},
+        "packages": package_versions(),
+        "timings": {
+            "total": round(total, 2),
+            "corpus pass (forward and every analyzer)": round(corpus_pass, 2),
+            "sections": {
+                name: {"analyzers (inside the corpus pass)": round(
+                    seconds.get(f"{name}.analyzers", 0.0), 2),
+                    "tables and figures": round(seconds.get(f"{name}.write", 0.0), 2)}
+                for name in (s.name for s in sections)},
+        },
+        "seconds": round(total, 2),
         "layers_and_heads_numbered_from": 0,
-    }
-    with atomic_open(out / "run.json") as handle:
-        json.dump(meta, handle, indent=2)
-    write_html_report(outputs, out / "index.html", meta)
+        "sections": [r.to_json() for r in records],
+    })
+    Report(out).render()
     return outputs
+
+
+@contextmanager
+def _all_timed(sections, per_section, seconds: dict[str, float]) -> Iterator[None]:
+    with _nested([timed(group, seconds, f"{s.name}.analyzers")
+                  for s, group in zip(sections, per_section, strict=True)]):
+        yield
+
+
+@contextmanager
+def _nested(managers: list) -> Iterator[None]:
+    if not managers:
+        yield
+        return
+    with managers[0], _nested(managers[1:]):
+        yield
+
+
+def _write_sections(model, sections, per_section, out: Path, formats, seconds):
+    """Each section writes into its own staging folder; then its files are filed."""
+    staging_root = Path(tempfile.mkdtemp(dir=out, prefix=".sections-"))
+    outputs: list[SectionOutput] = []
+    records: list[SectionRecord] = []
+    try:
+        write_times = []
+        with _figure_pool():
+            for section, group in zip(sections, per_section, strict=True):
+                staging = staging_root / section.name
+                staging.mkdir()
+                began = time.perf_counter()
+                outputs.append(section.write(model, group, staging, formats))
+                write_times.append(time.perf_counter() - began)
+        for section, output, spent in zip(sections, outputs, write_times, strict=True):
+            tables, figures = _file_outputs(staging_root / section.name, out, output)
+            notes = output.notes or [line.strip() for line in output.summary.splitlines()
+                                     if line.strip() and not line.lstrip().startswith("|")]
+            analyzers = seconds.get(f"{section.name}.analyzers", 0.0)
+            seconds[f"{section.name}.write"] = spent
+            records.append(SectionRecord(section.name, output.title or section.title,
+                                         section.doc, tables, figures, notes,
+                                         round(analyzers + spent, 2)))
+    finally:
+        shutil.rmtree(staging_root, ignore_errors=True)
+    return outputs, records
+
+
+@contextmanager
+def _figure_pool() -> Iterator[None]:
+    """Figures drawn in worker processes where the library offers it (all on disk after)."""
+    try:
+        from attnlens.report.figure_pool import figure_pool
+    except ImportError:
+        yield
+        return
+    with figure_pool():
+        yield
+
+
+def _version() -> str:
+    from attnlens import __version__
+
+    return __version__

@@ -6,11 +6,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from attnlens.analysis.asymmetry import PatternAsymmetry, weight_asymmetry_table
+from attnlens.analysis.asymmetry import PatternAsymmetry
+from attnlens.analysis.weight_asymmetry import weight_asymmetry_table
+from attnlens.io import save_figure, write_table
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import layer_head_heatmap
+from attnlens.report.section_docs import ASYMMETRY
 from attnlens.report.sections import Section, SectionOutput
-from attnlens.report.writer import save_figure, write_table
 
 
 def asymmetry_summary_text(
@@ -40,6 +42,7 @@ class AsymmetrySection(Section):
 
     name = "asymmetry"
     title = "Query/key asymmetry"
+    doc = ASYMMETRY
 
     def __init__(self, weights_only: bool = False, factor: float = 2.0) -> None:
         self.weights_only = weights_only

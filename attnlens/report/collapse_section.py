@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 
-from attnlens.analysis.collapse import VariantCollapse, collapse_dtype
 from attnlens.analysis.paths import PathCollapse
 from attnlens.analysis.synthetic import machine_floor
+from attnlens.analysis.variant_collapse import VariantCollapse
+from attnlens.io import save_figure, write_table
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import collapse_curves, double_log_fit, path_collapse_curve
+from attnlens.report.section_docs import COLLAPSE
 from attnlens.report.sections import Section, SectionOutput
-from attnlens.report.writer import save_figure, write_table
 
 # `attnlens analyze` keeps this section cheap: a few sentences of every batch (batches come
 # in a shuffled order of lengths), 32 in all for the variants and 128 for the head paths,
@@ -69,7 +71,8 @@ def write_pretrained_collapse(
         output.figures += save_figure(fig, out_dir, "path_collapse", formats)
     lines = []
     if not curves.empty:
-        lines.append("Relative residual ||res(X)|| / ||X|| (composite norm, geometric mean over "
+        lines.append("Relative residual ||X - 1 mean^T|| / ||X|| (composite norm: an upper bound "
+                     "of Dong et al.'s min_x ||X - 1 x^T||; geometric mean over "
                      f"{variants.sentences} sentences) at the last " + _last_depth_line(curves))
         lines.append("First depth below 1e-13: " + _floor_depths(curves))
         san = fits[(fits["variant"] == "san") & (fits["norm"] == "composite")]
@@ -108,7 +111,8 @@ def write_synthetic_collapse(
     fig = double_log_fit(curves, fits, "Doubly exponential decay: log(-log r) against depth")
     output.figures += save_figure(fig, out_dir, "synthetic_fit", formats)
     output.summary = (
-        "Relative residual (composite norm, geometric mean over seeds) at the last "
+        "Relative residual (mean token, composite norm: an upper bound of min_x ||X - 1 x^T||; "
+        "geometric mean over seeds) at the last "
         + _last_depth_line(curves)
         + "\n\nFirst depth below 1e-13: "
         + _floor_depths(curves)
@@ -117,24 +121,42 @@ def write_synthetic_collapse(
 
 
 class CollapseSection(Section):
-    """Rank collapse of the model at hand: its block variants and its head paths."""
+    """Rank collapse of the model at hand: its block variants and its head paths.
+
+    The defaults keep `attnlens analyze` cheap (see ``REPORT_*``); `attnlens collapse` passes
+    its own bounds (None: no bound).
+    """
 
     name = "collapse"
     title = "Rank collapse with depth"
+    doc = COLLAPSE
+
+    def __init__(
+        self,
+        variants: Sequence[str] | None = None,
+        n_paths: int = REPORT_PATHS,
+        per_batch: int | None = REPORT_PER_BATCH,
+        max_sentences: int | None = REPORT_MAX_SENTENCES,
+        path_sentences: int | None = REPORT_PATH_SENTENCES,
+    ) -> None:
+        self.variants = variants
+        self.n_paths, self.per_batch = n_paths, per_batch
+        self.max_sentences, self.path_sentences = max_sentences, path_sentences
 
     def analyzers(self, model: HookedTransformer, tokenizer) -> list:
+        variants = {} if self.variants is None else {"variants": self.variants}
         return [
-            VariantCollapse(
+            VariantCollapse.for_model(
                 model,
-                dtype=collapse_dtype(model),
-                per_batch=REPORT_PER_BATCH,
-                max_sentences=REPORT_MAX_SENTENCES,
+                per_batch=self.per_batch,
+                max_sentences=self.max_sentences,
+                **variants,
             ),
             PathCollapse.for_model(
                 model,
-                n_paths=REPORT_PATHS,
-                per_batch=REPORT_PER_BATCH,
-                max_sentences=REPORT_PATH_SENTENCES,
+                n_paths=self.n_paths,
+                per_batch=self.per_batch,
+                max_sentences=self.path_sentences,
             ),
         ]
 

@@ -1,26 +1,39 @@
-"""Report section: head roles (positional, syntactic, rare-word) and Clark's statistics."""
+"""Report section: head roles (positional, syntactic, rare-word) as tested claims, Clark's
+statistics with intervals, held-out best heads, behaviour classes and head clustering."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 
+from attnlens.analysis.behaviour import HeadBehaviour
+from attnlens.analysis.bootstrap import Inference
+from attnlens.analysis.clustering import HeadClustering
 from attnlens.analysis.head_stats import HeadStats
+from attnlens.analysis.head_stats_tables import head_stats_table
 from attnlens.analysis.positional import PositionalHeads
 from attnlens.analysis.rare_words import RareWordHeads
-from attnlens.analysis.roles import (
-    classify_heads,
+from attnlens.analysis.roles import classify_heads, role_counts, role_evidence, role_tests
+from attnlens.analysis.syntactic import DEFAULT_MIN_EXAMPLES, MAIN_DIRECTIONS, SyntacticHeads
+from attnlens.analysis.syntactic_tables import held_out_selection
+from attnlens.data.batch import Batch
+from attnlens.data.corpus import Corpus
+from attnlens.data.rarity import WordRarity
+from attnlens.data.words import WordAttentionContext
+from attnlens.io import markdown_table, save_figure, write_table
+from attnlens.model.transformer import HookedTransformer
+from attnlens.plots import (
+    behaviour_figure,
+    head_distance_figure,
+    head_embedding_figure,
+    layer_head_heatmap,
     relation_heatmaps,
-    role_evidence,
     role_map_figure,
 )
-from attnlens.analysis.syntactic import MAIN_DIRECTIONS, SyntacticHeads
-from attnlens.data.rarity import WordRarity
-from attnlens.model.transformer import HookedTransformer
-from attnlens.plots import layer_head_heatmap
+from attnlens.report.section_docs import HEADS
 from attnlens.report.sections import Section, SectionOutput
-from attnlens.report.writer import markdown_table, save_figure, write_table
 
 STAT_FIGURES = {
     "confidence": "Confidence: mean max attention weight",
@@ -33,73 +46,150 @@ STAT_FIGURES = {
     "to_prev": "Mean attention to the previous token",
     "to_next": "Mean attention to the next token",
 }
+SYNTACTIC_TABLES = ("syntactic_best", "syntactic_accuracy", "syntactic_baselines",
+                    "syntactic_heldout")
 
 
-def table_one(best: pd.DataFrame) -> pd.DataFrame:
-    """Clark et al.'s Table 1: best head per relation and direction vs the offset baseline."""
+def _interval(low: float, high: float) -> str:
+    return "" if pd.isna(low) else f"[{low:.3f}, {high:.3f}]"
+
+
+def table_one(best: pd.DataFrame, heldout: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Clark et al.'s Table 1: best head per relation and direction vs the offset baseline,
+    with its interval, the tested role, and the head selected on held-out sentences."""
     rows = best[best["direction"].isin(MAIN_DIRECTIONS)].copy()
-    rows["head"] = rows["layer"].astype(str) + "-" + rows["head"].astype(str)
-    rows["baseline"] = [f"{b:.3f} ({o:+d})" for b, o in zip(rows["baseline"],
-                                                            rows["baseline_offset"], strict=True)]
-    rows["accuracy"] = rows["accuracy"].map(lambda a: f"{a:.3f}")
-    return rows[["relation", "direction", "examples", "head", "accuracy", "baseline",
-                 "syntactic"]].rename(columns={"head": "best head (layer-head)",
-                                               "baseline": "baseline (offset)"})
+    table = pd.DataFrame({
+        "relation": rows["relation"], "direction": rows["direction"],
+        "examples": rows["examples"],
+        "best head (layer-head)": rows["layer"].astype(str) + "-" + rows["head"].astype(str),
+        "accuracy": rows["accuracy"].map(lambda a: f"{a:.3f}"),
+        "95% CI": [_interval(lo, hi) for lo, hi in zip(rows["ci_low"], rows["ci_high"],
+                                                       strict=True)],
+        "baseline (offset)": [f"{b:.3f} ({o:+d})" for b, o in zip(
+            rows["baseline"], rows["baseline_offset"], strict=True)],
+        "syntactic": rows["syntactic"],
+    })
+    if heldout is not None and not heldout.empty:
+        keyed = heldout.set_index(["relation", "direction"])
+        held = [keyed.loc[(r, d)] if (r, d) in keyed.index else None
+                for r, d in zip(rows["relation"], rows["direction"], strict=True)]
+        table["held-out head"] = [
+            "" if h is None or h["layer"] < 0 else f"{h['layer']}-{h['head']}" for h in held]
+        table["held-out accuracy"] = [
+            "" if h is None or pd.isna(h["heldout_accuracy"]) else f"{h['heldout_accuracy']:.3f}"
+            for h in held]
+        table["held-out 95% CI"] = [
+            "" if h is None else _interval(h["ci_low"], h["ci_high"]) for h in held]
+    return table.reset_index(drop=True)
 
 
 class HeadRolesSection(Section):
     name = "heads"
     title = "Head roles: positional, syntactic and rare-word heads"
+    doc = HEADS
 
     def __init__(
         self,
         positional_threshold: float = 0.9,
-        min_examples: int = 20,
+        min_examples: int = DEFAULT_MIN_EXAMPLES,
         margin: float = 0.10,
         rare_threshold: float = 0.5,
         rarity: WordRarity | None = None,
         base_relations: bool = False,
+        inference: Inference | None = None,
+        rare_self: str = "include",
+        select_on: Corpus | Sequence[Batch] | None = None,
+        select_on_name: str = "",
+        select_fraction: float = 0.5,
+        clusters: bool = False,  # JS between every pair of heads: `heads` turns it on
+        corpus_name: str = "",
     ) -> None:
         self.positional_threshold, self.min_examples, self.margin = (
             positional_threshold, min_examples, margin)
         self.rare_threshold, self.rarity, self.base_relations = (
             rare_threshold, rarity, base_relations)
+        self.inference = inference or Inference()
+        self.rare_self = rare_self
+        self.select_on, self.select_on_name = select_on, select_on_name
+        self.select_fraction, self.clusters = select_fraction, clusters
+        self.corpus_name = corpus_name
+
+    def _syntactic(self, model: HookedTransformer, words=None) -> SyntacticHeads:
+        return SyntacticHeads.for_model(model, min_examples=self.min_examples, margin=self.margin,
+                                        base_relations=self.base_relations,
+                                        inference=self.inference, words=words)
 
     def analyzers(self, model: HookedTransformer, tokenizer) -> list:
-        return [
+        if hasattr(self.select_on, "batches"):  # a corpus: batched with the model's tokenizer
+            self.select_on = list(self.select_on.batches(tokenizer))
+        words = WordAttentionContext()  # word-level attention computed once per layer
+        inference = self.inference
+        found = [
             HeadStats.for_model(model, tokenizer),
-            PositionalHeads.for_model(model, threshold=self.positional_threshold),
-            SyntacticHeads.for_model(model, min_examples=self.min_examples, margin=self.margin,
-                                     base_relations=self.base_relations),
-            RareWordHeads.for_model(model, rarity=self.rarity, threshold=self.rare_threshold),
+            PositionalHeads.for_model(model, threshold=self.positional_threshold,
+                                      inference=inference),
+            self._syntactic(model, words),
+            RareWordHeads.for_model(model, rarity=self.rarity, threshold=self.rare_threshold,
+                                    rare_self=self.rare_self, inference=inference, words=words),
+            HeadBehaviour.for_model(model, inference=inference),
         ]
+        if self.clusters:
+            found.append(HeadClustering.for_model(model, inference=inference))
+        return found
 
-    def write(self, model, analyzers, out_dir: Path, formats) -> SectionOutput:
-        (stats,) = [a for a in analyzers if isinstance(a, HeadStats)]
-        (positional,) = [a for a in analyzers if isinstance(a, PositionalHeads)]
-        (syntactic,) = [a for a in analyzers if isinstance(a, SyntacticHeads)]
-        (rare,) = [a for a in analyzers if isinstance(a, RareWordHeads)]
-        tables: dict[str, pd.DataFrame] = {}
-        for analyzer in (stats, positional, syntactic, rare):
-            tables.update(analyzer.result())
+    def _held_out(self, model: HookedTransformer, syntactic: SyntacticHeads) -> pd.DataFrame:
+        if self.select_on is None:
+            return held_out_selection(syntactic, fraction=self.select_fraction)
+        from attnlens.analysis.runner import run_analyzers
+
+        (chooser,) = run_analyzers(model, self.select_on, [self._syntactic(model)],
+                                   show_progress=False)
+        return held_out_selection(syntactic, chooser, selected_on=self.select_on_name,
+                                  evaluated_on=self.corpus_name or "the analysed corpus")
+
+    def tables(self, model: HookedTransformer, analyzers: list) -> dict[str, pd.DataFrame]:
+        """Every table of the section, by name (computed from the analyzers' states)."""
+        def one(kind):
+            return next((a for a in analyzers if isinstance(a, kind)), None)
+
+        stats, positional, syntactic = one(HeadStats), one(PositionalHeads), one(SyntacticHeads)
+        rare, behaviour, clusters = one(RareWordHeads), one(HeadBehaviour), one(HeadClustering)
+        tables = {"head_stats": head_stats_table(stats, self.inference)}
+        for analyzer in (positional, syntactic, rare, behaviour, clusters):
+            if analyzer is not None:
+                tables.update(analyzer.result())
         has_trees = not tables["syntactic_best"].empty
-        has_words = rare.sentences > 0
+        has_words = rare.used_sentences > 0
         syn_acc = tables["syntactic_accuracy"] if has_trees else None
         rare_table = tables["rare_words"] if has_words else None
-        tables["head_roles"] = classify_heads(tables["positional_heads"], syn_acc, rare_table)
-        tables["role_evidence"] = role_evidence(tables["positional_heads"], syn_acc, rare_table)
         if has_trees:
-            tables["syntactic_table1"] = table_one(tables["syntactic_best"])
+            tables["syntactic_heldout"] = self._held_out(model, syntactic)
+            tables["syntactic_table1"] = table_one(tables["syntactic_best"],
+                                                   tables["syntactic_heldout"])
         else:
-            for name in ("syntactic_best", "syntactic_accuracy", "syntactic_baselines"):
-                tables.pop(name)
+            for name in SYNTACTIC_TABLES:
+                tables.pop(name, None)
         if not has_words:
             tables.pop("rare_words")
-        for name, table in tables.items():
-            write_table(table, out_dir, name)
+        positional_heads = tables["positional_heads"]
+        tables["role_tests"] = role_tests(positional_heads, syn_acc, rare_table)
+        for view, suffix in (("tested", ""), ("uncorrected", "_uncorrected")):
+            tables[f"head_roles{suffix}"] = classify_heads(positional_heads, syn_acc,
+                                                           rare_table, view)
+            tables[f"role_evidence{suffix}"] = role_evidence(positional_heads, syn_acc,
+                                                             rare_table, view)
+        if "head_embedding" in tables:
+            tables["head_embedding"] = tables["head_embedding"].merge(
+                tables["head_roles"][["layer", "head", "roles"]], on=["layer", "head"],
+                how="left")
+        return tables
 
-        output = SectionOutput(self.title, tables=tables)
-        figures = [("head_roles_map", role_map_figure(tables["head_roles"]))]
+    def figures(self, tables: dict[str, pd.DataFrame]) -> list:
+        """(name, Figure) pairs drawn from the tables only."""
+        figures = [("head_roles_map", role_map_figure(
+            tables["head_roles"], "Head roles after correction (q < alpha)")),
+            ("head_roles_map_uncorrected", role_map_figure(
+                tables["head_roles_uncorrected"], "Head roles, uncorrected point rules"))]
         head_stats = tables["head_stats"]
         for measure, title in STAT_FIGURES.items():
             rows = head_stats[head_stats["measure"] == measure]
@@ -107,33 +197,59 @@ class HeadRolesSection(Section):
         figures.append(("positional_share", layer_head_heatmap(
             tables["positional_heads"], "Share of tokens at the best offset (-3..+3)",
             value="share", vmin=0, vmax=1)))
-        if has_words:
+        if "rare_words" in tables:
             figures.append(("rare_word_share", layer_head_heatmap(
                 tables["rare_words"], "Share of words attending most to the rarest word",
                 value="share_rarest", vmin=0, vmax=1)))
-        if has_trees:
+        if "syntactic_accuracy" in tables:
             for direction in MAIN_DIRECTIONS:
                 slug = direction.replace("->", "_to_")
                 figures.append((f"syntactic_{slug}",
                                 relation_heatmaps(tables["syntactic_accuracy"], direction)))
-        for name, fig in figures:
+        if "head_behaviour" in tables:
+            wide = tables["head_behaviour_classes"]
+            figures.append(("head_behaviour", behaviour_figure(
+                wide, "Vertical, diagonal and broad attention (share, %)")))
+        if "head_embedding" in tables:
+            figures.append(("head_embedding", head_embedding_figure(tables["head_embedding"])))
+            figures.append(("head_distances", head_distance_figure(
+                tables["head_distances"], "Mean JS divergence between heads (nats)")))
+        return figures
+
+    def write(self, model, analyzers, out_dir: Path, formats) -> SectionOutput:
+        tables = self.tables(model, analyzers)
+        for name, table in tables.items():
+            write_table(table, out_dir, name)
+        output = SectionOutput(self.title, tables=tables)
+        for name, fig in self.figures(tables):
             output.figures += save_figure(fig, out_dir, name, formats)
-        output.summary = self._summary(tables, has_trees, has_words)
+        output.notes = self._notes(tables)
+        output.summary = "\n".join(output.notes)
+        if "syntactic_table1" in tables:  # the console gets Table 1; the page shows a table
+            output.summary += ("\n\nBest head per relation (Clark et al. Table 1 format; "
+                               "held-out: chosen on other sentences, reported here):\n\n"
+                               + markdown_table(tables["syntactic_table1"]))
         return output
 
-    def _summary(self, tables: dict[str, pd.DataFrame], has_trees: bool, has_words: bool) -> str:
-        roles = tables["head_roles"]["roles"]
-        counts = {r: int(roles.str.contains(r).sum()) for r in ("positional", "syntactic", "rare")}
-        lines = [
-            f"Heads with a role (layers and heads from 0): positional {counts['positional']}, "
-            f"syntactic {counts['syntactic']}, rare-word {counts['rare']} "
-            f"of {len(roles)} heads."
-        ]
-        if has_trees:
-            lines += ["", "Best head per relation (Clark et al. Table 1 format):", "",
-                      markdown_table(tables["syntactic_table1"])]
+    def _notes(self, tables: dict[str, pd.DataFrame]) -> list[str]:
+        inference = self.inference
+        roles = tables["head_roles"]
+        counts = role_counts(roles)
+        plain = role_counts(tables["head_roles_uncorrected"])
+        if inference.bootstrap:
+            how = (f"tested: q < {inference.alpha} after {inference.correction.upper()} "
+                   f"correction, {inference.bootstrap} bootstrap replicates over sentences")
         else:
+            how = "untested point rules (--bootstrap 0)"
+        lines = [
+            f"Heads with a role (layers and heads from 0; {how}): positional "
+            f"{counts['positional']}, syntactic {counts['syntactic']}, rare-word "
+            f"{counts['rare-word']} of {len(roles)} heads. Uncorrected point rules: "
+            f"positional {plain['positional']}, syntactic {plain['syntactic']}, "
+            f"rare-word {plain['rare-word']}."
+        ]
+        if "syntactic_table1" not in tables:
             lines.append("No dependency trees in the corpus: syntactic heads not measured.")
-        if not has_words:
+        if "rare_words" not in tables:
             lines.append("No word-split corpus: rare-word heads not measured.")
-        return "\n".join(lines)
+        return lines

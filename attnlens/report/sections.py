@@ -10,24 +10,34 @@ import pandas as pd
 
 from attnlens.analysis.base import Analyzer
 from attnlens.model.transformer import HookedTransformer
+from attnlens.report.catalog import SectionDoc
 
 
 @dataclass
 class SectionOutput:
-    """What a section wrote: tables (by name), figure paths and a short Markdown summary."""
+    """What a section wrote: tables (by name), figure paths and a short summary.
+
+    ``summary`` is the text the section's own command prints; ``notes`` are the key figures
+    as plain sentences for the HTML page (when empty, the page uses the summary's lines).
+    """
 
     title: str
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     figures: list[Path] = field(default_factory=list)
     summary: str = ""
+    notes: list[str] = field(default_factory=list)
 
 
 class Section(ABC):
-    """Base class. ``analyzers`` runs before the corpus pass, ``write`` after it."""
+    """Base class. ``analyzers`` runs before the corpus pass, ``write`` after it.
+
+    ``doc`` explains the section on the report page (see ``attnlens.report.catalog``).
+    """
 
     name = "section"
     title = "Section"
     needs_corpus = True
+    doc = SectionDoc()
 
     def analyzers(self, model: HookedTransformer, tokenizer) -> list[Analyzer]:
         return []

@@ -9,10 +9,11 @@ import pandas as pd
 from attnlens.analysis.circuits import circuit_spectra, circuit_summary
 from attnlens.analysis.shared_subspace import shared_subspace_tables
 from attnlens.analysis.spectrum import SpectrumAnalyzer
+from attnlens.io import save_figure, write_table
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import cumulative_curves_by_layer, layer_head_heatmap, shared_subspace_curves
+from attnlens.report.section_docs import SPECTRUM
 from attnlens.report.sections import Section, SectionOutput
-from attnlens.report.writer import save_figure, write_table
 
 
 def _range_line(table: pd.DataFrame, measure: str, label: str) -> str:
@@ -86,6 +87,7 @@ class SpectrumSection(Section):
 
     name = "spectrum"
     title = "Attention spectrum (low rank) and shared subspaces"
+    doc = SPECTRUM
 
     def __init__(self, low_rank_cost: bool = True) -> None:
         self.low_rank_cost = low_rank_cost

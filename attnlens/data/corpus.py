@@ -1,0 +1,89 @@
+"""The corpus a command reads: a CoNLL-U treebank, plain text, or the embedded sample treebank.
+
+Checking the options and reading the files needs neither torch nor a tokenizer, so a bad
+path or a malformed file is reported before any model is loaded; ``Corpus.batches`` then
+tokenises (word batches: every analyzer, token- or word-level, reads the same batches).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from attnlens.errors import DataError
+from attnlens.io import check_input_file
+
+if TYPE_CHECKING:
+    from attnlens.data.batch import Batch
+    from attnlens.data.tokenizer import Tokenizer
+
+
+def check_corpus_options(
+    text: str | Path | None, treebank: str | Path | None, parse: bool = False
+) -> None:
+    """Fail early on contradictory corpus options and on paths that are not files."""
+    if text and treebank:
+        raise DataError("give either --text or --treebank, not both.")
+    if parse and not text:
+        raise DataError("--parse parses a plain-text file; pass it with --text.")
+    check_input_file(text, "--text", "text, one sentence per line")
+    check_input_file(treebank, "--treebank", "CoNLL-U treebank")
+
+
+@dataclass
+class Corpus:
+    """A corpus read from disk: dependency trees, or plain-text lines split into words."""
+
+    name: str
+    sentences: list | None = None  # DepSentence list (treebank or spaCy parse)
+    texts: list[str] | None = None  # plain-text lines
+
+    def __len__(self) -> int:
+        return len(self.sentences if self.sentences is not None else self.texts or [])
+
+    def batches(
+        self, tokenizer: Tokenizer, batch_size: int = 16, max_length: int = 128
+    ) -> list[Batch]:
+        """Word batches for the analyzers (``treebank_batches`` or ``text_word_batches``)."""
+        from attnlens.data.words import text_word_batches, treebank_batches
+
+        if self.sentences is not None:
+            return treebank_batches(tokenizer, self.sentences, batch_size, max_length)
+        return text_word_batches(tokenizer, self.texts or [], batch_size, max_length)
+
+
+def load_corpus(
+    text: str | Path | None = None, treebank: str | Path | None = None, parse: bool = False
+) -> Corpus:
+    """The corpus a command was given: ``treebank`` (CoNLL-U), else ``text`` (one sentence per
+    line; dependency-parsed by spaCy when ``parse``), else the embedded sample treebank."""
+    from attnlens.data import conllu
+    from attnlens.data.text import read_text_file
+
+    check_corpus_options(text, treebank, parse)
+    if treebank:
+        sentences = conllu.read_conllu(treebank)
+        return Corpus(f"{treebank} ({len(sentences)} sentences)", sentences=sentences)
+    if text and parse:
+        sentences = conllu.parse_with_spacy(read_text_file(text))
+        return Corpus(f"{text} parsed by spaCy ({len(sentences)} sentences)", sentences=sentences)
+    if text:
+        texts = read_text_file(text)
+        return Corpus(f"{text} ({len(texts)} lines)", texts=texts)
+    sentences = conllu.sample_treebank()
+    return Corpus(f"built-in sample treebank ({len(sentences)} sentences)", sentences=sentences)
+
+
+def corpus_batches(
+    tokenizer: Tokenizer,
+    text: str | Path | None = None,
+    treebank: str | Path | None = None,
+    parse: bool = False,
+    batch_size: int = 16,
+    max_length: int = 128,
+) -> tuple[list[Batch], str]:
+    """``load_corpus(...)`` batched in one call: (word batches, the corpus name)."""
+    corpus = load_corpus(text=text, treebank=treebank, parse=parse)
+    return corpus.batches(tokenizer, batch_size, max_length), corpus.name
+

@@ -1,0 +1,60 @@
+"""``load`` and ``load_model``: a Hugging Face checkpoint as a HookedTransformer (and tokenizer)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from attnlens.data.tokenizer import Tokenizer
+from attnlens.device import resolve_device, resolve_dtype
+from attnlens.loaders.checkpoint import read_config, read_weights, resolve_checkpoint
+from attnlens.loaders.registry import find_converter
+from attnlens.loaders.weights import WeightReader
+from attnlens.model.transformer import HookedTransformer
+
+__all__ = ["load", "load_model"]
+
+
+def load_model(
+    name_or_path: str | os.PathLike | None = None,
+    device: str | torch.device | None = "cpu",
+    dtype: str | torch.dtype | None = torch.float32,
+    allow_pickle: bool = False,
+) -> HookedTransformer:
+    """Convert a checkpoint into a HookedTransformer (eval mode) without its tokenizer."""
+    dev, dt = resolve_device(device), resolve_dtype(dtype)  # option errors before any reading
+    path = resolve_checkpoint(name_or_path)
+    hf = read_config(path)
+    converter, architecture = find_converter(hf)
+    tensors = read_weights(path, allow_pickle=allow_pickle)
+    prefix = converter.prefix if any(k.startswith(converter.prefix) for k in tensors) else ""
+    reader = WeightReader(tensors, prefix=prefix, ignore=converter.ignore)
+    cfg, state = converter.convert(hf, reader, architecture)
+    reader.finish()
+    name = str(name_or_path) if name_or_path is not None else "all-MiniLM-L6-v2 (embedded)"
+    cfg.source.update({"path": str(path), "name": name, "architecture": architecture})
+    with torch.device("meta"):
+        model = HookedTransformer(cfg)
+    model.load_state_dict(state, strict=True, assign=True)
+    model.setup_hooks()
+    return model.to(device=dev, dtype=dt).eval()
+
+
+def load(
+    name_or_path: str | os.PathLike | None = None,
+    device: str | torch.device | None = "cpu",
+    dtype: str | torch.dtype | None = torch.float32,
+    allow_pickle: bool = False,
+) -> tuple[HookedTransformer, Tokenizer]:
+    """Load a checkpoint and its tokenizer: ``(HookedTransformer, Tokenizer)``.
+
+    ``name_or_path``: None (the embedded all-MiniLM-L6-v2), a local folder with config.json
+    and safetensors weights, or a hub id already in the local Hugging Face cache (attnlens
+    never downloads). Pickle weights are refused unless ``allow_pickle=True`` (then read
+    with ``torch.load(weights_only=True)``); ``trust_remote_code`` is never used. A folder
+    without tokenizer files is an error: use ``load_model`` for the model alone.
+    """
+    model = load_model(name_or_path, device, dtype, allow_pickle)
+    tokenizer = Tokenizer.from_pretrained(model.cfg.source["path"])
+    return model, tokenizer

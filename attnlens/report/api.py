@@ -1,0 +1,84 @@
+"""``attnlens.analyze(...)``: the report of ``attnlens analyze`` from Python."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from attnlens.report.folder import Report
+
+
+def analyze(
+    model=None,
+    tokenizer=None,
+    *,
+    treebank: str | Path | None = None,
+    text: str | Path | None = None,
+    sentences: Sequence[str] | None = None,
+    out: str | Path | None = None,
+    sections: Sequence | None = None,
+    batch_size: int = 16,
+    max_length: int = 128,
+    formats: tuple[str, ...] = ("png",),
+    prune: str | Path | None = None,
+    show_progress: bool = False,
+    **load_options,
+) -> Report:
+    """Analyse every attention head and write the report folder; return it as a ``Report``.
+
+    ``model``: a HookedTransformer (with its ``tokenizer``), a checkpoint folder or cached hub
+    id, or None for the embedded all-MiniLM-L6-v2. Corpus: ``treebank`` (CoNLL-U), ``text``
+    (a file, one sentence per line), ``sentences`` (a list of strings), else the embedded
+    sample treebank. ``out``: the report folder (a new temporary folder when None; the
+    result's ``write(DIR)`` copies it). In Jupyter the result shows its summary and head map.
+    """
+    from attnlens.data.words import Corpus, load_corpus
+    from attnlens.errors import ConfigError
+    from attnlens.report.analyze import analyze as run_analysis
+
+    given = [x is not None for x in (treebank, text, sentences)]
+    if sum(given) > 1:
+        raise ConfigError("give one corpus: treebank=, text= or sentences=.")
+    if sentences is not None:
+        texts = [str(s) for s in sentences if str(s).strip()]
+        if not texts:
+            raise ConfigError("sentences= holds no text.")
+        corpus = Corpus(f"{len(texts)} given sentences", texts=texts)
+    else:
+        corpus = load_corpus(text=str(text) if text else None,
+                             treebank=str(treebank) if treebank else None)
+    if model is None or isinstance(model, str | Path):
+        from attnlens.loaders import load
+
+        model, tokenizer = load(None if model is None else str(model), **load_options)
+    elif tokenizer is None:
+        raise ConfigError("pass the model's tokenizer with a loaded model: "
+                          "analyze(model, tokenizer, ...).")
+    folder = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="attnlens-report-"))
+    batches = corpus.batches(tokenizer, batch_size=batch_size, max_length=max_length)
+    run_analysis(
+        model, tokenizer, batches, folder, sections=sections, formats=formats,
+        show_progress=show_progress, corpus_name=corpus.name, prune_dir=prune,
+        command="attnlens.analyze(...)",
+        options={"batch_size": batch_size, "max_length": max_length, "formats": list(formats),
+                 "treebank": str(treebank) if treebank else None,
+                 "text": str(text) if text else None, "prune": str(prune) if prune else None},
+    )
+    return Report(folder)
+
+
+def compare(a: str | Path | Report, b: str | Path | Report, out: str | Path | None = None,
+            top: int = 50):
+    """Compare two report folders head by head; write the page into ``out`` when given.
+
+    Returns the ``Comparison`` (its ``tables``: largest_differences, role_changes,
+    measure_differences, head_differences, differences).
+    """
+    from attnlens.report.compare import compare as run_compare
+    from attnlens.report.compare import write_comparison
+
+    comparison = run_compare(a, b, top=top)
+    if out is not None:
+        write_comparison(comparison, out)
+    return comparison

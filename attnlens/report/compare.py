@@ -1,0 +1,254 @@
+"""Two report folders side by side: per-head differences, role changes, largest differences.
+
+Heads are matched by (layer, head) index. A structurally pruned model renumbers its kept
+heads (head h of a pruned layer is the h-th kept head), so compare a model with its *masked*
+version, or read the comparison of a renumbered model with that in mind (the page warns
+when the head counts differ).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from attnlens.errors import DataError
+from attnlens.io import atomic_open, write_table
+from attnlens.report.folder import RUN_FILE, TABLES_DIR, Report
+from attnlens.report.heads_grid import head_shape
+
+# Columns that count or bound rather than measure: never compared.
+NOT_MEASURES = re.compile(
+    r"^(examples|n_sentences|sentences|tokens|words|index|points|n|p_value|q_value|"
+    r".*_low|.*_high|chance_.*|min_excess|d_model)$")
+KEYS = ("table", "label", "measure", "layer", "head")
+MAX_GRIDS_PER_TABLE = 24
+HEAD_TOP = 15
+ROLE_CHANGE_COLORS = {"same": "#f0f0f0", "gained": "#74c476", "lost": "#fb6a4a",
+                      "changed": "#fdae6b", "missing": "#ffffff"}
+
+
+@dataclass
+class Comparison:
+    """The tables of a comparison (see ``compare``)."""
+
+    a: Report
+    b: Report
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    grids: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    layers: int = 0
+    heads: int = 0
+    role_cells: dict[str, Any] | None = None
+
+
+def _table_keys(report: Report) -> dict[str, tuple[str, ...]]:
+    keys: dict[str, tuple[str, ...]] = {}
+    for section in report.sections():
+        for name in section.tables:
+            keys[name] = tuple(section.doc.table_doc(name).keys)
+    return keys
+
+
+def long_values(table: pd.DataFrame, keys: tuple[str, ...] = ()) -> pd.DataFrame:
+    """A per-head table as rows ``label, measure, layer, head, value`` (label: the values of
+    its other identifying columns, e.g. ``det dep->head``)."""
+    if not {"layer", "head"} <= set(table.columns) or table.empty:
+        return pd.DataFrame(columns=["label", "measure", "layer", "head", "value"])
+    numeric = {c for c in table.columns if pd.api.types.is_numeric_dtype(table[c])
+               and not pd.api.types.is_bool_dtype(table[c])}
+    base = ["layer", "head"] + (["measure"] if "measure" in table.columns else [])
+    candidates = [c for c in keys if c in table.columns] + [
+        c for c in table.columns if c not in (*base, "value", *keys) and c not in numeric
+        and not pd.api.types.is_bool_dtype(table[c])]
+    labels: list[str] = []  # the fewest columns that, with layer and head, identify a row
+    for column in candidates:
+        if not table.duplicated([*base, *labels]).any():
+            break
+        labels.append(column)
+    if {"measure", "value"} <= set(table.columns):
+        rows = table[["layer", "head", "measure", "value", *labels]].copy()
+    else:
+        values = [c for c in table.columns if c in numeric and c not in ("layer", "head")
+                  and c not in keys and not NOT_MEASURES.match(c)]
+        if not values:
+            return pd.DataFrame(columns=["label", "measure", "layer", "head", "value"])
+        rows = table.melt(id_vars=["layer", "head", *labels], value_vars=values,
+                          var_name="measure", value_name="value")
+    rows["label"] = (rows[labels].astype(str).agg(" ".join, axis=1) if labels else "")
+    rows["value"] = pd.to_numeric(rows["value"], errors="coerce")
+    return rows[["label", "measure", "layer", "head", "value"]]
+
+
+def _differences(a: Report, b: Report) -> pd.DataFrame:
+    keys_a = _table_keys(a)
+    parts = []
+    for name in sorted(set(a.tables) & set(b.tables)):
+        keys = keys_a.get(name, ())
+        left, right = long_values(a.tables[name], keys), long_values(b.tables[name], keys)
+        if left.empty and right.empty:
+            continue
+        merged = left.merge(right, on=["label", "measure", "layer", "head"], how="outer",
+                            suffixes=("_a", "_b"))
+        merged.insert(0, "table", name)
+        parts.append(merged.rename(columns={"value_a": "a", "value_b": "b"}))
+    if not parts:
+        return pd.DataFrame(columns=[*KEYS, "a", "b", "difference", "scaled"])
+    table = pd.concat(parts, ignore_index=True)
+    table["difference"] = table["b"] - table["a"]
+    spread = table.groupby(["table", "label", "measure"])[["a", "b"]].transform(
+        lambda s: s.std(ddof=0))
+    pooled = spread.mean(axis=1)
+    scaled = table["difference"] / pooled.where(pooled > 0)
+    table["scaled"] = scaled.where(pooled > 0, np.where(table["difference"] == 0, 0.0, np.nan))
+    return table
+
+
+def _roles(report: Report) -> pd.DataFrame:
+    if "head_roles" not in report.tables:
+        return pd.DataFrame(columns=["layer", "head", "roles", "evidence"])
+    table = report.tables["head_roles"]
+    columns = [c for c in ("layer", "head", "roles", "evidence") if c in table.columns]
+    return table[columns].fillna("")
+
+
+def _role_changes(a: Report, b: Report) -> pd.DataFrame:
+    merged = _roles(a).merge(_roles(b), on=["layer", "head"], how="outer",
+                             suffixes=("_a", "_b"))
+    for side in ("a", "b"):
+        merged[f"roles_{side}"] = merged[f"roles_{side}"].fillna("(no head)")
+        if f"evidence_{side}" not in merged:
+            merged[f"evidence_{side}"] = ""
+        merged[f"evidence_{side}"] = merged[f"evidence_{side}"].fillna("")
+    changed = merged[merged["roles_a"] != merged["roles_b"]]
+    return changed[["layer", "head", "roles_a", "roles_b", "evidence_a", "evidence_b"]
+                   ].sort_values(["layer", "head"], ignore_index=True)
+
+
+def _role_kind(before: str, after: str) -> str:
+    if before == after:
+        return "same"
+    if "(no head)" in (before, after):
+        return "missing"
+    if before == "none":
+        return "gained"
+    if after == "none":
+        return "lost"
+    return "changed"
+
+
+def _role_cells(a: Report, b: Report, layers: int, heads: int) -> dict[str, Any] | None:
+    ra, rb = _roles(a), _roles(b)
+    if ra.empty and rb.empty:
+        return None
+    before = {(int(r.layer), int(r.head)): r.roles for r in ra.itertuples()}
+    after = {(int(r.layer), int(r.head)): r.roles for r in rb.itertuples()}
+    cells: list[list[dict[str, str] | None]] = [[None] * heads for _ in range(layers)]
+    for layer in range(layers):
+        for head in range(heads):
+            x = before.get((layer, head), "(no head)")
+            y = after.get((layer, head), "(no head)")
+            kind = _role_kind(x, y)
+            cells[layer][head] = {"roles": kind, "category": kind,
+                                  "label": "" if kind == "same" else "±",
+                                  "evidence": f"A: {x}; B: {y}"}
+    return {"colors": ROLE_CHANGE_COLORS, "cells": cells}
+
+
+def _grids(diffs: pd.DataFrame, layers: int, heads: int) -> list[dict[str, Any]]:
+    grids = []
+    for name, rows in diffs.groupby("table", sort=False):
+        found = []
+        for (label, measure), group in rows.groupby(["label", "measure"], sort=False):
+            if group.duplicated(["layer", "head"]).any():
+                continue
+            grid: list[list[float | None]] = [[None] * heads for _ in range(layers)]
+            for r in group.itertuples():
+                if 0 <= r.layer < layers and 0 <= r.head < heads and np.isfinite(r.difference):
+                    grid[int(r.layer)][int(r.head)] = float(f"{r.difference:.6g}")
+            weight = float(np.nanmean(np.abs(group["scaled"]))) if group["scaled"].notna().any() \
+                else 0.0
+            found.append((weight, {"label": f"{label} {measure}".strip(), "table": name,
+                                   "values": grid, "diverging": True}))
+        if len(found) > MAX_GRIDS_PER_TABLE:
+            keep = sorted(range(len(found)), key=lambda i: -found[i][0])[:MAX_GRIDS_PER_TABLE]
+            found = [found[i] for i in sorted(keep)]
+        grids += [g for _, g in found]
+    return grids
+
+
+def _warnings(a: Report, b: Report) -> list[str]:
+    run_a, run_b = a.run, b.run
+    notes = []
+    if run_a.get("corpus") != run_b.get("corpus") or run_a.get("sentences") != run_b.get(
+            "sentences"):
+        notes.append(f"The runs read different corpora: A {run_a.get('corpus')!s} "
+                     f"({run_a.get('sentences')} sentences), B {run_b.get('corpus')!s} "
+                     f"({run_b.get('sentences')} sentences).")
+    ma, mb = run_a.get("model"), run_b.get("model")
+    if isinstance(ma, dict) and isinstance(mb, dict):
+        ha, hb = ma.get("heads_per_layer"), mb.get("heads_per_layer")
+        if ha and hb and ha != hb:
+            notes.append(f"Head counts differ (A {ha}, B {hb}): heads are matched by index, "
+                         "and a structurally pruned model renumbers its kept heads.")
+    return notes
+
+
+def compare(a: Report | str | Path, b: Report | str | Path, top: int = 50) -> Comparison:
+    """Per-head differences (B - A) of every measure both reports hold, role changes and the
+    ``top`` largest differences (ranked by the difference over the measure's spread)."""
+    a = a if isinstance(a, Report) else Report(a)
+    b = b if isinstance(b, Report) else Report(b)
+    shape_a, shape_b = head_shape(a.run, a.tables), head_shape(b.run, b.tables)
+    layers, heads = max(shape_a[0], shape_b[0]), max(shape_a[1], shape_b[1])
+    diffs = _differences(a, b)
+    if diffs.empty:
+        raise DataError(f"{a.path} and {b.path} have no per-head table in common to compare.")
+    ranked = diffs[diffs["scaled"].notna() & (diffs["difference"] != 0)]
+    largest = ranked.reindex(ranked["scaled"].abs().sort_values(ascending=False).index).head(top)
+    summary = diffs.assign(abs_difference=diffs["difference"].abs()).groupby(
+        ["table", "label", "measure"], sort=False).agg(
+        heads=("difference", "count"), mean_a=("a", "mean"), mean_b=("b", "mean"),
+        mean_difference=("difference", "mean"), max_abs_difference=("abs_difference", "max"),
+    ).reset_index()
+    per_head = diffs[diffs["scaled"].notna() & (diffs["difference"] != 0)].copy()
+    per_head["order"] = per_head["scaled"].abs()
+    head_top = (per_head.sort_values("order", ascending=False).groupby(["layer", "head"])
+                .head(HEAD_TOP).drop(columns="order").sort_values(["layer", "head"]))
+    comparison = Comparison(a, b, warnings=_warnings(a, b), layers=layers, heads=heads,
+                            role_cells=_role_cells(a, b, layers, heads))
+    comparison.tables = {
+        "largest_differences": largest.reset_index(drop=True),
+        "role_changes": _role_changes(a, b),
+        "measure_differences": summary,
+        "head_differences": head_top.reset_index(drop=True),
+        "differences": diffs,
+    }
+    comparison.grids = _grids(diffs, layers, heads)
+    return comparison
+
+
+def write_comparison(comparison: Comparison, out_dir: str | Path) -> Path:
+    """Tables (CSV + Markdown), run.json and index.html into ``out_dir``; returns the page."""
+    from attnlens.io import check_output_dir
+    from attnlens.report.compare_page import compare_page
+
+    out = check_output_dir(out_dir)
+    for name, table in comparison.tables.items():
+        formats = ("csv",) if name == "differences" else ("csv", "md")
+        write_table(table, out / TABLES_DIR, name, formats=formats)
+    record = {"kind": "comparison", "a": str(comparison.a.path), "b": str(comparison.b.path),
+              "model_a": comparison.a.run.get("model"), "model_b": comparison.b.run.get("model"),
+              "warnings": comparison.warnings, "layers_and_heads_numbered_from": 0}
+    with atomic_open(out / RUN_FILE) as handle:
+        json.dump(record, handle, indent=2, default=str)
+        handle.write("\n")
+    page = out / "index.html"
+    with atomic_open(page) as handle:
+        handle.write(compare_page(comparison))
+    return page

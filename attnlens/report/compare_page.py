@@ -1,0 +1,108 @@
+"""The comparison page: difference heatmaps, role changes, largest differences."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from attnlens.report.compare import Comparison
+from attnlens.report.findings import Head, num
+from attnlens.report.folder import TABLES_DIR
+from attnlens.report.html import CSS, JS, _head_link, _table_html
+from attnlens.report.page import assemble_page, escape, static_text
+from attnlens.report.payload import encode_table
+
+PAGE_TABLES = {
+    "largest_differences": "The largest differences B - A, ranked by the difference over the "
+                           "spread of the measure across heads (scaled).",
+    "role_changes": "Heads whose roles differ between the runs.",
+    "measure_differences": "Per measure: mean values in A and B, mean and largest difference.",
+    "head_differences": "Per head: its largest differences (what the head cards show).",
+}
+CARD = [{"section": "compare", "title": "Comparison", "items": [
+    {"table": "role_changes", "label": "Roles A → B", "kind": "row",
+     "columns": ["roles_a", "roles_b", "evidence_a", "evidence_b"]},
+    {"table": "head_differences", "label": "Largest differences of this head", "kind": "rows",
+     "columns": ["table", "label", "measure", "a", "b", "difference", "scaled"]},
+]}]
+
+
+def _model_name(run: dict[str, Any]) -> str:
+    model = run.get("model")
+    return str(model.get("name", "")) if isinstance(model, dict) else str(model or "")
+
+
+def _findings(comparison: Comparison) -> list[str]:
+    items = [f"<li>{escape(w)}</li>" for w in comparison.warnings]
+    changes = comparison.tables["role_changes"]
+    items.append(f"<li>{len(changes)} heads changed role.</li>")
+    largest = comparison.tables["largest_differences"]
+    for row in largest.head(5).to_dict("records"):
+        head = _head_link(Head(int(row["layer"]), int(row["head"])))
+        what = escape(f"{row['label']} {row['measure']}".strip())
+        change = escape(f"{row['difference']:+.3g}")
+        items.append(f"<li>Head {head}, <code>{escape(row['table'])}</code> {what}: "
+                     f"{escape(num(row['a']))} → {escape(num(row['b']))} ({change}).</li>")
+    if largest.empty:
+        items.append("<li>No per-head measure differs between the runs.</li>")
+    return items
+
+
+def _run_column(label: str, run: dict[str, Any], path: str) -> str:
+    model = run.get("model") if isinstance(run.get("model"), dict) else {}
+    checksum = (model.get("checksum") or {}).get("sha256", "")
+    rows = [("folder", path), ("model", _model_name(run)), ("sha256", checksum),
+            ("corpus", run.get("corpus", "")), ("sentences", run.get("sentences", "")),
+            ("created", run.get("created", ""))]
+    body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows if v)
+    return f'<div><h3>{escape(label)}</h3><table class="kv">{body}</table></div>'
+
+
+def compare_page(comparison: Comparison) -> str:
+    run_a, run_b = comparison.a.run, comparison.b.run
+    name_a, name_b = _model_name(run_a), _model_name(run_b)
+    tables: dict[str, Any] = {}
+    blocks = []
+    for name, caption in PAGE_TABLES.items():
+        table = comparison.tables[name]
+        tables[name] = {**encode_table(table), "csv": f"{TABLES_DIR}/{name}.csv", "view": "rows",
+                        "pivot": None, "keys": [], "section": "compare"}
+        blocks.append(_table_html(name, caption, table))
+    diffs: pd.DataFrame = comparison.tables["differences"]
+    payload = {"kind": "compare", "layers": comparison.layers, "heads": comparison.heads,
+               "tables": tables, "cards": CARD, "grids": comparison.grids,
+               "roles": comparison.role_cells}
+    body = (
+        '<header class="top"><div class="brand">attnlens</div>'
+        f"<h1>Comparison: {escape(name_a)} (A) and {escape(name_b)} (B)</h1>"
+        f'<p class="sub">A: <code>{escape(comparison.a.path)}</code> · B: '
+        f"<code>{escape(comparison.b.path)}</code></p>"
+        '<p class="note">Differences are B - A. Layers and heads are numbered from 0; a head '
+        "is written layer-head. Click a head for its card.</p></header>"
+        '<div class="layout"><nav class="toc"><div class="toc-title">Contents</div>'
+        '<a href="#summary">Summary</a><a href="#heads">Differences per head</a>'
+        '<a href="#sec-tables">Tables</a><a href="#run">Runs</a></nav><main>'
+        '<section id="summary" class="report-section"><h2>Summary</h2><ul class="findings">'
+        + "".join(_findings(comparison)) + "</ul></section>"
+        '<section id="heads" class="report-section"><h2>Differences per head</h2>'
+        '<p class="about">Choose a measure: each cell is B - A for that head (blue: lower in '
+        "B, red: higher). \"Roles\" marks heads that gained, lost or changed a role.</p>"
+        '<div id="headmap"></div></section>'
+        '<section id="sec-tables" class="report-section"><h2>Tables</h2>'
+        + "".join(blocks)
+        + f'<p class="downloads">Every difference ({len(diffs):,} rows): '
+        f'<a href="{TABLES_DIR}/differences.csv">differences.csv</a></p></section>'
+        '<section id="run" class="report-section"><h2>Runs</h2><div class="runs">'
+        + _run_column("A", run_a, str(comparison.a.path))
+        + _run_column("B", run_b, str(comparison.b.path))
+        + "</div></section></main></div>"
+        '<aside id="card" hidden></aside><div id="lightbox" hidden></div>'
+    )
+    return assemble_page(
+        f"attnlens comparison: {name_a} vs {name_b}", body, payload,
+        css=[static_text("attnlens.report", n) for n in CSS]
+        + [".runs { display: grid; grid-template-columns: 1fr 1fr; gap: 24px; }"],
+        js=[static_text("attnlens.report", n) for n in JS],
+        body_class="report compare",
+    )

@@ -1,0 +1,137 @@
+"""Layer x head grids for the page's head map, drawn from the saved tables.
+
+Every table with ``layer`` and ``head`` columns gives grids: a long table with ``measure`` and
+``value`` one grid per measure (and per value of its other label columns, e.g. ``circuit``),
+a table with one row per head one grid per numeric column.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+# The colours of attnlens.plots.ROLE_COLORS (not imported: that module loads matplotlib;
+# tests/test_report_page.py checks they agree).
+ROLE_COLORS = {
+    "none": "#f0f0f0",
+    "positional": "#6baed6",
+    "syntactic": "#fd8d3c",
+    "rare-word": "#74c476",
+    "several": "#9e9ac8",
+}
+ROLES = ("positional", "syntactic", "rare-word")
+MAX_GRIDS = 120
+
+
+def head_shape(run: dict[str, Any], tables: Mapping[str, pd.DataFrame]) -> tuple[int, int]:
+    """(layers, heads) from run.json, else from the largest indices in the tables."""
+    model = run.get("model")
+    if isinstance(model, dict) and model.get("layers") and model.get("heads"):
+        return int(model["layers"]), int(model["heads"])
+    layers = heads = 0
+    for name in ("head_roles", "head_stats", "spectrum_summary", "weight_asymmetry"):
+        if name in tables:
+            table = tables[name]
+            layers = max(layers, int(table["layer"].max()) + 1)
+            heads = max(heads, int(table["head"].max()) + 1)
+    return layers, heads
+
+
+def _grid(rows: pd.DataFrame, value: str, layers: int, heads: int) -> list[list[float | None]]:
+    means = rows.groupby(["layer", "head"])[value].mean()
+    grid: list[list[float | None]] = [[None] * heads for _ in range(layers)]
+    for (layer, head), v in means.items():
+        if 0 <= layer < layers and 0 <= head < heads and math.isfinite(v):
+            grid[int(layer)][int(head)] = float(f"{v:.6g}")
+    return grid
+
+
+def _label_columns(table: pd.DataFrame, keys: tuple[str, ...]) -> list[str]:
+    return [c for c in table.columns if c not in ("layer", "head", "measure", "value")
+            and (c in keys or not pd.api.types.is_numeric_dtype(table[c]))
+            and table[c].nunique() > 1]
+
+
+def table_grids(name: str, table: pd.DataFrame, keys: tuple[str, ...], layers: int,
+                heads: int) -> list[dict[str, Any]]:
+    """The grids one table offers (see the module docstring)."""
+    if not {"layer", "head"} <= set(table.columns) or table.empty:
+        return []
+    grids = []
+    if {"measure", "value"} <= set(table.columns):
+        labels = _label_columns(table, keys)
+        for key, rows in table.groupby([*labels, "measure"], sort=False):
+            key = key if isinstance(key, tuple) else (key,)
+            if rows.duplicated(["layer", "head"]).any():
+                continue  # more labels than this split sees: not one value per head
+            grids.append({"label": " ".join(str(k) for k in key), "table": name,
+                          "values": _grid(rows, "value", layers, heads)})
+        return grids
+    if table.duplicated(["layer", "head"]).any():
+        return []
+    for column in table.columns:
+        if column in ("layer", "head") or column in keys:
+            continue
+        if pd.api.types.is_numeric_dtype(table[column]) and not pd.api.types.is_bool_dtype(
+                table[column]):
+            grids.append({"label": column, "table": name,
+                          "values": _grid(table, column, layers, heads)})
+    return grids
+
+
+def _varies(grid: dict[str, Any]) -> bool:
+    values = {v for row in grid["values"] for v in row if v is not None}
+    return len(values) > 1
+
+
+def head_grids(tables: Mapping[str, pd.DataFrame], sections: list, layers: int,
+               heads: int) -> list[dict[str, Any]]:
+    """Every section's grids that vary between heads, in page order (at most ``MAX_GRIDS``)."""
+    if not layers or not heads:
+        return []
+    grids: list[dict[str, Any]] = []
+    for section in sections:
+        for name in section.tables:
+            if name in tables and name != "head_roles":
+                keys = section.doc.table_doc(name).keys
+                grids += [g for g in table_grids(name, tables[name], tuple(keys), layers, heads)
+                          if _varies(g)]
+    return grids[:MAX_GRIDS]
+
+
+def _short_label(roles: list[str], evidence: str, offset: Any) -> str:
+    parts = []
+    if "positional" in roles:
+        try:
+            parts.append(f"P{int(offset):+d}")
+        except (TypeError, ValueError):
+            parts.append("P")
+    if "syntactic" in roles:
+        parts.append(f"S{max(1, evidence.count('syntactic:'))}")
+    if "rare-word" in roles:
+        parts.append("R")
+    return " ".join(parts)
+
+
+def role_cells(tables: Mapping[str, pd.DataFrame], layers: int,
+               heads: int) -> dict[str, Any] | None:
+    """Per head: its roles, a short label (P-1, S3, R) and the evidence text."""
+    if "head_roles" not in tables or not layers or not heads:
+        return None
+    table = tables["head_roles"]
+    cells: list[list[dict[str, str] | None]] = [[None] * heads for _ in range(layers)]
+    for row in table.to_dict("records"):
+        layer, head = int(row["layer"]), int(row["head"])
+        if not (0 <= layer < layers and 0 <= head < heads):
+            continue
+        text = "" if pd.isna(row.get("roles")) else str(row.get("roles"))
+        found = [r for r in ROLES if r in text.split("; ")]
+        evidence = "" if pd.isna(row.get("evidence")) else str(row.get("evidence", ""))
+        category = "none" if not found else found[0] if len(found) == 1 else "several"
+        cells[layer][head] = {"roles": ", ".join(found) or "none", "category": category,
+                              "label": _short_label(found, evidence, row.get("best_offset")),
+                              "evidence": evidence}
+    return {"colors": ROLE_COLORS, "cells": cells}

@@ -1,0 +1,216 @@
+"""The explanations, references and table/figure captions of the built-in report sections.
+
+Each ``Section`` class points at one of these as its ``doc`` (see ``catalog.py`` for how to
+write one for a new section).
+"""
+
+from __future__ import annotations
+
+from attnlens.report.catalog import CardItem, FigureDoc, Paper, SectionDoc, TableDoc
+
+CLARK = Paper("Clark et al. 2019, What Does BERT Look At? An Analysis of BERT's Attention",
+              "https://arxiv.org/abs/1906.04341")
+VOITA = Paper("Voita et al. 2019, Analyzing Multi-Head Self-Attention: Specialized Heads Do "
+              "the Heavy Lifting, the Rest Can Be Pruned", "https://arxiv.org/abs/1905.09418")
+LINFORMER = Paper("Wang et al. 2020, Linformer: Self-Attention with Linear Complexity",
+                  "https://arxiv.org/abs/2006.04768")
+CORDONNIER = Paper("Cordonnier et al. 2020, Multi-Head Attention: Collaborate Instead of "
+                   "Concatenate", "https://arxiv.org/abs/2006.16362")
+VASWANI = Paper("Vaswani et al. 2017, Attention Is All You Need",
+                "https://arxiv.org/abs/1706.03762")
+DONG = Paper("Dong et al. 2021, Attention is Not All You Need: Pure Attention Loses Rank "
+             "Doubly Exponentially with Depth", "https://arxiv.org/abs/2103.03404")
+MICHEL = Paper("Michel et al. 2019, Are Sixteen Heads Really Better than One?",
+               "https://arxiv.org/abs/1905.10650")
+
+MAIN_DIRECTIONS = (("direction", ("dep->head", "head->dep")),)
+
+HEADS = SectionDoc(
+    about=(
+        "Clark et al.'s per-head statistics (how peaked each head's attention is, how much "
+        "goes to [CLS], [SEP], punctuation and the neighbouring tokens) and the roles Voita "
+        "et al. found heads to play. A positional head sends most tokens' strongest attention "
+        "to one fixed offset; a syntactic head points from a word to its dependency head (or "
+        "dependent) clearly more often than the best fixed-offset guess; a rare-word head "
+        "attends to the sentence's rarest word. Statistics are over tokens, roles over words."
+    ),
+    papers=(CLARK, VOITA),
+    command="attnlens heads",
+    tables=(
+        TableDoc("head_roles", "One row per head: its tested roles (q < alpha after the "
+                 "multiple-testing correction) or none, and the evidence."),
+        TableDoc("role_tests", "Every candidate role tested: estimate, 95 % bootstrap interval "
+                 "over sentences, what it is compared to, p-value and corrected q-value."),
+        TableDoc("role_evidence", "One row per head and tested role found, with what it beat."),
+        TableDoc("head_roles_uncorrected", "Roles by the uncorrected point rules (share >= "
+                 "threshold; accuracy >= baseline + margin), for comparison with earlier work."),
+        TableDoc("role_evidence_uncorrected", "Evidence of the uncorrected roles."),
+        TableDoc("head_stats", "Token-level statistics, one row per layer, head and measure.",
+                 pivot=("measure", "value")),
+        TableDoc("syntactic_table1", "Best head per relation and direction against the "
+                 "best fixed-offset baseline (Clark et al.'s Table 1 format)."),
+        TableDoc("syntactic_best", "Best head per relation and direction, with its margin."),
+        TableDoc("syntactic_heldout", "Best head per relation chosen on held-out sentences "
+                 "(--select-on, or a seeded half) and its accuracy on the others."),
+        TableDoc("syntactic_accuracy", "Accuracy of every head for every relation and "
+                 "direction."),
+        TableDoc("syntactic_baselines", "Best fixed-offset baseline per relation."),
+        TableDoc("positional_heads", "Each head's most frequent offset of maximum attention."),
+        TableDoc("positional_offsets", "Share of tokens whose maximum-attention token is at "
+                 "each offset.", pivot=("target", "share")),
+        TableDoc("rare_words", "Share of words attending most to the sentence's rarest word, "
+                 "against chance."),
+        TableDoc("head_behaviour", "Share of attention that is vertical (to one key for all "
+                 "queries), diagonal (to a fixed offset) or broad, per head, with intervals."),
+        TableDoc("head_behaviour_classes", "Each head's behaviour shares side by side and its "
+                 "dominant class."),
+        TableDoc("head_distances", "Mean Jensen-Shannon divergence between every pair of heads' "
+                 "attention (nats)."),
+        TableDoc("head_embedding", "2-D MDS embedding of the heads by those distances, with "
+                 "their roles."),
+    ),
+    figures=(
+        FigureDoc("head_roles_map", "Tested head roles: P±k positional at offset k, Sn "
+                  "syntactic for n relations, R rare-word."),
+        FigureDoc("head_roles_map_uncorrected", "The same map by the uncorrected point rules."),
+        FigureDoc("head_behaviour", "Vertical, diagonal and broad attention per head."),
+        FigureDoc("head_embedding", "Heads placed by how alike their attention is (MDS)."),
+        FigureDoc("head_distances", "Jensen-Shannon divergence between every pair of heads."),
+        FigureDoc("positional_share", "Share of tokens at each head's best offset."),
+        FigureDoc("rare_word_share", "Share of words attending most to the rarest word."),
+        FigureDoc("syntactic_dep_to_head", "Accuracy per relation, dependent -> head."),
+        FigureDoc("syntactic_head_to_dep", "Accuracy per relation, head -> dependent."),
+    ),
+    card=(
+        CardItem("head_roles", "Roles", kind="row",
+                 columns=("roles", "evidence", "best_offset", "offset_share", "best_relation",
+                          "relation_accuracy", "relation_baseline", "share_rarest")),
+        CardItem("role_evidence", "Evidence", kind="rows",
+                 columns=("role", "detail", "value", "compared_to", "ci_low", "ci_high",
+                          "q_value")),
+        CardItem("head_stats", "Attention statistics", kind="measures"),
+        CardItem("positional_offsets", "Offset of the maximum-attention token", kind="curve",
+                 x="target"),
+        CardItem("syntactic_accuracy", "Best relations", kind="top", sort="accuracy",
+                 columns=("relation", "direction", "accuracy", "baseline", "examples"),
+                 where=MAIN_DIRECTIONS),
+    ),
+)
+
+SPECTRUM = SectionDoc(
+    about=(
+        "How low-rank each head's attention matrices are. For the n x n attention matrix P "
+        "of a sentence, C(k) is the share of the sum of singular values held by the k "
+        "largest (Linformer's normalised cumulative spectrum); C(n/4) near 1 means a rank-n/4 "
+        "projection loses little. The weight part counts the dimensions each head's "
+        "W_Q W_K^T uses, and how much the heads of a layer share them (Cordonnier et al.)."
+    ),
+    papers=(LINFORMER, CORDONNIER),
+    command="attnlens spectrum",
+    tables=(
+        TableDoc("spectrum_summary", "Per head: C(n/4), effective rank and the ranks holding "
+                 "90 % and 99 % (also as fractions of n).", pivot=("measure", "value")),
+        TableDoc("spectrum_curve", "C(k) at k/n = 0.05 .. 1, per head.",
+                 pivot=("fraction", "value"), keys=("fraction",)),
+        TableDoc("spectrum_curve_by_length", "C(k) at absolute k per sentence-length bucket.",
+                 keys=("k", "sentences")),
+        TableDoc("low_rank_cost", "Errors of rank-k truncations and of random Linformer "
+                 "projections.", keys=("k_fraction",)),
+        TableDoc("circuit_summary", "Spectra summaries of every head's QK and OV circuit.",
+                 pivot=("measure", "value")),
+        TableDoc("circuit_spectra", "Every singular value of every head's QK and OV circuit.",
+                 keys=("index",)),
+        TableDoc("shared_subspace_dims", "Dimensions holding 90/95/99 % of the energy: all "
+                 "heads of a layer together against each head alone.", keys=("energy",)),
+        TableDoc("shared_subspace_curve", "Cumulative energy against dimensions, per layer.",
+                 keys=("k",)),
+    ),
+    figures=(
+        FigureDoc("spectrum_at_quarter", "C(n/4) per head: the share of the singular-value "
+                  "sum in the top quarter."),
+        FigureDoc("spectrum_curves", "C(k) against k/n per layer (band: min..max over heads)."),
+        FigureDoc("spectrum_output_error", "Relative error of the head output at rank n/4."),
+        FigureDoc("shared_subspace", "Shared query/key subspaces: all heads of a layer "
+                  "(solid) against one head (dashed)."),
+        FigureDoc("qk_effective_rank", "Effective rank of each head's W_Q W_K^T."),
+    ),
+    card=(
+        CardItem("spectrum_summary", "Spectrum", kind="measures"),
+        CardItem("spectrum_curve", "Cumulative singular values C(k) against k/n", kind="curve",
+                 x="fraction"),
+        CardItem("circuit_summary", "QK and OV circuits", kind="measures"),
+    ),
+)
+
+ASYMMETRY = SectionDoc(
+    about=(
+        "Whether attention is one-way. A head scores the pair (i, j) with x_i W_Q W_K^T x_j; "
+        "the antisymmetric part of W_Q W_K^T is what makes i's interest in j differ from j's "
+        "in i (antisym_share: its share of the squared Frobenius norm). On the corpus, "
+        "asym_ratio = ||P - P^T||_F / ||P||_F and directed_share (pairs whose stronger "
+        "direction carries twice the weaker) are compared with unweighted, symmetric-logit "
+        "self-attention softmax(X X^T / sqrt(C)) on the same layer inputs."
+    ),
+    papers=(VASWANI,),
+    command="attnlens asymmetry",
+    tables=(
+        TableDoc("weight_asymmetry", "Symmetric and antisymmetric shares of each head's "
+                 "W_Q W_K^T (with and without biases).", pivot=("measure", "value")),
+        TableDoc("pattern_asymmetry", "Asymmetry of the attention patterns on the corpus.",
+                 pivot=("measure", "value")),
+        TableDoc("asymmetry_baseline", "The same measures for the symmetric-logit baseline.",
+                 pivot=("measure", "value")),
+    ),
+    figures=(
+        FigureDoc("asymmetry_weights", "Antisymmetric share of ||W_Q W_K^T||²."),
+        FigureDoc("asymmetry_patterns", "Pattern asymmetry ||P - P^T|| / ||P||."),
+        FigureDoc("asymmetry_directed", "Share of attended pairs that are one-way."),
+    ),
+    card=(
+        CardItem("weight_asymmetry", "Weight asymmetry", kind="measures"),
+        CardItem("pattern_asymmetry", "Pattern asymmetry", kind="measures"),
+    ),
+)
+
+COLLAPSE = SectionDoc(
+    about=(
+        "Pure self-attention drives token representations towards one shared vector (rank "
+        "one) doubly exponentially fast with depth; skip connections prevent it (Dong et al.). "
+        "The relative residual ||X - 1 x^T|| / ||X|| is measured after each block of the "
+        "model's own weights with parts removed (san: attention only; +skip, +mlp, +ln; full "
+        "block), and for products of attention matrices along paths of heads."
+    ),
+    papers=(DONG,),
+    command="attnlens collapse",
+    tables=(
+        TableDoc("collapse_variants", "Relative residual per block variant and depth."),
+        TableDoc("collapse_fits", "Doubly exponential and exponential fits of the decay."),
+        TableDoc("path_collapse", "Rank-1 residual of head-path attention products by length."),
+        TableDoc("path_samples", "Every sampled path (L0H4 > L1H9: head 4 of layer 0, then "
+                 "head 9 of layer 1)."),
+    ),
+    figures=(
+        FigureDoc("collapse_variants", "Relative residual against depth per block variant."),
+        FigureDoc("path_collapse", "Rank-1 residual of attention products along head paths."),
+    ),
+)
+
+PRUNE = SectionDoc(
+    about=(
+        "What each head is worth to a real metric. Importance is Michel et al.'s expected "
+        "absolute gradient of the loss with respect to a gate on the head's output, "
+        "normalised within each layer; heads are then removed in order of increasing "
+        "importance and the metric is measured on held-out data after every step."
+    ),
+    papers=(MICHEL, VOITA),
+    command="attnlens prune",
+    tables=(
+        TableDoc("head_importance", "Importance of every head on the unpruned model (higher: "
+                 "keep) and its rank (1 = most important)."),
+        TableDoc("prune_curve", "The metric after each pruning step, per order and seed."),
+        TableDoc("prune_scores", "Every score used, per order, seed and step."),
+    ),
+    figures=(FigureDoc("prune_curve", "The metric against the fraction of heads pruned."),),
+    card=(CardItem("head_importance", "Importance (pruning run)", kind="row",
+                   columns=("score", "rank")),),
+)

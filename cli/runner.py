@@ -1,0 +1,339 @@
+"""The one path every command takes: check -> read the corpus -> load the model -> run -> print.
+
+``command(app, name, ...)`` registers a command body ``fn(run: CommandRun, **own_options)``.
+It adds the shared option groups (model, corpus, batching, output, quiet: ``options.py``) to
+the body's own options, and before calling the body checks every shared option, path and
+output folder without importing torch, transformers, pandas or matplotlib. The body checks its
+own options first (plain Python), then imports what it needs and calls ``run.write_report``
+or the ``run.read_corpus`` / ``run.load_model`` steps and writes inside ``run.writing()``.
+
+Adding a command: a module ``cli/<name>.py`` with ``register(app)`` that calls ``command``,
+listed in ``cli/app.py:COMMAND_MODULES``; heavy imports go inside the body.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import typing
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+from attnlens.cli import options
+
+if TYPE_CHECKING:
+    from attnlens.data.corpus import Corpus
+    from attnlens.report.sections import Section, SectionOutput
+
+
+class Interrupted(Exception):
+    """Ctrl-C during a command (typer would otherwise turn it into a silent exit 130)."""
+
+
+@dataclass
+class ModelOptions:
+    """MODEL, --device, --dtype, --allow-pickle."""
+
+    name: str | None = None
+    device: str = "cpu"
+    dtype: str = "float32"
+    allow_pickle: bool = False
+
+    def check(self) -> None:
+        from attnlens.device import check_device_name, check_dtype_name
+        from attnlens.loaders.checkpoint import resolve_checkpoint
+
+        check_device_name(self.device)
+        check_dtype_name(self.dtype)
+        resolve_checkpoint(self.name)
+
+    def load(self):
+        """``(HookedTransformer, Tokenizer)``."""
+        from attnlens.loaders import load
+
+        return load(self.name, device=self.device, dtype=self.dtype,
+                    allow_pickle=self.allow_pickle)
+
+
+@dataclass
+class CorpusOptions:
+    """--text, --treebank, --parse (neither: the embedded sample treebank)."""
+
+    text: Path | None = None
+    treebank: Path | None = None
+    parse: bool = False
+
+    @property
+    def given(self) -> bool:
+        return bool(self.text or self.treebank or self.parse)
+
+    def check(self) -> None:
+        from attnlens.data.corpus import check_corpus_options
+
+        check_corpus_options(self.text, self.treebank, self.parse)
+
+
+@dataclass
+class OutputOptions:
+    """--out, (for commands that draw) --format, --force and (for runs that can continue)
+    --resume and --checkpoint-every.
+
+    The folder is an ``attnlens.outputs.OutputFolder``: checked before anything loads (new or
+    empty unless --force; never the source model or a folder holding an input; --resume only
+    of the same run, compared through the run's manifest), written beside and published whole
+    when the command ends, so it holds a complete run or what it held before.
+    """
+
+    folder: Path
+    format_text: str | None = None
+    formats: tuple[str, ...] = ()
+    force: bool = False
+    resume: bool = False
+    resumable: bool = False
+    checkpoint_every: int | None = None
+    target: Any = field(default=None, repr=False)  # the checked OutputFolder
+    manifest: dict | None = None
+
+    def check(self, protected: Sequence[tuple[str, Path]] = ()) -> None:
+        from attnlens.io import figure_formats
+        from attnlens.outputs import OutputFolder
+
+        if self.format_text is not None:
+            self.formats = figure_formats(self.format_text)
+        self.target = OutputFolder(self.folder, force=self.force, resume=self.resume,
+                                   resumable=self.resumable, protected=protected).check()
+
+    def record(self, command: str, options: dict[str, Any], inputs: dict[str, Any],
+               model: ModelOptions | None) -> None:
+        """A resumable run's manifest (options, input and model hashes); --resume checks it."""
+        if not self.resumable:
+            return
+        from attnlens.loaders.checkpoint import checkpoint_fingerprint
+        from attnlens.manifest import build_manifest
+
+        fingerprint = checkpoint_fingerprint(model.name) if model is not None else None
+        self.manifest = build_manifest(command, options, inputs, fingerprint)
+        self.target.verify_manifest(self.manifest)
+
+    @property
+    def resumes(self) -> bool:
+        """The run continues saved progress (analyzer checkpoints, finished pruning steps)."""
+        return self.target.resumes_partial
+
+    @contextmanager
+    def writing(self) -> Iterator[Path]:
+        """The work folder, published onto --out when the block ends without an error."""
+        with self.target.writing(self.manifest) as work:
+            yield work
+
+
+@dataclass
+class CommandRun:
+    """One command invocation: its shared options and the steps every command takes."""
+
+    model: ModelOptions | None = None
+    corpus: CorpusOptions | None = None
+    output: OutputOptions | None = None
+    batch_size: int = 16
+    max_length: int = 128
+    quiet: bool = False
+    inputs: dict[str, Path | None] = field(default_factory=dict)  # option name -> input file
+    input_kinds: dict[str, str] = field(default_factory=dict)  # option name -> what it holds
+    console: Any = field(default=None, repr=False)
+
+    def check(self) -> None:
+        """Every shared option, path and output folder; imports nothing heavy."""
+        if self.corpus is not None:
+            self.corpus.check()
+        from attnlens.io import check_input_file
+        from attnlens.manifest import option_label
+
+        for name, path in self.inputs.items():
+            check_input_file(path, option_label(name), self.input_kinds.get(name, "input"))
+        if self.output is not None:
+            self.output.check(self._protected())
+        if self.model is not None:
+            self.model.check()
+
+    def _protected(self) -> list[tuple[str, Path]]:
+        """What --out may neither be nor hold: the input files and the source model."""
+        from attnlens.errors import AttnlensError
+        from attnlens.manifest import option_label
+
+        protected = [(f"the input file {option_label(name)}", Path(path))
+                     for name, path in self.inputs.items() if path is not None]
+        if self.model is not None:
+            from attnlens.loaders.checkpoint import resolve_checkpoint
+
+            with contextlib.suppress(AttnlensError):  # ModelOptions.check names the problem
+                protected.append(("the source model", resolve_checkpoint(self.model.name)))
+        return protected
+
+    @property
+    def show_progress(self) -> bool:
+        return not self.quiet
+
+    def read_corpus(self) -> Corpus:
+        """The corpus files read (no tokenizer needed, so before the model loads)."""
+        from attnlens.data.corpus import load_corpus
+
+        options = self.corpus or CorpusOptions()
+        return load_corpus(text=options.text, treebank=options.treebank, parse=options.parse)
+
+    def load_model(self):
+        """``(HookedTransformer, Tokenizer)`` from MODEL and the loading options."""
+        return (self.model or ModelOptions()).load()
+
+    def writing(self):
+        """``with run.writing() as work:`` the folder to write into; it becomes --out, whole,
+        when the block ends (see ``OutputOptions``)."""
+        return self.output.writing()
+
+    def checkpoint(self, work: Path):
+        """Analyzer checkpoints in ``work`` for a resumable run (None otherwise)."""
+        if self.output is None or not self.output.resumable:
+            return None
+        from attnlens.checkpointing import AnalysisCheckpoint
+
+        return AnalysisCheckpoint(work, self.output.checkpoint_every, resume=self.output.resumes)
+
+    def note(self, message: str) -> None:
+        """A line on stderr (what was written, timings); stdout is kept for results."""
+        if self.console is None:
+            from rich.console import Console
+
+            self.console = Console(stderr=True)
+        self.console.print(message)
+
+    def write_report(
+        self, sections: Sequence[Section] | None, use_corpus: bool = True,
+        corpus_name: str = "none", print_summaries: bool = True,
+        prune_dir: Path | None = None, corpus: Corpus | None = None,
+    ) -> list[SectionOutput]:
+        """Run report ``sections`` (None: every section of `analyze`) over the corpus (read
+        here unless given), write their tables, figures, run.json and index.html, print the
+        summaries."""
+        if corpus is None and use_corpus:
+            corpus = self.read_corpus()
+        model, tokenizer = self.load_model()
+        batches = corpus.batches(tokenizer, self.batch_size, self.max_length) if corpus else []
+        from attnlens.report.analyze import analyze
+
+        with self.writing() as work:
+            outputs = analyze(
+                model, tokenizer, batches, work, sections=sections, formats=self.output.formats,
+                show_progress=self.show_progress,
+                corpus_name=corpus.name if corpus else corpus_name, prune_dir=prune_dir,
+                checkpoint=self.checkpoint(work),
+            )
+        out = self.output.folder
+        if print_summaries:
+            for output in outputs:
+                typer.echo(output.summary)
+        n_tables = sum(len(o.tables) for o in outputs)
+        n_figures = sum(len(o.figures) for o in outputs)
+        self.note(f"wrote {n_tables} tables and {n_figures} figures to {out}/ "
+                  f"(open {out / 'index.html'})")
+        return outputs
+
+
+# Registration ------------------------------------------------------------------------------
+_SHARED = ("model", "device", "dtype", "allow_pickle", "text", "treebank", "parse",
+           "batch_size", "max_length", "out", "fmt", "force", "resume", "checkpoint_every",
+           "quiet")
+
+
+def _shared_run(values: dict[str, Any], resumable: bool) -> CommandRun:
+    model = corpus = output = None
+    if "device" in values:
+        model = ModelOptions(values.get("model"), values["device"], values["dtype"],
+                             values["allow_pickle"])
+    if "text" in values:
+        corpus = CorpusOptions(values["text"], values["treebank"], values["parse"])
+    if "out" in values:
+        output = OutputOptions(values["out"], values.get("fmt"), force=values["force"],
+                               resume=values.get("resume", False), resumable=resumable,
+                               checkpoint_every=values.get("checkpoint_every"))
+    return CommandRun(model=model, corpus=corpus, output=output,
+                      batch_size=values.get("batch_size", 16),
+                      max_length=values.get("max_length", 128), quiet=values.get("quiet", False))
+
+
+def command(
+    app: typer.Typer,
+    name: str,
+    *,
+    model: bool = True,
+    loading: bool | None = None,
+    corpus: bool = False,
+    out: Path | None = None,
+    figures: bool = True,
+    batch_size: int | None = 16,
+    max_length: int = 128,
+    batch_unit: str = "Sentences",
+    resumable: bool = False,
+    checkpoints: bool = False,
+    inputs: dict[str, str] | None = None,
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Register ``body(run, **own)`` as ``name`` with the shared option groups it asks for.
+
+    ``model``: MODEL and --device/--dtype/--allow-pickle (``loading``: the options without
+    the argument, for a command that reads MODEL itself; default ``model``); ``corpus``:
+    --text/--treebank/--parse; ``out``: --out with this default (and --format when
+    ``figures``) and --force; ``resumable``: --resume (and the run's manifest), with
+    ``checkpoints`` also --checkpoint-every; ``inputs``: the body's own options that name
+    input files, with what each holds (checked first, hashed for --resume; --out may not hold
+    them); ``batch_size``: --batch-size/--max-length with these defaults (None: none).
+    --quiet always.
+    """
+
+    def decorate(body: Callable[..., None]) -> Callable[..., None]:
+        hints = typing.get_type_hints(body)
+        own = [
+            p.replace(annotation=hints.get(p.name, p.annotation), kind=options.KW)
+            for p in inspect.signature(body).parameters.values() if p.name != "run"
+        ]
+        shared_front = options.model_argument() if model else []
+        shared_back = [
+            *(options.corpus() if corpus else []),
+            *(options.batching(batch_size, max_length, batch_unit) if batch_size else []),
+            *(options.output(out, figures) if out is not None else []),
+            *(options.resuming(checkpoints) if out is not None and resumable else []),
+            *(options.model_loading() if (model if loading is None else loading) else []),
+            *options.quiet(),
+        ]
+        params = [*shared_front, *own, *shared_back]
+
+        @functools.wraps(body)
+        def wrapper(**values: Any) -> None:
+            shared = {k: values.pop(k) for k in _SHARED if k in values}
+            run = _shared_run(shared, resumable)
+            run.inputs = {k: shared[k] for k in ("text", "treebank") if k in shared}
+            run.inputs.update({k: values[k] for k in inputs or {}})
+            run.input_kinds = {"text": "text, one sentence per line",
+                               "treebank": "CoNLL-U treebank", **(inputs or {})}
+            run.check()
+            if run.output is not None:
+                run.output.record(name, {**shared, **values}, run.inputs, run.model)
+                # A finished report is final; a finished pruning run may still be exported.
+                if checkpoints and run.output.target.resumes_complete:
+                    run.note(f"{run.output.folder}/ already holds this run, complete; "
+                             "nothing to resume.")
+                    return
+            try:
+                body(run, **values)
+            except KeyboardInterrupt as exc:
+                raise Interrupted from exc
+
+        del wrapper.__wrapped__  # typer must read the signature below, not the body's
+        wrapper.__signature__ = inspect.Signature(params)
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        app.command(name)(wrapper)
+        return body
+
+    return decorate

@@ -1,0 +1,140 @@
+"""State that travels, for every analyzer converted to the v2 protocol.
+
+For each: the state round-trips through files (safetensors + JSON), a merge refuses another
+analyzer, other settings or another model, and the merge of two halves equals one pass.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from attnlens.analysis.asymmetry import PatternAsymmetry
+from attnlens.analysis.base import Analyzer, model_fingerprint
+from attnlens.analysis.collapse import ResidualCollapse
+from attnlens.analysis.head_stats import HeadStats
+from attnlens.analysis.paths import PathCollapse
+from attnlens.analysis.runner import run_analyzers
+from attnlens.analysis.spectrum import SpectrumAnalyzer
+from attnlens.analysis.state import load_state, save_state, split_state
+from attnlens.analysis.variant_collapse import VariantCollapse
+from attnlens.data.batch import Batch
+from attnlens.errors import ConfigError
+from attnlens.model import HookedTransformer, TransformerConfig
+
+
+def tiny_model(seed: int = 0, **overrides) -> HookedTransformer:
+    torch.manual_seed(seed)
+    cfg = dict(d_model=16, n_layers=3, n_heads=4, d_mlp=32, vocab_size=50, n_ctx=32)
+    return HookedTransformer(TransformerConfig(**{**cfg, **overrides})).eval()
+
+
+def batches() -> list[Batch]:
+    gen = torch.Generator().manual_seed(1)
+    out = []
+    for lengths in ([5, 7, 7], [3, 9], [8, 8, 4, 6]):
+        width = max(lengths)
+        ids = torch.randint(3, 50, (len(lengths), width), generator=gen)
+        mask = (torch.arange(width)[None] < torch.tensor(lengths)[:, None]).long()
+        ids[:, 0] = 1  # [CLS]
+        out.append(Batch(input_ids=ids * mask, attention_mask=mask,
+                         special_mask=(ids == 1) & mask.bool()))
+    return out
+
+
+# Each case builds an analyzer for a model; "other" changes one setting.
+CASES = {
+    "pattern_asymmetry": (lambda m: PatternAsymmetry.for_model(m),
+                          lambda m: PatternAsymmetry.for_model(m, factor=3.0)),
+    "pattern_asymmetry_pre_norm": (lambda m: PatternAsymmetry.for_model(m),
+                                   lambda m: PatternAsymmetry.for_model(m, baseline=False)),
+    "residual_collapse": (lambda m: ResidualCollapse.for_model(m),
+                          lambda m: ResidualCollapse.for_model(m, variant="san")),
+    "variant_collapse": (lambda m: VariantCollapse.for_model(m, variants="san,full"),
+                         lambda m: VariantCollapse.for_model(m, variants="san")),
+    "path_collapse": (lambda m: PathCollapse.for_model(m, n_paths=5),
+                      lambda m: PathCollapse.for_model(m, n_paths=6)),
+    "spectrum": (lambda m: SpectrumAnalyzer.for_model(m),
+                 lambda m: SpectrumAnalyzer.for_model(m, rank_fractions=(0.5,))),
+    "head_stats": (lambda m: HeadStats(m.n_layers, 4, {1}, {2}, {7}, m.heads_per_layer),
+                   lambda m: HeadStats(m.n_layers, 4, {1}, {2}, {8}, m.heads_per_layer)),
+}
+MODELS = {"pattern_asymmetry_pre_norm": {"norm_position": "pre", "final_norm": True}}
+
+
+def model_for(case: str, seed: int = 0) -> HookedTransformer:
+    return tiny_model(seed, **MODELS.get(case, {}))
+
+
+def assert_results_equal(a: Analyzer, b: Analyzer, exact: bool = True) -> None:
+    ra, rb = a.result(), b.result()
+    assert ra.keys() == rb.keys()
+    for name in ra:
+        if exact:
+            pd.testing.assert_frame_equal(ra[name], rb[name], check_exact=True)
+        else:
+            # Halves add float64 partial sums in another order: a few ulps of each value.
+            pd.testing.assert_frame_equal(ra[name], rb[name], check_exact=False, rtol=1e-12,
+                                          atol=1e-15)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_state_round_trips_through_files(case: str, tmp_path) -> None:
+    make, _ = CASES[case]
+    model = model_for(case)
+    analyzer = make(model)
+    run_analyzers(model, batches(), [analyzer], show_progress=False)
+    state = analyzer.state_dict()
+    tensors, skeleton = split_state(state)
+    json.dumps(skeleton)  # everything but the tensors is plain JSON
+    assert all(t.device.type == "cpu" for t in tensors.values())
+    save_state(state, tmp_path / "state")
+    restored = make(model)
+    restored.load_state_dict(load_state(tmp_path / "state"))
+    assert_results_equal(restored, analyzer)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_merge_of_halves_equals_one_pass(case: str) -> None:
+    make, _ = CASES[case]
+    model = model_for(case)
+    data = batches()
+    whole, first, second = make(model), make(model), make(model)
+    run_analyzers(model, data, [whole], show_progress=False)
+    run_analyzers(model, data[:2], [first], show_progress=False)
+    run_analyzers(model, data[2:], [second], show_progress=False)
+    assert_results_equal(first.merge(second), whole, exact=False)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_merge_refuses_other_settings_models_and_analyzers(case: str) -> None:
+    make, other = CASES[case]
+    model = model_for(case)
+    with pytest.raises(ConfigError, match="other settings"):
+        make(model).merge(other(model))
+    if case != "head_stats":  # built without a model: nothing tells two models apart
+        with pytest.raises(ConfigError, match="model_id"):
+            make(model).merge(make(model_for(case, seed=1)))
+    foreign = next(c for c in CASES if CASES[c][0](model).name != make(model).name)
+    with pytest.raises(ConfigError, match="cannot combine"):
+        make(model).merge(CASES[foreign][0](model_for(foreign)))
+
+
+def test_fingerprint_tells_models_apart_and_is_stable() -> None:
+    a, b = tiny_model(0), tiny_model(0)
+    assert model_fingerprint(a) == model_fingerprint(b)  # same weights, another object
+    assert model_fingerprint(a) != model_fingerprint(tiny_model(1))
+    assert model_fingerprint(a) != model_fingerprint(tiny_model(0).double())
+
+
+def test_variant_collapse_keeps_no_model() -> None:
+    """No model, module or closure in an analyzer's attributes: only plain data."""
+    model = model_for("variant_collapse")
+    for make, _ in CASES.values():
+        analyzer = make(model)
+        for name, value in vars(analyzer).items():
+            assert not isinstance(value, torch.nn.Module), name
+            assert not callable(value), name

@@ -1,0 +1,174 @@
+"""The report and the attention viewer in headless Chromium.
+
+The corpus is a treebank whose relation label is ``<script>alert(1)</script>``, one of whose
+words is ``"><img src=x onerror=alert(1)>``, in a file whose name holds that too; the viewer
+reads a text with both. The pages must load without console errors, work (cards, tables,
+hover) and run none of it. Skips without a browser, except under CI=true (see
+browser_utils)."""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from attnlens.cli.app import app
+from typer.testing import CliRunner
+
+from tests.browser_utils import browser, console_errors, hover, require_browser, wait_ready
+from tests.report_fixtures import XSS_IMG, XSS_SCRIPT
+
+runner = CliRunner()
+COUNT_ALERTS = ("window.__alerts = 0; window.alert = function () { window.__alerts += 1; };"
+                "window.confirm = window.alert; window.prompt = window.alert;")
+
+
+def xss_treebank(folder: Path, sentences: int = 120) -> Path:  # >= --min-examples arcs
+    lines = []
+    for i in range(sentences):
+        lines += [f"# sent_id = s{i}", f"# text = The {XSS_IMG} sat .",
+                  "1\tThe\tthe\tDET\t_\t_\t2\tdet\t_\t_",
+                  f"2\t{XSS_IMG}\tx\tNOUN\t_\t_\t3\tnsubj\t_\t_",
+                  "3\tsat\tsit\tVERB\t_\t_\t0\troot\t_\t_",
+                  f"4\t.\t.\tPUNCT\t_\t_\t3\t{XSS_SCRIPT}\t_\t_", ""]
+    path = folder / f'corpus {XSS_IMG.replace("/", "_")}.conllu'
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def report_dir(tmp_path_factory) -> Path:
+    require_browser()
+    folder = tmp_path_factory.mktemp("browser")
+    out = folder / "report"
+    result = runner.invoke(app, ["analyze", "--treebank", str(xss_treebank(folder)),
+                                 "--out", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture(scope="module")
+def viewer_file(tmp_path_factory) -> Path:
+    require_browser()
+    out = tmp_path_factory.mktemp("viewer") / "view.html"
+    text = f"The cat {XSS_SCRIPT} sat on {XSS_IMG} the mat."
+    result = runner.invoke(app, ["view", text, "--out", str(out), "--layer", "1"])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def open_page(driver, path: Path) -> None:
+    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": COUNT_ALERTS})
+    driver.get(path.as_uri())
+    wait_ready(driver)
+
+
+def not_blank(png: bytes) -> None:
+    from matplotlib import image
+
+    pixels = image.imread(io.BytesIO(png), format="png")[..., :3]
+    assert pixels.std() > 0.05, "screenshot is (nearly) one colour"
+    assert len(np.unique((pixels * 255).astype(int).reshape(-1, 3), axis=0)) > 50
+
+
+def test_report_loads_works_and_runs_no_user_string(report_dir: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    with browser() as driver:
+        open_page(driver, report_dir / "index.html")
+        assert console_errors(driver) == []
+        for section in ("summary", "heads", "sec-heads", "sec-spectrum", "sec-asymmetry",
+                        "sec-collapse", "run"):
+            assert driver.find_elements(By.ID, section), section
+        tables = driver.find_elements(By.CSS_SELECTOR, ".tablewidget")
+        assert len(tables) >= 15
+        assert all(t.find_elements(By.CSS_SELECTOR, "table.tw") for t in tables)
+        cells = driver.find_elements(By.CSS_SELECTOR, "#headmap .hg-cell")
+        assert len(cells) == 6 * 12
+        # A head opens its card; arrows move to the next head; Escape closes it.
+        driver.find_element(By.CSS_SELECTOR, '#headmap .hg-cell[data-layer="2"][data-head="8"]'
+                            ).click()
+        card = driver.find_element(By.ID, "card")
+        assert card.is_displayed() and "Head 2-8" in card.text
+        assert len(card.find_elements(By.CSS_SELECTOR, ".card-block")) >= 5
+        assert "confidence" in card.text and "cum_at_quarter" in card.text
+        driver.find_element(By.TAG_NAME, "body").send_keys(Keys.ARROW_RIGHT)
+        assert "Head 2-9" in card.text
+        driver.find_element(By.TAG_NAME, "body").send_keys(Keys.ESCAPE)
+        assert not card.is_displayed()
+        # Colour the map by a measure; search, sort and switch views of a table.
+        select = driver.find_element(By.ID, "colour-by")
+        select.find_elements(By.TAG_NAME, "option")[3].click()
+        assert driver.find_elements(By.CSS_SELECTOR, "#headmap .legend-bar")
+        widget = driver.find_element(By.CSS_SELECTOR, '.tablewidget[data-table="syntactic_best"]')
+        widget.find_element(By.CSS_SELECTOR, ".tw-search").send_keys("alert")
+        body = widget.find_element(By.CSS_SELECTOR, "tbody").text
+        assert XSS_SCRIPT in body  # the label is shown, as text
+        status = widget.find_element(By.CSS_SELECTOR, ".tw-status").text
+        assert status.startswith("Rows 1–") and "filtered from" in status
+        stats = driver.find_element(By.CSS_SELECTOR, '.tablewidget[data-table="head_stats"]')
+        stats.find_element(By.CSS_SELECTOR, 'button[data-view="grid"]').click()
+        assert len(stats.find_elements(By.CSS_SELECTOR, ".hg-cell")) == 72
+        # The user's strings ran nothing and added no element.
+        assert driver.execute_script("return window.__alerts") == 0
+        assert driver.execute_script("return document.querySelectorAll('script').length") == 2
+        assert driver.execute_script("return document.querySelectorAll('img[src=\"x\"]').length"
+                                     ) == 0
+        assert XSS_IMG in driver.find_element(By.CSS_SELECTOR, "header.top").text
+        not_blank(driver.get_screenshot_as_png())
+        assert console_errors(driver) == []
+
+
+def test_head_card_opens_from_the_address(report_dir: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    with browser() as driver:
+        driver.get((report_dir / "index.html").as_uri() + "#head-0-2")
+        wait_ready(driver)
+        card = driver.find_element(By.ID, "card")
+        assert card.is_displayed() and "Head 0-2" in card.text
+        assert console_errors(driver) == []
+
+
+def test_viewer_hover_changes_the_drawing(viewer_file: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    with browser(1300, 1000) as driver:
+        open_page(driver, viewer_file)
+        assert console_errors(driver) == []
+        assert driver.find_elements(By.ID, "layer") and driver.find_elements(By.ID, "save-png")
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#heads .chip")) == 12
+        canvas = driver.find_element(By.CSS_SELECTOR, "#stage canvas.main")
+        before = driver.execute_script("return arguments[0].toDataURL()", canvas)
+        width = float(canvas.get_attribute("data-token-width"))
+        # Hover the fourth query token (left column; rows are 20 px below a 46 px header).
+        hover(driver, canvas, 16 + width / 2, 46 + 3 * 20 + 10)
+        time.sleep(0.2)
+        after = driver.execute_script("return arguments[0].toDataURL()", canvas)
+        assert after != before
+        assert "attends most to" in driver.find_element(By.ID, "readout").text
+        not_blank(driver.get_screenshot_as_png())
+        # Model view: every head as a thumbnail; a click enlarges it as a matrix.
+        driver.find_element(By.CSS_SELECTOR, '.tab[data-view="model"]').click()
+        WebDriverWait(driver, 30).until(lambda d: d.execute_script(
+            "return document.querySelector('.model-grid').getAttribute('data-drawn')"))
+        thumbs = driver.find_elements(By.CSS_SELECTOR, ".model-grid canvas.thumb")
+        assert len(thumbs) >= 72
+        thumbs[14].click()  # layer 1, head 2
+        assert "matrix" in driver.find_element(By.CSS_SELECTOR, "#stage canvas.main"
+                                               ).get_attribute("class")
+        assert "head 1-2" in driver.execute_script("return document.title + ' ' + "
+                                                   "document.querySelector('#heads .chip.on')"
+                                                   ".title")
+        png = driver.execute_script(
+            "return document.querySelector('#stage canvas.main').toDataURL('image/png')")
+        assert png.startswith("data:image/png;base64,") and len(png) > 5000
+        # The text is shown as text; nothing in it ran.
+        assert driver.execute_script("return window.__alerts") == 0
+        assert driver.execute_script("return document.querySelectorAll('script').length") == 2
+        assert XSS_SCRIPT in driver.find_element(By.CSS_SELECTOR, "header .text").text
+        assert console_errors(driver) == []

@@ -1,0 +1,165 @@
+"""Imports flow one way: a module may import only its own package or lower layers.
+
+Every ``import`` and ``from ... import`` in attnlens/ and cli/ (top level, inside functions and
+under ``TYPE_CHECKING`` alike) is read from the source with ``ast`` and checked against
+``LAYERS``, lowest first (docs/architecture.md explains each). A new top-level module or
+package must be placed in ``LAYERS`` before it can be imported.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Lowest first. A module may import modules of its own unit and of lower layers; units sharing
+# a layer are independent of each other.
+LAYERS: list[set[str]] = [
+    {"errors", "lazy"},
+    {"io"},
+    {"manifest"},
+    {"outputs"},
+    {"hooks", "progress", "device"},
+    {"model"},
+    {"data"},
+    {"loaders"},
+    {"analysis"},
+    {"checkpointing"},
+    {"metrics"},
+    {"pruning"},
+    {"plots"},
+    {"report"},
+    {"viewer"},
+    {"cli"},
+]
+RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
+
+
+def unit_of(module: str) -> str | None:
+    """``attnlens.model.gates`` -> ``model``; the package root ``attnlens`` -> None."""
+    parts = module.split(".")
+    if parts[0] != "attnlens" or len(parts) < 2 or parts[1].startswith("__"):
+        return None  # outside attnlens, or the package root itself (attnlens.__version__)
+    return parts[1]
+
+
+def source_files() -> list[tuple[str, Path]]:
+    """(module name, path) of every module of attnlens/ and cli/ (installed as attnlens.cli)."""
+    files = []
+    for folder, package in ((ROOT / "attnlens", "attnlens"), (ROOT / "cli", "attnlens.cli")):
+        for path in sorted(folder.rglob("*.py")):
+            parts = path.relative_to(folder).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            files.append((".".join((package, *parts)), path))
+    return files
+
+
+def imported_modules(path: Path, module: str) -> list[tuple[int, str]]:
+    """(line, absolute module) of every import in a file; relative imports resolved."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base]) if base else ".".join(anchor)
+            # `from attnlens.loaders import bert` imports the submodule attnlens.loaders.bert.
+            found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
+    return sorted(found)
+
+
+def violations() -> list[str]:
+    found = []
+    for module, path in source_files():
+        unit = unit_of(module)
+        if unit is None:  # the package root only names things lazily (checked below)
+            continue
+        if unit not in RANK:
+            found.append(f"{path.relative_to(ROOT)}: unit {unit!r} is not in LAYERS")
+            continue
+        for line, target in imported_modules(path, module):
+            other = unit_of(target)
+            if other is None or other == unit:
+                continue
+            where = f"{path.relative_to(ROOT)}:{line} imports {target}"
+            if other not in RANK:
+                found.append(f"{where}: unit {other!r} is not in LAYERS")
+            elif RANK[other] >= RANK[unit]:
+                found.append(f"{where}: {other!r} is not below {unit!r}")
+    return found
+
+
+def test_imports_flow_one_way() -> None:
+    assert violations() == []
+
+
+# Figures are drawn in plots only (io saves them, report and cli ask for them).
+FIGURE_UNITS = {"plots", "io", "report", "cli"}
+
+
+def test_figures_are_drawn_in_plots_only() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{line} imports {target}"
+        for module, path in source_files()
+        for line, target in imported_modules(path, module)
+        if target.split(".")[0] == "matplotlib" and unit_of(module) not in FIGURE_UNITS
+    ]
+    assert found == []
+
+
+def test_the_checker_catches_an_upward_import(tmp_path, monkeypatch) -> None:
+    """The walk sees imports inside functions and resolves relative ones."""
+    pkg = tmp_path / "attnlens" / "metrics"
+    pkg.mkdir(parents=True)
+    (tmp_path / "attnlens" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "bad.py").write_text(
+        "def f():\n    from attnlens.pruning.loop import prune\n"
+        "from ..report import html\nfrom . import base\nfrom attnlens.model import gates\n"
+    )
+    (tmp_path / "cli").mkdir()
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert violations() == [
+        "attnlens/metrics/bad.py:2 imports attnlens.pruning.loop.prune: 'pruning' is not "
+        "below 'metrics'",
+        "attnlens/metrics/bad.py:3 imports attnlens.report.html: 'report' is not below "
+        "'metrics'",
+    ]
+
+
+LAZY_ROOTS = ("attnlens", "attnlens.loaders", "attnlens.pruning")
+
+
+@pytest.mark.parametrize("module", ["attnlens", "attnlens.cli.app"])
+def test_light_imports(module: str) -> None:
+    """``import attnlens`` and the command line's start load no heavy library."""
+    code = (
+        f"import sys, {module}\n"
+        "heavy = [m for m in ('torch', 'transformers', 'pandas', 'matplotlib', 'numpy') "
+        "if m in sys.modules]\n"
+        "print(','.join(heavy))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == ""
+
+
+@pytest.mark.parametrize("package", LAZY_ROOTS)
+def test_lazy_names_resolve(package: str) -> None:
+    """Every name a lazy package root promises exists in the module it points to."""
+    import importlib
+
+    root = importlib.import_module(package)
+    for name, target in root._LAZY.items():
+        assert hasattr(importlib.import_module(target), name), f"{package}.{name} -> {target}"
+        assert unit_of(target) is not None
