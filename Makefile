@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.setup-stamp
 TORCH := torch==2.13.0
 
-.PHONY: setup demo test test-kernels lint clean-venv browser sample-report screenshots
+.PHONY: setup demo test test-kernels lint clean-venv browser sample-report screenshots bench
 
 setup: $(STAMP)
 
@@ -55,8 +55,8 @@ screenshots: setup browser
 # differences move between kernel sets: model padding, spectrum, metrics, MiniLM pruning, STS)
 # under each CPU kernel set the CPU supports: fp32 summation order differs between them.
 # MKL_CBWR switches MKL's BLAS/LAPACK code path the same way (COMPATIBLE: the generic one).
-KERNEL_TESTS := tests/test_parity_*.py tests/test_export.py tests/test_pruning.py \
-	tests/test_loaders.py tests/test_model.py tests/test_spectrum.py tests/test_metrics_prune.py \
+KERNEL_TESTS := tests/test_parity_*.py tests/test_export.py tests/test_export_seq2seq.py \
+	tests/test_pruning.py tests/test_loaders.py tests/test_model.py tests/test_spectrum.py tests/test_metrics_prune.py \
 	tests/test_pruning_minilm.py tests/test_sts.py tests/test_sample_report_regression.py
 test-kernels: setup
 	@for cap in default avx2; do \
@@ -70,3 +70,32 @@ test-kernels: setup
 
 clean-venv:
 	rm -rf $(VENV)
+
+# Performance figures (docs/performance.md): each script prints ratios against a baseline it
+# measures in the same run. Takes 15-30 min on 2 cores; run it on a quiet machine.
+# `make bench QUICK=1` runs every script on small settings (a few minutes): a check that
+# the scripts work, not figures to quote. `benchmarks/gpu_check.sh` is the GPU counterpart.
+BENCH_THREADS ?= 2
+QUICK ?= 0
+ifeq ($(QUICK),1)
+BENCH_FIXED := --rounds 1
+BENCH_FORWARD := --rounds 3
+BENCH_ANALYZE := --sentences 64
+BENCH_SPECTRUM := --rounds 1 --sentences 64 --long 256
+BENCH_MEMORY := --quick
+BENCH_BATCHING := --sentences 32
+BENCH_DISTRIBUTED := --sentences 48
+BENCH_PRUNED := --rounds 3
+BENCH_NEWVIEWS := --sentences 64
+endif
+BENCH := OMP_NUM_THREADS=$(BENCH_THREADS) $(BIN)/python benchmarks
+bench: setup
+	$(BENCH)/fixed_costs.py --phases $(BENCH_FIXED)
+	$(BENCH)/forward.py --threads $(BENCH_THREADS) $(BENCH_FORWARD)
+	$(BENCH)/analyze_corpus.py --threads $(BENCH_THREADS) --breakdown $(BENCH_ANALYZE)
+	$(BENCH)/spectrum.py --threads $(BENCH_THREADS) $(BENCH_SPECTRUM)
+	$(BENCH)/memory.py $(BENCH_MEMORY)
+	$(BENCH)/batching.py --threads $(BENCH_THREADS) $(BENCH_BATCHING)
+	$(BENCH)/distributed.py --threads $(BENCH_THREADS) $(BENCH_DISTRIBUTED)
+	$(BENCH)/pruned_speed.py --threads $(BENCH_THREADS) $(BENCH_PRUNED)
+	$(BENCH)/newviews.py --threads $(BENCH_THREADS) $(BENCH_NEWVIEWS)

@@ -42,6 +42,12 @@ _LAZY = {
     "ResidualCollapse": "attnlens.analysis.collapse",
     "VariantCollapse": "attnlens.analysis.variant_collapse",
     "PathCollapse": "attnlens.analysis.paths",
+    "RolloutAnalyzer": "attnlens.analysis.rollout",
+    "rollout_matrices": "attnlens.analysis.rollout",
+    "FlowAnalyzer": "attnlens.analysis.flow",
+    "attention_flow": "attnlens.analysis.flow",
+    "SparseCoverage": "attnlens.analysis.sparse",
+    "LinearAttentionView": "attnlens.analysis.linear_attention",
     # corpora
     "load_corpus": "attnlens.data.corpus",
     # pruning

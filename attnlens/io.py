@@ -10,8 +10,10 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
+from functools import partial
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -136,22 +138,91 @@ def figure_formats(text: str | Iterable[str]) -> tuple[str, ...]:
     return formats
 
 
+# Where ``save_figure`` sends drawing work while a figure pool is active: the innermost entry
+# queues ``(figure, write, [(path, format), ...])`` (``report.figure_pool`` installs one and
+# removes it when its block ends); with none, figures are drawn at once.
+FIGURE_QUEUES: list[Callable[[Any, Callable[[Any, Path, str], None], list], None]] = []
+# (name prefix, label) applied by ``save_figure`` while set (see ``figure_naming``).
+_FIGURE_NAMING: ContextVar[tuple[str, str] | None] = ContextVar("figure_naming", default=None)
+
+
+@contextmanager
+def figure_naming(prefix: str = "", label: str = "") -> Iterator[None]:
+    """Inside this block ``save_figure`` writes ``prefix + name`` and writes ``label`` in the
+    top-left corner of every figure (encoder-decoder reports: one copy per attention type)."""
+    token = _FIGURE_NAMING.set((prefix, label))
+    try:
+        yield
+    finally:
+        _FIGURE_NAMING.reset(token)
+
+
+def _add_label(fig, label: str):
+    fig.text(0.005, 0.995, label, ha="left", va="top", fontsize=8, style="italic")
+    return fig
+
+
+def _labelled(recipe: Callable[[], Any], label: str):
+    """A recipe's figure with ``label`` (module level, so the partial pickles)."""
+    return _add_label(recipe(), label)
+
+
 def save_figure(
     fig, out_dir: str | Path, name: str, formats: Iterable[str] = ("png",)
 ) -> list[Path]:
-    """Save a matplotlib Figure atomically in each format, then close it."""
+    """Save a matplotlib Figure atomically in each format, then close it; return the paths.
+
+    ``fig`` may also be a recipe: a picklable zero-argument callable returning the Figure
+    (``functools.partial(layer_head_heatmap, table, title)``). Inside
+    ``report.figure_pool.figure_pool()`` the drawing happens in a worker process and the
+    files exist once the pool block ends.
+    """
+    from matplotlib.figure import Figure
+
+    naming = _FIGURE_NAMING.get()
+    if naming is not None:
+        prefix, label = naming
+        name = prefix + name
+        if label:
+            fig = _add_label(fig, label) if isinstance(fig, Figure) else partial(
+                _labelled, fig, label)
+    try:
+        checked = figure_formats(formats)
+    except DataError:
+        if isinstance(fig, Figure):
+            _close(fig)
+        raise
+    jobs = [(path_inside(out_dir, f"{name}.{fmt}"), fmt) for fmt in checked]  # stays in out_dir
+    if FIGURE_QUEUES:
+        FIGURE_QUEUES[-1](fig, _write_figure, jobs)
+        if isinstance(fig, Figure):
+            _close(fig)  # the worker draws a pickled copy
+    else:
+        draw_figure(fig, _write_figure, jobs)
+    return [path for path, _ in jobs]
+
+
+def draw_figure(figure, write: Callable[[Any, Path, str], None], jobs: list) -> None:
+    """Build ``figure`` if it is a recipe, ``write(fig, path, fmt)`` each job, close it."""
+    from matplotlib.figure import Figure
+
+    fig = figure if isinstance(figure, Figure) else figure()
+    try:
+        for path, fmt in jobs:
+            write(fig, path, fmt)
+    finally:
+        _close(fig)
+
+
+def _write_figure(fig, path: Path, fmt: str) -> None:
+    with atomic_open(path, "wb") as handle:
+        fig.savefig(handle, format=fmt, dpi=110)  # fixed layout (plots.py): no tight bbox
+
+
+def _close(fig) -> None:
     import matplotlib.pyplot as plt
 
-    paths = []
-    try:
-        for fmt in figure_formats(formats):
-            path = path_inside(out_dir, f"{name}.{fmt}")
-            with atomic_open(path, "wb") as handle:
-                fig.savefig(handle, format=fmt, dpi=120, bbox_inches="tight")
-            paths.append(path)
-    finally:
-        plt.close(fig)
-    return paths
+    plt.close(fig)
 
 
 def check_input_file(path: str | os.PathLike | None, option: str, what: str) -> Path | None:

@@ -24,6 +24,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -320,33 +321,63 @@ class OutputFolder:
 
     @contextmanager
     def writing(self, manifest: dict | None = None) -> Iterator[Path]:
-        """Yield the work folder; publish it onto the target when the block succeeds."""
+        """Yield the work folder; publish it onto the target when the block succeeds.
+
+        Ctrl-C and SIGTERM are held back while the work folder is made and while it is
+        published, so an interruption finds it either registered for clean-up or renamed
+        into place (a signal held back is raised as soon as that step is over).
+        """
         if not self._checked:
             self.check()
-        work = self.work = self._open_work()
-        if manifest is not None:
-            atomic_write_json(work / MANIFEST_FILE, {**manifest, "complete": False})
-        _ACTIVE.folder, _ACTIVE.note = self, None
+        work = None
+        held = _hold_signals()
         try:
+            work = self.work = self._open_work()
+            if manifest is not None:
+                atomic_write_json(work / MANIFEST_FILE, {**manifest, "complete": False})
+            _ACTIVE.folder, _ACTIVE.note = self, None
+            held = _release_signals(held)  # an interruption from here on is handled below
             yield work
         except BaseException as exc:
-            keep = (self.resumable and not isinstance(exc, AttnlensError)
+            _release_signals(held)
+            keep = (work is not None and self.resumable and not isinstance(exc, AttnlensError)
                     and work.is_dir() and self.has_progress(work))
             if keep:
                 what = self.progress or "the progress so far"
                 _ACTIVE.note = f"kept {what} in {work}"
             else:
-                self._discard(work)
+                if work is not None:
+                    self._discard(work)
                 _ACTIVE.note = f"nothing was written ({self.given} is unchanged)"
             raise
         finally:
             _ACTIVE.folder = None
-        shutil.rmtree(work / CHECKPOINT_DIR, ignore_errors=True)
-        if manifest is not None:
-            atomic_write_json(work / MANIFEST_FILE, {**manifest, "complete": True})
-        replace = self.force or (self.resume and self._same_run_in_target)
-        publish_folder(work, self.target, replace=replace)
-        self.work = None
+        held = _hold_signals()
+        try:
+            shutil.rmtree(work / CHECKPOINT_DIR, ignore_errors=True)
+            if manifest is not None:
+                atomic_write_json(work / MANIFEST_FILE, {**manifest, "complete": True})
+            replace = self.force or (self.resume and self._same_run_in_target)
+            publish_folder(work, self.target, replace=replace)
+            self.work = None
+        finally:
+            _release_signals(held)
+
+
+_HELD = (signal.SIGINT, signal.SIGTERM)
+
+
+def _hold_signals() -> set | None:
+    """Block SIGINT and SIGTERM for this thread (they stay pending); the previous mask."""
+    if not hasattr(signal, "pthread_sigmask"):
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+
+
+def _release_signals(previous: set | None) -> None:
+    """Restore the mask ``_hold_signals`` returned: a pending signal is handled now."""
+    if previous is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def active_folder() -> OutputFolder | None:

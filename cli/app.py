@@ -30,8 +30,8 @@ def _root() -> None:
 
 # Each module defines register(app). Order = order in `attnlens --help`.
 COMMAND_MODULES = [
-    "analyze", "report", "compare", "view", "heads", "spectrum", "asymmetry", "collapse", "prune",
-    "eval", "models",
+    "analyze", "report", "compare", "view", "heads", "spectrum", "asymmetry", "collapse",
+    "rollout", "sparse", "linear", "prune", "eval", "models",
 ]
 
 for _module in COMMAND_MODULES:

@@ -41,6 +41,18 @@ def model_loading() -> list[inspect.Parameter]:
     ]
 
 
+def device_map() -> list[inspect.Parameter]:
+    return [
+        _param("device_map", str | None, typer.Option(
+            None, "--device-map", show_default=False, rich_help_panel=MODEL_PANEL,
+            help="auto: spread a model larger than one device over the GPUs and CPU memory "
+            "(needs the extra accelerate).")),
+        _param("max_memory", str | None, typer.Option(
+            None, "--max-memory", show_default=False, rich_help_panel=MODEL_PANEL,
+            help="With --device-map auto: memory per device, e.g. 0=20GiB,1=20GiB,cpu=60GiB.")),
+    ]
+
+
 def corpus() -> list[inspect.Parameter]:
     return [
         _param("text", Path | None, typer.Option(

@@ -6,11 +6,13 @@ import time
 from pathlib import Path
 
 import typer
+from attnlens.cli.prune_extras import ORDER_HELP
 from attnlens.cli.runner import CommandRun, command
 
 METRIC_HELP = (
     "auto (from the model's head and the data), sts (pairs CSV sentence1,sentence2,score), "
-    "mlm / lm (text file), accuracy (CSV text,label) or fidelity (text file, label-free)."
+    "mlm / lm (text file), accuracy (CSV text,label), fidelity (text file, label-free) or "
+    "seq2seq (encoder-decoder models: source<TAB>target lines)."
 )
 DATA_KINDS = "pairs CSV, text or labelled CSV, see --metric"
 DataOpt = typer.Option(
@@ -35,9 +37,28 @@ EvalFractionOpt = typer.Option(
     0.5, "--eval-fraction", help="Share of --data held apart for evaluation when it is split."
 )
 SplitSeedOpt = typer.Option(0, "--split-seed", help="Seed of the split (and MLM masking).")
-OrderOpt = typer.Option(
-    "importance,random,confidence", "--order",
-    help="Comma-separated orders: importance, random, confidence, entropy, loo.",
+OrderOpt = typer.Option(None, "--order", help=ORDER_HELP, show_default=False)
+MethodOpt = typer.Option(
+    "curves", "--method",
+    help="curves: prune step by step in each --order; l0: also train Hard Concrete head gates "
+    "(Voita et al. 2019) for each --lambda and put them on the curves' chart.",
+)
+LambdaOpt = typer.Option(
+    "0.001,0.003,0.01,0.03", "--lambda",
+    help="--method l0: comma-separated penalties on the expected number of open gates.",
+)
+L0TemperatureOpt = typer.Option(
+    2 / 3, "--l0-temperature", help="Hard Concrete temperature (Louizos: 2/3; Voita: 0.33).",
+)
+L0StretchOpt = typer.Option("-0.1,1.1", "--l0-stretch", help="Stretch interval l,r.")
+L0StepsOpt = typer.Option(300, "--l0-steps", min=1, help="Gate training steps per lambda.")
+L0LrOpt = typer.Option(0.05, "--l0-lr", help="Adam learning rate of log_alpha.")
+L0InitOpt = typer.Option(
+    3.0, "--l0-init", help="Initial log_alpha (3: every gate open with P ~ 0.99)."
+)
+RolesOpt = typer.Option(
+    None, "--roles", show_default=False,
+    help="--order roles: output folder of `attnlens heads` (its head_roles.csv).",
 )
 StepOpt = typer.Option(0.1, "--step", help="Fraction of all heads removed per step.")
 MaxFractionOpt = typer.Option(0.9, "--max-fraction", help="Stop at this fraction.")
@@ -173,7 +194,15 @@ def prune(
     importance_data: Path | None = ImportanceDataOpt,
     eval_fraction: float = EvalFractionOpt,
     split_seed: int = SplitSeedOpt,
-    order: str = OrderOpt,
+    order: str | None = OrderOpt,
+    method: str = MethodOpt,
+    lambdas: str = LambdaOpt,
+    l0_temperature: float = L0TemperatureOpt,
+    l0_stretch: str = L0StretchOpt,
+    l0_steps: int = L0StepsOpt,
+    l0_lr: float = L0LrOpt,
+    l0_init: float = L0InitOpt,
+    roles: Path | None = RolesOpt,
     step: float = StepOpt,
     max_fraction: float = MaxFractionOpt,
     rescore: bool = RescoreOpt,
@@ -189,15 +218,21 @@ def prune(
 
     Layers and heads are numbered from 0; removed heads are written as layer.head.
     """
+    from attnlens.cli import prune_extras as extras
+
     from attnlens.data.pairs import parse_score_range
     from attnlens.errors import ConfigError
     from attnlens.pruning.settings import PruneSettings
 
     _check_options(metric, data, importance_data)
-    settings = PruneSettings(orders=[o.strip() for o in order.split(",") if o.strip()],
+    l0_settings = extras.l0_options(method, lambdas, l0_temperature, l0_stretch, l0_steps,
+                                    l0_lr, l0_init, min_heads_per_layer, split_seed)
+    settings = PruneSettings(orders=[o.strip() for o in (order or "importance").split(",")
+                                     if o.strip()],
                              step=step, max_fraction=max_fraction, rescore=rescore,
                              min_heads_per_layer=min_heads_per_layer, seeds=seeds,
-                             abs_mode=abs_mode, normalize=normalize)
+                             abs_mode=abs_mode, normalize=normalize,
+                             roles=None if roles is None else str(roles))
     settings.validate()
     if not 0.0 < eval_fraction < 1.0:
         raise ConfigError(f"evaluation fraction must be between 0 and 1, not {eval_fraction}.")
@@ -209,7 +244,11 @@ def prune(
     from attnlens.metrics.factory import auto_metric, build_metrics
 
     started = time.perf_counter()
+    ctx = run.start_processes()  # torchrun: evaluations spread over the processes
     model, tokenizer = run.load_model()
+    if order is None:
+        settings.orders = extras.default_orders(model, method)
+    extras.check_model_options(model, settings.orders, export)
     name = auto_metric(model, data) if metric == "auto" else metric
     metrics = build_metrics(name, model, tokenizer, data, importance_data, eval_fraction,
                             split_seed, run.batch_size, run.max_length, score_range=scale)
@@ -220,43 +259,66 @@ def prune(
         "split": metrics.split, "eval_fraction": eval_fraction, "split_seed": split_seed,
         "batch_size": run.batch_size, "max_length": run.max_length, "dtype": run.model.dtype,
     }
+    if not ctx.is_main:  # torchrun: the other ranks evaluate; rank 0 writes
+        from attnlens.pruning import prune as run_prune
+
+        run_prune(model, metrics.importance, metrics.evaluation, settings, None,
+                  resume=run.output.resumes, description=description, show_progress=False,
+                  dist=ctx)
+        run.end_processes()
+        return
     with run.writing() as work:
-        result = _run_curves(run, work, model, metrics, settings, description, started)
+        result, l0_summary = _run_curves(run, work, ctx, model, metrics, settings, description,
+                                         l0_settings, started)
     message = None
     if export_folder is not None:
         message = _export(model, result.curve, settings.curves()[0][0], export_step,
                           export_folder, run.output.force)
     _print_result(run, result, metrics, message, run.output.folder,
                   time.perf_counter() - started)
+    if l0_summary is not None:
+        extras.note_l0(run, l0_summary)
 
 
-def _run_curves(run: CommandRun, work: Path, model, metrics, settings, description: dict,
-                started: float):
-    """The curves into ``work`` (continuing saved steps on --resume), their table and chart."""
+def _run_curves(run: CommandRun, work: Path, ctx, model, metrics, settings, description: dict,
+                l0_settings, started: float):
+    """The curves into ``work`` (continuing saved steps on --resume), their tables and chart;
+    returns ``(result, l0_summary)``."""
     import json
 
+    from attnlens.cli import prune_extras as extras
+
     from attnlens.io import atomic_open, save_figure, write_table
+    from attnlens.model.encoder_decoder import is_encoder_decoder
     from attnlens.plots import pruning_curves
     from attnlens.pruning import prune as run_prune
 
-    target = run.output.target
+    target, resume = run.output.target, run.output.resumes
 
     def kept(row: dict) -> None:  # what an interruption keeps, for its message
         target.progress = (f"the pruning curves up to step {row['step']} of the "
                            f"{row['order']} (seed {row['seed']}) curve")
 
     result = run_prune(model, metrics.importance, metrics.evaluation, settings, work,
-                       resume=run.output.resumes, description=description,
-                       show_progress=run.show_progress, on_step=kept)
+                       resume=resume, description=description,
+                       show_progress=run.show_progress, on_step=kept, dist=ctx)
+    run.end_processes()
+    name = description["metric"]
     write_table(result.curve, work, "prune_curve", formats=("md",))
     fig = pruning_curves(result.curve, metrics.evaluation.label,
-                         f"{description['metric']} on held-out data vs heads pruned")
+                         f"{name} on held-out data vs heads pruned")
     save_figure(fig, work, "prune_curve", run.output.formats)
+    if is_encoder_decoder(model):
+        extras.write_attention_tables(run, model, result, work)
+    l0_summary = None
+    if l0_settings is not None:
+        l0_summary = extras.write_l0(run, model, metrics, l0_settings, result, work, resume,
+                                     description, name)
     with atomic_open(work / "run.json") as handle:
         json.dump({**description, "baseline": result.baseline,
                    "seconds": round(time.perf_counter() - started, 1), "complete": True},
                   handle, indent=2)
-    return result
+    return result, l0_summary
 
 
 def register(app: typer.Typer) -> None:

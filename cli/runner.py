@@ -43,21 +43,27 @@ class ModelOptions:
     device: str = "cpu"
     dtype: str = "float32"
     allow_pickle: bool = False
+    device_map: str | None = None  # --device-map / --max-memory (commands that offer them)
+    max_memory: str | None = None
 
     def check(self) -> None:
         from attnlens.device import check_device_name, check_dtype_name
         from attnlens.loaders.checkpoint import resolve_checkpoint
+        from attnlens.loaders.device_map import check_device_map
 
         check_device_name(self.device)
         check_dtype_name(self.dtype)
+        check_device_map(self.device_map, self.max_memory)
         resolve_checkpoint(self.name)
 
     def load(self):
         """``(HookedTransformer, Tokenizer)``."""
         from attnlens.loaders import load
+        from attnlens.loaders.device_map import parse_max_memory
 
         return load(self.name, device=self.device, dtype=self.dtype,
-                    allow_pickle=self.allow_pickle)
+                    allow_pickle=self.allow_pickle, device_map=self.device_map,
+                    max_memory=parse_max_memory(self.max_memory))
 
 
 @dataclass
@@ -145,6 +151,7 @@ class CommandRun:
     inputs: dict[str, Path | None] = field(default_factory=dict)  # option name -> input file
     input_kinds: dict[str, str] = field(default_factory=dict)  # option name -> what it holds
     console: Any = field(default=None, repr=False)
+    dist: Any = field(default=None, repr=False)  # distributed.DistContext once started
 
     def check(self) -> None:
         """Every shared option, path and output folder; imports nothing heavy."""
@@ -189,14 +196,42 @@ class CommandRun:
         """``(HookedTransformer, Tokenizer)`` from MODEL and the loading options."""
         return (self.model or ModelOptions()).load()
 
+    def start_processes(self):
+        """Under ``torchrun``: join the process group, each rank on its own device (``cuda``
+        becomes ``cuda:LOCAL_RANK``); else a single process. Returns the ``DistContext``."""
+        from attnlens import distributed
+
+        self.dist = distributed.context()
+        if self.model is not None:
+            self.model.device = distributed.rank_device(self.model.device, self.dist)
+        distributed.init(self.dist, self.model.device if self.model else "cpu")
+        return self.dist
+
+    def end_processes(self) -> None:
+        """Leave the process group (after a barrier) if ``start_processes`` joined one."""
+        from attnlens import distributed
+
+        if self.dist is not None:
+            distributed.finish(self.dist)
+
     def writing(self):
         """``with run.writing() as work:`` the folder to write into; it becomes --out, whole,
-        when the block ends (see ``OutputOptions``)."""
+        when the block ends (see ``OutputOptions``). Under torchrun only rank 0 writes: the
+        other ranks get --out's path and write nothing."""
+        if self.dist is not None and not self.dist.is_main:
+            return contextlib.nullcontext(self.output.folder)
         return self.output.writing()
 
     def checkpoint(self, work: Path):
         """Analyzer checkpoints in ``work`` for a resumable run (None otherwise)."""
         if self.output is None or not self.output.resumable:
+            return None
+        if self.dist is not None and self.dist.active:
+            if self.output.checkpoint_every or self.output.resume:
+                from attnlens.errors import ConfigError
+
+                raise ConfigError("--checkpoint-every and --resume work in one process; run "
+                                  "without torchrun to checkpoint.")
             return None
         from attnlens.checkpointing import AnalysisCheckpoint
 
@@ -220,6 +255,7 @@ class CommandRun:
         summaries."""
         if corpus is None and use_corpus:
             corpus = self.read_corpus()
+        ctx = self.start_processes()  # torchrun: each rank analyses a share; rank 0 writes
         model, tokenizer = self.load_model()
         batches = corpus.batches(tokenizer, self.batch_size, self.max_length) if corpus else []
         from attnlens.report.analyze import analyze
@@ -229,8 +265,11 @@ class CommandRun:
                 model, tokenizer, batches, work, sections=sections, formats=self.output.formats,
                 show_progress=self.show_progress,
                 corpus_name=corpus.name if corpus else corpus_name, prune_dir=prune_dir,
-                checkpoint=self.checkpoint(work),
+                dist=ctx, checkpoint=self.checkpoint(work),
             )
+        self.end_processes()
+        if not ctx.is_main:
+            return outputs
         out = self.output.folder
         if print_summaries:
             for output in outputs:
@@ -243,16 +282,17 @@ class CommandRun:
 
 
 # Registration ------------------------------------------------------------------------------
-_SHARED = ("model", "device", "dtype", "allow_pickle", "text", "treebank", "parse",
-           "batch_size", "max_length", "out", "fmt", "force", "resume", "checkpoint_every",
-           "quiet")
+_SHARED = ("model", "device", "dtype", "allow_pickle", "device_map", "max_memory", "text",
+           "treebank", "parse", "batch_size", "max_length", "out", "fmt", "force", "resume",
+           "checkpoint_every", "quiet")
 
 
 def _shared_run(values: dict[str, Any], resumable: bool) -> CommandRun:
     model = corpus = output = None
     if "device" in values:
         model = ModelOptions(values.get("model"), values["device"], values["dtype"],
-                             values["allow_pickle"])
+                             values["allow_pickle"], values.get("device_map"),
+                             values.get("max_memory"))
     if "text" in values:
         corpus = CorpusOptions(values["text"], values["treebank"], values["parse"])
     if "out" in values:
@@ -276,6 +316,7 @@ def command(
     batch_size: int | None = 16,
     max_length: int = 128,
     batch_unit: str = "Sentences",
+    device_map: bool = False,
     resumable: bool = False,
     checkpoints: bool = False,
     inputs: dict[str, str] | None = None,
@@ -289,7 +330,7 @@ def command(
     ``checkpoints`` also --checkpoint-every; ``inputs``: the body's own options that name
     input files, with what each holds (checked first, hashed for --resume; --out may not hold
     them); ``batch_size``: --batch-size/--max-length with these defaults (None: none).
-    --quiet always.
+    ``device_map``: --device-map/--max-memory (models spread over devices). --quiet always.
     """
 
     def decorate(body: Callable[..., None]) -> Callable[..., None]:
@@ -305,6 +346,7 @@ def command(
             *(options.output(out, figures) if out is not None else []),
             *(options.resuming(checkpoints) if out is not None and resumable else []),
             *(options.model_loading() if (model if loading is None else loading) else []),
+            *(options.device_map() if device_map else []),
             *options.quiet(),
         ]
         params = [*shared_front, *own, *shared_back]

@@ -16,9 +16,11 @@ from attnlens.analysis.asymmetry import PatternAsymmetry
 from attnlens.analysis.base import Analyzer, model_fingerprint
 from attnlens.analysis.collapse import ResidualCollapse
 from attnlens.analysis.head_stats import HeadStats
+from attnlens.analysis.linear_attention import LinearAttentionView
 from attnlens.analysis.paths import PathCollapse
+from attnlens.analysis.rollout import RolloutAnalyzer
 from attnlens.analysis.runner import run_analyzers
-from attnlens.analysis.spectrum import SpectrumAnalyzer
+from attnlens.analysis.sparse import SparseCoverage
 from attnlens.analysis.state import load_state, save_state, split_state
 from attnlens.analysis.variant_collapse import VariantCollapse
 from attnlens.data.batch import Batch
@@ -34,14 +36,17 @@ def tiny_model(seed: int = 0, **overrides) -> HookedTransformer:
 
 def batches() -> list[Batch]:
     gen = torch.Generator().manual_seed(1)
-    out = []
+    out, seen = [], 0
     for lengths in ([5, 7, 7], [3, 9], [8, 8, 4, 6]):
         width = max(lengths)
         ids = torch.randint(3, 50, (len(lengths), width), generator=gen)
         mask = (torch.arange(width)[None] < torch.tensor(lengths)[:, None]).long()
         ids[:, 0] = 1  # [CLS]
+        # corpus indices, as Corpus.batches gives them (BigBird's random keys are seeded by them)
+        index = list(range(seen, seen + len(lengths)))
+        seen += len(lengths)
         out.append(Batch(input_ids=ids * mask, attention_mask=mask,
-                         special_mask=(ids == 1) & mask.bool()))
+                         special_mask=(ids == 1) & mask.bool(), extra={"index": index}))
     return out
 
 
@@ -57,10 +62,14 @@ CASES = {
                          lambda m: VariantCollapse.for_model(m, variants="san")),
     "path_collapse": (lambda m: PathCollapse.for_model(m, n_paths=5),
                       lambda m: PathCollapse.for_model(m, n_paths=6)),
-    "spectrum": (lambda m: SpectrumAnalyzer.for_model(m),
-                 lambda m: SpectrumAnalyzer.for_model(m, rank_fractions=(0.5,))),
     "head_stats": (lambda m: HeadStats(m.n_layers, 4, {1}, {2}, {7}, m.heads_per_layer),
                    lambda m: HeadStats(m.n_layers, 4, {1}, {2}, {8}, m.heads_per_layer)),
+    "rollout": (lambda m: RolloutAnalyzer.for_model(m),
+                lambda m: RolloutAnalyzer.for_model(m, residual=0.3)),
+    "sparse": (lambda m: SparseCoverage.for_model(m, windows=(1, 2)),
+               lambda m: SparseCoverage.for_model(m, windows=(1, 2), seed=1)),
+    "linear_attention": (lambda m: LinearAttentionView.for_model(m),
+                         lambda m: LinearAttentionView.for_model(m, max_sentences=5)),
 }
 MODELS = {"pattern_asymmetry_pre_norm": {"norm_position": "pre", "final_norm": True}}
 

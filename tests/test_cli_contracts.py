@@ -61,6 +61,8 @@ def path_cases(tmp: Path) -> list[tuple[list[str], str]]:
         (["analyze", "--out", str(a_file)], "is a file"),
         (["spectrum", "--device", "gpu"], "unknown device 'gpu'"),
         (["spectrum", "--dtype", "int8"], "unknown dtype 'int8'"),
+        (["analyze", "--device-map", "balanced"], "only 'auto' is supported"),
+        (["analyze", "--max-memory", "cpu=1GiB"], "--max-memory needs --device-map auto"),
         (["asymmetry", str(tmp / "no-model")], "does not exist"),
         (["collapse", "--variants", "san,bogus"], "unknown variant(s) bogus"),
         (["collapse", "--depth", "3"], "only apply to --synthetic"),

@@ -30,6 +30,7 @@ LAYERS: list[set[str]] = [
     {"loaders"},
     {"analysis"},
     {"checkpointing"},
+    {"distributed"},
     {"metrics"},
     {"pruning"},
     {"plots"},

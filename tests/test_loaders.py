@@ -49,16 +49,18 @@ def test_every_family_is_registered():
         "DistilBertForMaskedLM", "DistilBertForSequenceClassification", "GPT2Model",
         "GPT2LMHeadModel", "LlamaModel", "LlamaForCausalLM", "MistralModel",
         "MistralForCausalLM", "Qwen2Model", "Qwen2ForCausalLM",
+        "BartModel", "BartForConditionalGeneration", "MarianModel", "MarianMTModel",
+        "T5Model", "T5ForConditionalGeneration", "T5EncoderModel",
     }
     assert set(supported_architectures()) == expected
 
 
 def test_unsupported_model_type_lists_supported(tiny_bert):
-    _edit_config(tiny_bert, model_type="t5", architectures=["T5Model"])
+    _edit_config(tiny_bert, model_type="xlnet", architectures=["XLNetModel"])
     with pytest.raises(UnsupportedArchitectureError) as info:
         load_model(tiny_bert)
     message = str(info.value)
-    assert "'t5' is not supported" in message
+    assert "'xlnet' is not supported" in message
     assert "BertModel" in message and "Qwen2ForCausalLM" in message and "GPT2Model" in message
 
 

@@ -46,5 +46,5 @@ def test_verify_measures_each_architecture_of_the_chosen_families():
 
 
 def test_unknown_family_is_refused():
-    result = CliRunner().invoke(app, ["models", "--family", "t5"])
-    assert isinstance(result.exception, ConfigError) and "t5" in str(result.exception)
+    result = CliRunner().invoke(app, ["models", "--family", "xlnet"])
+    assert isinstance(result.exception, ConfigError) and "xlnet" in str(result.exception)

@@ -312,3 +312,25 @@ def test_a_partial_folder_without_progress_is_not_a_run(tmp_path):
         (work / "t.csv").write_text("x")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
     assert '"command": "new"' in (tmp_path / "run" / MANIFEST_FILE).read_text()
+
+
+def test_an_interruption_while_the_work_folder_is_made_leaves_nothing(tmp_path, monkeypatch):
+    """Ctrl-C right after the work folder appears (before clean-up is armed) removes it."""
+    import signal
+
+    made = OutputFolder._open_work
+
+    def open_then_interrupt(self):
+        work = made(self)
+        os.kill(os.getpid(), signal.SIGINT)  # Python's default handler: KeyboardInterrupt
+        return work
+
+    monkeypatch.setattr(OutputFolder, "_open_work", open_then_interrupt)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt), OutputFolder(tmp_path / "rep").writing():
+            pytest.fail("the body must not run")  # the held-back signal is raised first
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert list(tmp_path.iterdir()) == []
+    assert interrupt_note() == "nothing was written (" + str(tmp_path / "rep") + " is unchanged)"

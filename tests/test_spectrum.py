@@ -17,8 +17,7 @@ from attnlens.analysis.spectrum import (
     entropy_effective_rank,
     gather_square,
     length_groups,
-    linformer_errors,
-    linformer_projection,
+    linformer_rms_error,
     numerical_rank,
     rank_ks,
     singular_values,
@@ -99,7 +98,7 @@ def test_rank_ks_rounds_up_and_stays_in_range():
     assert rank_ks(8, (0.25,)) == [2]
 
 
-@pytest.mark.parametrize("n", [20, 40])  # auto: float32 SVD up to 32, float64 Gram above
+@pytest.mark.parametrize("n", [20, 40])
 @pytest.mark.parametrize("method", ["auto", "gram64", "svd32"])
 def test_fast_methods_agree_with_float64_svd(method, n):
     P = random_patterns(64, n)
@@ -147,28 +146,41 @@ def test_truncation_errors_match_explicit_rank_k_approximations():
     assert p_err[:, -1].abs().max() < 1e-6  # full rank: no error (float64; measured 0.0)
 
 
-def test_linformer_error_matches_explicit_formula():
+def test_linformer_rms_error_matches_monte_carlo_draws():
+    """The closed form against the mean over explicit Gaussian projections E [k, n]."""
     gen = torch.Generator().manual_seed(3)
-    n, d, scale = 10, 4, 0.5
-    Q, K, V = (torch.randn(2, n, d, generator=gen, dtype=torch.float64) for _ in range(3))
-    P = torch.softmax(scale * Q @ K.mT, dim=-1)
-    ks = [2, 5]
-    got = linformer_errors(Q, K, V, P, scale, ks, seed=7)
-    for j, k in enumerate(ks):
-        E, F = (m.numpy() for m in linformer_projection(n, k, 7))
-        for b in range(2):
-            q, key, v = Q[b].numpy(), K[b].numpy(), V[b].numpy()
-            logits = scale * q @ (E @ key).T
-            weights = np.exp(logits - logits.max(1, keepdims=True))
-            weights /= weights.sum(1, keepdims=True)
-            exact = P[b].numpy() @ v
-            expected = np.linalg.norm(weights @ (F @ v) - exact) / np.linalg.norm(exact)
-            # float32 inside: softmax and products over n = 10 keys, ~10 x 1.19e-7 relative on
-            # errors of O(0.1-1) (measured 1.1e-7 relative)
-            assert float(got[b, j]) == pytest.approx(expected, rel=1e-5)
-    # E, F depend on (seed, n, k) only: the same draw twice.
-    assert torch.equal(linformer_projection(n, 2, 7)[0], linformer_projection(n, 2, 7)[0])
-    assert not torch.equal(linformer_projection(n, 2, 7)[0], linformer_projection(n, 2, 8)[0])
+    n, d, k, draws = 10, 4, 3, 20000
+    P = torch.softmax(2 * torch.randn(n, n, generator=gen, dtype=torch.float64), dim=-1)
+    V = torch.randn(n, d, generator=gen, dtype=torch.float64)
+    exact = P @ V
+    E = torch.randn(draws, k, n, generator=gen, dtype=torch.float64) / math.sqrt(k)
+    approx = P @ E.mT @ E @ V  # [draws, n, d]: P E^T E V
+    rel_sq = ((approx - exact) ** 2).sum(dim=(-2, -1)) / (exact**2).sum()  # [draws]
+    # Unbiased: the mean of P E^T E V is P V (mean error within 5 standard errors).
+    mean_err = (approx.mean(0) - exact).abs().max()
+    assert mean_err < 5 * float(approx.std(0).max()) / math.sqrt(draws)
+    # Mean square: within 5 standard errors of the Monte Carlo mean of rel_sq.
+    got = float(linformer_rms_error(P, V, [k])[0]) ** 2
+    assert abs(got - float(rel_sq.mean())) < 5 * float(rel_sq.std()) / math.sqrt(draws)
+
+
+def test_linformer_rms_error_on_hand_built_heads():
+    n, d = 6, 3
+    V = torch.arange(1.0, n * d + 1, dtype=torch.float64).reshape(n, d)
+    # Identity attention: ||P||_F^2 = n and ||P V|| = ||V||, so the error is sqrt((1 + n) / k).
+    got = linformer_rms_error(torch.eye(n, dtype=torch.float64), V, [1, 2, 6])
+    # float64 norms of 18 values: pytest.approx's default rel 1e-6 is far above 2.2e-16 x 18
+    assert got.numpy() == pytest.approx(np.sqrt((1 + n) / np.array([1, 2, 6])))
+    # Everyone attends to token 0: ||P||_F^2 = n, ||P V||^2 = n ||v_0||^2.
+    P = torch.zeros(n, n, dtype=torch.float64)
+    P[:, 0] = 1
+    rho = float((V**2).sum() / (V[0] ** 2).sum())
+    # float64 norms as above (default rel 1e-6 >> float64 rounding)
+    assert float(linformer_rms_error(P, V, [2])[0]) == pytest.approx(math.sqrt((1 + rho) / 2))
+    # Never below sqrt(2 / k): ||P||_F ||V||_F >= ||P V||_F.
+    rand = random_patterns(5, n, seed=4).double()
+    # 1e-12: float64 norms of 36 products (~36 x 2.2e-16 relative on values of order 1)
+    assert (linformer_rms_error(rand, V.expand(5, n, d), [3]) >= math.sqrt(2 / 3) - 1e-12).all()
 
 
 # --- real-token extraction ---------------------------------------------------------------

@@ -45,7 +45,14 @@ from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
 
-__all__ = ["Analyzer", "Batch", "layer_of", "model_fingerprint", "pattern_hook_names"]
+__all__ = [
+    "Analyzer",
+    "Batch",
+    "attention_of",
+    "layer_of",
+    "model_fingerprint",
+    "pattern_hook_names",
+]
 
 _BLOCK_RE = re.compile(r"(?:^|\.)blocks\.(\d+)\.")
 
@@ -54,6 +61,19 @@ def layer_of(name: str) -> int:
     """The block index in a hook name (``blocks.3.attn.hook_pattern`` -> 3), else -1."""
     match = _BLOCK_RE.search(name)
     return int(match.group(1)) if match else -1
+
+
+def attention_of(name: str) -> str | None:
+    """The attention type of an encoder-decoder hook name, else None.
+
+    ``encoder.blocks.2.attn.hook_pattern`` -> "encoder", ``decoder.blocks.2.attn...`` ->
+    "decoder", ``decoder.blocks.2.cross_attn...`` (and ``hook_cross_attn_out``) -> "cross".
+    """
+    if name.startswith("encoder."):
+        return "encoder"
+    if name.startswith("decoder."):
+        return "cross" if ".cross_attn." in name or name.endswith("cross_attn_out") else "decoder"
+    return None
 
 
 def group_by_layer(names: Iterable[str]) -> dict[int, list[str]]:
@@ -80,6 +100,9 @@ class Analyzer(ABC):
     layerwise: bool = False
     needs_model_pass: bool = False
     state_fields: tuple[str, ...] = ()
+    # On an encoder-decoder model: the attention type this analyzer reads ("encoder",
+    # "decoder" or "cross"); it then sees that type as a plain stack (``AttentionView``).
+    attention: str | None = None
     # ``model_fingerprint`` of the model the state comes from (``for_model`` constructors set
     # it); part of the settings two partial states must share.
     model_id: str | None = None
@@ -133,6 +156,7 @@ class Analyzer(ABC):
         """The running state as plain data on the CPU: ``{"analyzer", "settings", "state"}``."""
         return {
             "analyzer": type(self).__name__,
+            "attention": self.attention,
             "settings": self.all_settings(),
             "state": {field: _copy(getattr(self, field), "cpu") for field in self.state_fields},
         }
@@ -168,6 +192,11 @@ class Analyzer(ABC):
         if state.get("analyzer") != kind:
             raise ConfigError(
                 f"cannot combine a {state.get('analyzer')} state with a {kind} analyzer."
+            )
+        if state.get("attention") != self.attention:
+            raise ConfigError(
+                f"cannot combine {self.name} states of different attention types "
+                f"({state.get('attention')} and {self.attention})."
             )
         mine, theirs = _jsonable(self.all_settings()), _jsonable(state.get("settings", {}))
         if mine != theirs:

@@ -17,6 +17,7 @@ import torch
 from attnlens.analysis.base import Analyzer, group_by_layer, layer_of
 from attnlens.data.batch import Batch
 from attnlens.hooks import ActivationCache, HookPoint
+from attnlens.model.encoder_decoder import is_encoder_decoder
 from attnlens.model.transformer import HookedTransformer
 from attnlens.progress import progress_bar
 
@@ -43,8 +44,12 @@ class _LayerFeeder:
             analyzer.begin_batch(batch)
 
     def save(self, x: torch.Tensor, hook: HookPoint) -> None:
-        self.store[hook.name] = x.detach()
-        self._deliver(layer_of(hook.name))
+        self.save_as(hook.name, x)
+
+    def save_as(self, name: str, x: torch.Tensor) -> None:
+        """Store ``x`` under ``name`` (the analyzers' name for it) and deliver what is ready."""
+        self.store[name] = x.detach()
+        self._deliver(layer_of(name))
 
     def _deliver(self, layer: int) -> None:
         delivered = False
@@ -86,7 +91,15 @@ def run_analyzers(
     show_progress: bool = True,
     description: str = "analysing",
 ) -> Sequence[Analyzer]:
-    """Run ``model`` over ``batches`` once, feeding every analyzer what it reads."""
+    """Run ``model`` over ``batches`` once, feeding every analyzer what it reads.
+
+    On an encoder-decoder model every analyzer must name its ``attention`` type; it then
+    reads that type as a plain stack (``analysis.attention_types``).
+    """
+    if is_encoder_decoder(model):
+        from attnlens.analysis.attention_types import run_by_attention
+
+        return run_by_attention(model, batches, analyzers, total, show_progress, description)
     feeder = _LayerFeeder(model, analyzers)
     hooks = [(name, feeder.save) for name in feeder.names]
     own_passes = [a for a in analyzers if a.needs_model_pass]

@@ -21,6 +21,7 @@ from attnlens.io import atomic_write_json
 from attnlens.loaders.checkpoint import TOKENIZER_FILES
 from attnlens.loaders.registry import CONVERTERS
 from attnlens.model.config import TransformerConfig
+from attnlens.model.encoder_decoder import is_encoder_decoder
 from attnlens.model.transformer import HookedTransformer
 
 # Source config.json fields not carried over (transformers writes its own).
@@ -114,7 +115,8 @@ def hf_state(model: HookedTransformer) -> tuple[dict, dict[str, torch.Tensor]]:
             f"cannot export model_type {model_type!r} (cfg.source['model_type']); "
             f"export supports models loaded from: {known}."
         )
-    uniform = pad_heads_to_uniform(model)
+    # Encoder-decoder models are never structurally pruned: nothing to pad.
+    uniform = model if is_encoder_decoder(model) else pad_heads_to_uniform(model)
     state = {k: v.detach() for k, v in uniform.state_dict().items()}
     fields, tensors = converter.export(uniform.cfg, state)
     hf = _source_config(cfg)

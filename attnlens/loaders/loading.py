@@ -11,6 +11,7 @@ from attnlens.device import resolve_device, resolve_dtype
 from attnlens.loaders.checkpoint import read_config, read_weights, resolve_checkpoint
 from attnlens.loaders.registry import find_converter
 from attnlens.loaders.weights import WeightReader
+from attnlens.model.encoder_decoder import build_model
 from attnlens.model.transformer import HookedTransformer
 
 __all__ = ["load", "load_model"]
@@ -22,7 +23,10 @@ def load_model(
     dtype: str | torch.dtype | None = torch.float32,
     allow_pickle: bool = False,
 ) -> HookedTransformer:
-    """Convert a checkpoint into a HookedTransformer (eval mode) without its tokenizer."""
+    """Convert a checkpoint into a HookedTransformer (eval mode) without its tokenizer.
+
+    Encoder-decoder checkpoints (BART, Marian, T5) become an ``EncoderDecoderTransformer``.
+    """
     dev, dt = resolve_device(device), resolve_dtype(dtype)  # option errors before any reading
     path = resolve_checkpoint(name_or_path)
     hf = read_config(path)
@@ -35,7 +39,7 @@ def load_model(
     name = str(name_or_path) if name_or_path is not None else "all-MiniLM-L6-v2 (embedded)"
     cfg.source.update({"path": str(path), "name": name, "architecture": architecture})
     with torch.device("meta"):
-        model = HookedTransformer(cfg)
+        model = build_model(cfg)
     model.load_state_dict(state, strict=True, assign=True)
     model.setup_hooks()
     return model.to(device=dev, dtype=dt).eval()
@@ -46,6 +50,8 @@ def load(
     device: str | torch.device | None = "cpu",
     dtype: str | torch.dtype | None = torch.float32,
     allow_pickle: bool = False,
+    device_map: str | dict | None = None,
+    max_memory: dict | None = None,
 ) -> tuple[HookedTransformer, Tokenizer]:
     """Load a checkpoint and its tokenizer: ``(HookedTransformer, Tokenizer)``.
 
@@ -54,7 +60,14 @@ def load(
     never downloads). Pickle weights are refused unless ``allow_pickle=True`` (then read
     with ``torch.load(weights_only=True)``); ``trust_remote_code`` is never used. A folder
     without tokenizer files is an error: use ``load_model`` for the model alone.
+    ``device_map="auto"`` (optional extra ``accelerate``) spreads the blocks over the GPUs and
+    CPU memory within ``max_memory`` (``{0: "20GiB", "cpu": "60GiB"}``); see
+    ``loaders.device_map``.
     """
-    model = load_model(name_or_path, device, dtype, allow_pickle)
+    model = load_model(name_or_path, "cpu" if device_map else device, dtype, allow_pickle)
+    if device_map:  # blocks spread over GPUs and CPU memory (loaders.device_map)
+        from attnlens.loaders.device_map import dispatch
+
+        model = dispatch(model, device_map, max_memory, allow_disk=False)
     tokenizer = Tokenizer.from_pretrained(model.cfg.source["path"])
     return model, tokenizer

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from attnlens.errors import UnsupportedArchitectureError
-from attnlens.loaders import bert, distilbert, gpt2, llama, roberta
+from attnlens.loaders import bart, bert, distilbert, gpt2, llama, marian, roberta, t5
 from attnlens.loaders.weights import WeightReader
 from attnlens.model.config import TransformerConfig
 
@@ -84,6 +84,28 @@ CONVERTERS: dict[str, Converter] = {
     "llama": _llama_style("llama", "Llama"),
     "mistral": _llama_style("mistral", "Mistral"),
     "qwen2": _llama_style("qwen2", "Qwen2"),
+    "bart": Converter(
+        convert=bart.convert_bart,
+        architectures=bart.HEAD_BY_ARCHITECTURE,
+        prefix="model.",
+        export=bart.export_bart,
+        family="BART (encoder-decoder)",
+    ),
+    "marian": Converter(
+        convert=marian.convert_marian,
+        architectures=marian.HEAD_BY_ARCHITECTURE,
+        prefix="model.",
+        export=marian.export_marian,
+        family="Marian (encoder-decoder)",
+    ),
+    "t5": Converter(
+        convert=t5.convert_t5,
+        architectures=t5.HEAD_BY_ARCHITECTURE,
+        prefix="",
+        ignore=t5.IGNORED,
+        export=t5.export_t5,
+        family="T5 v1.0/v1.1 (encoder-decoder)",
+    ),
 }
 
 

@@ -46,7 +46,9 @@ TINY_CONFIGS: dict[str, dict] = {
     "mistral": _LLAMA_STYLE,
     "qwen2": _LLAMA_STYLE,
 }
-PAD_IDS = {"roberta": 1}  # padding token of the family's tiny batch (default 0)
+PAD_IDS = {"roberta": 1}
+# Architectures of the encoder-decoder families that hold one stack only.
+ENCODER_ONLY = ("T5EncoderModel",)  # padding token of the family's tiny batch (default 0)
 
 
 def save_tiny(model_cls, config, path: Path, seed: int = 0):
@@ -165,6 +167,11 @@ def tiny_config(model_type: str, **overrides):
     """The tiny Hugging Face config of a family (``TINY_CONFIGS``), with ``overrides``."""
     from transformers import AutoConfig
 
+    if model_type not in TINY_CONFIGS:  # the encoder-decoder families (T5EncoderModel)
+        from attnlens.loaders.verify_seq2seq import TINY_SEQ2SEQ_CONFIGS
+
+        return AutoConfig.for_model(model_type,
+                                    **{**TINY_SEQ2SEQ_CONFIGS[model_type], **overrides})
     return AutoConfig.for_model(model_type, **{**TINY_CONFIGS[model_type], **overrides})
 
 
@@ -173,7 +180,10 @@ def measure_parity(model_type: str, architecture: str, folder: Path) -> dict[str
     import transformers
 
     from attnlens.loaders.loading import load_model
+    from attnlens.loaders.verify_seq2seq import TINY_SEQ2SEQ_CONFIGS, measure_seq2seq_parity
 
+    if model_type in TINY_SEQ2SEQ_CONFIGS and architecture not in ENCODER_ONLY:
+        return measure_seq2seq_parity(model_type, architecture, folder)
     hf = save_tiny(getattr(transformers, architecture), tiny_config(model_type), folder)
     ours = load_model(folder)
     batch = padded_batch(pad_id=PAD_IDS.get(model_type, 0))

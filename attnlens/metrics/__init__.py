@@ -3,4 +3,4 @@
 ``METRIC_NAMES`` lives here, free of torch, so the command line can check ``--metric`` early.
 """
 
-METRIC_NAMES = ("sts", "mlm", "lm", "accuracy", "fidelity")
+METRIC_NAMES = ("sts", "mlm", "lm", "accuracy", "fidelity", "seq2seq")

@@ -9,6 +9,7 @@ from attnlens.data.text import read_text_file
 from attnlens.errors import ConfigError
 from attnlens.metrics import METRIC_NAMES
 from attnlens.metrics.base import Metric, require_head, split_indices
+from attnlens.model.encoder_decoder import is_encoder_decoder
 from attnlens.model.transformer import HookedTransformer
 
 
@@ -22,7 +23,12 @@ class MetricPair:
 
 
 def auto_metric(model: HookedTransformer, data: str | Path) -> str:
-    """The natural metric: the model's own head, else STS for a CSV, else fidelity."""
+    """The natural metric: the model's own head, else STS for a CSV, else fidelity.
+
+    Encoder-decoder models use the sequence-to-sequence metric (source<TAB>target pairs).
+    """
+    if is_encoder_decoder(model):
+        return "seq2seq"
     head = model.cfg.head
     if head in ("mlm", "lm"):
         return head
@@ -42,6 +48,17 @@ def load_metric(
     score_range: tuple[float, float] | None = None,
 ) -> Metric:
     """One metric on the whole of ``data`` (``score_range``: STS scores' scale, default 0-5)."""
+    if is_encoder_decoder(model) != (name == "seq2seq"):
+        raise ConfigError(
+            "--metric seq2seq needs an encoder-decoder model, and an encoder-decoder model "
+            f"needs --metric seq2seq (got {name!r})."
+        )
+    if name == "seq2seq":
+        from attnlens.metrics.seq2seq import Seq2SeqMetric
+
+        require_head(model, ("lm",), name)
+        return Seq2SeqMetric.from_file(data, tokenizer, batch_size=batch_size,
+                                       max_length=max_length)
     if name == "sts":
         from attnlens.data.pairs import STS_RANGE
         from attnlens.metrics.sts_task import StsMetric

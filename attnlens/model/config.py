@@ -26,18 +26,25 @@ class TransformerConfig:
     # Per-layer head counts after structural pruning; None: n_heads everywhere.
     heads_per_layer: list[int] | None = None
     kv_heads_per_layer: list[int] | None = None
-    # Learned absolute positions (BERT, GPT-2), rotary (Llama) or none.
-    positional: Literal["learned", "rotary", "none"] = "learned"
+    # Learned absolute positions (BERT, GPT-2), rotary (Llama), T5's bucketed relative
+    # position bias added to the scores ("relative"), or none.
+    positional: Literal["learned", "rotary", "relative", "none"] = "learned"
     n_ctx: int = 512
     # RoBERTa numbers positions from pad_token_id + 1 and skips padding tokens.
     position_offset: int = 0
     positions_skip_padding: bool = False
     rotary_base: float = 10000.0
+    # T5's relative position buckets (half per direction when bidirectional) and the distance
+    # from which every offset shares the last bucket; the direction follows ``causal``.
+    relative_buckets: int = 32
+    relative_max_distance: int = 128
     # Sliding attention window (Mistral): attnlens computes full attention, so inputs longer
     # than the window, where the two differ, are refused. None: no window.
     sliding_window: int | None = None
     # None: rotate the whole head (Llama); smaller: partial rotary (GPT-NeoX style).
     rotary_dim: int | None = None
+    # Token embeddings are multiplied by this (BART's scale_embedding, Marian: sqrt(d_model)).
+    embed_scale: float = 1.0
     # 0: no segment embeddings (GPT-2, RoBERTa has 1, BERT 2).
     n_token_types: int = 0
     # BERT/RoBERTa/DistilBERT normalise the embedding sum; GPT-2 and Llama do not.
@@ -53,6 +60,9 @@ class TransformerConfig:
     attn_out_bias: bool = True
     mlp_bias: bool = True
     causal: bool = False
+    # Decoder of an encoder-decoder model: every block also attends to the encoder's output
+    # (a cross-attention sub-layer between self-attention and the MLP).
+    cross_attention: bool = False
     # None: 1 / sqrt(d_head).
     attn_scale: float | None = None
     pad_token_id: int | None = None
@@ -91,6 +101,11 @@ class TransformerConfig:
             ]
         if len(self.heads_per_layer) != self.n_layers:
             raise ConfigError("heads_per_layer must have one entry per layer.")
+        if self.positional == "relative" and any(h != self.n_heads for h in self.heads_per_layer):
+            raise ConfigError(
+                "a relative position bias is shared by every layer's heads; layers with "
+                "removed heads (structural pruning) are not supported for such models."
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

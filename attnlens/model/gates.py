@@ -51,12 +51,16 @@ def gated_forward(
     if row_gates is None:
         return model(**inputs, head_mask=head_mask, return_type=return_type)
     hooks = []
-    for layer, n in enumerate(model.heads_per_layer):
+    # Encoder-decoder models name the hook_z of each gate row (encoder, decoder, cross).
+    names = model.gate_hook_names() if hasattr(model, "gate_hook_names") else [
+        f"blocks.{layer}.attn.hook_z" for layer in range(model.n_layers)
+    ]
+    for layer, (n, name) in enumerate(zip(model.heads_per_layer, names, strict=True)):
         gate = row_gates[:, layer, :n]  # [batch, head]
 
         def scale(z: torch.Tensor, hook, gate: torch.Tensor = gate) -> torch.Tensor:
             return z * gate[:, None, :, None].to(z.dtype)  # z [batch, pos, head, d_head_v]
 
-        hooks.append((f"blocks.{layer}.attn.hook_z", scale))
+        hooks.append((name, scale))
     with model.hooks(fwd_hooks=hooks):
         return model(**inputs, head_mask=head_mask, return_type=return_type)

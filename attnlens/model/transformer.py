@@ -12,12 +12,19 @@ from attnlens.hooks import HookedModule, HookPoint
 from attnlens.model.attention import MultiHeadAttention, additive_attention_mask
 from attnlens.model.config import TransformerConfig
 from attnlens.model.layers import MLP, FirstTokenHead, LMHead, MaskedLMHead, make_norm
+from attnlens.model.relative import RelativePositionBias
 
 ReturnType = Literal["auto", "hidden", "logits", "pooled"]
 
 
 class TransformerBlock(nn.Module):
-    """Attention + MLP with pre- or post-norm; skip connections, MLP and norms switchable."""
+    """Attention + MLP with pre- or post-norm; skip connections, MLP and norms switchable.
+
+    With ``cfg.cross_attention`` (decoders of encoder-decoder models) a cross-attention
+    sub-layer ``cross_attn`` (queries from the decoder, keys and values from the encoder's
+    output) sits between self-attention and the MLP, with its own norm ``ln_cross`` and hooks
+    ``hook_cross_attn_out`` and ``hook_resid_mid_cross`` (the residual after it).
+    """
 
     def __init__(self, cfg: TransformerConfig, layer: int) -> None:
         super().__init__()
@@ -36,6 +43,17 @@ class TransformerBlock(nn.Module):
             rotary_dim=(cfg.rotary_dim or cfg.d_head) if cfg.positional == "rotary" else 0,
             rotary_base=cfg.rotary_base,
         )
+        self.cross_attn = None
+        if cfg.cross_attention:
+            self.ln_cross = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.use_norm)
+            self.cross_attn = MultiHeadAttention(
+                d_in=cfg.d_model,
+                n_heads=cfg.n_heads,
+                d_head=cfg.d_head,
+                qkv_bias=cfg.qkv_bias,
+                out_bias=cfg.attn_out_bias,
+                scale=cfg.attn_scale,
+            )
         self.use_mlp = cfg.use_mlp
         if cfg.use_mlp:
             self.ln2 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.use_norm)
@@ -43,6 +61,9 @@ class TransformerBlock(nn.Module):
         self.hook_resid_pre = HookPoint()  # [batch, pos, d_model]
         self.hook_attn_out = HookPoint()  # [batch, pos, d_model]
         self.hook_resid_mid = HookPoint()  # [batch, pos, d_model]
+        if cfg.cross_attention:
+            self.hook_cross_attn_out = HookPoint()  # [batch, pos, d_model]
+            self.hook_resid_mid_cross = HookPoint()  # [batch, pos, d_model]
         self.hook_mlp_out = HookPoint()  # [batch, pos, d_model]
         self.hook_resid_post = HookPoint()  # [batch, pos, d_model]
 
@@ -52,7 +73,12 @@ class TransformerBlock(nn.Module):
         mask: torch.Tensor | None,
         positions: torch.Tensor | None,
         head_gate: torch.Tensor | None,
+        encoder_out: torch.Tensor | None = None,
+        cross_mask: torch.Tensor | None = None,
+        cross_gate: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """``encoder_out [batch, key_pos, d_model]`` feeds the cross-attention sub-layer (if
+        any), masked by the additive ``cross_mask`` and gated by ``cross_gate [head]``."""
         pre = self.cfg.norm_position == "pre"
         skip = self.cfg.use_skip
         resid = self.hook_resid_pre(resid)
@@ -62,6 +88,15 @@ class TransformerBlock(nn.Module):
         )
         mid = resid + attn_out if skip else attn_out
         mid = self.hook_resid_mid(mid if pre else self.ln1(mid))
+        if self.cross_attn is not None:
+            if encoder_out is None:
+                raise ConfigError("a decoder block with cross-attention needs the encoder output.")
+            cross_in = self.ln_cross(mid) if pre else mid
+            cross_out = self.hook_cross_attn_out(
+                self.cross_attn(cross_in, encoder_out, mask=cross_mask, head_gate=cross_gate)
+            )
+            mid = mid + cross_out if skip else cross_out
+            mid = self.hook_resid_mid_cross(mid if pre else self.ln_cross(mid))
         if not self.use_mlp:
             return self.hook_resid_post(mid)
         mlp_out = self.hook_mlp_out(self.mlp(self.ln2(mid) if pre else mid))
@@ -90,6 +125,13 @@ class HookedTransformer(HookedModule):
             make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cfg.embed_norm else nn.Identity()
         )
         self.hook_embed = HookPoint()  # [batch, pos, d_model], the input of block 0
+        self.rel_pos_bias = (
+            RelativePositionBias(
+                cfg.relative_buckets, cfg.n_heads, cfg.relative_max_distance, not cfg.causal
+            )
+            if cfg.positional == "relative"
+            else None
+        )
         self.blocks = nn.ModuleList(TransformerBlock(cfg, i) for i in range(cfg.n_layers))
         self.final_norm = (
             make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.use_norm)
@@ -157,6 +199,8 @@ class HookedTransformer(HookedModule):
         inputs_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
         x = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
+        if self.cfg.embed_scale != 1.0:
+            x = x * self.cfg.embed_scale
         if self.type_embed is not None:
             if token_type_ids is None:
                 token_type_ids = torch.zeros(x.shape[:2], dtype=torch.long, device=x.device)
@@ -170,12 +214,28 @@ class HookedTransformer(HookedModule):
             x = x + self.pos_embed(positions)
         return self.hook_embed(self.embed_norm(x))
 
-    def _head_gates(self, head_mask: torch.Tensor | list | None) -> list:
+    def _head_gates(self, head_mask: torch.Tensor | list | None, heads=None) -> list:
         if head_mask is None:
             return [None] * self.cfg.n_layers
         if len(head_mask) != self.cfg.n_layers:
             raise ConfigError(f"head_mask needs one row per layer ({self.cfg.n_layers}).")
-        return [head_mask[i][: n] for i, n in enumerate(self.heads_per_layer)]
+        heads = self.heads_per_layer if heads is None else heads
+        return [head_mask[i][: n] for i, n in enumerate(heads)]
+
+    def _cross_inputs(self, encoder_out, encoder_mask, cross_head_mask, length: int):
+        """(additive cross-attention mask, per-layer cross gates) for a decoder's blocks."""
+        if not self.cfg.cross_attention:
+            if encoder_out is not None or cross_head_mask is not None:
+                raise ConfigError("this model has no cross-attention; it takes no encoder output.")
+            return None, [None] * self.cfg.n_layers
+        if encoder_out is None:
+            raise ConfigError("a decoder with cross-attention needs encoder_hidden_states.")
+        mask = additive_attention_mask(
+            encoder_mask, length, encoder_out.shape[1], False, encoder_out.dtype,
+            encoder_out.device,
+        )
+        heads = [block.cross_attn.n_heads for block in self.blocks]
+        return mask, self._head_gates(cross_head_mask, heads)
 
     def forward(
         self,
@@ -186,6 +246,9 @@ class HookedTransformer(HookedModule):
         head_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         return_type: ReturnType = "auto",
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        cross_head_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Run the model on ``input_ids [batch, pos]`` (or ``inputs_embeds [batch, pos, d]``).
 
@@ -193,6 +256,9 @@ class HookedTransformer(HookedModule):
         scales each head's output (a differentiable gate: 1 keeps, 0 removes a head).
         ``return_type``: "hidden" (final hidden states, after the final norm if any),
         "logits" (the output head), "pooled" (BERT's pooler), or "auto".
+        Decoders with cross-attention also take the encoder's output
+        ``encoder_hidden_states [batch, key_pos, d_model]``, its padding mask
+        ``encoder_attention_mask [batch, key_pos]`` and ``cross_head_mask [layer, head]``.
         """
         if (input_ids is None) == (inputs_embeds is None):
             raise ConfigError("pass exactly one of input_ids and inputs_embeds.")
@@ -207,11 +273,17 @@ class HookedTransformer(HookedModule):
         if position_ids is None:
             position_ids = self.positions(input_ids, (batch, length), ref.device)
         resid = self.embed_tokens(input_ids, token_type_ids, position_ids, inputs_embeds)
+        bias = None if self.rel_pos_bias is None else self.rel_pos_bias(length, length)
         mask = additive_attention_mask(
-            attention_mask, length, length, self.cfg.causal, resid.dtype, resid.device
+            attention_mask, length, length, self.cfg.causal, resid.dtype, resid.device, bias
         )
-        for block, gate in zip(self.blocks, self._head_gates(head_mask), strict=True):
-            resid = block(resid, mask, position_ids, gate)
+        cross_mask, cross_gates = self._cross_inputs(
+            encoder_hidden_states, encoder_attention_mask, cross_head_mask, length
+        )
+        gates = self._head_gates(head_mask)
+        for block, gate, cross_gate in zip(self.blocks, gates, cross_gates, strict=True):
+            resid = block(resid, mask, position_ids, gate, encoder_hidden_states, cross_mask,
+                          cross_gate)
         hidden = self.final_norm(resid)
         if return_type == "hidden" or (
             return_type == "auto" and self.cfg.head in (None, "pooler")

@@ -1,8 +1,11 @@
 """The pruning loop: remove heads step by step, scoring and evaluating as it goes.
 
-Each curve (an order, and a seed for ``random``) starts from the unpruned model and removes,
-at step ``s``, the least important active heads until ``round(min(s * step, max_fraction) *
-n_heads)`` heads are gone, never leaving a layer with fewer than ``min_heads_per_layer``.
+Each curve (an order, and a seed for ``random`` and ``roles``) starts from the unpruned model
+and removes, at step ``s``, the least important active heads until ``round(min(s * step,
+max_fraction) * n_heads)`` heads are gone, never leaving a layer with fewer than
+``min_heads_per_layer``. On an encoder-decoder model an order may be restricted to one
+attention type (``importance:cross``): only that type's heads are removed, ``n_heads`` and
+``fraction_pruned`` count that type's heads, and the other types keep all theirs.
 Heads are masked (gate 0), not removed: ``structural.prune_heads`` turns a mask into a
 smaller model with the same outputs. With ``rescore`` the order is recomputed on the pruned
 model before every step (Michel's exact mode); otherwise it is computed once.
@@ -31,7 +34,8 @@ from attnlens.model.gates import full_mask, heads_text, parse_heads
 from attnlens.model.transformer import HookedTransformer
 from attnlens.progress import progress_bar
 from attnlens.pruning.importance import score_heads, scores_table
-from attnlens.pruning.settings import PruneSettings
+from attnlens.pruning.roles_order import read_role_heads, role_scores
+from attnlens.pruning.settings import SCOPES, PruneSettings
 from attnlens.pruning.structural import pruned_parameter_count
 
 CURVE_COLUMNS = [
@@ -96,14 +100,31 @@ class PruneRun:
         self.show_progress, self.on_step = show_progress, on_step
         self.start_mask = full_mask(model)
         self.n_heads = int(self.start_mask.sum())
-        settings.check_model(model.n_layers, max(model.heads_per_layer))
+        settings.check_model(*self.start_mask.shape)  # [layer, head]
         self.targets = settings.step_targets(self.n_heads)
+        self.scopes = scope_masks(model, self.start_mask)
+        for order in settings.orders:
+            scope = order.partition(":")[2]
+            if scope and scope not in self.scopes:
+                raise ConfigError(f"order {order!r} needs an encoder-decoder model (attention "
+                                  "types encoder, decoder, cross).")
+        self.roles = read_role_heads(settings.roles) if settings.roles else None
+        if self.roles is not None:
+            self.description["roles_from"] = self.roles.source
         self.rows: list[dict] = []
         self.score_frames: list[pd.DataFrame] = []
 
+    def _scope(self, order: str) -> torch.Tensor:
+        """``[layer, head]`` 1 where the order may remove heads (its attention type)."""
+        scope = order.partition(":")[2]
+        return self.scopes[scope] if scope else (self.start_mask != 0).to(self.start_mask)
+
     # Files -------------------------------------------------------------------------------
     def _record(self) -> dict:
-        return {"settings": asdict(self.settings), **self.description}
+        settings = asdict(self.settings)
+        if settings["roles"] is None:  # runs without --roles keep the record they always had
+            del settings["roles"]
+        return {"settings": settings, **self.description}
 
     def _load_previous(self) -> None:
         out = self.out_dir
@@ -175,10 +196,14 @@ class PruneRun:
                 ):
                     scores[int(layer), int(head)] = float(value)
                 return scores
-        scores = score_heads(
-            order, self.model, self.importance_metric, mask, seed,
-            self.settings.abs_mode, self.settings.normalize, self.show_progress,
-        )
+        base = order.partition(":")[0]
+        if base == "roles":
+            scores = role_scores(self.model, self.roles, seed)
+        else:
+            scores = score_heads(
+                base, self.model, self.importance_metric, mask, seed,
+                self.settings.abs_mode, self.settings.normalize, self.show_progress,
+            )
         self.score_frames.append(
             scores_table(scores, order=order, seed=seed, scored_after_step=key_step)
         )
@@ -207,7 +232,8 @@ class PruneRun:
             start = time.perf_counter()
             baseline = self.eval_metric.evaluate(self.model, self.start_mask)
             baseline_seconds = time.perf_counter() - start
-        total_steps = len(self.settings.curves()) * len(self.targets)
+        total_steps = sum(len(self.settings.step_targets(int(self._scope(o).sum())))
+                          for o, _ in self.settings.curves())
         with progress_bar("pruning steps", total=total_steps, enabled=self.show_progress) as adv:
             for order, seed in self.settings.curves():
                 self._run_curve(order, seed, baseline, baseline_seconds, adv)
@@ -217,6 +243,8 @@ class PruneRun:
     def _run_curve(self, order, seed, baseline, baseline_seconds, advance) -> None:
         done = [r for r in self.rows if r["order"] == order and int(r["seed"]) == seed]
         mask = self.start_mask.clone()
+        scope = self._scope(order)
+        targets = self.settings.step_targets(int(scope.sum()))
         for row in done:
             for layer, head in parse_heads(row["heads_removed"]):
                 mask[layer, head] = 0.0
@@ -224,15 +252,15 @@ class PruneRun:
             self._append(self._row(order, seed, 0, mask, [], baseline, baseline,
                                    baseline_seconds))
         first = max((int(r["step"]) for r in done), default=0) + 1
-        advance(min(first - 1, len(self.targets)))
-        for step in range(first, len(self.targets) + 1):
+        advance(min(first - 1, len(targets)))
+        for step in range(first, len(targets) + 1):
             start = time.perf_counter()
             scores = self._scores(order, seed, step - 1, mask)
             n_pruned = int((mask[self.start_mask != 0] == 0).sum())
-            removed = select_heads(scores, mask, self.targets[step - 1] - n_pruned,
+            removed = select_heads(scores, mask * scope, targets[step - 1] - n_pruned,
                                    self.settings.min_heads_per_layer)
             if not removed:
-                advance(len(self.targets) - step + 1)
+                advance(len(targets) - step + 1)
                 break
             for layer, head in removed:
                 mask[layer, head] = 0.0
@@ -248,13 +276,28 @@ class PruneRun:
             "seed": seed,
             "step": step,
             "n_pruned": n_pruned,
-            "fraction_pruned": n_pruned / self.n_heads,
+            "fraction_pruned": n_pruned / int(self._scope(order).sum()),
             "heads_removed": heads_text(removed),
             "metric": float(value),
             "change": float(self.eval_metric.improvement(value, baseline)),
             "params": pruned_parameter_count(self.model, mask),
             "seconds": round(seconds, 3),
         }
+
+
+def scope_masks(model, start_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per attention type, ``[layer, head]`` 1 on its gate rows (encoder-decoder models)."""
+    rows = getattr(model, "attention_layers", None)
+    if rows is None:
+        return {}
+    masks = {}
+    for attention in SCOPES:
+        scope = torch.zeros_like(start_mask)
+        for index, row in enumerate(rows):
+            if row.attention == attention:
+                scope[index] = start_mask[index]
+        masks[attention] = scope
+    return masks
 
 
 def prune(
@@ -267,10 +310,19 @@ def prune(
     description: dict | None = None,
     show_progress: bool = False,
     on_step: Callable[[dict], None] | None = None,
+    dist=None,
 ) -> PruneResult:
-    """Run every curve of ``settings``; see the module docstring. Returns the tables."""
+    """Run every curve of ``settings``; see the module docstring. Returns the tables.
+
+    ``dist`` (a ``distributed.DistContext`` under torchrun) spreads the evaluations over the
+    processes (``pruning.spread``); rank 0 writes the tables.
+    """
     run = PruneRun(model, importance_metric, eval_metric, settings or PruneSettings(), out_dir,
                    description, show_progress, on_step)
+    if dist is not None and dist.active:
+        from attnlens.pruning.spread import prune_spread
+
+        return prune_spread(run, dist, resume=resume)
     return run.run(resume=resume)
 
 

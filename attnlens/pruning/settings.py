@@ -10,6 +10,8 @@ from attnlens.errors import ConfigError
 
 ORDERS = ("importance", "random", "confidence", "entropy", "loo")
 ABS_MODES = ("example", "batch")
+SCOPES = ("encoder", "decoder", "cross")  # attention types an order may be restricted to
+SEEDED = ("random", "roles")  # orders drawn from a seed: several seeds make a band
 
 
 @dataclass
@@ -24,13 +26,24 @@ class PruneSettings:
     seeds: int = 3
     abs_mode: str = "example"
     normalize: bool = True
+    # Folder (or head_roles.csv) of an `attnlens heads` run, for the "roles" order.
+    roles: str | None = None
 
     def validate(self) -> None:
+        choices = ", ".join((*ORDERS, "roles"))
         if not self.orders:
-            raise ConfigError(f"--order is empty; choose from {', '.join(ORDERS)}.")
-        unknown = [o for o in self.orders if o not in ORDERS]
-        if unknown:
-            raise ConfigError(f"unknown order {unknown[0]!r}; choose from {', '.join(ORDERS)}.")
+            raise ConfigError(f"--order is empty; choose from {choices}.")
+        for order in self.orders:
+            base, _, scope = order.partition(":")
+            if base not in (*ORDERS, "roles"):
+                raise ConfigError(f"unknown order {order!r}; choose from {choices} (an "
+                                  "encoder-decoder model also takes ORDER:encoder|decoder|cross).")
+            if scope and scope not in SCOPES:
+                raise ConfigError(f"unknown attention type in {order!r}; use "
+                                  f"{', '.join(SCOPES)}.")
+        if any(o.partition(":")[0] == "roles" for o in self.orders) and not self.roles:
+            raise ConfigError("--order roles needs --roles, the output folder of `attnlens "
+                              "heads`.")
         if not 0.0 < self.step <= 1.0:
             raise ConfigError(f"--step must be a fraction in (0, 1], not {self.step}.")
         if not 0.0 < self.max_fraction <= 1.0:
@@ -58,11 +71,11 @@ class PruneSettings:
         return list(dict.fromkeys(min(t, n_heads) for t in self.targets(n_heads) if t > 0))
 
     def curves(self) -> list[tuple[str, int]]:
-        """(order, seed) of every curve; only ``random`` uses several seeds."""
+        """(order, seed) of every curve; only ``random`` and ``roles`` use several seeds."""
         return [
             (order, seed)
             for order in dict.fromkeys(self.orders)
-            for seed in (range(self.seeds) if order == "random" else [0])
+            for seed in (range(self.seeds) if order.partition(":")[0] in SEEDED else [0])
         ]
 
     def targets(self, n_heads: int) -> list[int]:

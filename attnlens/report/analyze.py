@@ -18,17 +18,23 @@ from pathlib import Path
 from typing import Any
 
 from attnlens.analysis.base import Analyzer
-from attnlens.analysis.runner import run_analyzers
 from attnlens.checkpointing import AnalysisCheckpoint
 from attnlens.data.batch import Batch
+from attnlens.distributed import SINGLE, DistContext, run_sharded
 from attnlens.io import atomic_open, check_output_dir
+from attnlens.model.encoder_decoder import is_encoder_decoder
 from attnlens.model.transformer import HookedTransformer
 from attnlens.report.asymmetry_section import AsymmetrySection
 from attnlens.report.collapse_section import CollapseSection
+from attnlens.report.encoder_decoder import by_attention_type
+from attnlens.report.figure_pool import figure_pool
 from attnlens.report.folder import FIGURES_DIR, RUN_FILE, TABLES_DIR, Report, SectionRecord
 from attnlens.report.heads_section import HeadRolesSection
+from attnlens.report.linear_section import LinearSection
 from attnlens.report.provenance import invoked_command, model_record, package_versions
+from attnlens.report.rollout_section import RolloutSection
 from attnlens.report.sections import Section, SectionOutput
+from attnlens.report.sparse_section import SparseSection
 from attnlens.report.spectrum_section import SpectrumSection
 
 TIMED_METHODS = ("begin_batch", "update_layer", "end_batch", "update")
@@ -41,6 +47,9 @@ def default_sections() -> list[Section]:
         SpectrumSection(low_rank_cost=False),  # eigenvectors: `attnlens spectrum` has them
         AsymmetrySection(),
         CollapseSection(),
+        RolloutSection(),  # corpus shares; matrices and figures of the first 2 sentences only
+        SparseSection(),
+        LinearSection(),
     ]
 
 
@@ -105,18 +114,23 @@ def analyze(
     options: dict[str, Any] | None = None,
     command: str = "",
     prune_dir: str | Path | None = None,
+    dist: DistContext = SINGLE,
     checkpoint: AnalysisCheckpoint | None = None,
 ) -> list[SectionOutput]:
     """Run all sections' analyzers in one pass over ``batches``; write the report folder.
 
-    ``checkpoint`` saves the analyzers' states every N sentences and, when resuming,
-    restores them and skips the batches they already hold.
+    Under ``torchrun`` (``dist`` active) each rank analyses its share of the batches; rank 0
+    merges the states, writes and returns the outputs; other ranks return an empty list.
+    ``checkpoint`` (one process only) saves the analyzers' states every N sentences and, when
+    resuming, restores them and skips the batches they already hold.
     """
-    out = check_output_dir(out_dir)
+    out = check_output_dir(out_dir) if dist.is_main else Path(out_dir)
     if not command:  # inside any CLI command: its command line and options
         command, invoked = invoked_command()
         options = options or invoked
     sections = list(default_sections() if sections is None else sections)
+    if is_encoder_decoder(model):  # every section per attention type, tables with a column
+        sections = [by_attention_type(s) for s in sections]
     start = time.perf_counter()
     per_section = [s.analyzers(model, tokenizer) for s in sections]
     everything = [a for group in per_section for a in group]
@@ -126,11 +140,13 @@ def analyze(
         with _all_timed(sections, per_section, seconds):
             pass_start = time.perf_counter()
             stream = batches if checkpoint is None else checkpoint.wrap(batches, everything)
-            run_analyzers(model, stream, everything, total=n_sentences,
-                          show_progress=show_progress)
+            run_sharded(model, stream, everything, dist, total=n_sentences,
+                        show_progress=show_progress)
             corpus_pass = time.perf_counter() - pass_start
     else:
         corpus_pass = 0.0
+    if not dist.is_main:
+        return []
     outputs, records = _write_sections(model, sections, per_section, out, formats, seconds)
     if prune_dir is not None:
         from attnlens.report.prune_section import attach_prune_run
@@ -144,6 +160,7 @@ def analyze(
         "model": model_record(model),
         "corpus": corpus_name,
         "sentences": n_sentences,
+        "processes": dist.world_size,
         "options": options or {},
         "packages": package_versions(),
         "timings": {
@@ -186,7 +203,7 @@ def _write_sections(model, sections, per_section, out: Path, formats, seconds):
     records: list[SectionRecord] = []
     try:
         write_times = []
-        with _figure_pool():
+        with figure_pool():  # figures drawn in worker processes; all on disk after the block
             for section, group in zip(sections, per_section, strict=True):
                 staging = staging_root / section.name
                 staging.mkdir()
@@ -205,18 +222,6 @@ def _write_sections(model, sections, per_section, out: Path, formats, seconds):
     finally:
         shutil.rmtree(staging_root, ignore_errors=True)
     return outputs, records
-
-
-@contextmanager
-def _figure_pool() -> Iterator[None]:
-    """Figures drawn in worker processes where the library offers it (all on disk after)."""
-    try:
-        from attnlens.report.figure_pool import figure_pool
-    except ImportError:
-        yield
-        return
-    with figure_pool():
-        yield
 
 
 def _version() -> str:

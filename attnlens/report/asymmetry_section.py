@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -58,7 +59,8 @@ class AsymmetrySection(Section):
         weights = weight_asymmetry_table(model)
         write_table(weights, out_dir, "weight_asymmetry")
         output = SectionOutput(self.title, tables={"weight_asymmetry": weights})
-        fig = layer_head_heatmap(
+        fig = partial(  # a recipe: built and drawn in a figure worker
+            layer_head_heatmap,
             weights[weights["measure"] == "antisym_share"],
             "Antisymmetric share of ||W_Q W_K^T||_F^2",
             vmin=0,
@@ -74,13 +76,15 @@ class AsymmetrySection(Section):
             output.tables.update(tables)
             patterns = tables["pattern_asymmetry"]
             baseline = tables.get("asymmetry_baseline")
-            fig = layer_head_heatmap(
+            fig = partial(  # a recipe: built and drawn in a figure worker
+                layer_head_heatmap,
                 patterns[patterns["measure"] == "asym_ratio"],
                 "Pattern asymmetry ||P - P^T||_F / ||P||_F",
                 vmin=0,
             )
             output.figures += save_figure(fig, out_dir, "asymmetry_patterns", formats)
-            fig = layer_head_heatmap(
+            fig = partial(  # a recipe: built and drawn in a figure worker
+                layer_head_heatmap,
                 patterns[patterns["measure"] == "directed_share"],
                 f"Share of attended pairs that are one-way (>= {found[0].factor:g}x)",
                 vmin=0,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -55,7 +56,8 @@ def write_pretrained_collapse(
         write_table(table, out_dir, name)
     curves, fits = tables["collapse_variants"], tables["collapse_fits"]
     if not curves.empty:
-        fig = collapse_curves(
+        fig = partial(  # a recipe: built and drawn in a figure worker
+            collapse_curves,
             curves,
             f"Block variants on the model's weights ({variants.sentences} sentences; "
             "geometric mean, band q10..q90)",
@@ -64,7 +66,8 @@ def write_pretrained_collapse(
         )
         output.figures += save_figure(fig, out_dir, "collapse_variants", formats)
     if not tables["path_collapse"].empty:
-        fig = path_collapse_curve(
+        fig = partial(  # a recipe: built and drawn in a figure worker
+            path_collapse_curve,
             tables["path_collapse"],
             f"Head paths: {paths.n_paths} sampled per length, {paths.sentences} sentences",
         )
@@ -101,14 +104,17 @@ def write_synthetic_collapse(
     curves, fits = tables["synthetic_collapse"], tables["synthetic_fits"]
     spec = dict(zip(tables["synthetic_spec"]["parameter"], tables["synthetic_spec"]["value"],
                     strict=True))
-    fig = collapse_curves(
+    fig = partial(  # a recipe: built and drawn in a figure worker
+        collapse_curves,
         curves,
         f"Random stacks: width {spec['width']}, {spec['heads']} heads, {spec['tokens']} tokens, "
         f"{spec['seeds']} seeds (geometric mean, band min..max)",
         floor=machine_floor(),
     )
     output.figures += save_figure(fig, out_dir, "synthetic_collapse", formats)
-    fig = double_log_fit(curves, fits, "Doubly exponential decay: log(-log r) against depth")
+    fig = partial(
+        double_log_fit, curves, fits, "Doubly exponential decay: log(-log r) against depth"
+    )
     output.figures += save_figure(fig, out_dir, "synthetic_fit", formats)
     output.summary = (
         "Relative residual (mean token, composite norm: an upper bound of min_x ||X - 1 x^T||; "

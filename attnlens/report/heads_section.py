@@ -4,6 +4,7 @@ statistics with intervals, held-out best heads, behaviour classes and head clust
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -185,35 +186,42 @@ class HeadRolesSection(Section):
         return tables
 
     def figures(self, tables: dict[str, pd.DataFrame]) -> list:
-        """(name, Figure) pairs drawn from the tables only."""
-        figures = [("head_roles_map", role_map_figure(
-            tables["head_roles"], "Head roles after correction (q < alpha)")),
-            ("head_roles_map_uncorrected", role_map_figure(
-                tables["head_roles_uncorrected"], "Head roles, uncorrected point rules"))]
+        """(name, recipe) pairs drawn from the tables only: each recipe (a ``partial``) builds
+        its Figure when called, in a figure_pool worker process when one is active."""
+        figures = [
+            ("head_roles_map", partial(role_map_figure, tables["head_roles"],
+                                       "Head roles after correction (q < alpha)")),
+            ("head_roles_map_uncorrected", partial(role_map_figure,
+                                                   tables["head_roles_uncorrected"],
+                                                   "Head roles, uncorrected point rules")),
+        ]
         head_stats = tables["head_stats"]
         for measure, title in STAT_FIGURES.items():
             rows = head_stats[head_stats["measure"] == measure]
-            figures.append((f"heads_{measure}", layer_head_heatmap(rows, title)))
-        figures.append(("positional_share", layer_head_heatmap(
-            tables["positional_heads"], "Share of tokens at the best offset (-3..+3)",
-            value="share", vmin=0, vmax=1)))
+            figures.append((f"heads_{measure}", partial(layer_head_heatmap, rows, title)))
+        figures.append(("positional_share", partial(
+            layer_head_heatmap, tables["positional_heads"],
+            "Share of tokens at the best offset (-3..+3)", value="share", vmin=0, vmax=1)))
         if "rare_words" in tables:
-            figures.append(("rare_word_share", layer_head_heatmap(
-                tables["rare_words"], "Share of words attending most to the rarest word",
+            figures.append(("rare_word_share", partial(
+                layer_head_heatmap, tables["rare_words"],
+                "Share of words attending most to the rarest word",
                 value="share_rarest", vmin=0, vmax=1)))
         if "syntactic_accuracy" in tables:
             for direction in MAIN_DIRECTIONS:
                 slug = direction.replace("->", "_to_")
-                figures.append((f"syntactic_{slug}",
-                                relation_heatmaps(tables["syntactic_accuracy"], direction)))
+                figures.append((f"syntactic_{slug}", partial(
+                    relation_heatmaps, tables["syntactic_accuracy"], direction)))
         if "head_behaviour" in tables:
-            wide = tables["head_behaviour_classes"]
-            figures.append(("head_behaviour", behaviour_figure(
-                wide, "Vertical, diagonal and broad attention (share, %)")))
+            figures.append(("head_behaviour", partial(
+                behaviour_figure, tables["head_behaviour_classes"],
+                "Vertical, diagonal and broad attention (share, %)")))
         if "head_embedding" in tables:
-            figures.append(("head_embedding", head_embedding_figure(tables["head_embedding"])))
-            figures.append(("head_distances", head_distance_figure(
-                tables["head_distances"], "Mean JS divergence between heads (nats)")))
+            figures.append(("head_embedding",
+                            partial(head_embedding_figure, tables["head_embedding"])))
+            figures.append(("head_distances", partial(
+                head_distance_figure, tables["head_distances"],
+                "Mean JS divergence between heads (nats)")))
         return figures
 
     def write(self, model, analyzers, out_dir: Path, formats) -> SectionOutput:

@@ -214,3 +214,88 @@ PRUNE = SectionDoc(
     card=(CardItem("head_importance", "Importance (pruning run)", kind="row",
                    columns=("score", "rank")),),
 )
+
+# Rollout/flow, sparse coverage, linear attention (issue 16) ----------------------------------
+ABNAR = Paper("Abnar & Zuidema 2020, Quantifying Attention Flow in Transformers",
+              "https://arxiv.org/abs/2005.00928")
+BIGBIRD_PAPER = Paper("Zaheer et al. 2020, Big Bird: Transformers for Longer Sequences",
+                      "https://arxiv.org/abs/2007.14062")
+LONGFORMER = Paper("Beltagy et al. 2020, Longformer: The Long-Document Transformer",
+                   "https://arxiv.org/abs/2004.05150")
+SCHLAG = Paper("Schlag et al. 2021, Linear Transformers Are Secretly Fast Weight Programmers",
+               "https://arxiv.org/abs/2102.11174")
+KATHAROPOULOS = Paper("Katharopoulos et al. 2020, Transformers are RNNs: Fast Autoregressive "
+                      "Transformers with Linear Attention", "https://arxiv.org/abs/2006.16236")
+
+ROLLOUT = SectionDoc(
+    about=(
+        "Which input tokens a position draws on after several layers have mixed them. "
+        "Rollout: per layer Ã_l = r·fuse_heads(A_l) + (1-r)·I with rows renormalised, "
+        "R_0 = Ã_0, R_l = Ã_l R_(l-1); R_l[i, j] is the share of input token j in position i "
+        "after block l (positions from 0, special tokens included). Flow replaces the product "
+        "by the maximum flow through the layered graph with those capacities."
+    ),
+    papers=(ABNAR,),
+    command="attnlens rollout",
+    tables=(
+        TableDoc("rollout_layers", "Per layer, means over query rows: mass on special tokens, "
+                 "on the token itself, information moved by the block (total variation "
+                 "between R_l and R_(l-1) rows), source distance, mixing of the block alone.",
+                 pivot=("measure", "value")),
+        TableDoc("rollout", "Rollout matrices of the kept sentences (one row per layer, query "
+                 "and key position)."),
+        TableDoc("flow", "Attention flow of the kept sentences (rows normalised; max_flow: "
+                 "the raw maximum flow)."),
+    ),
+    figures=(FigureDoc("rollout_layers", "Rollout shares and mixing by layer."),),
+)
+
+SPARSE = SectionDoc(
+    about=(
+        "How much of each head's attention a sparse pattern would keep: a local window "
+        "|i - j| <= w, global tokens (special tokens plus the first g positions), both, and "
+        "BigBird (window, global and seeded random keys) against as many random keys. "
+        "output_error = ||(P - P_S) V|| / ||P V|| for the pattern restricted to the set and "
+        "renormalised."
+    ),
+    papers=(LONGFORMER, BIGBIRD_PAPER),
+    command="attnlens sparse",
+    tables=(
+        TableDoc("sparse_heads", "Per head: smallest window keeping the coverage level (on the "
+                 "window grid, exact, with global tokens), mass and error at that window.",
+                 pivot=("measure", "value")),
+        TableDoc("sparse_coverage", "Mass and output error per head, pattern and window.",
+                 keys=("window",)),
+        TableDoc("sparse_window_curve", "Mass inside ±w for every w, per head.",
+                 keys=("window",)),
+    ),
+    figures=(
+        FigureDoc("sparse_window90", "Smallest window ±w keeping 90 % of each head's mass."),
+        FigureDoc("sparse_window90_global", "The same with the global tokens added."),
+        FigureDoc("sparse_window_curves", "Mass inside ±w against w, one line per head."),
+    ),
+    card=(CardItem("sparse_heads", "Sparse coverage", kind="measures"),),
+)
+
+LINEAR = SectionDoc(
+    about=(
+        "A head without its softmax is a fast-weight memory storing v_j k_j^T, read exactly "
+        "only when keys are orthogonal. interference = mean |cos| between distinct keys; "
+        "effective_keys = participation ratio of the keys' Gram eigenvalues (at most "
+        "min(n, d_head)); linear_error = relative output error of elu(x)+1 linear attention, "
+        "raw_error of the unnormalised (Q K^T) V."
+    ),
+    papers=(SCHLAG, KATHAROPOULOS),
+    command="attnlens linear",
+    tables=(
+        TableDoc("linear_attention", "Per head, means over sentences.",
+                 pivot=("measure", "value")),
+        TableDoc("linear_keys_by_length", "Effective orthogonal keys by sentence length."),
+    ),
+    figures=(
+        FigureDoc("linear_error", "Relative output error of elu+1 linear attention."),
+        FigureDoc("linear_interference", "Key interference (mean |cos| of distinct keys)."),
+        FigureDoc("linear_keys_by_length", "Effective orthogonal keys against length."),
+    ),
+    card=(CardItem("linear_attention", "Linear attention", kind="measures"),),
+)

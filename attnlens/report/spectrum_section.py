@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -40,7 +41,8 @@ def spectrum_summary_text(tables: dict[str, pd.DataFrame], sentences: int, mean_
             lines.append(
                 f"k = ceil({fraction:g} n): P error {means['p_error']:.3f}, "
                 f"output error {means['output_error']:.3f}, "
-                f"Linformer (random E, F) error {means['linformer_error']:.3f} (means over heads)"
+                f"Linformer random-projection RMS error {means['linformer_error']:.3f} "
+                "(means over heads)"
             )
     return "\n".join(lines)
 
@@ -70,14 +72,17 @@ def write_weight_spectra(
     for name, table in tables.items():
         write_table(table, out_dir, name)
     output.tables.update(tables)
-    fig = shared_subspace_curves(
+    fig = partial(  # a recipe: built and drawn in a figure worker
+        shared_subspace_curves,
         tables["shared_subspace_curve"],
         model.cfg.d_model,
         "Shared query/key subspaces: all heads of a layer (solid) vs one head (dashed)",
     )
     output.figures += save_figure(fig, out_dir, "shared_subspace", formats)
     qk_rank = tables["circuit_summary"].query("circuit == 'QK' and measure == 'effective_rank'")
-    fig = layer_head_heatmap(qk_rank, "Effective rank of each head's W_Q W_K^T", fmt="{:.1f}")
+    fig = partial(
+        layer_head_heatmap, qk_rank, "Effective rank of each head's W_Q W_K^T", fmt="{:.1f}"
+    )
     output.figures += save_figure(fig, out_dir, "qk_effective_rank", formats)
     output.summary += "\n" + weight_summary_text(tables["shared_subspace_dims"], model.cfg.d_model)
 
@@ -89,11 +94,13 @@ class SpectrumSection(Section):
     title = "Attention spectrum (low rank) and shared subspaces"
     doc = SPECTRUM
 
-    def __init__(self, low_rank_cost: bool = True) -> None:
+    def __init__(self, low_rank_cost: bool = True, top_k: int = 0, top_k_min_n: int = 1024) -> None:
         self.low_rank_cost = low_rank_cost
+        self.top_k, self.top_k_min_n = top_k, top_k_min_n  # long inputs: top-k spectra only
 
     def analyzers(self, model: HookedTransformer, tokenizer) -> list[SpectrumAnalyzer]:
-        return [SpectrumAnalyzer.for_model(model, low_rank_cost=self.low_rank_cost)]
+        return [SpectrumAnalyzer.for_model(model, low_rank_cost=self.low_rank_cost,
+                                           top_k=self.top_k, top_k_min_n=self.top_k_min_n)]
 
     def write(self, model, analyzers, out_dir: Path, formats) -> SectionOutput:
         (spectrum,) = [a for a in analyzers if isinstance(a, SpectrumAnalyzer)]
@@ -101,15 +108,21 @@ class SpectrumSection(Section):
         for name, table in tables.items():
             write_table(table, out_dir, name)
         output = SectionOutput(self.title, tables=dict(tables))
+        if "spectrum_summary" not in tables:  # every sentence was long: top-k table only
+            output.summary = f"{spectrum.top_sentences} long sentences: top-{spectrum.top_k} only"
+            write_weight_spectra(model, out_dir, formats, output)
+            return output
         summary = tables["spectrum_summary"]
-        fig = layer_head_heatmap(
+        fig = partial(  # a recipe: built and drawn in a figure worker
+            layer_head_heatmap,
             summary[summary["measure"] == "cum_at_quarter"],
             "Cumulative singular-value share at k = n/4",
             vmin=0,
             vmax=1,
         )
         output.figures += save_figure(fig, out_dir, "spectrum_at_quarter", formats)
-        fig = cumulative_curves_by_layer(
+        fig = partial(  # a recipe: built and drawn in a figure worker
+            cumulative_curves_by_layer,
             tables["spectrum_curve"], "Normalised cumulative singular values of attention"
         )
         output.figures += save_figure(fig, out_dir, "spectrum_curves", formats)
@@ -117,7 +130,8 @@ class SpectrumSection(Section):
             cost = tables["low_rank_cost"]
             quarter = cost[(cost["measure"] == "output_error") & (cost["k_fraction"] == 0.25)]
             if not quarter.empty:
-                fig = layer_head_heatmap(
+                fig = partial(  # a recipe: built and drawn in a figure worker
+                    layer_head_heatmap,
                     quarter, "Relative error of the head output P V at rank n/4", vmin=0
                 )
                 output.figures += save_figure(fig, out_dir, "spectrum_output_error", formats)

@@ -1,0 +1,93 @@
+"""Render report figures in parallel worker processes.
+
+Drawing a figure (layout of every text artist, rasterising, PNG compression) is pure
+matplotlib work that does not need the model. Inside ``with figure_pool():`` the report's
+``save_figure`` hands each figure to a pool of forked worker processes and returns at once
+with the paths the files will have; leaving the block waits for every figure and re-raises
+the first failure. A figure given as a *recipe* (a picklable zero-argument callable such as
+``functools.partial(layer_head_heatmap, table, title)``) is also built in the worker, so the
+main process only ships the small table; a ready ``Figure`` is pickled and only drawn there.
+
+Workers are forked (Linux only, where fork is cheap and matplotlib is already imported); on
+other systems, with one CPU or with ``ATTNLENS_FIGURE_WORKERS=0`` figures are drawn in the
+calling process, exactly as without the pool. The workers never call torch, so forking a
+process whose torch thread pool is running is safe.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from attnlens import io
+
+
+class _Pool:
+    def __init__(self, workers: int) -> None:
+        context = multiprocessing.get_context("fork")
+        self.executor = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+        self.futures: list[Future] = []
+
+    def submit(self, figure: Any, write: Callable[[Any, Path, str], None], jobs: list) -> None:
+        """Queue one figure (``attnlens.io.FIGURE_QUEUES`` calls this from save_figure)."""
+        self.futures.append(self.executor.submit(io.draw_figure, figure, write, jobs))
+
+    def finish(self) -> None:
+        try:
+            for future in self.futures:
+                future.result()  # re-raises a worker's exception here
+        finally:
+            self.executor.shutdown(wait=True, cancel_futures=True)
+
+
+def default_workers() -> int:
+    """``ATTNLENS_FIGURE_WORKERS`` if set, else the usable CPUs (at most 4); 0 off Linux."""
+    configured = os.environ.get("ATTNLENS_FIGURE_WORKERS")
+    if configured is not None:
+        return max(0, int(configured))
+    if not sys.platform.startswith("linux"):
+        return 0
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return min(4, cpus or 1) if (cpus or 1) > 1 else 0
+
+
+@contextmanager
+def figure_pool(workers: int | None = None) -> Iterator[None]:
+    """Draw figures saved inside this block in ``workers`` processes (see the module doc)."""
+    workers = default_workers() if workers is None else workers
+    if workers <= 0:
+        yield
+        return
+    _warm_up()  # forked workers inherit loaded fonts and text-layout caches
+    pool = _Pool(workers)
+    io.FIGURE_QUEUES.append(pool.submit)
+    try:
+        yield
+    except BaseException:
+        io.FIGURE_QUEUES.remove(pool.submit)
+        pool.executor.shutdown(wait=True, cancel_futures=True)
+        raise
+    io.FIGURE_QUEUES.remove(pool.submit)
+    pool.finish()
+
+
+def _warm_up() -> None:
+    """Draw one small figure with text so matplotlib loads its fonts before the fork."""
+    from io import BytesIO
+
+    import matplotlib.pyplot as plt
+
+    from attnlens.plots import STYLE
+
+    with plt.rc_context(STYLE):
+        fig = plt.figure(figsize=(1, 1))
+        fig.text(0.5, 0.5, "0.123456789 layer head", fontsize=6)
+        fig.suptitle("warm")
+        fig.savefig(BytesIO(), format="png")
+        plt.close(fig)

@@ -1,0 +1,26 @@
+"""`attnlens linear`: the fast-weight / linear-attention view of every head."""
+
+from __future__ import annotations
+
+import typer
+from attnlens.cli.analyze import DEFAULT_OUT
+from attnlens.cli.runner import CommandRun, command
+
+MaxSentencesOpt = typer.Option(
+    None, "--max-sentences", min=1,
+    help="Read at most this many sentences (batches come in a shuffled order). (default all)",
+    show_default=False,
+)
+
+
+def linear(run: CommandRun, max_sentences: int | None = MaxSentencesOpt) -> None:
+    """Per head: key interference (mean |cos| of distinct keys), effective orthogonal keys
+    against length and d_head, and the output error of linear attention (elu+1, Katharopoulos
+    et al. 2020) and of the unnormalised (Q K^T) V; most and least linearisable heads."""
+    from attnlens.report.linear_section import LinearSection
+
+    run.write_report([LinearSection(per_batch=None, max_sentences=max_sentences)])
+
+
+def register(app: typer.Typer) -> None:
+    command(app, "linear", corpus=True, out=DEFAULT_OUT)(linear)

@@ -1,0 +1,53 @@
+"""No host read of tensor data (a GPU synchronisation each) inside analyzers' per-layer work.
+
+The CPU check counts, with a TorchFunctionMode, every call that needs tensor values on the
+host (``.item()``, ``.cpu()``, ``.tolist()``, ``bool``/``int`` of a tensor, ``nonzero``, ...)
+made inside ``update_layer`` of every analyzer `attnlens analyze` runs: on a GPU each would
+stall the device once per layer. Per-batch work (``begin_batch``/``end_batch``, whole-batch
+analyzers) may read the host once per batch. tests/test_cuda.py counts real CUDA
+synchronisations where a GPU is present.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnlens.analysis.runner import run_analyzers
+from attnlens.data.corpus import load_corpus
+from attnlens.report.analyze import default_sections
+from tests.sync_utils import count_host_reads
+
+
+def analyzer_params():
+    return [pytest.param(i, id=f"section{i}") for i in range(len(default_sections()))]
+
+
+@pytest.fixture(scope="module")
+def batches(minilm):
+    _, tokenizer = minilm
+    corpus = load_corpus(text=None, treebank=None)
+    return corpus.batches(tokenizer, batch_size=8, max_length=64)[:2]
+
+
+@pytest.mark.parametrize("section", analyzer_params())
+def test_update_layer_reads_nothing_back_to_the_host(minilm, batches, section):
+    model, tokenizer = minilm
+    analyzers = default_sections()[section].analyzers(model, tokenizer)
+    with count_host_reads(analyzers) as counts:
+        run_analyzers(model, batches, analyzers, show_progress=False)
+    assert dict(counts) == {}, "host reads per layer (GPU synchronisations): " + str(counts)
+
+
+def test_the_counter_sees_host_reads():
+    class Reads:
+        layerwise = True
+
+        def update_layer(self, batch, layer, cache):
+            x = torch.ones(3)
+            return x.sum().item(), x.tolist(), bool(x[0] > 0), x.cpu()
+
+    reader = Reads()
+    with count_host_reads([reader]) as counts:
+        reader.update_layer(None, 0, None)
+    assert counts == {"Reads.item": 1, "Reads.tolist": 1, "Reads.__bool__": 1, "Reads.cpu": 1}
