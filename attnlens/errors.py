@@ -29,3 +29,16 @@ class DataError(AttnlensError):
 
 class ConfigError(AttnlensError):
     """An option or configuration value is invalid."""
+
+
+class RunInterrupted(BaseException):
+    """Ctrl-C or SIGTERM during a command (raised by the CLI's signal handler).
+
+    A ``BaseException`` that is not a ``KeyboardInterrupt``: Typer/Click turn a
+    ``KeyboardInterrupt`` into a silent exit 130 before the CLI's handler can say what was
+    kept, and no ``except Exception`` in library code swallows this one.
+    """
+
+    def __init__(self, signal_name: str = "SIGINT") -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name

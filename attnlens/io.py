@@ -6,7 +6,9 @@ The lowest layer beside ``errors``: anything may import it, it imports nothing o
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -15,7 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from attnlens.errors import DataError
+from attnlens.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -27,8 +29,12 @@ os.umask(_UMASK)
 
 
 @contextmanager
-def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO]:
-    """Write to a temporary file beside ``path``, then rename it into place."""
+def atomic_open(path: str | Path, mode: str = "w", durable: bool = False) -> Iterator[IO]:
+    """Write to a temporary file beside ``path``, then rename it into place.
+
+    ``durable``: flush the file to disk before the rename (checkpoints, manifests), so even a
+    power loss leaves the old file or the whole new one.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -36,10 +42,55 @@ def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO]:
     try:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
             yield handle
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """``data`` written durably and atomically (see ``atomic_open``)."""
+    with atomic_open(path, "wb", durable=True) as handle:
+        handle.write(data)
+    return Path(path)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike, value: Any) -> Path:
+    """JSON with sorted keys and a final newline (the same value gives the same bytes)."""
+    return atomic_write_text(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
+
+
+# Names made from data -----------------------------------------------------------------------
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_DOTS = re.compile(r"[._]{2,}")
+
+
+def safe_filename(text: str, fallback: str = "item", max_length: int = 100) -> str:
+    """A file name made from data (a relation, a model name) that stays in its folder.
+
+    Anything but ASCII letters, digits, ``.``, ``_`` and ``-`` becomes ``_`` (so ``/`` and
+    ``\\`` cannot make a path), runs of dots and underscores become one ``_`` (no ``..``),
+    and leading or trailing ``.``/``_``/``-`` go (no hidden files): ``../../x`` -> ``x``.
+    """
+    name = _DOTS.sub("_", _UNSAFE.sub("_", str(text))).strip("._-")[:max_length].strip("._-")
+    return name or fallback
+
+
+def path_inside(folder: str | os.PathLike, name: str) -> Path:
+    """``folder / name``, refused when it would leave ``folder`` (``..``, absolute paths)."""
+    base = Path(folder).resolve()
+    path = (base / name).resolve()
+    if path == base or base not in path.parents:
+        raise ConfigError(f"file name {name!r} would be written outside {folder}; "
+                          "names made from data must be plain file names.")
+    return path
 
 
 def markdown_table(df: pd.DataFrame, float_format: str = "{:.4g}") -> str:
@@ -62,7 +113,7 @@ def write_table(
     """Write ``df`` as ``name.csv`` and/or ``name.md`` in ``out_dir``; return the paths."""
     paths = []
     for fmt in formats:
-        path = Path(out_dir) / f"{name}.{fmt}"
+        path = path_inside(out_dir, f"{name}.{fmt}")  # a name from data cannot leave out_dir
         with atomic_open(path) as handle:
             if fmt == "csv":
                 df.to_csv(handle, index=False)
@@ -141,7 +192,7 @@ def save_figure(
         if isinstance(fig, Figure):
             _close(fig)
         raise
-    jobs = [(Path(out_dir) / f"{name}.{fmt}", fmt) for fmt in checked]
+    jobs = [(path_inside(out_dir, f"{name}.{fmt}"), fmt) for fmt in checked]  # stays in out_dir
     if FIGURE_QUEUES:
         FIGURE_QUEUES[-1](fig, _write_figure, jobs)
         if isinstance(fig, Figure):
@@ -174,30 +225,20 @@ def _close(fig) -> None:
     plt.close(fig)
 
 
-def check_input_file(path: str | Path | None, option: str, what: str) -> None:
-    """Refuse an input path (given with ``option``) that is missing or a folder."""
+def check_input_file(path: str | os.PathLike | None, option: str, what: str) -> Path | None:
+    """``path`` when it is a readable regular file, else a one-line ``DataError`` naming the
+    option that gave it and what a good file holds (``what``: "CoNLL-U treebank")."""
     if path is None:
-        return
-    path = Path(path)
+        return None
+    path = Path(path).expanduser()
     if path.is_dir():
-        raise DataError(f"{option} {path} is a folder; pass a {what} file.")
+        raise DataError(f"{option} {path} is a folder; pass a file ({what}).")
+    if not path.exists():
+        raise DataError(f"{option} file {path} does not exist; pass a file ({what}).")
     if not path.is_file():
-        raise DataError(f"{option} file {path} does not exist; pass a {what} file.")
-
-
-def check_output_path(out_dir: str | Path) -> Path:
-    """Refuse an output folder that cannot be created or written, without creating it."""
-    path = Path(out_dir)
-    if path.exists() and not path.is_dir():
-        raise DataError(f"output path {path} is a file; pass a folder with --out.")
-    existing = path
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise DataError(f"cannot create output folder {path}: {existing} is a file.")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        where = "is" if existing == path else f"cannot be created: {existing} is"
-        raise DataError(f"output folder {path} {where} not writable.")
+        raise DataError(f"{option} {path} is not a regular file; pass a file ({what}).")
+    if not os.access(path, os.R_OK):
+        raise DataError(f"{option} {path} cannot be read (permission denied).")
     return path
 
 

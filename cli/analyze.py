@@ -30,4 +30,5 @@ def analyze(run: CommandRun, prune: Path | None = PruneOpt) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    command(app, "analyze", corpus=True, out=DEFAULT_OUT, device_map=True)(analyze)
+    command(app, "analyze", corpus=True, out=DEFAULT_OUT, device_map=True, resumable=True,
+            checkpoints=True)(analyze)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import importlib
 import os
+import shlex
+import signal
 import sys
 
 import typer
 from attnlens.cli.runner import Interrupted
 
-from attnlens.errors import AttnlensError
+from attnlens.errors import AttnlensError, RunInterrupted
 
 app = typer.Typer(
     name="attnlens",
@@ -61,27 +63,58 @@ def usage_error_line(exc: Exception) -> str:
     return f"{message.rstrip('.')}; see '{command} --help'."
 
 
+def _on_signal(signum: int, frame) -> None:
+    # A second Ctrl-C ends the process at once: outputs are atomic, nothing half-written.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise RunInterrupted(signal.Signals(signum).name)
+
+
+def interrupted_message(args: list[str]) -> str:
+    """One line: what the interrupted run kept, and the exact command to resume or rerun."""
+    outputs = sys.modules.get("attnlens.outputs")
+    note = outputs.interrupt_note() if outputs is not None else None
+    if note and note.startswith("kept"):
+        again = shlex.join(["attnlens", *args, *([] if "--resume" in args else ["--resume"])])
+        return f"Interrupted: {note}; resume with: {again}"
+    return f"Interrupted: {note or 'nothing was written'}; rerun with: " + shlex.join(
+        ["attnlens", *args])
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: runs the app; every failure a user can cause becomes one line on stderr
-    starting with ``Error:`` and exit status 1 (130 when interrupted), without a traceback."""
+    starting with ``Error:`` and exit status 1, without a traceback.
+
+    Ctrl-C and SIGTERM raise ``RunInterrupted`` (a ``BaseException`` that is not a
+    ``KeyboardInterrupt``, which Click would turn into a bare abort and library code might
+    swallow): the line then says what the run kept and the command that resumes it; exit
+    status 130 (143 for SIGTERM).
+    """
+    args = sys.argv[1:] if argv is None else list(argv)
+    previous = signal.signal(signal.SIGINT, _on_signal), signal.signal(signal.SIGTERM, _on_signal)
     try:
-        code = app(prog_name="attnlens", args=argv, standalone_mode=False)
+        code = app(prog_name="attnlens", args=args, standalone_mode=False)
     except UsageError as exc:  # missing/unknown option, bad value, out of range
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `attnlens` or group: its help
             typer.echo(exc.ctx.get_help())
             sys.exit(0)
         print(f"Error: {usage_error_line(exc)}", file=sys.stderr)
         code = 1
+    except RunInterrupted as exc:
+        print(interrupted_message(args), file=sys.stderr)
+        code = 143 if exc.signal_name == "SIGTERM" else 130
     except (KeyboardInterrupt, typer.Abort, Interrupted):
-        print("Error: interrupted; rerun the command (runs that support it resume).",
-              file=sys.stderr)
+        print(interrupted_message(args), file=sys.stderr)
         code = 130
     except Exception as exc:
         message = _known_error(exc)
         if message is None or os.environ.get("ATTNLENS_DEBUG"):
             raise
-        print(f"Error: {message}", file=sys.stderr)
+        print(f"Error: {' '.join(message.split())}", file=sys.stderr)
         code = 1
+    finally:
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])
     sys.exit(code or 0)
 
 

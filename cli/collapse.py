@@ -49,7 +49,8 @@ def _synthetic(run: CommandRun, variants: list[str], given: dict[str, float]) ->
     spec = SyntheticSpec(**given)
     tables = run_synthetic(spec, variants, device=resolve_device(run.model.device),
                            show_progress=run.show_progress)
-    output = write_synthetic_collapse(tables, run.prepare_output(), run.output.formats)
+    with run.writing() as work:
+        output = write_synthetic_collapse(tables, work, run.output.formats)
     typer.echo(output.summary)
     run.note(f"wrote {len(output.tables)} tables and {len(output.figures)} figures to "
              f"{run.output.folder}/")

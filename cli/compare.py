@@ -31,8 +31,8 @@ def compare(run: CommandRun, dir_a: Path = ReportA, dir_b: Path = ReportB,
     if out.resolve() in (a.path.resolve(), b.path.resolve()):
         raise ConfigError(f"--out {out} is one of the compared reports; choose another folder.")
     comparison = run_compare(a, b, top=top)
-    run.prepare_output()
-    page = write_comparison(comparison, out)
+    with run.writing() as work:
+        page = out / write_comparison(comparison, work).relative_to(work)
     for warning in comparison.warnings:
         run.note(f"warning: {warning}")
     changed = len(comparison.tables["role_changes"])

@@ -19,20 +19,26 @@ PairsOpt = typer.Option(
     ..., "--pairs", show_default=False,
     help="CSV of sentence1,sentence2,score without header (e.g. STS-B dev).",
 )
+ScoreRangeOpt = typer.Option(
+    None, "--score-range", show_default=False,
+    help="LOW,HIGH: the scale of the gold scores (default 0,5, STS-B's).",
+)
 
 
-def stsb(run: CommandRun, pairs: Path = PairsOpt) -> None:
+def stsb(run: CommandRun, pairs: Path = PairsOpt, score_range: str | None = ScoreRangeOpt) -> None:
     """STS Benchmark Spearman x 100 of embedding cosines vs gold scores (printed on stdout).
 
     Embeddings are mean-pooled over real tokens and L2-normalised (sentence-transformers).
     """
     check_input_file(pairs, "--pairs", "CSV of sentence1,sentence2,score")
+    from attnlens.data.pairs import parse_score_range, read_pairs
+
+    data = read_pairs(pairs, parse_score_range(score_range))  # checked before the model loads
     import torch
 
-    from attnlens.metrics.sts import distinct_sentences, read_pairs, sts_spearman
+    from attnlens.metrics.sts import distinct_sentences, sts_spearman
     from attnlens.progress import progress_bar
 
-    data = read_pairs(pairs)
     start = time.perf_counter()
     model, tokenizer = run.load_model()
     n_sentences = len(distinct_sentences(data))

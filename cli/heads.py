@@ -99,7 +99,7 @@ def heads(
     from attnlens.io import check_input_file
 
     check_input_file(select_on, "--select-on", "CoNLL-U treebank")
-    check_input_file(rarity_corpus, "--rarity-corpus", "text")
+    check_input_file(rarity_corpus, "--rarity-corpus", "text, one sentence per line")
     from attnlens.data.corpus import load_corpus
     from attnlens.data.rarity import WordRarity
     from attnlens.data.text import read_text_file
@@ -109,7 +109,8 @@ def heads(
     chooser = load_corpus(treebank=select_on) if select_on else None
     rarity = None
     if rarity_corpus:
-        rarity = WordRarity.from_texts(read_text_file(rarity_corpus), source=str(rarity_corpus))
+        rarity = WordRarity.from_texts(read_text_file(rarity_corpus, "--rarity-corpus"),
+                                      source=str(rarity_corpus))
     section = HeadRolesSection(
         positional_threshold=positional_threshold,
         min_examples=min_examples,
@@ -144,4 +145,6 @@ def _statistics(bootstrap: int, seed: int, alpha: float, correction: str, poolin
 
 
 def register(app: typer.Typer) -> None:
-    command(app, "heads", corpus=True, out=DEFAULT_OUT)(heads)
+    command(app, "heads", corpus=True, out=DEFAULT_OUT, resumable=True, checkpoints=True,
+            inputs={"rarity_corpus": "text, one sentence per line",
+                    "select_on": "CoNLL-U treebank"})(heads)

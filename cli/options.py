@@ -84,6 +84,21 @@ def output(default: Path, figures: bool) -> list[inspect.Parameter]:
         params.append(_param("fmt", str, typer.Option(
             "png", "--format", rich_help_panel=OUTPUT_PANEL,
             help="Figure formats, comma-separated: png,svg,pdf.")))
+    params.append(_param("force", bool, typer.Option(
+        False, "--force", rich_help_panel=OUTPUT_PANEL,
+        help="Replace a non-empty output folder as a whole (its files are deleted).")))
+    return params
+
+
+def resuming(checkpoints: bool) -> list[inspect.Parameter]:
+    params = [_param("resume", bool, typer.Option(
+        False, "--resume", rich_help_panel=OUTPUT_PANEL,
+        help="Continue an interrupted run of the same command, inputs and options in --out."))]
+    if checkpoints:
+        params.append(_param("checkpoint_every", int | None, typer.Option(
+            None, "--checkpoint-every", min=1, show_default=False, rich_help_panel=OUTPUT_PANEL,
+            help="Save the analyzers' state every N sentences, so --resume continues from "
+            "there.")))
     return params
 
 

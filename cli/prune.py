@@ -14,6 +14,7 @@ METRIC_HELP = (
     "mlm / lm (text file), accuracy (CSV text,label), fidelity (text file, label-free) or "
     "seq2seq (encoder-decoder models: source<TAB>target lines)."
 )
+DATA_KINDS = "pairs CSV, text or labelled CSV, see --metric"
 DataOpt = typer.Option(
     ..., "--data", help="Evaluation data (split in two unless --importance-data is given).",
     show_default=False,
@@ -73,25 +74,89 @@ AbsModeOpt = typer.Option(
 NormalizeOpt = typer.Option(
     True, "--normalize/--no-normalize", help="L2-normalise importance within each layer."
 )
-ResumeOpt = typer.Option(
-    False, "--resume", help="Continue an interrupted run in --out (same options)."
+ScoreRangeOpt = typer.Option(
+    None, "--score-range", show_default=False,
+    help="LOW,HIGH: the scale of an STS pairs file's scores (default 0,5, STS-B's).",
 )
 
 
-def _export(model, curve, order: str, step: int | None, export_dir: Path) -> str:
+def _export(model, curve, order: str, step: int | None, folder, force: bool) -> str:
     """Structurally prune by one curve's mask, export it, and describe what was written."""
+    from attnlens.errors import ConfigError
     from attnlens.loaders.export import export_hf
     from attnlens.pruning import final_mask, prune_heads
 
+    last = int(curve[(curve["order"] == order) & (curve["seed"] == 0)]["step"].max())
+    if step is not None and step > last:
+        raise ConfigError(f"--export-step {step} is past the {order} curve's last step "
+                          f"({last}: no more heads could be removed); the run is saved; rerun "
+                          f"with --resume and --export-step 0 to {last}.")
     mask = final_mask(model, curve, order, seed=0, step=step)
     pruned = prune_heads(model, mask)
-    export_hf(pruned, export_dir)
+    export_hf(pruned, folder.given, overwrite=force)
     n_before = sum(p.numel() for p in model.parameters())
     n_after = sum(p.numel() for p in pruned.parameters())
     return (
         f"exported the {order} curve's model ({sum(pruned.heads_per_layer)} heads, per layer "
-        f"{pruned.heads_per_layer}; {n_after:,} of {n_before:,} parameters) to {export_dir}/"
+        f"{pruned.heads_per_layer}; {n_after:,} of {n_before:,} parameters) to {folder.given}/"
     )
+
+
+def _check_data(metric: str, path: Path | None, option: str, score_range) -> None:
+    """Read the data file the way its metric will, so a bad file fails before the model."""
+    from attnlens.data.files import read_utf8
+    from attnlens.data.pairs import read_pairs
+    from attnlens.data.text import read_text_file
+    from attnlens.io import check_input_file
+
+    if path is None:
+        return
+    is_csv = str(path).lower().endswith(".csv")
+    if metric == "sts":
+        read_pairs(path, score_range, option=option)
+    elif metric in ("mlm", "lm", "fidelity") or (metric == "auto" and not is_csv):
+        read_text_file(path, option=option)
+    else:  # accuracy, or auto on a CSV: its columns depend on the model's head
+        read_utf8(check_input_file(path, option, "CSV"))
+
+
+def _check_model(model: str | None, settings, export_step: int | None, export: Path | None):
+    """Checks that need the model's shape and family, read from config.json alone."""
+    from attnlens.errors import ConfigError
+    from attnlens.loaders.checkpoint import config_shape, read_config, resolve_checkpoint
+
+    hf = read_config(resolve_checkpoint(model))
+    shape = config_shape(hf)
+    if shape is not None:
+        n_layers, n_heads = shape
+        settings.check_model(n_layers, n_heads)
+        n_steps = len(settings.step_targets(n_layers * n_heads))
+        if export_step is not None and not 0 <= export_step <= n_steps:
+            raise ConfigError(f"--export-step {export_step} is outside the run, whose steps "
+                              f"are 0 to {n_steps}; choose one of them.")
+    if export is not None:
+        from attnlens.loaders.registry import CONVERTERS
+
+        converter = CONVERTERS.get(hf.get("model_type"))
+        if converter is None or converter.export is None:
+            known = ", ".join(k for k, c in CONVERTERS.items() if c.export is not None)
+            raise ConfigError(f"--export cannot write model_type {hf.get('model_type')!r}; "
+                              f"export supports {known}: drop --export.")
+
+
+def _export_folder(run: CommandRun, export: Path | None):
+    """The --export folder, checked now (written after the run)."""
+    if export is None:
+        return None
+    from attnlens.errors import ConfigError
+    from attnlens.outputs import OutputFolder
+
+    exp, out = Path(export).resolve(), Path(run.output.folder).resolve()
+    if exp == out or out in exp.parents or exp in out.parents:
+        raise ConfigError("--export and --out must be separate folders, neither inside the "
+                          "other; choose another --export.")
+    return OutputFolder(export, force=run.output.force, option="--export",
+                        protected=run._protected()).check()
 
 
 def _check_options(metric: str, data: Path, importance_data: Path | None) -> None:
@@ -147,7 +212,7 @@ def prune(
     normalize: bool = NormalizeOpt,
     export: Path | None = ExportOpt,
     export_step: int | None = ExportStepOpt,
-    resume: bool = ResumeOpt,
+    score_range: str | None = ScoreRangeOpt,
 ) -> None:
     """Rank MODEL's heads, prune them step by step while tracking a metric, export the result.
 
@@ -155,6 +220,8 @@ def prune(
     """
     from attnlens.cli import prune_extras as extras
 
+    from attnlens.data.pairs import parse_score_range
+    from attnlens.errors import ConfigError
     from attnlens.pruning.settings import PruneSettings
 
     _check_options(metric, data, importance_data)
@@ -167,13 +234,14 @@ def prune(
                              abs_mode=abs_mode, normalize=normalize,
                              roles=None if roles is None else str(roles))
     settings.validate()
-    import json
-
-    from attnlens.io import atomic_open, save_figure, write_table
+    if not 0.0 < eval_fraction < 1.0:
+        raise ConfigError(f"evaluation fraction must be between 0 and 1, not {eval_fraction}.")
+    scale = parse_score_range(score_range)
+    _check_data(metric, data, "--data", scale)
+    _check_data(metric, importance_data, "--importance-data", scale)
+    _check_model(run.model.name, settings, export_step, export)
+    export_folder = _export_folder(run, export)
     from attnlens.metrics.factory import auto_metric, build_metrics
-    from attnlens.model.encoder_decoder import is_encoder_decoder
-    from attnlens.plots import pruning_curves
-    from attnlens.pruning import prune as run_prune
 
     started = time.perf_counter()
     ctx = run.start_processes()  # torchrun: evaluations spread over the processes
@@ -183,42 +251,77 @@ def prune(
     extras.check_model_options(model, settings.orders, export)
     name = auto_metric(model, data) if metric == "auto" else metric
     metrics = build_metrics(name, model, tokenizer, data, importance_data, eval_fraction,
-                            split_seed, run.batch_size, run.max_length)
-    out = run.prepare_output() if ctx.is_main else None
+                            split_seed, run.batch_size, run.max_length, score_range=scale)
     description = {
-        "model": model.cfg.source.get("path"), "metric": name, "data": str(data),
-        "importance_data": None if importance_data is None else str(importance_data),
+        "model": model.cfg.source.get("path"), "metric": name, "data": str(Path(data).resolve()),
+        "importance_data": None if importance_data is None else str(
+            Path(importance_data).resolve()),
         "split": metrics.split, "eval_fraction": eval_fraction, "split_seed": split_seed,
         "batch_size": run.batch_size, "max_length": run.max_length, "dtype": run.model.dtype,
     }
-    result = run_prune(model, metrics.importance, metrics.evaluation, settings, out,
-                       resume=resume, description=description,
-                       show_progress=run.show_progress and ctx.is_main, dist=ctx)
-    run.end_processes()
-    if not ctx.is_main:  # rank 0 writes the tables
+    if not ctx.is_main:  # torchrun: the other ranks evaluate; rank 0 writes
+        from attnlens.pruning import prune as run_prune
+
+        run_prune(model, metrics.importance, metrics.evaluation, settings, None,
+                  resume=run.output.resumes, description=description, show_progress=False,
+                  dist=ctx)
+        run.end_processes()
         return
-    write_table(result.curve, out, "prune_curve", formats=("md",))
-    fig = pruning_curves(result.curve, metrics.evaluation.label,
-                         f"{name} on held-out data vs heads pruned")
-    save_figure(fig, out, "prune_curve", run.output.formats)
-    if is_encoder_decoder(model):
-        extras.write_attention_tables(run, model, result, out)
-    l0_summary = None
-    if l0_settings is not None:
-        l0_summary = extras.write_l0(run, model, metrics, l0_settings, result, out, resume,
-                                     description, name)
+    with run.writing() as work:
+        result, l0_summary = _run_curves(run, work, ctx, model, metrics, settings, description,
+                                         l0_settings, started)
     message = None
-    if export is not None:
-        message = _export(model, result.curve, settings.curves()[0][0], export_step, export)
-    elapsed = time.perf_counter() - started
-    with atomic_open(out / "run.json") as handle:
-        json.dump({**description, "baseline": result.baseline, "seconds": round(elapsed, 1),
-                   "complete": True}, handle, indent=2)
-    _print_result(run, result, metrics, message, out, elapsed)
+    if export_folder is not None:
+        message = _export(model, result.curve, settings.curves()[0][0], export_step,
+                          export_folder, run.output.force)
+    _print_result(run, result, metrics, message, run.output.folder,
+                  time.perf_counter() - started)
     if l0_summary is not None:
         extras.note_l0(run, l0_summary)
 
 
+def _run_curves(run: CommandRun, work: Path, ctx, model, metrics, settings, description: dict,
+                l0_settings, started: float):
+    """The curves into ``work`` (continuing saved steps on --resume), their tables and chart;
+    returns ``(result, l0_summary)``."""
+    import json
+
+    from attnlens.cli import prune_extras as extras
+
+    from attnlens.io import atomic_open, save_figure, write_table
+    from attnlens.model.encoder_decoder import is_encoder_decoder
+    from attnlens.plots import pruning_curves
+    from attnlens.pruning import prune as run_prune
+
+    target, resume = run.output.target, run.output.resumes
+
+    def kept(row: dict) -> None:  # what an interruption keeps, for its message
+        target.progress = (f"the pruning curves up to step {row['step']} of the "
+                           f"{row['order']} (seed {row['seed']}) curve")
+
+    result = run_prune(model, metrics.importance, metrics.evaluation, settings, work,
+                       resume=resume, description=description,
+                       show_progress=run.show_progress, on_step=kept, dist=ctx)
+    run.end_processes()
+    name = description["metric"]
+    write_table(result.curve, work, "prune_curve", formats=("md",))
+    fig = pruning_curves(result.curve, metrics.evaluation.label,
+                         f"{name} on held-out data vs heads pruned")
+    save_figure(fig, work, "prune_curve", run.output.formats)
+    if is_encoder_decoder(model):
+        extras.write_attention_tables(run, model, result, work)
+    l0_summary = None
+    if l0_settings is not None:
+        l0_summary = extras.write_l0(run, model, metrics, l0_settings, result, work, resume,
+                                     description, name)
+    with atomic_open(work / "run.json") as handle:
+        json.dump({**description, "baseline": result.baseline,
+                   "seconds": round(time.perf_counter() - started, 1), "complete": True},
+                  handle, indent=2)
+    return result, l0_summary
+
+
 def register(app: typer.Typer) -> None:
     command(app, "prune", out=Path("attnlens-prune"), batch_size=32, max_length=128,
-            batch_unit="Examples")(prune)
+            batch_unit="Examples", resumable=True,
+            inputs={"data": DATA_KINDS, "importance_data": DATA_KINDS})(prune)

@@ -5,7 +5,7 @@ It adds the shared option groups (model, corpus, batching, output, quiet: ``opti
 the body's own options, and before calling the body checks every shared option, path and
 output folder without importing torch, transformers, pandas or matplotlib. The body checks its
 own options first (plain Python), then imports what it needs and calls ``run.write_report``
-or the ``run.read_corpus`` / ``run.load_model`` / ``run.prepare_output`` steps.
+or the ``run.read_corpus`` / ``run.load_model`` steps and writes inside ``run.writing()``.
 
 Adding a command: a module ``cli/<name>.py`` with ``register(app)`` that calls ``command``,
 listed in ``cli/app.py:COMMAND_MODULES``; heavy imports go inside the body.
@@ -13,10 +13,12 @@ listed in ``cli/app.py:COMMAND_MODULES``; heavy imports go inside the body.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,24 +86,56 @@ class CorpusOptions:
 
 @dataclass
 class OutputOptions:
-    """--out and (for commands that draw) --format."""
+    """--out, (for commands that draw) --format, --force and (for runs that can continue)
+    --resume and --checkpoint-every.
+
+    The folder is an ``attnlens.outputs.OutputFolder``: checked before anything loads (new or
+    empty unless --force; never the source model or a folder holding an input; --resume only
+    of the same run, compared through the run's manifest), written beside and published whole
+    when the command ends, so it holds a complete run or what it held before.
+    """
 
     folder: Path
     format_text: str | None = None
     formats: tuple[str, ...] = ()
+    force: bool = False
+    resume: bool = False
+    resumable: bool = False
+    checkpoint_every: int | None = None
+    target: Any = field(default=None, repr=False)  # the checked OutputFolder
+    manifest: dict | None = None
 
-    def check(self) -> None:
-        from attnlens.io import check_output_path, figure_formats
+    def check(self, protected: Sequence[tuple[str, Path]] = ()) -> None:
+        from attnlens.io import figure_formats
+        from attnlens.outputs import OutputFolder
 
         if self.format_text is not None:
             self.formats = figure_formats(self.format_text)
-        check_output_path(self.folder)
+        self.target = OutputFolder(self.folder, force=self.force, resume=self.resume,
+                                   resumable=self.resumable, protected=protected).check()
 
-    def prepare(self) -> Path:
-        """Create the folder (called right before the first file is written)."""
-        from attnlens.io import check_output_dir
+    def record(self, command: str, options: dict[str, Any], inputs: dict[str, Any],
+               model: ModelOptions | None) -> None:
+        """A resumable run's manifest (options, input and model hashes); --resume checks it."""
+        if not self.resumable:
+            return
+        from attnlens.loaders.checkpoint import checkpoint_fingerprint
+        from attnlens.manifest import build_manifest
 
-        return check_output_dir(self.folder)
+        fingerprint = checkpoint_fingerprint(model.name) if model is not None else None
+        self.manifest = build_manifest(command, options, inputs, fingerprint)
+        self.target.verify_manifest(self.manifest)
+
+    @property
+    def resumes(self) -> bool:
+        """The run continues saved progress (analyzer checkpoints, finished pruning steps)."""
+        return self.target.resumes_partial
+
+    @contextmanager
+    def writing(self) -> Iterator[Path]:
+        """The work folder, published onto --out when the block ends without an error."""
+        with self.target.writing(self.manifest) as work:
+            yield work
 
 
 @dataclass
@@ -114,14 +148,38 @@ class CommandRun:
     batch_size: int = 16
     max_length: int = 128
     quiet: bool = False
+    inputs: dict[str, Path | None] = field(default_factory=dict)  # option name -> input file
+    input_kinds: dict[str, str] = field(default_factory=dict)  # option name -> what it holds
     console: Any = field(default=None, repr=False)
     dist: Any = field(default=None, repr=False)  # distributed.DistContext once started
 
     def check(self) -> None:
         """Every shared option, path and output folder; imports nothing heavy."""
-        for part in (self.corpus, self.output, self.model):
-            if part is not None:
-                part.check()
+        if self.corpus is not None:
+            self.corpus.check()
+        from attnlens.io import check_input_file
+        from attnlens.manifest import option_label
+
+        for name, path in self.inputs.items():
+            check_input_file(path, option_label(name), self.input_kinds.get(name, "input"))
+        if self.output is not None:
+            self.output.check(self._protected())
+        if self.model is not None:
+            self.model.check()
+
+    def _protected(self) -> list[tuple[str, Path]]:
+        """What --out may neither be nor hold: the input files and the source model."""
+        from attnlens.errors import AttnlensError
+        from attnlens.manifest import option_label
+
+        protected = [(f"the input file {option_label(name)}", Path(path))
+                     for name, path in self.inputs.items() if path is not None]
+        if self.model is not None:
+            from attnlens.loaders.checkpoint import resolve_checkpoint
+
+            with contextlib.suppress(AttnlensError):  # ModelOptions.check names the problem
+                protected.append(("the source model", resolve_checkpoint(self.model.name)))
+        return protected
 
     @property
     def show_progress(self) -> bool:
@@ -156,8 +214,28 @@ class CommandRun:
         if self.dist is not None:
             distributed.finish(self.dist)
 
-    def prepare_output(self) -> Path:
-        return self.output.prepare()
+    def writing(self):
+        """``with run.writing() as work:`` the folder to write into; it becomes --out, whole,
+        when the block ends (see ``OutputOptions``). Under torchrun only rank 0 writes: the
+        other ranks get --out's path and write nothing."""
+        if self.dist is not None and not self.dist.is_main:
+            return contextlib.nullcontext(self.output.folder)
+        return self.output.writing()
+
+    def checkpoint(self, work: Path):
+        """Analyzer checkpoints in ``work`` for a resumable run (None otherwise)."""
+        if self.output is None or not self.output.resumable:
+            return None
+        if self.dist is not None and self.dist.active:
+            if self.output.checkpoint_every or self.output.resume:
+                from attnlens.errors import ConfigError
+
+                raise ConfigError("--checkpoint-every and --resume work in one process; run "
+                                  "without torchrun to checkpoint.")
+            return None
+        from attnlens.checkpointing import AnalysisCheckpoint
+
+        return AnalysisCheckpoint(work, self.output.checkpoint_every, resume=self.output.resumes)
 
     def note(self, message: str) -> None:
         """A line on stderr (what was written, timings); stdout is kept for results."""
@@ -180,17 +258,19 @@ class CommandRun:
         ctx = self.start_processes()  # torchrun: each rank analyses a share; rank 0 writes
         model, tokenizer = self.load_model()
         batches = corpus.batches(tokenizer, self.batch_size, self.max_length) if corpus else []
-        out = self.prepare_output() if ctx.is_main else self.output.folder
         from attnlens.report.analyze import analyze
 
-        outputs = analyze(
-            model, tokenizer, batches, out, sections=sections, formats=self.output.formats,
-            show_progress=self.show_progress, corpus_name=corpus.name if corpus else corpus_name,
-            prune_dir=prune_dir, dist=ctx,
-        )
+        with self.writing() as work:
+            outputs = analyze(
+                model, tokenizer, batches, work, sections=sections, formats=self.output.formats,
+                show_progress=self.show_progress,
+                corpus_name=corpus.name if corpus else corpus_name, prune_dir=prune_dir,
+                dist=ctx, checkpoint=self.checkpoint(work),
+            )
         self.end_processes()
         if not ctx.is_main:
             return outputs
+        out = self.output.folder
         if print_summaries:
             for output in outputs:
                 typer.echo(output.summary)
@@ -203,10 +283,11 @@ class CommandRun:
 
 # Registration ------------------------------------------------------------------------------
 _SHARED = ("model", "device", "dtype", "allow_pickle", "device_map", "max_memory", "text",
-           "treebank", "parse", "batch_size", "max_length", "out", "fmt", "quiet")
+           "treebank", "parse", "batch_size", "max_length", "out", "fmt", "force", "resume",
+           "checkpoint_every", "quiet")
 
 
-def _shared_run(values: dict[str, Any]) -> CommandRun:
+def _shared_run(values: dict[str, Any], resumable: bool) -> CommandRun:
     model = corpus = output = None
     if "device" in values:
         model = ModelOptions(values.get("model"), values["device"], values["dtype"],
@@ -215,7 +296,9 @@ def _shared_run(values: dict[str, Any]) -> CommandRun:
     if "text" in values:
         corpus = CorpusOptions(values["text"], values["treebank"], values["parse"])
     if "out" in values:
-        output = OutputOptions(values["out"], values.get("fmt"))
+        output = OutputOptions(values["out"], values.get("fmt"), force=values["force"],
+                               resume=values.get("resume", False), resumable=resumable,
+                               checkpoint_every=values.get("checkpoint_every"))
     return CommandRun(model=model, corpus=corpus, output=output,
                       batch_size=values.get("batch_size", 16),
                       max_length=values.get("max_length", 128), quiet=values.get("quiet", False))
@@ -234,13 +317,19 @@ def command(
     max_length: int = 128,
     batch_unit: str = "Sentences",
     device_map: bool = False,
+    resumable: bool = False,
+    checkpoints: bool = False,
+    inputs: dict[str, str] | None = None,
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Register ``body(run, **own)`` as ``name`` with the shared option groups it asks for.
 
     ``model``: MODEL and --device/--dtype/--allow-pickle (``loading``: the options without
     the argument, for a command that reads MODEL itself; default ``model``); ``corpus``:
     --text/--treebank/--parse; ``out``: --out with this default (and --format when
-    ``figures``); ``batch_size``: --batch-size/--max-length with these defaults (None: none).
+    ``figures``) and --force; ``resumable``: --resume (and the run's manifest), with
+    ``checkpoints`` also --checkpoint-every; ``inputs``: the body's own options that name
+    input files, with what each holds (checked first, hashed for --resume; --out may not hold
+    them); ``batch_size``: --batch-size/--max-length with these defaults (None: none).
     ``device_map``: --device-map/--max-memory (models spread over devices). --quiet always.
     """
 
@@ -255,6 +344,7 @@ def command(
             *(options.corpus() if corpus else []),
             *(options.batching(batch_size, max_length, batch_unit) if batch_size else []),
             *(options.output(out, figures) if out is not None else []),
+            *(options.resuming(checkpoints) if out is not None and resumable else []),
             *(options.model_loading() if (model if loading is None else loading) else []),
             *(options.device_map() if device_map else []),
             *options.quiet(),
@@ -264,8 +354,19 @@ def command(
         @functools.wraps(body)
         def wrapper(**values: Any) -> None:
             shared = {k: values.pop(k) for k in _SHARED if k in values}
-            run = _shared_run(shared)
+            run = _shared_run(shared, resumable)
+            run.inputs = {k: shared[k] for k in ("text", "treebank") if k in shared}
+            run.inputs.update({k: values[k] for k in inputs or {}})
+            run.input_kinds = {"text": "text, one sentence per line",
+                               "treebank": "CoNLL-U treebank", **(inputs or {})}
             run.check()
+            if run.output is not None:
+                run.output.record(name, {**shared, **values}, run.inputs, run.model)
+                # A finished report is final; a finished pruning run may still be exported.
+                if checkpoints and run.output.target.resumes_complete:
+                    run.note(f"{run.output.folder}/ already holds this run, complete; "
+                             "nothing to resume.")
+                    return
             try:
                 body(run, **values)
             except KeyboardInterrupt as exc:

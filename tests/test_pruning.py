@@ -327,3 +327,35 @@ def test_cli_errors_are_one_line(tiny_checkpoint, pairs_csv, tmp_path, extra, me
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("Error: ")
     assert message in err
+
+
+def test_a_kill_between_the_two_tables_loses_no_scores(pairs_csv, tmp_path):
+    """The scores file is written before the curve: cut after the scores of a step, the
+    resumed run reuses them and both tables equal an uninterrupted run's."""
+    import attnlens.pruning.loop as loop
+
+    model = toy_model()
+    importance, evaluation = sts_metrics(pairs_csv)
+    settings = PruneSettings(orders=["importance"], step=0.25, max_fraction=0.75, rescore=True)
+    whole = prune(model, importance, evaluation, settings, tmp_path / "whole")
+    written = []
+    real_write_table = loop.write_table
+
+    class Killed(Exception):
+        pass
+
+    def write_table(table, out_dir, name, formats):
+        written.append(name)
+        if len(written) == 6:  # the second table written after step 2
+            raise Killed
+        return real_write_table(table, out_dir, name, formats=formats)
+
+    loop.write_table = write_table
+    try:
+        with pytest.raises(Killed):
+            prune(model, importance, evaluation, settings, tmp_path / "cut")
+    finally:
+        loop.write_table = real_write_table
+    resumed = prune(model, importance, evaluation, settings, tmp_path / "cut", resume=True)
+    pd.testing.assert_frame_equal(_without_time(resumed.curve), _without_time(whole.curve))
+    pd.testing.assert_frame_equal(resumed.scores, whole.scores)

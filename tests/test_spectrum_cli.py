@@ -67,7 +67,8 @@ def test_asymmetry_with_corpus_reports_the_baseline(tmp_path, text_file):
 
 def test_weights_only_with_text_is_a_one_line_error(tmp_path, text_file):
     result = runner.invoke(
-        app, ["asymmetry", "--weights-only", "--text", str(text_file), "--out", str(tmp_path)]
+        app, ["asymmetry", "--weights-only", "--text", str(text_file), "--out",
+              str(tmp_path / "out")]
     )
     assert result.exit_code != 0
     assert isinstance(result.exception, ConfigError)

@@ -101,7 +101,7 @@ def test_tiny_csv_matches_plain_transformers(tmp_path):
     [
         ("a,b\n", "expected 3 columns"),
         ("sentence1,sentence2,score\nA man,A guy,4.0\nx,y,1\n", "is not a number"),
-        ("only one,pair,3.0\n", "fewer than 2 sentence pairs"),
+        ("only one,pair,3.0\n", "needs at least 3"),
     ],
 )
 def test_bad_csv_errors(tmp_path, content, message):

@@ -3,6 +3,9 @@
 Read with the ``conllu`` library. Only the basic tree is used: multiword-token ranges
 (``3-4  don't``) and empty nodes (``8.1``) are skipped, so a sentence's words are its
 syntactic words (``do``, ``n't``), numbered from 0. The root's head is -1.
+
+Every sentence must be a tree: one root (HEAD 0), no word its own head, no cycles. A
+malformed file is a ``DataError`` naming the sentence and the word (by its CoNLL-U ID).
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from attnlens.data.files import read_utf8
 from attnlens.errors import DataError
+from attnlens.io import check_input_file
 
 ROOT = -1  # head index of the root word
 
@@ -68,6 +73,7 @@ def _sentence_from_tokens(tokens, where: str) -> DepSentence:
             raise DataError(f"{where}: word {t['id']} ({t['form']!r}) has no DEPREL.")
         heads.append(ROOT if head == 0 else index[head])
         relations.append(str(relation))
+    _check_tree(heads, words, where)
     return DepSentence(
         words=tuple(str(t["form"]) for t in words),
         heads=tuple(heads),
@@ -77,6 +83,35 @@ def _sentence_from_tokens(tokens, where: str) -> DepSentence:
     )
 
 
+def _word(words, i: int) -> str:
+    return f"word {words[i]['id']} ({words[i]['form']!r})"
+
+
+def _check_tree(heads: list[int], words, where: str) -> None:
+    """Refuse a sentence that is not a tree (0-based ``heads``, ROOT for HEAD 0)."""
+    fix = "fix the HEAD column"
+    roots = [i for i, h in enumerate(heads) if h == ROOT]
+    if not roots:
+        raise DataError(f"{where}: no word has HEAD 0, so the sentence has no root; {fix}.")
+    if len(roots) > 1:
+        named = ", ".join(_word(words, i) for i in roots[:4])
+        raise DataError(f"{where}: {len(roots)} words have HEAD 0 ({named}); a tree has one "
+                        f"root; {fix}.")
+    for i, h in enumerate(heads):
+        if h == i:
+            raise DataError(f"{where}: {_word(words, i)} is its own head; {fix}.")
+    reaches_root = {roots[0]}
+    for start in range(len(heads)):
+        path, node = [], start
+        while node not in reaches_root:
+            if node in path:
+                cycle = " -> ".join(_word(words, j) for j in [*path[path.index(node):], node])
+                raise DataError(f"{where}: {cycle} form a cycle (no path to the root); {fix}.")
+            path.append(node)
+            node = heads[node]
+        reaches_root.update(path)
+
+
 def parse_conllu(text: str, source: str = "<string>") -> list[DepSentence]:
     """Parse CoNLL-U text into sentences; malformed input raises ``DataError``."""
     import conllu
@@ -84,8 +119,9 @@ def parse_conllu(text: str, source: str = "<string>") -> list[DepSentence]:
 
     try:
         token_lists = conllu.parse(text)
-    except (ParseException, ValueError, KeyError, IndexError) as exc:
-        raise DataError(f"{source} is not valid CoNLL-U: {exc}".rstrip(".") + ".") from exc
+    except (ParseException, ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise DataError(f"{source} is not valid CoNLL-U: {reason}".rstrip(".") + ".") from exc
     sentences = []
     for n, tokens in enumerate(token_lists):
         if not len(tokens):
@@ -100,14 +136,8 @@ def parse_conllu(text: str, source: str = "<string>") -> list[DepSentence]:
 
 def read_conllu(path: str | Path) -> list[DepSentence]:
     """Read a CoNLL-U file (UTF-8) into sentences of words with heads and relations."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"treebank {path} does not exist; pass a CoNLL-U file with --treebank.")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path} is not UTF-8 text ({exc.reason}).") from exc
-    return parse_conllu(text, source=str(path))
+    path = check_input_file(path, "--treebank", "CoNLL-U treebank")
+    return parse_conllu(read_utf8(path), source=str(path))
 
 
 def sample_treebank() -> list[DepSentence]:

@@ -27,8 +27,8 @@ def check_corpus_options(
         raise DataError("give either --text or --treebank, not both.")
     if parse and not text:
         raise DataError("--parse parses a plain-text file; pass it with --text.")
-    check_input_file(text, "--text", "text (one sentence per line)")
-    check_input_file(treebank, "--treebank", "CoNLL-U")
+    check_input_file(text, "--text", "text, one sentence per line")
+    check_input_file(treebank, "--treebank", "CoNLL-U treebank")
 
 
 @dataclass

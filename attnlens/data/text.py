@@ -1,4 +1,8 @@
-"""Plain-text corpora: reading, the built-in sample, batching by length."""
+"""Plain-text corpora: reading, the built-in sample, batching by length.
+
+Reading (``read_text_file``) imports no torch, so a command checks its corpus before the
+slow imports and the model load.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,9 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from attnlens.data.files import read_utf8, text_lines
 from attnlens.errors import DataError
+from attnlens.io import check_input_file
 
 if TYPE_CHECKING:  # reading files needs no torch: commands check them before loading it
     import torch
@@ -23,18 +29,17 @@ def sample_sentences() -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
-def read_text_file(path: str | Path) -> list[str]:
-    """One sentence (or passage) per non-empty line."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"text file {path} does not exist; pass a file with one sentence per line.")
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path} is not UTF-8 text ({exc.reason}).") from exc
-    texts = [line.strip() for line in lines if line.strip()]
+def read_text_file(path: str | Path, option: str = "--text") -> list[str]:
+    """One sentence (or passage) per line; lines without real text are skipped.
+
+    A line counts when it holds a letter, digit, punctuation mark or symbol (not only
+    whitespace or control characters); a file without any such line is an error.
+    """
+    path = check_input_file(path, option, "text, one sentence per line")
+    texts = text_lines(read_utf8(path))
     if not texts:
-        raise DataError(f"{path} contains no text; write one sentence per line.")
+        raise DataError(f"{path} contains no text (only blank lines, whitespace or control "
+                        "characters); write one sentence per line.")
     return texts
 
 

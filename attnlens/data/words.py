@@ -163,7 +163,8 @@ def word_batches(
                 token_type_ids=enc.token_type_ids,
                 word_ids=enc.word_ids,
                 words=chunk_sentences,
-                special_mask=special_token_mask(tokenizer, enc.input_ids),
+                # a word's own tokens are never special, even [UNK] for an unknown word
+                special_mask=special_token_mask(tokenizer, enc.input_ids) & (enc.word_ids < 0),
                 extra=extra,
             )
         )

@@ -1,4 +1,11 @@
-"""Finding a checkpoint on disk and reading its config and tensors (safetensors first)."""
+"""Finding a checkpoint on disk and reading its config and tensors (safetensors first).
+
+Safety: safetensors are read by default; pickle weights only with ``allow_pickle`` and then
+through ``torch.load(weights_only=True)``; ``trust_remote_code`` is never used. Every
+floating tensor is checked for NaN/Inf when read. Finding and describing a checkpoint
+(``resolve_checkpoint``, ``safetensors_files``) imports no torch, so commands can check
+their inputs before the slow imports.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +20,21 @@ if TYPE_CHECKING:  # torch is imported where weights are read: path checks stay 
     import torch
 
 PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+# Tokenizer files a checkpoint folder may hold (copied by export, hashed in run manifests).
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "sentencepiece.bpe.model",
+    "spiece.model",
+)
+# Set by tests: loading weights raises, proving that an error came before the model loaded.
+NO_LOAD_ENV = "ATTNLENS_FORBID_MODEL_LOAD"
 
 
 def default_model_path() -> Path:
@@ -42,7 +64,8 @@ def resolve_checkpoint(name_or_path: str | os.PathLike | None) -> Path:
         raise ModelLoadError(f"{path} is a file; pass the folder that holds config.json.")
     name = str(name_or_path)
     if name.count("/") > 1 or name.startswith((".", "/", "~")):
-        raise ModelLoadError(f"model folder {name!r} does not exist.")
+        raise ModelLoadError(f"model folder {name!r} does not exist; pass a folder holding "
+                             "config.json and weights, or no MODEL for the embedded MiniLM.")
     try:
         from huggingface_hub import snapshot_download
 
@@ -56,45 +79,118 @@ def resolve_checkpoint(name_or_path: str | os.PathLike | None) -> Path:
 
 
 def read_config(path: Path) -> dict:
+    file = path / "config.json"
     try:
-        return json.loads((path / "config.json").read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ModelLoadError(f"cannot read {path / 'config.json'}: {exc}") from exc
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelLoadError(f"cannot read {file}: {exc}; it must be the model's JSON "
+                             "config.") from exc
+    if not isinstance(config, dict):
+        raise ModelLoadError(f"{file} holds a JSON {type(config).__name__}, not an object; "
+                             "it must be the model's config.")
+    return config
 
 
-def _safetensors_files(path: Path) -> list[Path]:
+def _index_shards(index: Path) -> list[Path]:
+    """The shard files named by a sharded checkpoint's ``*.index.json`` (checked)."""
+    fix = "; re-save the checkpoint, or delete the index if the folder holds one weights file."
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(f"{index} is not a valid index (needs a JSON object with a "
+                             f"\"weight_map\" of tensor name -> shard file){fix}") from exc
+    if not isinstance(weight_map, dict) or not weight_map or not all(
+        isinstance(v, str) for v in weight_map.values()
+    ):
+        raise ModelLoadError(f"{index} has an empty or malformed \"weight_map\"{fix}")
+    folder = index.parent.resolve()
+    shards = []
+    for name in sorted(set(weight_map.values())):
+        shard = (folder / name).resolve()
+        if folder not in shard.parents:
+            raise ModelLoadError(f"{index} names shard {name!r} outside its folder{fix}")
+        if not shard.is_file():
+            raise ModelLoadError(f"{index} names shard {name!r}, which is missing{fix}")
+        shards.append(index.parent / name)
+    return shards
+
+
+def safetensors_files(path: Path) -> list[Path]:
+    """The safetensors files of a checkpoint folder (the index's shards, else the single)."""
     index = path / "model.safetensors.index.json"
     if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return [path / shard for shard in shards]
+        return _index_shards(index)
     single = path / "model.safetensors"
     return [single] if single.is_file() else []
 
 
-def _pickle_files(path: Path) -> list[Path]:
+def pickle_files(path: Path) -> list[Path]:
+    """The pickle weight files of a checkpoint folder (read only with ``allow_pickle``)."""
     index = path / "pytorch_model.bin.index.json"
     if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return [path / shard for shard in shards]
+        return _index_shards(index)
     single = path / "pytorch_model.bin"
     return [single] if single.is_file() else []
+
+
+def model_files(folder: Path) -> list[Path]:
+    """The files a model's results depend on: config, the weights read, tokenizer files."""
+    weights = safetensors_files(folder) or pickle_files(folder)
+    indexes = [folder / n for n in ("model.safetensors.index.json",
+                                    "pytorch_model.bin.index.json")]
+    named = [folder / "config.json", *indexes, *(folder / n for n in TOKENIZER_FILES)]
+    return sorted({p for p in [*named, *weights] if p.is_file()})
+
+
+def checkpoint_fingerprint(name_or_path: str | os.PathLike | None) -> dict:
+    """``{"name", "path", "files": {name: sha256}, "sha256"}`` of a checkpoint (run manifests)."""
+    from attnlens.manifest import files_fingerprint
+
+    folder = resolve_checkpoint(name_or_path)
+    name = None if name_or_path is None else str(name_or_path)
+    return {"name": name, "path": str(folder), **files_fingerprint(model_files(folder))}
+
+
+def check_finite(tensors: dict[str, torch.Tensor], source: str) -> None:
+    """Refuse NaN or infinite weights, naming the first tensor that holds one."""
+    import torch
+
+    for name, tensor in tensors.items():
+        if tensor.is_floating_point() or tensor.is_complex():
+            finite = torch.isfinite(tensor)
+            if not bool(finite.all()):
+                bad = int((~finite).sum())
+                raise ModelLoadError(
+                    f"checkpoint tensor {name!r} in {source} holds {bad} NaN or infinite "
+                    f"value(s) of {tensor.numel()}; the weights are damaged: re-export or "
+                    "re-download the model."
+                )
+
+
+def _forbid_check() -> None:
+    if os.environ.get(NO_LOAD_ENV):
+        raise ModelLoadError(f"model loading is forbidden here ({NO_LOAD_ENV} is set).")
 
 
 def read_weights(path: Path, allow_pickle: bool = False) -> dict[str, torch.Tensor]:
     """All tensors of the checkpoint, on the CPU, from safetensors (or opted-in pickle)."""
     import torch
-    from safetensors.torch import load_file
 
-    files = _safetensors_files(path)
+    files = safetensors_files(path)
     if files:
+        _forbid_check()
+        from safetensors.torch import load_file
+
         tensors: dict[str, torch.Tensor] = {}
         for file in files:
             try:
-                tensors.update(load_file(str(file)))
+                part = load_file(str(file))
             except Exception as exc:  # safetensors raises its own error types
                 raise ModelLoadError(f"cannot read {file}: {exc}; the file is damaged.") from exc
+            check_finite(part, file.name)
+            tensors.update(part)
         return tensors
-    pickles = _pickle_files(path)
+    pickles = pickle_files(path)
     if not pickles:
         raise ModelLoadError(f"{path} holds no model.safetensors or pytorch_model.bin.")
     if not allow_pickle:
@@ -102,15 +198,35 @@ def read_weights(path: Path, allow_pickle: bool = False) -> dict[str, torch.Tens
             f"{path} has only pickle weights (pytorch_model.bin), which can run code when "
             "loaded; pass --allow-pickle (allow_pickle=True) if you trust it."
         )
+    _forbid_check()
     tensors = {}
     for file in pickles:
         try:
             # weights_only: tensors and plain containers only, never arbitrary objects.
-            tensors.update(torch.load(file, map_location="cpu", weights_only=True))
+            part = torch.load(file, map_location="cpu", weights_only=True)
         except Exception as exc:  # UnpicklingError for anything but plain weights
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc)
             raise ModelLoadError(
                 f"{file} holds more than plain weights and was refused "
                 f"(torch.load weights_only=True: {first_line})."
             ) from exc
+        if not isinstance(part, dict) or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in part.items()
+        ):
+            raise ModelLoadError(f"{file} is not a state dict of named tensors; "
+                                 "save the model's state_dict() instead.")
+        check_finite(part, file.name)
+        tensors.update(part)
     return tensors
+
+
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers")
+_HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads", "num_heads")
+
+
+def config_shape(hf: dict) -> tuple[int, int] | None:
+    """(layers, heads per layer) read from a config.json dict, before any weight is loaded;
+    None when the config names them otherwise."""
+    layers = next((hf[k] for k in _LAYER_KEYS if isinstance(hf.get(k), int)), None)
+    heads = next((hf[k] for k in _HEAD_KEYS if isinstance(hf.get(k), int)), None)
+    return None if layers is None or heads is None else (layers, heads)

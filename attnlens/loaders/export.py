@@ -2,7 +2,8 @@
 
 Each family's inverse converter (``Converter.export`` in the registry) maps attnlens' weights
 back to the checkpoint's names; this module pads structurally pruned layers back to a uniform
-head count, merges the config with the source checkpoint's one and writes the files atomically.
+head count, merges the config with the source checkpoint's one and writes the folder whole
+(``attnlens.outputs.OutputFolder``: never over the source model, never mixed with old files).
 """
 
 from __future__ import annotations
@@ -11,31 +12,17 @@ import copy
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
 from attnlens.errors import ConfigError
-from attnlens.io import atomic_open
+from attnlens.io import atomic_write_json
+from attnlens.loaders.checkpoint import TOKENIZER_FILES
 from attnlens.loaders.registry import CONVERTERS
 from attnlens.model.config import TransformerConfig
 from attnlens.model.encoder_decoder import is_encoder_decoder
 from attnlens.model.transformer import HookedTransformer
-
-# Tokenizer files copied from the source checkpoint when present.
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.txt",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-    "sentencepiece.bpe.model",
-    "spiece.model",
-)
 
 # Source config.json fields not carried over (transformers writes its own).
 _DROP_FROM_SOURCE = ("_name_or_path", "transformers_version", "torch_dtype")
@@ -151,37 +138,37 @@ def _copy_tokenizer_files(source: str | None, out_dir: Path) -> list[Path]:
     for name in TOKENIZER_FILES:
         src = Path(source) / name
         if src.is_file():
-            with atomic_open(out_dir / name, "wb") as handle, src.open("rb") as original:
-                shutil.copyfileobj(original, handle)
+            shutil.copyfile(src, out_dir / name)  # out_dir is the unpublished work folder
             copied.append(out_dir / name)
     return copied
 
 
-def export_hf(model: HookedTransformer, out_dir: str | os.PathLike) -> Path:
+def export_hf(
+    model: HookedTransformer, out_dir: str | os.PathLike, overwrite: bool = False
+) -> Path:
     """Write ``model`` as a Hugging Face folder that ``transformers`` loads; return the folder.
 
     Writes ``config.json`` (the source checkpoint's config with the structural fields
     replaced), ``model.safetensors`` and, when the source checkpoint has them, its tokenizer
     files. Structurally pruned layers are padded back to ``cfg.n_heads`` zero heads (see
     ``pad_heads_to_uniform``), so the exported model computes the same outputs.
+
+    The folder must be new or empty unless ``overwrite``, which replaces it as a whole (so
+    no file of an older checkpoint, such as a shard index, survives beside the new one);
+    the source model's own folder, or one holding it, is refused in every case. The files
+    are written in a sibling folder renamed into place at the end: complete or absent.
     """
     from safetensors.torch import save_file
 
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"{out} is a file; choose a folder to export into.")
+    from attnlens.outputs import OutputFolder
+
+    source = model.cfg.source.get("path")
+    folder = OutputFolder(out_dir, force=overwrite, option="export folder",
+                          protected=[("the source model", source)] if source else [])
+    folder.check()
     hf, tensors = hf_state(model)
-    out.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out, prefix=".model.safetensors.", suffix=".tmp")
-    os.close(fd)
-    try:
-        save_file(tensors, tmp, metadata={"format": "pt"})
-        os.replace(tmp, out / "model.safetensors")
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    with atomic_open(out / "config.json") as handle:
-        json.dump(hf, handle, indent=2, sort_keys=True)
-        handle.write("\n")
-    _copy_tokenizer_files(model.cfg.source.get("path"), out)
-    return out
+    with folder.writing() as work:
+        save_file(tensors, work / "model.safetensors", metadata={"format": "pt"})
+        atomic_write_json(work / "config.json", hf)
+        _copy_tokenizer_files(source, work)
+    return Path(out_dir)

@@ -27,7 +27,7 @@ def load_model(
 
     Encoder-decoder checkpoints (BART, Marian, T5) become an ``EncoderDecoderTransformer``.
     """
-    dev = resolve_device(device)
+    dev, dt = resolve_device(device), resolve_dtype(dtype)  # option errors before any reading
     path = resolve_checkpoint(name_or_path)
     hf = read_config(path)
     converter, architecture = find_converter(hf)
@@ -42,7 +42,7 @@ def load_model(
         model = build_model(cfg)
     model.load_state_dict(state, strict=True, assign=True)
     model.setup_hooks()
-    return model.to(device=dev, dtype=resolve_dtype(dtype)).eval()
+    return model.to(device=dev, dtype=dt).eval()
 
 
 def load(

@@ -45,8 +45,9 @@ def load_metric(
     batch_size: int = 32,
     max_length: int = 128,
     seed: int = 0,
+    score_range: tuple[float, float] | None = None,
 ) -> Metric:
-    """One metric on the whole of ``data``."""
+    """One metric on the whole of ``data`` (``score_range``: STS scores' scale, default 0-5)."""
     if is_encoder_decoder(model) != (name == "seq2seq"):
         raise ConfigError(
             "--metric seq2seq needs an encoder-decoder model, and an encoder-decoder model "
@@ -59,10 +60,12 @@ def load_metric(
         return Seq2SeqMetric.from_file(data, tokenizer, batch_size=batch_size,
                                        max_length=max_length)
     if name == "sts":
+        from attnlens.data.pairs import STS_RANGE
         from attnlens.metrics.sts_task import StsMetric
 
         require_head(model, (None, "pooler"), name)
-        return StsMetric.from_csv(data, tokenizer, batch_size=batch_size, max_length=max_length)
+        return StsMetric.from_csv(data, tokenizer, score_range or STS_RANGE,
+                                  batch_size=batch_size, max_length=max_length)
     if name == "mlm":
         from attnlens.metrics.language_model import MaskedLMMetric
 
@@ -101,6 +104,7 @@ def build_metrics(
     seed: int = 0,
     batch_size: int = 32,
     max_length: int = 128,
+    score_range: tuple[float, float] | None = None,
 ) -> MetricPair:
     """Importance and evaluation metrics: two files, or ``data`` split with ``seed``.
 
@@ -109,10 +113,10 @@ def build_metrics(
     """
     if name == "auto":
         name = auto_metric(model, data)
-    full = load_metric(name, model, tokenizer, data, batch_size, max_length, seed)
+    full = load_metric(name, model, tokenizer, data, batch_size, max_length, seed, score_range)
     if importance_data is not None:
         importance = load_metric(name, model, tokenizer, importance_data, batch_size,
-                                 max_length, seed)
+                                 max_length, seed, score_range)
         return MetricPair(importance, full, f"importance: {importance_data}; evaluation: {data}")
     imp_idx, eval_idx = split_indices(full.n_examples, eval_fraction, seed)
     split = (

@@ -1,67 +1,23 @@
-"""STS Benchmark: Spearman correlation (x100) of embedding cosine with gold similarity."""
+"""STS Benchmark: Spearman correlation (x100) of embedding cosine with gold similarity.
+
+``SentencePairs`` and ``read_pairs`` live in ``attnlens.data.pairs`` (re-exported here).
+"""
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
+from attnlens.data.pairs import SentencePairs, read_pairs
 from attnlens.errors import DataError
 from attnlens.metrics.embeddings import sentence_embeddings
 from attnlens.model.transformer import HookedTransformer
 
-
-@dataclass
-class SentencePairs:
-    """Sentence pairs with a gold score each."""
-
-    first: list[str]
-    second: list[str]
-    scores: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.first)
-
-    def subset(self, indices) -> SentencePairs:
-        idx = list(indices)
-        return SentencePairs(
-            [self.first[i] for i in idx], [self.second[i] for i in idx], self.scores[idx]
-        )
-
-
-def read_pairs(path: str | Path) -> SentencePairs:
-    """A CSV of ``sentence1,sentence2,score`` rows without header."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(
-            f"pairs file {path} does not exist; pass a CSV of sentence1,sentence2,score."
-        )
-    first, second, scores = [], [], []
-    with path.open(encoding="utf-8", newline="") as handle:
-        for line_no, row in enumerate(csv.reader(handle), start=1):
-            if not row:
-                continue
-            if len(row) != 3:
-                raise DataError(
-                    f"{path}:{line_no}: expected 3 columns (sentence1,sentence2,score), "
-                    f"got {len(row)}."
-                )
-            try:
-                scores.append(float(row[2]))
-            except ValueError:
-                raise DataError(
-                    f"{path}:{line_no}: score {row[2]!r} is not a number (the file has no header)."
-                ) from None
-            first.append(row[0])
-            second.append(row[1])
-    if len(first) < 2:
-        raise DataError(f"{path} holds fewer than 2 sentence pairs.")
-    return SentencePairs(first, second, np.asarray(scores, dtype=np.float64))
+__all__ = ["SentencePairs", "distinct_sentences", "pair_cosines", "read_pairs", "spearman",
+           "sts_spearman"]
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
@@ -111,6 +67,17 @@ def sts_spearman(
     head_mask: torch.Tensor | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> float:
-    """STS Benchmark score: Spearman x 100 between pair cosines and gold scores."""
+    """STS Benchmark score: Spearman x 100 between pair cosines and gold scores.
+
+    Undefined results are errors, not ``nan``: too few pairs or constant gold scores
+    (``SentencePairs.require_defined``), non-finite embeddings, or equal cosines.
+    """
+    pairs.require_defined()
     cos = pair_cosines(model, tokenizer, pairs, batch_size, max_length, head_mask, progress)
+    if not np.isfinite(cos).all():
+        raise DataError("the model gives non-finite sentence embeddings (NaN or infinite "
+                        "cosines); its weights or --dtype overflow: try --dtype float32.")
+    if float(np.ptp(cos)) == 0.0:
+        raise DataError(f"all {len(cos)} pair cosines are equal (the model gives every "
+                        "sentence the same embedding); Spearman correlation is undefined.")
     return 100.0 * spearman(cos, pairs.scores)

@@ -2,7 +2,8 @@
 
 The reported number is exactly ``sts_spearman`` (the STS command's computation). Spearman is
 not differentiable, so gradients come from sentence-transformers' ``CosineSimilarityLoss``:
-per pair ``(cos(u, v) - score / 5) ** 2`` with ``u, v`` the mean-pooled embeddings. It is a
+per pair ``(cos(u, v) - score / 5) ** 2`` with ``u, v`` the mean-pooled embeddings (scores
+rescaled from their ``score_range``; 0 to 5 for STS-B). It is a
 sum over pairs, so each pair has its own gradient (needed for Michel's per-example |.|).
 """
 
@@ -13,13 +14,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from attnlens.data.pairs import STS_RANGE
 from attnlens.metrics.base import LossBatch, Metric
 from attnlens.metrics.embeddings import mean_pool
 from attnlens.metrics.sts import SentencePairs, read_pairs, sts_spearman
 from attnlens.model.gates import gated_forward
 from attnlens.model.transformer import HookedTransformer
-
-STS_SCALE = 5.0  # STS Benchmark scores run from 0 to 5
 
 
 class StsMetric(Metric):
@@ -40,10 +40,12 @@ class StsMetric(Metric):
         return self.examples
 
     @classmethod
-    def from_csv(cls, path: str | Path, tokenizer, **kwargs) -> StsMetric:
-        return cls(read_pairs(path), tokenizer, **kwargs)
+    def from_csv(cls, path: str | Path, tokenizer, score_range: tuple[float, float] = STS_RANGE,
+                 **kwargs) -> StsMetric:
+        return cls(read_pairs(path, score_range, option="--data"), tokenizer, **kwargs)
 
     def evaluate(self, model: HookedTransformer, head_mask: torch.Tensor | None = None) -> float:
+        self.pairs.require_defined("the evaluation pairs")
         return sts_spearman(
             model, self.tokenizer, self.pairs, self.batch_size, self.max_length,
             head_mask=head_mask,
@@ -59,7 +61,7 @@ class StsMetric(Metric):
             inputs=self.tokenizer(texts, max_length=self.max_length),
             row_example=torch.arange(n).repeat(2),  # [2 n]: first then second
             n_examples=n,
-            target=torch.tensor(p.scores[chunk] / STS_SCALE),  # [n]
+            target=torch.tensor(p.scaled_scores()[chunk]),  # [n]
         )
 
     def example_losses(

@@ -100,7 +100,8 @@ class PruneRun:
         self.show_progress, self.on_step = show_progress, on_step
         self.start_mask = full_mask(model)
         self.n_heads = int(self.start_mask.sum())
-        self.targets = self._targets(self.n_heads)
+        settings.check_model(*self.start_mask.shape)  # [layer, head]
+        self.targets = settings.step_targets(self.n_heads)
         self.scopes = scope_masks(model, self.start_mask)
         for order in settings.orders:
             scope = order.partition(":")[2]
@@ -112,12 +113,6 @@ class PruneRun:
             self.description["roles_from"] = self.roles.source
         self.rows: list[dict] = []
         self.score_frames: list[pd.DataFrame] = []
-
-    def _targets(self, n_heads: int) -> list[int]:
-        # Few heads and a small step can round two steps to the same count: keep one.
-        return list(dict.fromkeys(
-            min(t, n_heads) for t in self.settings.targets(n_heads) if t > 0
-        ))
 
     def _scope(self, order: str) -> torch.Tensor:
         """``[layer, head]`` 1 where the order may remove heads (its attention type)."""
@@ -140,7 +135,11 @@ class PruneRun:
         if not settings_path.is_file():
             raise DataError(f"{out} has {curve_path.name} but no {SETTINGS_FILE}; "
                             "cannot check that --resume continues the same run.")
-        saved = json.loads(settings_path.read_text())
+        try:
+            saved = json.loads(settings_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise DataError(f"{settings_path} is damaged ({exc}); cannot check that --resume "
+                            "continues the same run: start over with --force.") from exc
         current = json.loads(json.dumps(self._record()))  # as it would be saved
         if saved != current:
             changed = sorted(k for k in set(saved) | set(current)
@@ -149,17 +148,29 @@ class PruneRun:
                 f"the run in {out} used different settings ({', '.join(changed)}); "
                 "rerun with the same options, or choose another --out without --resume."
             )
-        curve = pd.read_csv(curve_path, keep_default_na=False)
+        try:
+            curve = pd.read_csv(curve_path, keep_default_na=False)
+            scores_path = out / f"{SCORES_FILE}.csv"
+            scores = pd.read_csv(scores_path) if scores_path.is_file() else None
+        except (OSError, ValueError) as exc:  # pandas' parser errors are ValueErrors
+            raise DataError(f"the saved tables in {out} are damaged ({exc}); start over "
+                            "with --force.") from exc
+        if list(curve.columns) != CURVE_COLUMNS or (
+            scores is not None and list(scores.columns) != SCORE_COLUMNS
+        ):
+            raise DataError(f"the saved tables in {out} do not have the pruning columns; "
+                            "start over with --force.")
         self.rows = curve.to_dict("records")
-        scores_path = out / f"{SCORES_FILE}.csv"
-        if scores_path.is_file():
-            self.score_frames = [pd.read_csv(scores_path)]
+        if scores is not None:
+            self.score_frames = [scores]
 
     def _write(self) -> None:
         if self.out_dir is None:
             return
-        write_table(self.curve(), self.out_dir, CURVE_FILE, formats=("csv",))
+        # Scores first: a run killed between the two files then has scores for a step whose
+        # row is missing (resume reuses them), never a row whose scores are lost.
         write_table(self.scores(), self.out_dir, SCORES_FILE, formats=("csv",))
+        write_table(self.curve(), self.out_dir, CURVE_FILE, formats=("csv",))
 
     def curve(self) -> pd.DataFrame:
         return pd.DataFrame.from_records(self.rows, columns=CURVE_COLUMNS)
@@ -221,7 +232,7 @@ class PruneRun:
             start = time.perf_counter()
             baseline = self.eval_metric.evaluate(self.model, self.start_mask)
             baseline_seconds = time.perf_counter() - start
-        total_steps = sum(len(self._targets(int(self._scope(o).sum())))
+        total_steps = sum(len(self.settings.step_targets(int(self._scope(o).sum())))
                           for o, _ in self.settings.curves())
         with progress_bar("pruning steps", total=total_steps, enabled=self.show_progress) as adv:
             for order, seed in self.settings.curves():
@@ -233,7 +244,7 @@ class PruneRun:
         done = [r for r in self.rows if r["order"] == order and int(r["seed"]) == seed]
         mask = self.start_mask.clone()
         scope = self._scope(order)
-        targets = self._targets(int(scope.sum()))
+        targets = self.settings.step_targets(int(scope.sum()))
         for row in done:
             for layer, head in parse_heads(row["heads_removed"]):
                 mask[layer, head] = 0.0

@@ -55,6 +55,21 @@ class PruneSettings:
         if self.abs_mode not in ABS_MODES:
             raise ConfigError(f"abs mode must be one of {', '.join(ABS_MODES)}.")
 
+    def check_model(self, n_layers: int, n_heads: int) -> None:
+        """Refuse settings that cannot prune a model of ``n_layers`` x ``n_heads`` heads."""
+        if self.min_heads_per_layer >= n_heads:
+            raise ConfigError(
+                f"--min-heads-per-layer {self.min_heads_per_layer} keeps all {n_heads} heads of "
+                f"every layer, so nothing can be pruned; choose 0 to {n_heads - 1}."
+            )
+
+    def step_targets(self, n_heads: int) -> list[int]:
+        """Heads pruned after each step 1, 2, ... of a model with ``n_heads`` heads in all.
+
+        Few heads and a small step can round two steps to the same count: one is kept.
+        """
+        return list(dict.fromkeys(min(t, n_heads) for t in self.targets(n_heads) if t > 0))
+
     def curves(self) -> list[tuple[str, int]]:
         """(order, seed) of every curve; only ``random`` and ``roles`` use several seeds."""
         return [

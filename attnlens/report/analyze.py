@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlens.analysis.base import Analyzer
+from attnlens.checkpointing import AnalysisCheckpoint
 from attnlens.data.batch import Batch
 from attnlens.distributed import SINGLE, DistContext, run_sharded
 from attnlens.io import atomic_open, check_output_dir
@@ -114,11 +115,14 @@ def analyze(
     command: str = "",
     prune_dir: str | Path | None = None,
     dist: DistContext = SINGLE,
+    checkpoint: AnalysisCheckpoint | None = None,
 ) -> list[SectionOutput]:
     """Run all sections' analyzers in one pass over ``batches``; write the report folder.
 
     Under ``torchrun`` (``dist`` active) each rank analyses its share of the batches; rank 0
     merges the states, writes and returns the outputs; other ranks return an empty list.
+    ``checkpoint`` (one process only) saves the analyzers' states every N sentences and, when
+    resuming, restores them and skips the batches they already hold.
     """
     out = check_output_dir(out_dir) if dist.is_main else Path(out_dir)
     if not command:  # inside any CLI command: its command line and options
@@ -135,7 +139,8 @@ def analyze(
     if everything:
         with _all_timed(sections, per_section, seconds):
             pass_start = time.perf_counter()
-            run_sharded(model, batches, everything, dist, total=n_sentences,
+            stream = batches if checkpoint is None else checkpoint.wrap(batches, everything)
+            run_sharded(model, stream, everything, dist, total=n_sentences,
                         show_progress=show_progress)
             corpus_pass = time.perf_counter() - pass_start
     else:

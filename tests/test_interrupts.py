@@ -1,0 +1,201 @@
+"""Real processes killed with SIGKILL or interrupted with SIGINT resume to the tables of an
+uninterrupted run; Ctrl-C prints one line saying what was kept and how to resume."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.pruning_toys import write_pairs
+
+CLI = [sys.executable, "-m", "attnlens.cli.app"]
+
+
+def _start(args: list[str], cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen([*CLI, *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    result = subprocess.run([*CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def _wait_for(process: subprocess.Popen, ready, what: str, timeout: float = 600) -> None:
+    """Poll until ``ready()``; fail if the process ends first (it must be cut mid-run)."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if process.poll() is not None:
+            pytest.fail(f"the run ended ({process.returncode}) before {what}: "
+                        f"{process.stderr.read()}")
+        if time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def _rows(path: Path) -> int:
+    try:
+        return max(len(path.read_text().splitlines()) - 1, 0)
+    except OSError:
+        return 0
+
+
+# prune ---------------------------------------------------------------------------------------
+def _prune_args(rescore: bool) -> list[str]:
+    # The embedded MiniLM on 40 pairs: each step takes long enough to be cut between steps.
+    return ["prune", "--metric", "sts", "--data", "pairs.csv", "--order", "importance,random",
+            "--seeds", "1", "--step", "0.25", "--max-fraction", "0.75", "--batch-size", "16",
+            "--out", "out", "--quiet", *(["--rescore"] if rescore else [])]
+
+
+def _tables(out: Path) -> dict[str, pd.DataFrame]:
+    curve = pd.read_csv(out / "prune_curve.csv", keep_default_na=False).drop(columns="seconds")
+    return {"curve": curve, "scores": pd.read_csv(out / "prune_scores.csv")}
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory) -> Path:
+    return write_pairs(tmp_path_factory.mktemp("data") / "pairs.csv", 40)
+
+
+@pytest.mark.parametrize("rescore", [False, True], ids=["once", "rescore"])
+def test_prune_killed_with_sigkill_resumes_to_the_uninterrupted_tables(pairs, tmp_path, rescore):
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    for folder in (whole, cut):
+        folder.mkdir()
+        (folder / "pairs.csv").write_bytes(pairs.read_bytes())
+    _run(_prune_args(rescore), whole)
+
+    process = _start(_prune_args(rescore), cut)
+    partial_curve = cut / ".out.partial" / "prune_curve.csv"
+    _wait_for(process, lambda: _rows(partial_curve) >= 3, "three rows of the curve")
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL
+    assert not (cut / "out").exists()  # nothing published: a run appears complete or not at all
+    kept = _rows(partial_curve)
+    assert 3 <= kept < len(_tables(whole / "out")["curve"])
+
+    resumed = _run([*_prune_args(rescore), "--resume"], cut)
+    assert "unpruned" in resumed.stderr
+    assert not (cut / ".out.partial").exists()
+    expected, got = _tables(whole / "out"), _tables(cut / "out")
+    for name in expected:  # same inputs, same order of work, saved scores reused: equal
+        pd.testing.assert_frame_equal(got[name], expected[name], check_exact=True)
+    assert sorted(p.name for p in (cut / "out").iterdir()) == sorted(
+        p.name for p in (whole / "out").iterdir())
+
+
+def test_ctrl_c_says_what_was_kept_and_the_resume_command_works(pairs, tmp_path):
+    (tmp_path / "pairs.csv").write_bytes(pairs.read_bytes())
+    process = _start(_prune_args(False), tmp_path)
+    partial_curve = tmp_path / ".out.partial" / "prune_curve.csv"
+    _wait_for(process, lambda: _rows(partial_curve) >= 2, "two rows of the curve")
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("Interrupted: kept the pruning curves up to step "), err
+    assert f"in {tmp_path / '.out.partial'}; resume with: attnlens prune " in lines[0]
+    command = shlex.split(lines[0].split("resume with: ", 1)[1])
+    assert command[0] == "attnlens" and command[-1] == "--resume"
+    _run(command[1:], tmp_path)
+    curve = pd.read_csv(tmp_path / "out" / "prune_curve.csv", keep_default_na=False)
+    assert curve["step"].tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
+
+
+def test_ctrl_c_before_any_progress_leaves_nothing(tmp_path):
+    process = _start(["spectrum", "--out", "rep", "--quiet"], tmp_path)
+    # the work folder appears once the model is loaded and the corpus pass begins
+    _wait_for(process, lambda: any(tmp_path.glob(".rep.*.tmp")), "the work folder")
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130
+    assert err.strip() == ("Interrupted: nothing was written (rep is unchanged); rerun with: "
+                           "attnlens spectrum --out rep --quiet")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sigterm_is_handled_like_ctrl_c(tmp_path):
+    process = _start(["asymmetry", "--weights-only", "--out", "rep", "--quiet"], tmp_path)
+    _wait_for(process, lambda: any(tmp_path.glob(".rep.*.tmp")), "the work folder")
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    if process.returncode == 0:
+        pytest.skip("the weights-only run finished before SIGTERM arrived")
+    assert process.returncode == 143 and err.startswith("Interrupted: nothing was written")
+    assert not (tmp_path / "rep").exists() and not list(tmp_path.glob(".rep.*"))
+
+
+# analyze / heads -----------------------------------------------------------------------------
+def _not_checkpointable(command: str) -> list[str]:
+    """Analyzers of ``command`` that do not declare their state (protocol v2)."""
+    import attnlens
+    from attnlens.checkpointing import declares_state
+    from attnlens.report.analyze import default_sections
+    from attnlens.report.heads_section import HeadRolesSection
+
+    model, tokenizer = attnlens.load()
+    sections = default_sections() if command == "analyze" else [HeadRolesSection()]
+    return sorted({type(a).__name__ for s in sections for a in s.analyzers(model, tokenizer)
+                   if not declares_state(a)})
+
+
+@pytest.mark.parametrize("command", ["analyze", "heads"])
+def test_analysis_killed_with_sigkill_resumes_to_the_uninterrupted_tables(tmp_path, command):
+    assert _not_checkpointable(command) == []  # every analyzer declares its state
+    args = [command, "--out", "out", "--quiet", "--batch-size", "4", "--checkpoint-every", "4"]
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    whole.mkdir()
+    cut.mkdir()
+    _run(args, whole)
+    process = _start(args, cut)
+    latest = cut / ".out.partial" / "checkpoint" / "latest.json"
+    _wait_for(process, latest.is_file, "the first checkpoint")
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL and not (cut / "out").exists()
+    _run([*args, "--resume"], cut)
+    tables = "tables"  # a report folder keeps its tables there
+    expected = sorted(p.name for p in (whole / "out" / tables).glob("*.csv"))
+    assert len(expected) >= (15 if command == "analyze" else 8), expected
+    assert expected == sorted(p.name for p in (cut / "out" / tables).glob("*.csv"))
+    for name in expected:  # bit-identical tables
+        a, b = cut / "out" / tables / name, whole / "out" / tables / name
+        assert a.read_bytes() == b.read_bytes(), name
+    assert not (cut / "out" / "checkpoint").exists()
+
+
+def test_resume_in_another_folder_refuses_a_changed_corpus(tmp_path):
+    """A corpus edited at the same path is named, not mixed in (issue 15, failure 2)."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("The cat sat on the mat.\nA dog ran.\n")
+    partial = tmp_path / ".out.partial"
+    (partial / "checkpoint").mkdir(parents=True)  # progress: a partial run, not an empty start
+    (partial / "checkpoint" / "latest.json").write_text("{}")
+    from attnlens.io import atomic_write_json
+    from attnlens.manifest import build_manifest
+
+    options = {"text": str(corpus)}
+    atomic_write_json(partial / "manifest.json",
+                      {**build_manifest("spectrum", options, {"text": corpus}),
+                       "complete": False})
+    corpus.write_text("The cat sat on the mat.\nA dog ran far.\n")
+    from attnlens.errors import ConfigError
+    from attnlens.outputs import OutputFolder
+
+    folder = OutputFolder(tmp_path / "out", resume=True, resumable=True).check()
+    with pytest.raises(ConfigError, match=r"the contents of --text \(.*corpus.txt\) changed"):
+        folder.verify_manifest(build_manifest("spectrum", options, {"text": corpus}))
+    assert sorted(os.listdir(partial)) == ["checkpoint", "manifest.json"]
