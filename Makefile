@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: setup
-	$(BIN)/attnlens analyze --out attnlens-report
+	$(BIN)/attnlens analyze --out attnlens-report --force
 
 lint: setup
 	$(BIN)/ruff check .

@@ -212,6 +212,38 @@ def test_path_collapse_sentence_bounds_use_exactly_the_sampled_rows() -> None:
         assert torch.allclose(bounded.sums[length], direct.sums[length])
 
 
+def test_path_collapse_memory_bound_keeps_what_fits_and_counts_the_rest() -> None:
+    """``max_elements`` bounds the patterns held per batch: 3 layers x 2 used heads x 5 x 5 =
+    150 entries per sentence, so a bound of 300 keeps 2 of 4 sentences (rows 0 and 3, the
+    evenly spaced pair), one of 100 skips the batch and counts its 4 sentences; the products
+    then run in chunks of one path, which must not change the sums."""
+    from attnlens.analysis.paths import PathCollapse
+    from attnlens.hooks import ActivationCache
+
+    torch.manual_seed(5)
+    patterns = {
+        f"blocks.{i}.attn.hook_pattern": torch.randn(4, 2, 5, 5).softmax(-1) for i in range(3)
+    }
+    batch = Batch(input_ids=torch.ones(4, 5, dtype=torch.long),
+                  attention_mask=torch.ones(4, 5, dtype=torch.long))
+    bounded = PathCollapse([2, 2, 2], n_paths=4, max_elements=300)
+    assert sum(len(h) for h in bounded.heads_used.values()) == 6  # every head is on a path
+    bounded.update(batch, ActivationCache(patterns))
+    assert (bounded.sentences, bounded.skipped) == (2, 0)
+    rows = [0, 3]
+    direct = PathCollapse([2, 2, 2], n_paths=4)
+    direct.update(Batch(input_ids=batch.input_ids[rows], attention_mask=batch.attention_mask[rows]),
+                  ActivationCache({k: v[rows] for k, v in patterns.items()}))
+    for length in bounded.sums:
+        # same rows, products in chunks of 1 path against all paths at once: the same float64
+        # operations per path, so equal to rounding (allclose's 1e-8 relative)
+        assert torch.allclose(bounded.sums[length], direct.sums[length])
+    too_small = PathCollapse([2, 2, 2], n_paths=4, max_elements=100)
+    too_small.update(batch, ActivationCache(patterns))
+    assert (too_small.sentences, too_small.skipped) == (0, 4)
+    assert too_small.result()["path_collapse"].empty
+
+
 def test_tables_label_the_composite_residual_an_upper_bound() -> None:
     """The mean token minimises the Frobenius residual, not the composite one (issue 13)."""
     torch.manual_seed(3)

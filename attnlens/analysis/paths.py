@@ -10,6 +10,12 @@ values: the relative Frobenius distance from ``P`` to its best rank-1 approximat
 Paths are sampled uniformly (layers as a uniform k-subset of the layers that have heads, then
 one uniform head per chosen layer) with a fixed seed, so every sentence sees the same paths
 and two analyzers built alike can be merged.
+
+Memory: the products need the used heads of every layer of a sentence at once, which grows
+with depth and with the square of the length. ``PathCollapse`` therefore holds at most
+``max_elements`` pattern entries per batch (``PATH_MAX_ELEMENTS``, 128 MiB in float32): of a
+batch's sampled sentences it keeps as many as fit, and a sentence too long to fit even alone
+is skipped and counted (``skipped``), so memory stays bounded whatever the depth and length.
 """
 
 from __future__ import annotations
@@ -25,6 +31,10 @@ from attnlens.analysis.collapse import sample_rows, summarize
 from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
+
+# Pattern entries a PathCollapse holds per batch (the used heads of every layer of the kept
+# sentences); products are formed in chunks of paths under the same bound.
+PATH_MAX_ELEMENTS = 2**25
 
 
 @dataclass(frozen=True)
@@ -127,15 +137,17 @@ class PathCollapse(Analyzer):
 
     Layerwise: each layer's patterns are cut down to the sampled sentences and the heads some
     path uses as soon as the layer is produced; the products are formed at the end of the
-    batch. State per length: each path's running sum over sentences (float64, keyed by the
-    length as text) and the sentence count, so a merge adds. ``result`` gives
+    batch, in chunks of paths. At most ``max_elements`` pattern entries are held per batch
+    (module docstring); sentences too long for that are skipped and counted. State per
+    length: each path's running sum over sentences (float64, keyed by the length as text),
+    the sentence count and the skipped count, so a merge adds. ``result`` gives
     ``path_collapse`` (per length: mean, geo_mean, min, q10, q90, max over the sampled paths
     of each path's mean over sentences) and ``path_samples`` (one row per path).
     """
 
     name = "path_collapse"
     layerwise = True
-    state_fields = ("sums", "sentences")
+    state_fields = ("sums", "sentences", "skipped")
 
     def __init__(
         self,
@@ -144,8 +156,10 @@ class PathCollapse(Analyzer):
         seed: int = 0,
         per_batch: int | None = None,
         max_sentences: int | None = None,
+        max_elements: int = PATH_MAX_ELEMENTS,
     ) -> None:
         self.heads_per_layer = list(heads_per_layer)
+        self.max_elements = max_elements
         self.n_paths, self.seed = n_paths, seed
         # Cost bounds: at most per_batch sentences of each batch, max_sentences in all.
         self.per_batch, self.max_sentences = per_batch, max_sentences
@@ -159,6 +173,7 @@ class PathCollapse(Analyzer):
         self.sums = {str(k): torch.zeros(len(p), dtype=torch.float64)
                      for k, p in self.paths.items()}
         self.sentences = 0
+        self.skipped = 0  # sampled sentences too long for max_elements
         self._rows: torch.Tensor | None = None  # per-batch scratch: sampled sentences
         self._patterns: dict[int, dict[int, torch.Tensor]] = {}
         self._head_index: dict[int, torch.Tensor] = {}  # heads_used as index tensors
@@ -174,7 +189,7 @@ class PathCollapse(Analyzer):
     def settings(self) -> dict:
         return {"heads_per_layer": self.heads_per_layer, "n_paths": self.n_paths,
                 "seed": self.seed, "per_batch": self.per_batch,
-                "max_sentences": self.max_sentences}
+                "max_sentences": self.max_sentences, "max_elements": self.max_elements}
 
     @property
     def layers(self) -> list[int]:
@@ -191,6 +206,14 @@ class PathCollapse(Analyzer):
             rows = sample_rows(len(rows), self.per_batch)
         if self.max_sentences is not None:
             rows = rows[sample_rows(len(rows), self.max_sentences - self.sentences)]
+        # Memory bound: every used head of every layer, [n, n] per kept sentence.
+        n = batch.attention_mask.shape[-1]
+        per_sentence = sum(len(h) for h in self.heads_used.values()) * n * n
+        fit = self.max_elements // max(per_sentence, 1)
+        if fit < len(rows):
+            if fit == 0:
+                self.skipped += len(rows)
+            rows = rows[sample_rows(len(rows), fit)]
         device = batch.attention_mask.device
         self._rows = rows.to(device)
         self._patterns = {}
@@ -211,8 +234,14 @@ class PathCollapse(Analyzer):
 
     def end_batch(self, batch: Batch) -> None:
         if self._rows is not None and len(self._rows):
+            n = batch.attention_mask.shape[-1]
+            # float64 products of a chunk of paths: [chunk, rows, n, n] within max_elements / 2
+            chunk = max(1, self.max_elements // (4 * len(self._rows) * n * n))
             for length, paths in self.paths.items():
-                residual = rank1_residual(path_products(self._patterns, paths))  # [path, rows]
+                residual = torch.cat([
+                    rank1_residual(path_products(self._patterns, paths[i:i + chunk]))
+                    for i in range(0, len(paths), chunk)
+                ])  # [path, rows]
                 self.sums[str(length)] += residual.sum(dim=1)
             self.sentences += len(self._rows)
         self._rows, self._patterns = None, {}

@@ -90,6 +90,10 @@ def write_pretrained_collapse(
         lines.append("Rank-1 residual of head-path attention products (geometric mean over "
                      "paths), by length: "
                      + ", ".join(f"{r.path_length}: {r.geo_mean:.2e}" for r in p.itertuples()))
+    if paths.skipped:
+        lines.append(f"{paths.skipped} sampled sentences were too long for the head paths' "
+                     f"memory bound ({paths.max_elements:,} pattern entries) and were left out "
+                     "of the path products.")
     output.summary = "\n\n".join(lines)
     return output
 
