@@ -116,6 +116,23 @@ def test_analyzer_matches_per_sentence_rollout_with_padding_excluded():
     np.testing.assert_allclose(sums.to_numpy(), 1.0, rtol=0, atol=F64_TOL)
 
 
+def test_max_entries_keeps_only_sentences_whose_matrices_fit():
+    """3 layers x 6^2 = 108 entries for the long sentence, 3 x 3^2 = 27 for the short one: a
+    bound of 100 keeps the short one whole and names the long one; corpus shares still
+    count both sentences."""
+    ids = torch.tensor([[CLS, 5, 6, 7, 8, SEP], [CLS, 9, SEP, PAD, PAD, PAD]])
+    batch = _batch(ids, index=[0, 1])
+    patterns = _random_patterns(3, 2, 4, 6, batch.attention_mask)
+    bounded = RolloutAnalyzer(3, keep=None, max_entries=100)
+    bounded.update(batch, _cache(patterns))
+    assert [r["sentence"] for r in bounded.kept_sentences()] == [1]
+    assert bounded.skipped == [0]
+    unbounded = RolloutAnalyzer(3, keep=None)
+    unbounded.update(batch, _cache(patterns))
+    torch.testing.assert_close(bounded.sums, unbounded.sums, rtol=0, atol=0)
+    assert bounded.kept_sentences()[0]["matrices"].equal(unbounded.kept_sentences()[1]["matrices"])
+
+
 def test_layer_shares_of_uniform_attention_match_the_closed_form():
     # R_l = a I + (1 - a) J/n with a = ½^(l+1): self share a + (1 - a)/n; special share
     # (2 specials) 2 (1 - a)/n + a (2/n of the rows are special themselves); moved =

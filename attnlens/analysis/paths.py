@@ -235,8 +235,10 @@ class PathCollapse(Analyzer):
     def end_batch(self, batch: Batch) -> None:
         if self._rows is not None and len(self._rows):
             n = batch.attention_mask.shape[-1]
-            # float64 products of a chunk of paths: [chunk, rows, n, n] within max_elements / 2
-            chunk = max(1, self.max_elements // (4 * len(self._rows) * n * n))
+            # float64 products of a chunk of paths, [chunk, rows, n, n] of at most
+            # max_elements / 16 entries: small blocks that the allocator reuses from one
+            # length to the next (larger ones left the peak growing with the path length)
+            chunk = max(1, self.max_elements // (16 * len(self._rows) * n * n))
             for length, paths in self.paths.items():
                 residual = torch.cat([
                     rank1_residual(path_products(self._patterns, paths[i:i + chunk]))
@@ -256,7 +258,10 @@ class PathCollapse(Analyzer):
                     {"path_length": length, "path": p.label(), "residual": float(m)}
                     for p, m in zip(paths, means, strict=True)
                 ]
+        # Named columns even when empty (every sentence skipped): the CSV stays readable.
+        summary = ["path_length", "mean", "geo_mean", "min", "q10", "q90", "max", "n"]
         return {
-            "path_collapse": pd.DataFrame.from_records(curve),
-            "path_samples": pd.DataFrame.from_records(samples),
+            "path_collapse": pd.DataFrame.from_records(curve, columns=summary),
+            "path_samples": pd.DataFrame.from_records(
+                samples, columns=["path_length", "path", "residual"]),
         }

@@ -119,13 +119,16 @@ class RolloutAnalyzer(Analyzer):
     """Streaming attention rollout: per-layer corpus shares plus the matrices of kept sentences.
 
     ``keep``: how many sentences to keep whole (those with corpus index below ``keep``;
-    ``None`` keeps every sentence, for short inputs only). ``decode`` turns token ids into
+    ``None`` keeps every sentence, for short inputs only). ``max_entries``: the most matrix
+    entries (``layers x n^2``) one kept sentence may have; a longer one is not kept and its
+    corpus index goes to ``skipped`` (None: no bound). It keeps the memory of kept matrices
+    independent of depth and length. ``decode`` turns token ids into
     strings for the tables (``Tokenizer.decode_tokens``); it is not part of the state.
     """
 
     name = "rollout"
     layerwise = True
-    state_fields = ("sums", "rows", "sentences", "kept")
+    state_fields = ("sums", "rows", "sentences", "kept", "skipped")
 
     def __init__(
         self,
@@ -134,17 +137,19 @@ class RolloutAnalyzer(Analyzer):
         fusion: str = "mean",
         keep: int | None = 0,
         decode=None,
+        max_entries: int | None = None,
         device: torch.device | str = "cpu",
     ) -> None:
         check_rollout_options(residual, fusion)
         if keep is not None and keep < 0:
             raise ConfigError(f"keep must be at least 0, not {keep}.")
         self.n_layers, self.residual, self.fusion, self.keep = n_layers, residual, fusion, keep
-        self.decode = decode
+        self.decode, self.max_entries = decode, max_entries
         self.sums = torch.zeros(len(LAYER_MEASURES), n_layers, dtype=torch.float64, device=device)
         self.rows = 0
         self.sentences = 0
         self.kept: list[dict[str, Any]] = []
+        self.skipped: list[int] = []  # corpus indices to keep whose matrices exceed max_entries
 
     @classmethod
     def for_model(cls, model: HookedTransformer, tokenizer=None, **options) -> RolloutAnalyzer:
@@ -158,7 +163,7 @@ class RolloutAnalyzer(Analyzer):
 
     def settings(self) -> dict:
         return {"n_layers": self.n_layers, "residual": self.residual, "fusion": self.fusion,
-                "keep": self.keep}
+                "keep": self.keep, "max_entries": self.max_entries}
 
     # Feeding --------------------------------------------------------------------------
     def begin_batch(self, batch: Batch) -> None:
@@ -172,6 +177,12 @@ class RolloutAnalyzer(Analyzer):
         self._rolled = None  # R_{l-1} [batch, query_pos, key_pos]
         ids = _sentence_ids(batch, self.sentences)
         self._keep_rows = [b for b, i in enumerate(ids) if self.keep is None or i < self.keep]
+        if self.max_entries is not None:
+            lengths = batch.lengths.tolist()
+            fits = {b for b in self._keep_rows
+                    if self.n_layers * int(lengths[b]) ** 2 <= self.max_entries}
+            self.skipped += [ids[b] for b in self._keep_rows if b not in fits]
+            self._keep_rows = [b for b in self._keep_rows if b in fits]
         self._kept_layers: list[torch.Tensor] = []
         self._ids = ids
 

@@ -16,8 +16,11 @@ from attnlens.report.section_docs import ROLLOUT
 from attnlens.report.sections import Section, SectionOutput
 
 # `attnlens analyze` keeps this section cheap: corpus shares from every sentence, whole
-# matrices (table and figures) for the first two sentences of the corpus only.
+# matrices (table and figures) for the first two sentences of the corpus only, each at most
+# REPORT_MAX_ENTRIES entries (layers x n^2: 6 layers up to 209 tokens, 24 layers up to 104),
+# so the kept matrices cannot grow with depth and length.
 REPORT_SENTENCES = 2
+REPORT_MAX_ENTRIES = 2**18
 MAX_FIGURE_SENTENCES = 20
 
 EXPLANATION = (
@@ -113,6 +116,11 @@ def write_rollout(
         output.figures += sentence_figures(tables["rollout"], out_dir, formats, causal,
                                            max_sentences=max_figures)
     output.summary = EXPLANATION + "\n\n" + rollout_summary(layers)
+    if rollout.skipped:
+        output.summary += (
+            f"\n\nNot kept whole (more than {rollout.max_entries:,} matrix entries, layers x "
+            "tokens²): sentences " + ", ".join(map(str, sorted(rollout.skipped))) + "."
+        )
     return output
 
 
@@ -148,13 +156,16 @@ class RolloutSection(Section):
 
     def __init__(self, residual: float = 0.5, fusion: str = "mean",
                  sentences: int = REPORT_SENTENCES, method: str = "rollout",
-                 flow_max_tokens: int = 40, max_figures: int = MAX_FIGURE_SENTENCES) -> None:
+                 flow_max_tokens: int = 40, max_figures: int = MAX_FIGURE_SENTENCES,
+                 max_entries: int | None = REPORT_MAX_ENTRIES) -> None:
         self.residual, self.fusion, self.sentences = residual, fusion, sentences
+        self.max_entries = max_entries
         self.method, self.flow_max_tokens, self.max_figures = method, flow_max_tokens, max_figures
 
     def analyzers(self, model: HookedTransformer, tokenizer) -> list:
         options = {"residual": self.residual, "fusion": self.fusion, "keep": self.sentences}
-        analyzers = [RolloutAnalyzer.for_model(model, tokenizer, **options)]
+        analyzers = [RolloutAnalyzer.for_model(model, tokenizer, max_entries=self.max_entries,
+                                               **options)]
         if self.method == "flow":
             analyzers.append(FlowAnalyzer.for_model(model, tokenizer,
                                                     max_tokens=self.flow_max_tokens, **options))
