@@ -156,6 +156,23 @@ def test_torchrun_two_processes_write_the_single_process_tables(tmp_path, tiny_c
 
 
 @pytest.mark.skipif(not TORCHRUN.is_file(), reason="torchrun is not installed beside python")
+def test_two_runs_on_two_processes_write_byte_identical_tables(tmp_path, tiny_checkpoint):
+    """Determinism on two processes (issue 15): the shards are fixed by the corpus and rank 0
+    merges the states in rank order, so a rerun writes the same bytes, not just close floats."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(CORPUS, encoding="utf-8")
+    args = [str(tiny_checkpoint), "--text", str(corpus), "--batch-size", "2"]
+    run_analyze(args, tmp_path / "a", 2)
+    run_analyze(args, tmp_path / "b", 2)
+    names = sorted(p.name for p in (tmp_path / "a" / "tables").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "b" / "tables").iterdir())
+    assert len([n for n in names if n.endswith(".csv")]) > 10
+    for name in names:
+        a, b = tmp_path / "a" / "tables" / name, tmp_path / "b" / "tables" / name
+        assert a.read_bytes() == b.read_bytes(), name
+
+
+@pytest.mark.skipif(not TORCHRUN.is_file(), reason="torchrun is not installed beside python")
 def test_torchrun_on_minilm_and_the_sample_treebank(tmp_path):
     run_analyze(["--batch-size", "8"], tmp_path / "one", 1)
     run_analyze(["--batch-size", "8"], tmp_path / "two", 2)
