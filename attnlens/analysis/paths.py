@@ -33,7 +33,7 @@ from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
 
 # Pattern entries a PathCollapse holds per batch (the used heads of every layer of the kept
-# sentences); products are formed in chunks of paths under the same bound.
+# sentences); the float64 products are formed in chunks of paths of 1/16 of it.
 PATH_MAX_ELEMENTS = 2**25
 
 
