@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from attnlens.report.catalog import SectionDoc
+from attnlens.report.embedded_png import embedded_png
 from attnlens.report.findings import Finding, Head
 from attnlens.report.folder import FIGURES_DIR, TABLES_DIR, Report, SectionRecord
 from attnlens.report.heads_grid import head_grids, head_shape, role_cells
@@ -48,7 +49,8 @@ def _figure_html(report: Report, name: str, caption: str, embed: bool) -> str:
     shown = files.get(".png") or files.get(".svg")
     if embed and shown is not None:
         mime = "image/png" if shown.suffix == ".png" else "image/svg+xml"
-        data = base64.b64encode(shown.read_bytes()).decode("ascii")
+        raw = embedded_png(shown) if shown.suffix == ".png" else shown.read_bytes()
+        data = base64.b64encode(raw).decode("ascii")
         image = (f'<img class="zoomable" alt="{escape(caption or name)}" loading="lazy" '
                  f'src="data:{mime};base64,{data}">')
     caption_html = escape(caption) if caption else f"<code>{escape(name)}</code>"
