@@ -26,10 +26,12 @@ import secrets
 import shutil
 import signal
 import tempfile
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from attnlens.errors import AttnlensError, ConfigError
 from attnlens.io import atomic_write_json
@@ -330,16 +332,16 @@ class OutputFolder:
         if not self._checked:
             self.check()
         work = None
-        held = _hold_signals()
+        held = _HeldSignals()
         try:
             work = self.work = self._open_work()
             if manifest is not None:
                 atomic_write_json(work / MANIFEST_FILE, {**manifest, "complete": False})
             _ACTIVE.folder, _ACTIVE.note = self, None
-            held = _release_signals(held)  # an interruption from here on is handled below
+            held.release()  # an interruption from here on is handled below
             yield work
         except BaseException as exc:
-            _release_signals(held)
+            held.release()
             keep = (work is not None and self.resumable and not isinstance(exc, AttnlensError)
                     and work.is_dir() and self.has_progress(work))
             if keep:
@@ -352,7 +354,7 @@ class OutputFolder:
             raise
         finally:
             _ACTIVE.folder = None
-        held = _hold_signals()
+        held = _HeldSignals()
         try:
             shutil.rmtree(work / CHECKPOINT_DIR, ignore_errors=True)
             if manifest is not None:
@@ -361,23 +363,39 @@ class OutputFolder:
             publish_folder(work, self.target, replace=replace)
             self.work = None
         finally:
-            _release_signals(held)
+            held.release()
 
 
 _HELD = (signal.SIGINT, signal.SIGTERM)
 
 
-def _hold_signals() -> set | None:
-    """Block SIGINT and SIGTERM for this thread (they stay pending); the previous mask."""
-    if not hasattr(signal, "pthread_sigmask"):
-        return None
-    return signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+class _HeldSignals:
+    """Ctrl-C and SIGTERM deferred until ``release()``, then raised as they came.
 
+    The Python-level handlers are swapped for one that records the signal: Python runs
+    signal handlers in the main thread whichever thread the OS delivered the signal to, so
+    this holds with worker threads running (a per-thread signal mask would not: the signal
+    would go to a worker and be handled at once). Off the main thread it holds nothing.
+    """
 
-def _release_signals(previous: set | None) -> None:
-    """Restore the mask ``_hold_signals`` returned: a pending signal is handled now."""
-    if previous is not None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    def __init__(self) -> None:
+        self.pending: list[int] = []
+        self.previous: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in _HELD:
+                self.previous[sig] = signal.signal(sig, self._defer)
+
+    def _defer(self, signum: int, frame: Any) -> None:
+        self.pending.append(signum)
+
+    def release(self) -> None:
+        """Restore the handlers; a deferred signal is handled now (by the restored one)."""
+        previous, self.previous = self.previous, {}
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        pending, self.pending = self.pending, []
+        for signum in dict.fromkeys(pending):
+            signal.raise_signal(signum)
 
 
 def active_folder() -> OutputFolder | None:

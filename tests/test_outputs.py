@@ -314,10 +314,18 @@ def test_a_partial_folder_without_progress_is_not_a_run(tmp_path):
     assert '"command": "new"' in (tmp_path / "run" / MANIFEST_FILE).read_text()
 
 
-def test_an_interruption_while_the_work_folder_is_made_leaves_nothing(tmp_path, monkeypatch):
-    """Ctrl-C right after the work folder appears (before clean-up is armed) removes it."""
+@pytest.mark.parametrize("worker_thread", [False, True])
+def test_an_interruption_while_the_work_folder_is_made_leaves_nothing(
+        tmp_path, monkeypatch, worker_thread):
+    """Ctrl-C right after the work folder appears (before clean-up is armed) removes it,
+    also while another thread runs (the OS may deliver the signal to that thread; solver
+    and figure pools are such threads)."""
     import signal
+    import threading
 
+    stop = threading.Event()
+    if worker_thread:
+        threading.Thread(target=stop.wait, daemon=True).start()
     made = OutputFolder._open_work
 
     def open_then_interrupt(self):
@@ -332,5 +340,6 @@ def test_an_interruption_while_the_work_folder_is_made_leaves_nothing(tmp_path, 
             pytest.fail("the body must not run")  # the held-back signal is raised first
     finally:
         signal.signal(signal.SIGINT, previous)
+        stop.set()
     assert list(tmp_path.iterdir()) == []
     assert interrupt_note() == "nothing was written (" + str(tmp_path / "rep") + " is unchanged)"
