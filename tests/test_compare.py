@@ -88,3 +88,30 @@ def test_different_corpora_are_warned(tmp_path: Path) -> None:
     a = write_report(tmp_path / "a", corpus="one")
     b = write_report(tmp_path / "b", corpus="two")
     assert any("different corpora" in w for w in compare(a, b).warnings)
+
+
+def test_compare_reads_every_table_of_a_real_report(tmp_path: Path) -> None:
+    """The committed sample report (every table `attnlens analyze` writes, e.g. the
+    `spectrum_curve` and `role_tests` shapes hand-built fixtures lack) against a copy with one
+    changed value: that value is the largest difference, everything else equals."""
+    import shutil
+
+    sample = Path(__file__).resolve().parents[1] / "reports" / "minilm"
+    changed = tmp_path / "changed"
+    shutil.copytree(sample, changed)
+    path = changed / "tables" / "spectrum_curve.csv"
+    table = pd.read_csv(path)
+    row = (table["layer"] == 3) & (table["head"] == 5) & (table["fraction"] == 0.25)
+    assert row.sum() == 1
+    table.loc[row, "value"] -= 0.3
+    table.to_csv(path, index=False)
+    comparison = compare(sample, changed)
+    diffs = comparison.tables["differences"]
+    assert set(diffs["table"]) >= {"spectrum_curve", "role_tests", "head_stats", "sparse_coverage"}
+    moved = diffs[diffs["difference"].abs() > 1e-12]
+    assert len(moved) == 1
+    top = moved.iloc[0]
+    assert (top["table"], top["measure"], top["layer"], top["head"]) == (
+        "spectrum_curve", "value", 3, 5)
+    assert top["difference"] == pytest.approx(-0.3, abs=1e-12)  # float64 CSV round trip
+    assert comparison.tables["role_changes"].empty

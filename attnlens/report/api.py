@@ -33,7 +33,7 @@ def analyze(
     sample treebank. ``out``: the report folder (a new temporary folder when None; the
     result's ``write(DIR)`` copies it). In Jupyter the result shows its summary and head map.
     """
-    from attnlens.data.words import Corpus, load_corpus
+    from attnlens.data.corpus import Corpus, load_corpus
     from attnlens.errors import ConfigError
     from attnlens.report.analyze import analyze as run_analysis
 

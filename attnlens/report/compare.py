@@ -63,9 +63,12 @@ def long_values(table: pd.DataFrame, keys: tuple[str, ...] = ()) -> pd.DataFrame
     numeric = {c for c in table.columns if pd.api.types.is_numeric_dtype(table[c])
                and not pd.api.types.is_bool_dtype(table[c])}
     base = ["layer", "head"] + (["measure"] if "measure" in table.columns else [])
+    others = [c for c in table.columns if c not in (*base, "value", *keys)
+              and not pd.api.types.is_bool_dtype(table[c])]
+    # text columns first; integer ones (seed, step) only where text leaves rows ambiguous
     candidates = [c for c in keys if c in table.columns] + [
-        c for c in table.columns if c not in (*base, "value", *keys) and c not in numeric
-        and not pd.api.types.is_bool_dtype(table[c])]
+        c for c in others if c not in numeric] + [
+        c for c in others if pd.api.types.is_integer_dtype(table[c])]
     labels: list[str] = []  # the fewest columns that, with layer and head, identify a row
     for column in candidates:
         if not table.duplicated([*base, *labels]).any():
@@ -75,14 +78,23 @@ def long_values(table: pd.DataFrame, keys: tuple[str, ...] = ()) -> pd.DataFrame
         rows = table[["layer", "head", "measure", "value", *labels]].copy()
     else:
         values = [c for c in table.columns if c in numeric and c not in ("layer", "head")
-                  and c not in keys and not NOT_MEASURES.match(c)]
+                  and c not in keys and c not in labels and not NOT_MEASURES.match(c)]
         if not values:
             return pd.DataFrame(columns=["label", "measure", "layer", "head", "value"])
-        rows = table.melt(id_vars=["layer", "head", *labels], value_vars=values,
-                          var_name="measure", value_name="value")
-    rows["label"] = (rows[labels].astype(str).agg(" ".join, axis=1) if labels else "")
+        # a lone "value" column (e.g. spectrum_curve) is a measure named "value" like any other
+        rows = table.rename(columns={"value": "value "}).melt(
+            id_vars=["layer", "head", *labels],
+            value_vars=["value " if c == "value" else c for c in values],
+            var_name="measure", value_name="value")
+        rows["measure"] = rows["measure"].str.rstrip()
+    rows["label"] = (rows[labels].astype(object).apply(_label, axis=1) if labels else "")
     rows["value"] = pd.to_numeric(rows["value"], errors="coerce")
     return rows[["label", "measure", "layer", "head", "value"]]
+
+
+def _label(row: pd.Series) -> str:
+    """A row's identifying values joined by spaces (missing ones left out)."""
+    return " ".join(str(v) for v in row if not pd.isna(v))
 
 
 def _differences(a: Report, b: Report) -> pd.DataFrame:
