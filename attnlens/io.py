@@ -216,7 +216,7 @@ def draw_figure(figure, write: Callable[[Any, Path, str], None], jobs: list) -> 
 
 def _write_figure(fig, path: Path, fmt: str) -> None:
     with atomic_open(path, "wb") as handle:
-        fig.savefig(handle, format=fmt, dpi=110)  # fixed layout (plots.py): no tight bbox
+        fig.savefig(handle, format=fmt, dpi=110)  # fixed layout (plots/style.py): no tight bbox
 
 
 def _close(fig) -> None:

@@ -104,8 +104,10 @@ def test_imports_flow_one_way() -> None:
     assert violations() == []
 
 
-# Figures are drawn in plots only (io saves them, report and cli ask for them).
-FIGURE_UNITS = {"plots", "io", "report", "cli"}
+# Figures are drawn in the plots package only. Outside it, matplotlib is imported by io (which
+# saves a Figure) and by the report's figure pool (which loads fonts before forking workers);
+# report sections and cli commands ask plots for figures.
+FIGURE_MODULES = {"attnlens.io", "attnlens.report.figure_pool"}
 
 
 def test_figures_are_drawn_in_plots_only() -> None:
@@ -113,9 +115,39 @@ def test_figures_are_drawn_in_plots_only() -> None:
         f"{path.relative_to(ROOT)}:{line} imports {target}"
         for module, path in source_files()
         for line, target in imported_modules(path, module)
-        if target.split(".")[0] == "matplotlib" and unit_of(module) not in FIGURE_UNITS
+        if target.split(".")[0] == "matplotlib"
+        and unit_of(module) != "plots"
+        and module not in FIGURE_MODULES
     ]
     assert found == []
+
+
+def test_plots_draw_from_tables_only() -> None:
+    """The plots package imports nothing else of attnlens: a figure is drawn from a table."""
+    plot_modules = [(m, p) for m, p in source_files() if unit_of(m) == "plots"]
+    assert len(plot_modules) > 1  # a package of modules, one kind of figure each
+    found = [
+        f"{path.relative_to(ROOT)}:{line} imports {target}"
+        for module, path in plot_modules
+        for line, target in imported_modules(path, module)
+        if target.split(".")[0] == "attnlens" and unit_of(target) != "plots"
+    ]
+    assert found == []
+
+
+def test_plot_functions_pickle_by_name() -> None:
+    """Report recipes (functools.partial of a figure function) are pickled to worker processes:
+    every figure function of ``attnlens.plots`` is a module-level function found by its name."""
+    import pickle
+
+    import attnlens.plots as plots
+
+    functions = [getattr(plots, name) for name in plots.__all__]
+    functions = [f for f in functions if callable(f)]
+    assert len(functions) > 20
+    for function in functions:
+        assert function.__module__.startswith("attnlens.plots."), function
+        assert pickle.loads(pickle.dumps(function)) is function
 
 
 def test_the_checker_catches_an_upward_import(tmp_path, monkeypatch) -> None:
