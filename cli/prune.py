@@ -221,21 +221,12 @@ def prune(
     from attnlens.cli import prune_extras as extras
 
     from attnlens.data.pairs import parse_score_range
-    from attnlens.errors import ConfigError
-    from attnlens.pruning.settings import PruneSettings
 
     _check_options(metric, data, importance_data)
     l0_settings = extras.l0_options(method, lambdas, l0_temperature, l0_stretch, l0_steps,
                                     l0_lr, l0_init, min_heads_per_layer, split_seed)
-    settings = PruneSettings(orders=[o.strip() for o in (order or "importance").split(",")
-                                     if o.strip()],
-                             step=step, max_fraction=max_fraction, rescore=rescore,
-                             min_heads_per_layer=min_heads_per_layer, seeds=seeds,
-                             abs_mode=abs_mode, normalize=normalize,
-                             roles=None if roles is None else str(roles))
-    settings.validate()
-    if not 0.0 < eval_fraction < 1.0:
-        raise ConfigError(f"evaluation fraction must be between 0 and 1, not {eval_fraction}.")
+    settings = _settings(order, step, max_fraction, rescore, min_heads_per_layer, seeds,
+                         abs_mode, normalize, roles, eval_fraction)
     scale = parse_score_range(score_range)
     _check_data(metric, data, "--data", scale)
     _check_data(metric, importance_data, "--importance-data", scale)
@@ -252,20 +243,10 @@ def prune(
     name = auto_metric(model, data) if metric == "auto" else metric
     metrics = build_metrics(name, model, tokenizer, data, importance_data, eval_fraction,
                             split_seed, run.batch_size, run.max_length, score_range=scale)
-    description = {
-        "model": model.cfg.source.get("path"), "metric": name, "data": str(Path(data).resolve()),
-        "importance_data": None if importance_data is None else str(
-            Path(importance_data).resolve()),
-        "split": metrics.split, "eval_fraction": eval_fraction, "split_seed": split_seed,
-        "batch_size": run.batch_size, "max_length": run.max_length, "dtype": run.model.dtype,
-    }
+    description = _description(run, model, name, metrics, data, importance_data,
+                               eval_fraction, split_seed)
     if not ctx.is_main:  # torchrun: the other ranks evaluate; rank 0 writes
-        from attnlens.pruning import prune as run_prune
-
-        run_prune(model, metrics.importance, metrics.evaluation, settings, None,
-                  resume=run.output.resumes, description=description, show_progress=False,
-                  dist=ctx)
-        run.end_processes()
+        _evaluate_for_rank_0(run, ctx, model, metrics, settings, description)
         return
     with run.writing() as work:
         result, l0_summary = _run_curves(run, work, ctx, model, metrics, settings, description,
@@ -278,6 +259,49 @@ def prune(
                   time.perf_counter() - started)
     if l0_summary is not None:
         extras.note_l0(run, l0_summary)
+
+
+def _settings(order: str | None, step: float, max_fraction: float, rescore: bool,
+              min_heads_per_layer: int, seeds: int, abs_mode: str, normalize: bool,
+              roles: Path | None, eval_fraction: float):
+    """The pruning options as checked ``PruneSettings`` (orders default to importance until
+    the model is known), and the evaluation fraction checked beside them."""
+    from attnlens.errors import ConfigError
+    from attnlens.pruning.settings import PruneSettings
+
+    settings = PruneSettings(orders=[o.strip() for o in (order or "importance").split(",")
+                                     if o.strip()],
+                             step=step, max_fraction=max_fraction, rescore=rescore,
+                             min_heads_per_layer=min_heads_per_layer, seeds=seeds,
+                             abs_mode=abs_mode, normalize=normalize,
+                             roles=None if roles is None else str(roles))
+    settings.validate()
+    if not 0.0 < eval_fraction < 1.0:
+        raise ConfigError(f"evaluation fraction must be between 0 and 1, not {eval_fraction}.")
+    return settings
+
+
+def _description(run: CommandRun, model, name: str, metrics, data: Path,
+                 importance_data: Path | None, eval_fraction: float, split_seed: int) -> dict:
+    """What the run was asked (saved with the curves; --resume compares it)."""
+    return {
+        "model": model.cfg.source.get("path"), "metric": name, "data": str(Path(data).resolve()),
+        "importance_data": None if importance_data is None else str(
+            Path(importance_data).resolve()),
+        "split": metrics.split, "eval_fraction": eval_fraction, "split_seed": split_seed,
+        "batch_size": run.batch_size, "max_length": run.max_length, "dtype": run.model.dtype,
+    }
+
+
+def _evaluate_for_rank_0(run: CommandRun, ctx, model, metrics, settings,
+                         description: dict) -> None:
+    """A torchrun rank other than 0: evaluate its share of every step; rank 0 writes."""
+    from attnlens.pruning import prune as run_prune
+
+    run_prune(model, metrics.importance, metrics.evaluation, settings, None,
+              resume=run.output.resumes, description=description, show_progress=False,
+              dist=ctx)
+    run.end_processes()
 
 
 def _run_curves(run: CommandRun, work: Path, ctx, model, metrics, settings, description: dict,
