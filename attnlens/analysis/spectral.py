@@ -1,9 +1,12 @@
 """Singular values of batches of attention matrices, and the curves built from them.
 
-``singular_values`` is the analyzer's spectral path: ``sqrt(eigvalsh(G))`` of the float64 Gram
-matrix ``G = P P^T`` (or ``P^T P``, whichever side is smaller, so rectangular cross-attention
-matrices work), with closed forms when the smaller side is 1 or 2, and on the CPU one
-single-threaded LAPACK solver per core over slices of the batch. ``top_singular_values`` is
+``singular_values`` is the analyzer's spectral path: the square roots of the eigenvalues of
+the float64 Gram matrix ``G = P P^T`` (or ``P^T P``, whichever side is smaller, so
+rectangular cross-attention matrices work), with closed forms when the smaller side is 1 or
+2. On the CPU the eigenvalues come from attnlens' C kernel (``_spectral_kernel.c``: many
+matrices at a time, interleaved so that the loops vectorise across matrices), one thread per
+core over slices of the batch; without the compiled kernel, and on GPUs, from
+``torch.linalg.eigvalsh``. ``top_singular_values`` is
 the option for long inputs: the top ``k`` singular values by randomized subspace iteration,
 with rigorous bounds on the nuclear norm (sum of all singular values) and on the Ky Fan
 ``k``-norm (sum of the top ``k``).
@@ -25,7 +28,12 @@ import torch
 
 from attnlens.errors import ConfigError
 
-METHODS = ("auto", "gram64", "svd32", "gram32", "svdvals")
+try:  # built by `pip install` where a C compiler is present (setup.py); optional
+    from attnlens.analysis import _spectral_kernel
+except ImportError:  # pragma: no cover - exercised where the build was skipped
+    _spectral_kernel = None
+
+METHODS = ("auto", "kernel", "gram64", "svd32", "gram32", "svdvals")
 # Below this much work (matrices x r^3) one solver call beats splitting the batch across
 # threads: the split's fixed cost (~50 us) outweighs the solve (measured, benchmarks/spectrum.py).
 PARALLEL_MIN_WORK = 200_000
@@ -52,9 +60,12 @@ def lapack_single_thread(device: torch.device) -> Iterator[None]:
 def singular_values(P: torch.Tensor, method: str = "auto") -> torch.Tensor:
     """Singular values ``[..., r]`` (descending, float64) of matrices ``P [..., m, n]``.
 
-    ``gram64`` (what ``auto`` uses): ``sqrt(eigvalsh(G))`` with ``G`` the float64 Gram matrix
-    of the smaller side. Eigenvalues are accurate to about ``1e-16 s_1^2``, so each singular
-    value to ``1e-8 s_1`` and the cumulative curve to about ``1e-9``. ``svd32``:
+    ``kernel`` (what ``auto`` uses on the CPU when the C kernel is built) and ``gram64``
+    (``auto`` otherwise): the square roots of the eigenvalues of ``G``, the float64 Gram
+    matrix of the smaller side, by the C kernel or by ``torch.linalg.eigvalsh``. Both are
+    backward stable in float64: eigenvalues within a few ``1e-16 trace(G)``, so each
+    singular value within about ``1e-8 s_1`` and the cumulative curve within about
+    ``1e-9``. ``svd32``:
     ``torch.linalg.svdvals`` in float32 (curve error about ``3e-7``). ``gram32``: eigenvalues
     in float32, about ``1e-3`` off on the curve of real attention matrices (their small
     singular values drown in the float32 noise of ``s_1^2``); kept for comparison only.
@@ -62,13 +73,17 @@ def singular_values(P: torch.Tensor, method: str = "auto") -> torch.Tensor:
     """
     if method not in METHODS:
         raise ConfigError(f"unknown spectrum method {method!r}; use one of {METHODS}.")
-    method = "gram64" if method == "auto" else method
+    if method == "auto":
+        method = "kernel" if kernel_available(P.device) else "gram64"
+    elif method == "kernel" and not kernel_available(P.device):
+        raise ConfigError("the spectral C kernel is not built (or the matrices are not on the "
+                          "CPU); reinstall attnlens with a C compiler, or use method='gram64'.")
     *batch, m, n = P.shape
     r = min(m, n)
     flat = P.reshape(-1, m, n)  # [matrices, m, n]
     if flat.shape[0] == 0 or r == 0:
         return torch.zeros(*batch, r, dtype=torch.float64, device=P.device)
-    if method == "gram64" and r <= 2:
+    if method in ("gram64", "kernel") and r <= 2:
         return _closed_form(flat).reshape(*batch, r)
     workers = torch.get_num_threads() if P.device.type == "cpu" else 1
     with lapack_single_thread(P.device):
@@ -94,8 +109,31 @@ def gram(P: torch.Tensor) -> torch.Tensor:
     return P @ P.mT if P.shape[-2] <= P.shape[-1] else P.mT @ P
 
 
+def kernel_available(device: torch.device | str = "cpu") -> bool:
+    """Whether the C kernel is built and can read matrices on ``device``."""
+    return _spectral_kernel is not None and torch.device(device).type == "cpu"
+
+
+def kernel_eigenvalues(P: torch.Tensor) -> torch.Tensor:
+    """Eigenvalues ``[matrices, r]`` (unsorted, float64) of the float64 Gram matrices of the
+    smaller side of ``P [matrices, m, n]`` (CPU, float32 or float64), by the C kernel.
+
+    A matrix whose iteration does not converge (NaN or Inf entries) comes back as NaN.
+    """
+    count, m, n = P.shape
+    X = P.detach().contiguous() if P.dtype in (torch.float32, torch.float64) else \
+        P.detach().float().contiguous()
+    out = torch.empty(count, min(m, n), dtype=torch.float64)
+    _spectral_kernel.gram_eigenvalues(X.numpy(), out.numpy(), count, m, n,
+                                      X.dtype == torch.float64)
+    return out
+
+
 def _spectrum(P: torch.Tensor, method: str) -> torch.Tensor:
     """Singular values of ``P [matrices, m, n]`` by one concrete method."""
+    if method == "kernel":
+        eig = kernel_eigenvalues(P)  # [matrices, r]
+        return eig.clamp_min(0).sqrt().sort(dim=-1, descending=True).values
     if method in ("svdvals", "svd32"):
         X = P.double() if method == "svdvals" else P.float()
         return torch.linalg.svdvals(X).double()
