@@ -26,6 +26,7 @@ CASES = {
     "non-empty --out": ["spectrum", "--out", "full"],
     "--out is a file": ["heads", "--out", "file.txt"],
     "prune --data missing": ["prune", "--data", "missing.csv"],
+    "prune --export not empty": ["prune", "--data", "good.csv", "--export", "full"],
     "pairs score out of range": ["eval", "stsb", "--pairs", "bad.csv"],
 }
 
@@ -51,6 +52,7 @@ def main() -> None:
         (cwd / "full" / "keep.txt").write_text("x")
         (cwd / "file.txt").write_text("x")
         (cwd / "bad.csv").write_text("a b,c d,1\ne f,g h,2\ni j,k l,9\n")
+        (cwd / "good.csv").write_text("a b,c d,1\ne f,g h,2\ni j,k l,4\n")
         rows = [("python -c pass", [sys.executable, "-c", "pass"], False),
                 ("attnlens --help", [*cli, "--help"], False)]
         rows += [(name, [*cli, *argv], True) for name, argv in CASES.items()]

@@ -56,10 +56,28 @@ def _known_error(exc: BaseException) -> str | None:
 UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 
 
-def usage_error_line(exc: Exception) -> str:
-    """Click's option-parsing error as one line naming the option and where help is."""
+def _command_path(args: list[str]) -> str:
+    """``attnlens CMD [SUB]`` as named by ``args``: the help to point to when Click raised its
+    error without a context (an option missing its value, e.g. ``heads --max-length``)."""
+    command, path = typer.main.get_command(app), ["attnlens"]
+    for arg in args:
+        subcommands = getattr(command, "commands", None)
+        if subcommands is None:  # a command, not a group: its own help
+            break
+        if arg.startswith("-"):
+            continue
+        if arg not in subcommands:
+            break
+        command = subcommands[arg]
+        path.append(arg)
+    return " ".join(path)
+
+
+def usage_error_line(exc: Exception, args: list[str] | None = None) -> str:
+    """Click's option-parsing error as one line naming the option and where help is: the
+    command's own ``--help`` (taken from ``args`` when the error carries no context)."""
     message = " ".join(exc.format_message().split())
-    command = exc.ctx.command_path if exc.ctx is not None else "attnlens"
+    command = exc.ctx.command_path if exc.ctx is not None else _command_path(args or [])
     return f"{message.rstrip('.')}; see '{command} --help'."
 
 
@@ -98,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `attnlens` or group: its help
             typer.echo(exc.ctx.get_help())
             sys.exit(0)
-        print(f"Error: {usage_error_line(exc)}", file=sys.stderr)
+        print(f"Error: {usage_error_line(exc, args)}", file=sys.stderr)
         code = 1
     except RunInterrupted as exc:
         print(interrupted_message(args), file=sys.stderr)

@@ -121,7 +121,9 @@ def _check_data(metric: str, path: Path | None, option: str, score_range) -> Non
 
 
 def _check_model(model: str | None, settings, export_step: int | None, export: Path | None):
-    """Checks that need the model's shape and family, read from config.json alone."""
+    """Checks that need the model's shape, read from config.json alone (no torch). Whether
+    --export can write the model's family is checked by ``_export_folder``, after its folder:
+    that check imports the converters (and torch), so the path checks must come first."""
     from attnlens.errors import ConfigError
     from attnlens.loaders.checkpoint import config_shape, read_config, resolve_checkpoint
 
@@ -134,18 +136,25 @@ def _check_model(model: str | None, settings, export_step: int | None, export: P
         if export_step is not None and not 0 <= export_step <= n_steps:
             raise ConfigError(f"--export-step {export_step} is outside the run, whose steps "
                               f"are 0 to {n_steps}; choose one of them.")
-    if export is not None:
-        from attnlens.loaders.registry import CONVERTERS
 
-        converter = CONVERTERS.get(hf.get("model_type"))
-        if converter is None or converter.export is None:
-            known = ", ".join(k for k, c in CONVERTERS.items() if c.export is not None)
-            raise ConfigError(f"--export cannot write model_type {hf.get('model_type')!r}; "
-                              f"export supports {known}: drop --export.")
+
+def _check_exportable(model: str | None) -> None:
+    """--export can write the model's family (imports the converter registry, hence torch)."""
+    from attnlens.errors import ConfigError
+    from attnlens.loaders.checkpoint import read_config, resolve_checkpoint
+    from attnlens.loaders.registry import CONVERTERS
+
+    model_type = read_config(resolve_checkpoint(model)).get("model_type")
+    converter = CONVERTERS.get(model_type)
+    if converter is None or converter.export is None:
+        known = ", ".join(k for k, c in CONVERTERS.items() if c.export is not None)
+        raise ConfigError(f"--export cannot write model_type {model_type!r}; "
+                          f"export supports {known}: drop --export.")
 
 
 def _export_folder(run: CommandRun, export: Path | None):
-    """The --export folder, checked now (written after the run)."""
+    """The --export folder, checked now (written after the run); then whether the model's
+    family can be exported (the one --export check that imports torch, so it comes last)."""
     if export is None:
         return None
     from attnlens.errors import ConfigError
@@ -155,8 +164,10 @@ def _export_folder(run: CommandRun, export: Path | None):
     if exp == out or out in exp.parents or exp in out.parents:
         raise ConfigError("--export and --out must be separate folders, neither inside the "
                           "other; choose another --export.")
-    return OutputFolder(export, force=run.output.force, option="--export",
-                        protected=run._protected()).check()
+    folder = OutputFolder(export, force=run.output.force, option="--export",
+                          protected=run._protected()).check()
+    _check_exportable(run.model.name)
+    return folder
 
 
 def _check_options(metric: str, data: Path, importance_data: Path | None) -> None:

@@ -304,6 +304,17 @@ def _shared_run(values: dict[str, Any], resumable: bool) -> CommandRun:
                       max_length=values.get("max_length", 128), quiet=values.get("quiet", False))
 
 
+def _usage_line(arguments: str) -> type:
+    """A command class whose usage line shows ``[OPTIONS] arguments``."""
+    from typer.core import TyperCommand
+
+    class Command(TyperCommand):
+        def collect_usage_pieces(self, ctx) -> list[str]:
+            return [*([self.options_metavar] if self.options_metavar else []), arguments]
+
+    return Command
+
+
 def command(
     app: typer.Typer,
     name: str,
@@ -320,6 +331,7 @@ def command(
     resumable: bool = False,
     checkpoints: bool = False,
     inputs: dict[str, str] | None = None,
+    usage: str | None = None,
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Register ``body(run, **own)`` as ``name`` with the shared option groups it asks for.
 
@@ -331,6 +343,8 @@ def command(
     input files, with what each holds (checked first, hashed for --resume; --out may not hold
     them); ``batch_size``: --batch-size/--max-length with these defaults (None: none).
     ``device_map``: --device-map/--max-memory (models spread over devices). --quiet always.
+    ``usage``: the arguments as the usage line shows them (e.g. ``[MODEL] TEXT`` for a
+    command that reads an optional MODEL before TEXT itself), instead of Click's own.
     """
 
     def decorate(body: Callable[..., None]) -> Callable[..., None]:
@@ -375,7 +389,7 @@ def command(
         del wrapper.__wrapped__  # typer must read the signature below, not the body's
         wrapper.__signature__ = inspect.Signature(params)
         wrapper.__annotations__ = {p.name: p.annotation for p in params}
-        app.command(name)(wrapper)
+        app.command(name, **({"cls": _usage_line(usage)} if usage else {}))(wrapper)
         return body
 
     return decorate

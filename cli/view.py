@@ -12,6 +12,9 @@ FirstArg = typer.Argument(..., metavar="[MODEL] TEXT", show_default=False,
 SecondArg = typer.Argument(None, hidden=True, show_default=False)
 OutOpt = typer.Option(Path("attention.html"), "--out", "-o", help="Output HTML file.",
                       rich_help_panel="Output")
+ForceOpt = typer.Option(False, "--force", rich_help_panel="Output",
+                        help="Replace a non-empty --out file (the new page is written beside "
+                        "it, then renamed over it).")
 PairOpt = typer.Option(None, "--pair", help="A second text, encoded as a sentence pair.",
                        show_default=False)
 LengthOpt = typer.Option(512, "--max-length", min=2, help="Truncate the input to this many "
@@ -41,11 +44,35 @@ def _heads(value: str | None) -> list[int] | None:
     return heads
 
 
+def _check_out_file(out_file: Path, force: bool) -> None:
+    """Refuse to replace a non-empty --out file unless --force (an empty one is no loss)."""
+    from attnlens.errors import ConfigError
+
+    if out_file.exists() and not out_file.is_file():
+        raise ConfigError(f"--out {out_file} is not a regular file; give a file name such as "
+                          "view.html.")
+    if not force and out_file.is_file() and out_file.stat().st_size > 0:
+        raise ConfigError(f"--out {out_file} already exists and is not empty; choose a new file "
+                          "name, or add --force to replace it.")
+
+
+def _check_not_in_model(out_file: Path, model: str | None) -> None:
+    """The source model's folder is never written into, under any flag (as for folders)."""
+    from attnlens.errors import ConfigError
+    from attnlens.loaders.checkpoint import resolve_checkpoint
+
+    source = resolve_checkpoint(model).resolve()
+    if source in out_file.resolve().parents:
+        raise ConfigError(f"--out {out_file} is inside the source model ({source}); attnlens "
+                          "never writes there: choose another file.")
+
+
 def view(
     run: CommandRun,
     first: str = FirstArg,
     second: str | None = SecondArg,
     out_file: Path = OutOpt,
+    overwrite: bool = ForceOpt,  # not `force`: the runner takes that name for --out folders
     pair: str | None = PairOpt,
     text_tokens: int = LengthOpt,
     layer: int = LayerOpt,
@@ -71,9 +98,11 @@ def view(
         raise ConfigError(f"--out {out_file} is a folder; give a file name such as view.html.")
     if not out_file.parent.exists():
         raise ConfigError(f"--out {out_file}: folder {out_file.parent} does not exist.")
+    _check_out_file(out_file, overwrite)
 
     run.model.name = model
     run.model.check()
+    _check_not_in_model(out_file, model)
     from attnlens.viewer import AttentionView, rollout_overlay, text_attention
 
     model_obj, tokenizer = run.load_model()
@@ -94,4 +123,5 @@ def view(
 
 
 def register(app: typer.Typer) -> None:
-    command(app, "view", model=False, loading=True, batch_size=None)(view)
+    command(app, "view", model=False, loading=True, batch_size=None,
+            usage="[MODEL] TEXT")(view)

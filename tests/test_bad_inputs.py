@@ -252,6 +252,8 @@ CASES = [
          "Invalid value for '--max-length'", "--help"),
     Case("unknown-option", lambda e: ["analyze", "--outt", "x"], "No such option: --outt",
          "--help"),
+    Case("option-without-value", lambda e: ["heads", "--max-length"],
+         "Option '--max-length' requires an argument", "see 'attnlens heads --help'"),
     Case("dtype-unknown", lambda e: ["analyze", "--dtype", "float8", "--out", "out"],
          "unknown dtype 'float8'", "choose one of"),
     Case("device-unknown", lambda e: ["analyze", "--device", "tpu9", "--out", "out"],
@@ -283,6 +285,12 @@ CASES = [
     Case("resume-a-foreign-folder", lambda e: ["analyze", "--resume", "--out", e.folder(
         "mine", {"a.txt": "x"})], "holds no attnlens run to resume", "choose another folder"),
     Case("partial-run-left", _partial_left, "an interrupted run is in", "add --resume"),
+    Case("view-out-exists", lambda e: ["view", "Hi there.", "--out", e.write(
+        "page.html", "<p>my notes</p>")], "--out page.html already exists and is not empty",
+        "add --force to replace it"),
+    Case("view-out-in-the-model", lambda e: ["view", str(e.model_copy()), "Hi there.", "--out",
+                                             "model/page.html", "--force"],
+         "is inside the source model", "choose another file"),
     # Models ------------------------------------------------------------------------------
     Case("model-missing", lambda e: ["analyze", "./no-model", "--out", "out"],
          "model folder './no-model' does not exist", "pass"),

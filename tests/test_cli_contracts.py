@@ -41,6 +41,8 @@ def usage_cases(tmp: Path) -> list[tuple[list[str], str]]:
         (["analyze", "--batch-size", "x"], "'--batch-size'"),
         (["heads", "--margin", "3"], "'--margin'"),
         (["analyze", "--no-such-option"], "--no-such-option"),
+        (["heads", "--max-length"], "see 'attnlens heads --help'"),
+        (["eval", "stsb", "--pairs"], "see 'attnlens eval stsb --help'"),
         (["prune"], "Missing option '--data'"),
         (["eval", "stsb"], "Missing option '--pairs'"),
         (["spectrum", "a", "b"], "unexpected extra argument"),
@@ -52,6 +54,9 @@ def path_cases(tmp: Path) -> list[tuple[list[str], str]]:
     """Option values and paths the runner checks before importing torch."""
     a_file = tmp / "a.txt"
     a_file.write_text("one sentence\n")
+    full = tmp / "full"
+    full.mkdir()
+    (full / "keep.txt").write_text("mine\n")
     return [
         (["analyze", "--text", str(tmp / "missing.txt")], "missing.txt does not exist"),
         (["analyze", "--text", str(tmp)], "is a folder"),
@@ -69,6 +74,9 @@ def path_cases(tmp: Path) -> list[tuple[list[str], str]]:
         (["prune", "--data", str(tmp / "nope.csv")], "nope.csv does not exist"),
         (["prune", "--data", str(a_file), "--metric", "bleu"], "unknown --metric 'bleu'"),
         (["prune", "--data", str(a_file), "--order", "best"], "unknown order 'best'"),
+        # the --export folder is checked before the converters (and torch) are imported
+        (["prune", "--data", str(a_file), "--export", str(full)], "is not empty"),
+        (["prune", "--data", str(a_file), "--export", "o", "--out", "o"], "separate folders"),
         (["eval", "stsb", "--pairs", str(tmp / "p.csv")], "p.csv does not exist"),
     ]
 

@@ -128,5 +128,18 @@ def test_view_command_writes_the_page(tmp_path: Path) -> None:
     payload = json.loads(re.search(r'id="attnlens-data">(.*?)</script>', page, re.S).group(1))
     assert payload["initial"] == {"layer": 2, "heads": [0, 8], "view": "matrix"}
     assert payload["layers"] == 6 and payload["tokens"][0] == "[CLS]"
-    bad = runner.invoke(app, ["view", "hi", "--out", str(out), "--layer", "6"])
+    bad = runner.invoke(app, ["view", "hi", "--out", str(out), "--layer", "6", "--force"])
     assert bad.exit_code != 0 and "layers 0..5" in str(bad.exception)
+
+
+def test_view_replaces_an_existing_page_only_with_force(tmp_path: Path) -> None:
+    out = tmp_path / "view.html"
+    out.write_text("<p>my notes</p>", encoding="utf-8")
+    args = ["view", "It rained.", "--out", str(out), "--no-rollout"]
+    refused = runner.invoke(app, args)
+    assert refused.exit_code != 0 and "add --force" in str(refused.exception)
+    assert out.read_text(encoding="utf-8") == "<p>my notes</p>"
+    forced = runner.invoke(app, [*args, "--force"])
+    assert forced.exit_code == 0, forced.output
+    assert 'id="attnlens-data"' in out.read_text(encoding="utf-8")
+    assert [p.name for p in tmp_path.iterdir()] == ["view.html"]  # written beside, renamed
