@@ -15,6 +15,7 @@ import torch
 from attnlens.analysis.asymmetry import PatternAsymmetry
 from attnlens.analysis.base import Analyzer, model_fingerprint
 from attnlens.analysis.collapse import ResidualCollapse
+from attnlens.analysis.flow import FlowAnalyzer
 from attnlens.analysis.head_stats import HeadStats
 from attnlens.analysis.linear_attention import LinearAttentionView
 from attnlens.analysis.paths import PathCollapse
@@ -66,6 +67,9 @@ CASES = {
                    lambda m: HeadStats(m.n_layers, 4, {1}, {2}, {8}, m.heads_per_layer)),
     "rollout": (lambda m: RolloutAnalyzer.for_model(m),
                 lambda m: RolloutAnalyzer.for_model(m, residual=0.3)),
+    # max_tokens 8: the 9-token sentence is skipped (listed), the others kept whole
+    "flow": (lambda m: FlowAnalyzer.for_model(m, max_tokens=8),
+             lambda m: FlowAnalyzer.for_model(m, max_tokens=8, fusion="max")),
     "sparse": (lambda m: SparseCoverage.for_model(m, windows=(1, 2)),
                lambda m: SparseCoverage.for_model(m, windows=(1, 2), seed=1)),
     "linear_attention": (lambda m: LinearAttentionView.for_model(m),
@@ -139,11 +143,39 @@ def test_fingerprint_tells_models_apart_and_is_stable() -> None:
     assert model_fingerprint(a) != model_fingerprint(tiny_model(0).double())
 
 
+def assert_plain_data(analyzer: Analyzer) -> None:
+    for name, value in vars(analyzer).items():
+        assert not isinstance(value, torch.nn.Module), name
+        assert not callable(value), name
+
+
 def test_variant_collapse_keeps_no_model() -> None:
     """No model, module or closure in an analyzer's attributes: only plain data."""
     model = model_for("variant_collapse")
     for make, _ in CASES.values():
-        analyzer = make(model)
-        for name, value in vars(analyzer).items():
-            assert not isinstance(value, torch.nn.Module), name
-            assert not callable(value), name
+        assert_plain_data(make(model))
+
+
+class TinyTokenizer:
+    """attnlens' Tokenizer surface the table-writing analyzers read: ``hf`` and decode_tokens."""
+
+    hf = [None] * 50  # len(hf): the vocabulary size
+
+    def decode_tokens(self, ids) -> list[str]:
+        return [f"tok{i}" for i in ids]
+
+
+@pytest.mark.parametrize("analyzer_class", [RolloutAnalyzer, FlowAnalyzer])
+def test_token_strings_are_held_as_plain_data(analyzer_class) -> None:
+    """Built with a tokenizer, rollout and flow hold the vocabulary's strings, not the
+    tokenizer's bound method, and their tables name the tokens."""
+    model = tiny_model()
+    analyzer = analyzer_class.for_model(model, TinyTokenizer(), keep=None)
+    assert_plain_data(analyzer)
+    run_analyzers(model, batches(), [analyzer], show_progress=False)
+    first = analyzer.kept_sentences()[0]
+    ids = batches()[0].input_ids[0, :5].tolist()
+    assert first["tokens"] == [f"tok{i}" for i in ids]
+    tables = analyzer.result()
+    if "flow" in tables:
+        assert set(tables["flow"]["key_token"]) <= {f"tok{i}" for i in range(50)}

@@ -34,6 +34,8 @@ from attnlens.analysis.rollout import (
     fuse_heads,
     matrices_table,
     residual_attention,
+    token_strings,
+    token_vocabulary,
 )
 from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
@@ -114,7 +116,9 @@ class FlowAnalyzer(Analyzer):
     most ``max_tokens`` tokens; longer ones are listed in ``skipped``.
 
     The per-layer residual-mixed attention is gathered layer by layer on the model's device;
-    the flows are solved on the CPU at the end of each batch.
+    the flows are solved on the CPU at the end of each batch. ``vocab``
+    (``rollout.token_vocabulary(tokenizer)``) holds each token id's string for the tables; it
+    is not part of the state.
     """
 
     name = "flow"
@@ -128,21 +132,20 @@ class FlowAnalyzer(Analyzer):
         fusion: str = "mean",
         keep: int | None = None,
         max_tokens: int = FLOW_MAX_TOKENS,
-        decode=None,
+        vocab: list[str] | None = None,
     ) -> None:
         check_rollout_options(residual, fusion)
         if max_tokens < 1:
             raise ConfigError(f"the flow length limit must be at least 1, not {max_tokens}.")
         self.n_layers, self.residual, self.fusion = n_layers, residual, fusion
-        self.keep, self.max_tokens, self.decode = keep, max_tokens, decode
+        self.keep, self.max_tokens, self.vocab = keep, max_tokens, vocab
         self.kept: list[dict[str, Any]] = []
         self.skipped: list[int] = []
         self._seen = 0
 
     @classmethod
     def for_model(cls, model: HookedTransformer, tokenizer=None, **options) -> FlowAnalyzer:
-        decode = tokenizer.decode_tokens if tokenizer is not None else None
-        analyzer = cls(model.n_layers, decode=decode, **options)
+        analyzer = cls(model.n_layers, vocab=token_vocabulary(tokenizer), **options)
         analyzer.identify_model(model)
         return analyzer
 
@@ -181,9 +184,8 @@ class FlowAnalyzer(Analyzer):
             sub = mixed[k][:, positions][:, :, positions].numpy()  # [layer, n, n]
             raw = flow_values(sub)
             ids = batch.input_ids[b].cpu()[positions].tolist()
-            tokens = self.decode(ids) if self.decode is not None else [str(i) for i in ids]
             self.kept.append({
-                "sentence": self._ids[b], "tokens": list(tokens),
+                "sentence": self._ids[b], "tokens": token_strings(self.vocab, ids),
                 "matrices": torch.from_numpy(normalise_rows(raw)),
                 "extra_columns": {"max_flow": torch.from_numpy(raw)},
             })

@@ -115,6 +115,21 @@ def _sentence_ids(batch: Batch, seen: int) -> list[int]:
     return [int(i) for i in index] if index is not None else list(range(seen, seen + batch.size))
 
 
+def token_vocabulary(tokenizer) -> list[str] | None:
+    """Every token id's string (``vocab[id]``, as ``Tokenizer.decode_tokens`` gives it), read
+    once, so an analyzer holds plain strings rather than the tokenizer's bound method."""
+    if tokenizer is None:
+        return None
+    return list(tokenizer.decode_tokens(range(len(tokenizer.hf))))
+
+
+def token_strings(vocab: list[str] | None, ids: list[int]) -> list[str]:
+    """The strings of ``ids`` from ``token_vocabulary``; the ids themselves without one."""
+    if vocab is None:
+        return [str(i) for i in ids]
+    return [vocab[i] if 0 <= i < len(vocab) else str(i) for i in ids]
+
+
 class RolloutAnalyzer(Analyzer):
     """Streaming attention rollout: per-layer corpus shares plus the matrices of kept sentences.
 
@@ -122,8 +137,8 @@ class RolloutAnalyzer(Analyzer):
     ``None`` keeps every sentence, for short inputs only). ``max_entries``: the most matrix
     entries (``layers x n^2``) one kept sentence may have; a longer one is not kept and its
     corpus index goes to ``skipped`` (None: no bound). It keeps the memory of kept matrices
-    independent of depth and length. ``decode`` turns token ids into
-    strings for the tables (``Tokenizer.decode_tokens``); it is not part of the state.
+    independent of depth and length. ``vocab`` (``token_vocabulary(tokenizer)``) holds each
+    token id's string for the tables; it is not part of the state.
     """
 
     name = "rollout"
@@ -136,7 +151,7 @@ class RolloutAnalyzer(Analyzer):
         residual: float = 0.5,
         fusion: str = "mean",
         keep: int | None = 0,
-        decode=None,
+        vocab: list[str] | None = None,
         max_entries: int | None = None,
         device: torch.device | str = "cpu",
     ) -> None:
@@ -144,7 +159,7 @@ class RolloutAnalyzer(Analyzer):
         if keep is not None and keep < 0:
             raise ConfigError(f"keep must be at least 0, not {keep}.")
         self.n_layers, self.residual, self.fusion, self.keep = n_layers, residual, fusion, keep
-        self.decode, self.max_entries = decode, max_entries
+        self.vocab, self.max_entries = vocab, max_entries
         self.sums = torch.zeros(len(LAYER_MEASURES), n_layers, dtype=torch.float64, device=device)
         self.rows = 0
         self.sentences = 0
@@ -153,8 +168,8 @@ class RolloutAnalyzer(Analyzer):
 
     @classmethod
     def for_model(cls, model: HookedTransformer, tokenizer=None, **options) -> RolloutAnalyzer:
-        decode = tokenizer.decode_tokens if tokenizer is not None else None
-        analyzer = cls(model.n_layers, decode=decode, device=model.device, **options)
+        analyzer = cls(model.n_layers, vocab=token_vocabulary(tokenizer), device=model.device,
+                       **options)
         analyzer.identify_model(model)
         return analyzer
 
@@ -216,8 +231,8 @@ class RolloutAnalyzer(Analyzer):
                 positions = self._real[b].nonzero().flatten().cpu()  # real tokens, in order
                 ids = batch.input_ids[b].cpu()[positions].tolist()
                 matrices = stacked[k][:, positions][:, :, positions]  # [layer, n, n]
-                tokens = self.decode(ids) if self.decode is not None else [str(i) for i in ids]
-                self.kept.append({"sentence": self._ids[b], "tokens": list(tokens),
+                tokens = token_strings(self.vocab, ids)
+                self.kept.append({"sentence": self._ids[b], "tokens": tokens,
                                   "matrices": matrices.clone(), "length": n})
         self._rolled, self._kept_layers = None, []
 
