@@ -158,26 +158,59 @@ def test_t5_buckets_match_hf(bidirectional, buckets, max_distance):
         assert bool((ours[offsets > 0] == 0).all())
 
 
-@pytest.mark.parametrize("family", ["bart", "t5"])
+@pytest.mark.parametrize("family", ["bart", "marian", "t5"])
 def test_unused_and_misshapen_tensors_are_errors(family, tmp_path):
     import transformers
     from safetensors.torch import load_file, save_file
 
     from attnlens.errors import WeightMismatchError
 
+    skip = ()
     if family == "bart":
         config, cls = bart_config(), transformers.BartForConditionalGeneration
         cross_q = "model.decoder.layers.1.encoder_attn.q_proj.weight"
+    elif family == "marian":
+        config, cls = marian_config(), transformers.MarianMTModel
+        cross_q = "model.decoder.layers.1.encoder_attn.q_proj.weight"
+        skip = ("embed_positions",)
     else:
         config, cls = t5_config(), transformers.T5ForConditionalGeneration
         cross_q = "decoder.block.1.layer.1.EncDecAttention.q.weight"
-    save_and_reload(cls, config, tmp_path)
+    save_and_reload(cls, config, tmp_path, skip=skip)
     file = tmp_path / "model.safetensors"
     tensors = load_file(str(file))
     save_file({**tensors, "decoder.extra.weight": torch.zeros(3)}, str(file))
     with pytest.raises(WeightMismatchError, match="not used by the converter"):
         load_model(tmp_path)
     save_file({**tensors, cross_q: tensors[cross_q][:, :-1].contiguous()}, str(file))
+    with pytest.raises(WeightMismatchError, match="has shape"):
+        load_model(tmp_path)
+
+
+@pytest.mark.parametrize("shared_vocabulary", [True, False])
+def test_marian_misshapen_embeddings_are_errors(shared_vocabulary, tmp_path):
+    """Marian's own tensors: a saved sinusoidal table (optional, read when present) and, with
+    a decoder vocabulary of its own, each stack's token embedding are checked for shape."""
+    import transformers
+    from safetensors.torch import load_file, save_file
+
+    from attnlens.errors import WeightMismatchError
+
+    overrides = {} if shared_vocabulary else dict(share_encoder_decoder_embeddings=False,
+                                                  decoder_vocab_size=77)
+    save_and_reload(transformers.MarianMTModel, marian_config(**overrides), tmp_path,
+                    skip=("embed_positions",))
+    file = tmp_path / "model.safetensors"
+    tensors = load_file(str(file))
+    n_ctx, d_model = SEQ2SEQ["max_position_embeddings"], SEQ2SEQ["d_model"]
+    positions = "model.decoder.embed_positions.weight"
+    save_file({**tensors, positions: torch.zeros(n_ctx, d_model)}, str(file))
+    load_model(tmp_path)  # a saved table of the right shape is read
+    save_file({**tensors, positions: torch.zeros(n_ctx - 1, d_model)}, str(file))
+    with pytest.raises(WeightMismatchError, match="has shape"):
+        load_model(tmp_path)
+    embedding = "model.shared.weight" if shared_vocabulary else "model.decoder.embed_tokens.weight"
+    save_file({**tensors, embedding: tensors[embedding][:-1].contiguous()}, str(file))
     with pytest.raises(WeightMismatchError, match="has shape"):
         load_model(tmp_path)
 
