@@ -121,6 +121,11 @@ def test_planted_heads_are_classified(planted):
         assert dep_to_head.loc[relation, "head"] == 1
         assert dep_to_head.loc[relation, "accuracy"] == pytest.approx(1.0)
         assert dep_to_head.loc[relation, "syntactic"]
+    # "all relations" pools every arc: reported (Table 1), never a role, so it cannot say
+    # syntactic where the summary's count (from the role tests) does not
+    pooled_row = dep_to_head.loc[ALL_RELATIONS]
+    assert pooled_row["accuracy"] > pooled_row["baseline"] + 0.1 and not pooled_row["tested"]
+    assert not best.loc[best["relation"] == ALL_RELATIONS, "syntactic"].any()
 
     shares = rare.result()["rare_words"].set_index("head")
     assert shares.loc[2, "share_rarest"] == pytest.approx(1.0)
@@ -289,7 +294,7 @@ def test_rare_words_with_user_counts_and_word_like_rule():
     targets = [0, 5, 5, 2, 5, 1, 5, 7]
     for q, t in enumerate(targets):
         p[0, 0, q] = peaked(length, 8, t)
-    (rare,) = run([RareWordHeads(1, 1, rarity=rarity)], [(batch, p)])
+    (rare,) = run([RareWordHeads(1, 1, rarity=rarity, min_words=1)], [(batch, p)])
     row = rare.result()["rare_words"].iloc[0]
     # exact count ratios below (approx default rel 1e-6)
     # attending words (all but zyzzyva): The, cat, sat, !, . -> hits The, cat, sat, . = 4/5
@@ -299,6 +304,32 @@ def test_rare_words_with_user_counts_and_word_like_rule():
     assert row["chance_rarest"] == pytest.approx(1 / 6)
     assert row["chance_two_rarest"] == pytest.approx(2 / 6)
     assert row["rare_word"]
+
+
+def test_too_few_words_declare_no_rare_word_head():
+    """A head whose every word attends to the rarest word, on 2 sentences (5 attending
+    words): the share is reported, but below MIN_WORDS (100) no head is tested or granted
+    the role, with or without the bootstrap (its replicates hardly vary on 2 sentences)."""
+    from attnlens.analysis.bootstrap import Inference
+    from attnlens.analysis.rare_words import MIN_WORDS
+
+    rarity = WordRarity.from_counts({"the": 9, "dog": 3, "barks": 1, "a": 9, "big": 3,
+                                     "cat": 2, "sleeps": 1})
+    sentences = [TINY[0], TINY[1]]
+    batch = make_batch(sentences)
+    length = batch.input_ids.shape[1]
+    p = torch.zeros(2, 1, length, length)
+    for b, sentence in enumerate(sentences):
+        rarest = batch.word_ids[b].tolist().index(rarity.rarest(list(sentence.words))[0])
+        p[b, 0, :, rarest] = 1.0  # every token's maximum: the rarest word's token
+    for inference in (Inference(), Inference(bootstrap=0)):
+        few, enough = run([RareWordHeads(1, 1, rarity=rarity, inference=inference),
+                           RareWordHeads(1, 1, rarity=rarity, inference=inference,
+                                         min_words=1)], [(batch, p)])
+        row = few.result()["rare_words"].iloc[0]
+        assert row["words"] < MIN_WORDS and row["share_rarest"] == pytest.approx(1.0)
+        assert not row["tested"] and not row["rare_word"] and math.isnan(row["q_value"])
+        assert enough.result()["rare_words"].iloc[0]["rare_word"]  # the same data, min 1
 
 
 def test_head_stats_match_hand_computation():

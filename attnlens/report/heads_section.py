@@ -131,7 +131,8 @@ class HeadRolesSection(Section):
                                       inference=inference),
             self._syntactic(model, words),
             RareWordHeads.for_model(model, rarity=self.rarity, threshold=self.rare_threshold,
-                                    rare_self=self.rare_self, inference=inference, words=words),
+                                    rare_self=self.rare_self, inference=inference, words=words,
+                                    min_words=self.min_examples),
             HeadBehaviour.for_model(model, inference=inference),
         ]
         if self.clusters:
@@ -260,4 +261,10 @@ class HeadRolesSection(Section):
             lines.append("No dependency trees in the corpus: syntactic heads not measured.")
         if "rare_words" not in tables:
             lines.append("No word-split corpus: rare-word heads not measured.")
+        elif len(tables["rare_words"]) and not tables["rare_words"]["tested"].any():
+            words = int(tables["rare_words"]["words"].iloc[0])
+            if words < self.min_examples:
+                lines.append(f"Rare-word heads not tested: {words} attending words, fewer "
+                             f"than --min-examples ({self.min_examples}); shares are "
+                             "illustrations, not evidence.")
         return lines
