@@ -185,10 +185,13 @@ LENGTHS = [[5, 7, 7], [3, 12], [9, 9, 4, 20]]
 
 
 def results_close(a: dict, b: dict, atol: float) -> None:
+    """Every table's values within ``atol``, the caller's bound. rtol is 0: numpy's default
+    (1e-7) would let values near 1 differ by 1e-7, 9 orders above float64 regrouping."""
     assert a.keys() == b.keys()
     for name in a:
         np.testing.assert_allclose(
-            a[name]["value"].to_numpy(), b[name]["value"].to_numpy(), atol=atol, err_msg=name
+            a[name]["value"].to_numpy(), b[name]["value"].to_numpy(), rtol=0, atol=atol,
+            err_msg=name,
         )
 
 
@@ -201,7 +204,9 @@ def test_merge_of_halves_equals_whole_and_streaming_matches(fixture, request):
     first, second = PatternAsymmetry.for_model(model), PatternAsymmetry.for_model(model)
     run_analyzers(model, batches[:2], [first], show_progress=False)
     run_analyzers(model, batches[2:], [second], show_progress=False)
-    # same batches, same shapes: identical per-batch values; only float64 sums regroup
+    # same batches, same shapes, same kernels: identical per-batch values; only float64 sums
+    # of 9 sentences' values <= 1 regroup: 9 * 2.2e-16 = 2.0e-15 at most (measured
+    # 1.1e-16), so 1e-12 leaves 500x
     results_close(first.merge(second).result(), whole.result(), atol=1e-12)
     # All sentences in one padded batch: same result up to float32 rounding of the patterns.
     width = 20

@@ -259,5 +259,9 @@ def test_tables_label_the_composite_residual_an_upper_bound() -> None:
     X = torch.tensor([[0.0], [0.0], [0.0], [10.0]], dtype=torch.float64)
     at_mean = composite_norm(token_residual(X[None]))[0]
     at_zero = composite_norm(X[None])[0]
+    # float64 sums of 4 numbers that are multiples of 0.5 are exact in any order (any kernel
+    # set), and sqrt is correctly rounded: within 1 ulp (2.2e-16 relative) of the closed
+    # forms. A wrong norm would be off by percents (10.6 vs 10), so approx's default rel 1e-6
+    # separates them with room on both sides.
     assert float(at_mean) == pytest.approx(math.sqrt(15 * 7.5))
     assert float(at_zero) == pytest.approx(10.0) and at_zero < at_mean

@@ -176,6 +176,14 @@ def test_two_runs_on_two_processes_write_byte_identical_tables(tmp_path, tiny_ch
 def test_torchrun_on_minilm_and_the_sample_treebank(tmp_path):
     run_analyze(["--batch-size", "8"], tmp_path / "one", 1)
     run_analyze(["--batch-size", "8"], tmp_path / "two", 2)
+    # Both runs inherit one environment (kernel set, OMP_NUM_THREADS=1) and forward the same
+    # whole batches (shard splits between batches), so every fp32 value per batch is bitwise
+    # the same; what differs is how rank 0 regroups the float64 running sums (per-sentence
+    # rows merge in corpus order, unchanged). Regrouping k <= 43 sentences' terms of magnitude
+    # <= 630 (the largest value in these tables: linear_attention) moves a result by at most
+    # about k * eps64 * 630 = 43 * 2.2e-16 * 630 = 6.0e-12 (measured 2.7e-15): 1e-9 leaves
+    # 170x headroom and is still far below the fp32 rounding (6e-8 relative) that a batching
+    # or kernel difference would show. rtol is 0 (compare_frames).
     assert compare_tables(tmp_path / "one", tmp_path / "two", atol=1e-9) > 10
 
 

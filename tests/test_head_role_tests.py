@@ -50,6 +50,9 @@ def test_sixty_percent_of_1000_arcs_against_a_thirty_percent_baseline_is_syntact
     rows = rel_rows(analyzer)
     head = rows.loc[0]
     assert head["examples"] == 1000 and head["n_sentences"] == 100
+    # Ratios of integer counts (hits exact in fp32 up to 2^24, summed in float64, one
+    # division): within 1 ulp of 600/1000 and 300/1000. Another count would be off by at
+    # least 1/1000, so approx's default rel 1e-6 tells them apart with room on both sides.
     assert head["accuracy"] == pytest.approx(0.6) and head["baseline"] == pytest.approx(0.3)
     assert head["tested"] and head["syntactic"] and head["q_value"] < 0.01
     assert head["ci_low"] < 0.6 < head["ci_high"]
@@ -181,6 +184,9 @@ def test_held_out_selection_on_another_treebank():
     row = table[(table["relation"] == "rel") & (table["direction"] == "dep->head")].iloc[0]
     assert (row["layer"], row["head"], row["examples"]) == (0, 0, 400)
     best = evaluate.result()["syntactic_best"].set_index(["relation", "direction"])
+    # Both are the same integer hit count over the same 400 arcs (float64 sum, one
+    # division): equal to the last bit; a different head or arc set would differ by at least
+    # 1/400, far above approx's default rel 1e-6.
     assert row["heldout_accuracy"] == pytest.approx(best.loc[("rel", "dep->head"), "accuracy"])
     assert row["selected_on"] == "other" and row["evaluated_on"] == "this"
 
