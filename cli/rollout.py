@@ -104,4 +104,5 @@ def rollout(
 
 
 def register(app: typer.Typer) -> None:
-    command(app, "rollout", model=False, loading=True, corpus=True, out=DEFAULT_OUT)(rollout)
+    command(app, "rollout", model=False, loading=True, corpus=True, out=DEFAULT_OUT,
+            usage="[MODEL] [TEXT]...")(rollout)
