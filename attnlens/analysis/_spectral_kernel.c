@@ -1,7 +1,7 @@
 /* Eigenvalues of the float64 Gram matrices of many small attention matrices.
  *
  * The spectral path of attnlens/analysis/spectral.py: for each matrix P [m, n] (float32 or
- * float64) the eigenvalues of G = X^T X in float64, where X is P [m, n] when m >= n and P^T
+ * float64) the eigenvalues of G = X^T X in float64, where X is P [m, n] when m > n and P^T
  * otherwise, so G is r x r with r = min(m, n) and its eigenvalues are the squared singular
  * values of P. Three steps, each textbook:
  *
@@ -67,8 +67,9 @@ static void load_group(Work *w, const void *src, int double_input, Py_ssize_t fi
         for (int i = 0; i < r; i++) {
             double *xi = w->x + ((size_t)i * s) * LANES + q;
             for (int k = 0; k < s; k++) {
-                /* X = P (m >= n): X[k][i] = P[k][i]; X = P^T (m < n): X[k][i] = P[i][k] */
-                size_t at = (size_t)t * m * n + (m >= n ? (size_t)k * n + i : (size_t)i * n + k);
+                /* X = P (m > n): X[k][i] = P[k][i]; X = P^T (m <= n): X[k][i] = P[i][k], read
+                 * along P's rows (a square P has the same eigenvalues either way) */
+                size_t at = (size_t)t * m * n + (m > n ? (size_t)k * n + i : (size_t)i * n + k);
                 xi[(size_t)k * LANES] = double_input ? ((const double *)src)[at]
                                                      : (double)((const float *)src)[at];
             }

@@ -90,8 +90,10 @@ def singular_values(P: torch.Tensor, method: str = "auto") -> torch.Tensor:
         count = flat.shape[0]
         if workers > 1 and count >= 2 * workers and count * r**3 >= PARALLEL_MIN_WORK:
             # One single-threaded solver per core on a slice of the matrices (they release
-            # the GIL inside LAPACK).
-            parts = flat.chunk(workers, dim=0)
+            # the GIL inside LAPACK and the kernel); the kernel's slices hold whole groups.
+            unit = _spectral_kernel.LANES if method == "kernel" else 1
+            size = -(-count // (workers * unit)) * unit  # ceil(count / workers), rounded up
+            parts = flat.split(size, dim=0)
             out = torch.cat(list(_solver_pool(workers).map(partial(_spectrum, method=method),
                                                             parts)))
         else:
