@@ -42,4 +42,4 @@ def compare(run: CommandRun, dir_a: Path = ReportA, dir_b: Path = ReportB,
 
 def register(app: typer.Typer) -> None:
     command(app, "compare", model=False, out=Path("attnlens-compare"), figures=False,
-            batch_size=None)(compare)
+            batch_size=None, usage="DIR_A DIR_B")(compare)

@@ -34,4 +34,4 @@ def report(run: CommandRun, folder: Path = FolderArg, prune: Path | None = Prune
 
 
 def register(app: typer.Typer) -> None:
-    command(app, "report", model=False, batch_size=None)(report)
+    command(app, "report", model=False, batch_size=None, usage="DIR")(report)

@@ -125,3 +125,28 @@ def test_every_command_uses_the_shared_runner() -> None:
         if name in model_commands - {"prune"}:
             assert {"--text", "--treebank", "--parse"} <= options, name
         assert "run" not in inspect.signature(cmd.callback).parameters
+
+
+def test_usage_lines_name_the_arguments_as_typed() -> None:
+    """Usage lines read as a user types the command (not Click's {folder} or
+    [[MODEL] TEXT...]...), and `--help` prints them."""
+    import click
+    from attnlens.cli.app import app
+    from typer.main import get_command
+
+    group = get_command(app)
+    expected = {
+        "report": "[OPTIONS] DIR",
+        "compare": "[OPTIONS] DIR_A DIR_B",
+        "view": "[OPTIONS] [MODEL] TEXT",
+        "rollout": "[OPTIONS] [MODEL] [TEXT]...",
+    }
+    for name, arguments in expected.items():
+        cmd = group.commands[name]
+        with click.Context(cmd, info_name=name) as ctx:
+            assert " ".join(cmd.collect_usage_pieces(ctx)) == arguments, name
+    for name in ("report", "compare"):  # what --help prints
+        result = subprocess.run([sys.executable, "-m", "attnlens.cli", name, "--help"],
+                                capture_output=True, text=True, timeout=120)
+        line = next(t for t in result.stdout.splitlines() if "Usage:" in t)
+        assert line.split() == ["Usage:", "attnlens", name, *expected[name].split()], line
