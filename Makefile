@@ -1,5 +1,5 @@
 # Two entry points: `make demo` (set up, then analyse the embedded model) and `make test`.
-# Set-up is idempotent: it reruns only when pyproject.toml changes.
+# Set-up is idempotent: it reruns only when pyproject.toml, setup.py or the C kernel change.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
