@@ -14,8 +14,9 @@ PositionalThresholdOpt = typer.Option(
 )
 MinExamplesOpt = typer.Option(
     100, "--min-examples", min=1,
-    help="Arcs a relation needs to be reported and tested, and attending words the corpus "
-    "needs before rare-word heads are tested (see docs/heads.md: power).",
+    help="Arcs a relation needs to be reported and tested; attending words and query "
+    "tokens the corpus needs before rare-word and positional heads are tested (positional "
+    "heads also need 20 sentences; see docs/heads.md: power).",
 )
 MarginOpt = typer.Option(
     0.10, "--margin", min=0.0, max=1.0,

@@ -18,6 +18,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
         ("ablate_head.py", "without head 2.5"),
         ("factored_circuits.py", "QK effective rank"),
         ("heads_power.py", "power of the syntactic-head test"),
+        ("positional_min_sentences.py", "true share 0.9 = threshold"),
     ],
 )
 def test_example_runs(script: str, expected: str) -> None:

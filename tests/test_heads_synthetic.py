@@ -332,6 +332,55 @@ def test_too_few_words_declare_no_rare_word_head():
         assert enough.result()["rare_words"].iloc[0]["rare_word"]  # the same data, min 1
 
 
+def test_too_few_sentences_or_tokens_declare_no_positional_head(planted):
+    """Head 0 attends most to the previous token everywhere (share 1.0). On 2 sentences the
+    bootstrap's interval has width 0 and p = 0, so without a minimum the head would be
+    declared: below MIN_SENTENCES (20) the share is reported but no head is tested or made
+    positional, with or without the bootstrap, and the summary and the role map say so. On
+    the 43 sample sentences (and >= MIN_TOKENS tokens) the head is found; with
+    --min-examples above the corpus's tokens, again not tested."""
+    from attnlens.analysis.bootstrap import Inference
+    from attnlens.analysis.positional import MIN_SENTENCES, MIN_TOKENS
+    from attnlens.report.heads_section import HeadRolesSection
+
+    sentences, rarity, data = planted
+    two = sentences[:2]
+    batch = make_batch(two)
+    two_data = [(batch, planted_patterns(two, batch, rarity))]
+    for inference in (Inference(), Inference(bootstrap=0)):
+        few, lowered = run([PositionalHeads(1, 5, inference=inference),
+                            PositionalHeads(1, 5, inference=inference, min_tokens=1,
+                                            min_sentences=1)], two_data)
+        table = few.result()["positional_heads"]
+        row = table.set_index("head").loc[0]
+        assert row["n_sentences"] == 2 < MIN_SENTENCES and row["share"] == pytest.approx(1.0)
+        assert not table["tested"].any() and not table["positional"].any()
+        assert math.isnan(row["q_value"]) and row["above_threshold"]  # point rule: shown
+        # the same data without the minimum: declared from 2 sentences
+        assert lowered.result()["positional_heads"].set_index("head").loc[0, "positional"]
+
+        whole, short = run([PositionalHeads(1, 5, inference=inference),
+                            PositionalHeads(1, 5, inference=inference, min_tokens=10_000)],
+                           data)
+        found = whole.result()["positional_heads"]
+        assert found["n_sentences"].iloc[0] == 43 and found["tokens"].iloc[0] >= MIN_TOKENS
+        assert found["positional"].tolist() == [True, False, False, False, False]
+        assert not short.result()["positional_heads"]["positional"].any()
+
+    section = HeadRolesSection(inference=Inference())
+    tables = {"positional_heads": few.result()["positional_heads"],
+              "head_stats": pd.DataFrame(columns=["layer", "head", "measure", "value"])}
+    for view, suffix in (("tested", ""), ("uncorrected", "_uncorrected")):
+        tables[f"head_roles{suffix}"] = classify_heads(tables["positional_heads"], view=view)
+    notes = " ".join(section._notes(tables))
+    assert "Positional heads not tested: 2 sentences, fewer than the 20" in notes
+    assert "positional 0," in notes and "query tokens" in notes  # 2 sentences < 100 tokens
+    title = dict(section.figures(tables))["head_roles_map"].args[1]
+    assert title.endswith("not tested (too little data): positional")
+    tables["positional_heads"] = found
+    assert "not tested" not in " ".join(section._notes(tables))
+
+
 def test_head_stats_match_hand_computation():
     ids = torch.tensor([[CLS, 1000, 1010, 1001, SEP]])  # [CLS] a , b [SEP]
     batch = Batch(input_ids=ids, attention_mask=torch.ones_like(ids),

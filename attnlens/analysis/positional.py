@@ -11,6 +11,10 @@ A head is *positional* when the share of its best offset in -3..+3 is above ``th
 (default 0.9) by a one-sided test from the bootstrap, corrected over every head
 (``Inference.correction``): ``q_value < alpha``. ``above_threshold`` keeps the untested
 point-estimate rule (share >= threshold).
+Heads are tested (and can be positional heads) only when the corpus has at least
+``min_sentences`` sentences (``MIN_SENTENCES``, 20: the bootstrap resamples sentences, and
+on fewer its interval undercovers; on one sentence it has width 0 and p = 0) and at least
+``min_tokens`` query tokens (``MIN_TOKENS``, 100; `attnlens heads --min-examples`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,13 @@ from attnlens.model.transformer import HookedTransformer
 
 OFFSETS = (-3, -2, -1, 0, 1, 2, 3)
 TARGETS = (*(f"{o:+d}" for o in OFFSETS), "special", "farther")
+# Sentences needed before any head is tested. For a head exactly at the 0.9 threshold
+# (sentences of 10 tokens, intra-sentence correlation 0 to 0.2), the 95 % interval covers
+# the truth 0 % of the time on 1 sentence, 45-50 % on 2, 88-92 % on 10, 91-93 % on 20, and a
+# lone head's test at 0.05 / 72 passes 35-57 % / 12-32 % / 1.7-7.8 % / 1.0-3.5 % of the time
+# (docs/heads.md; python examples/positional_min_sentences.py).
+MIN_SENTENCES = 20
+MIN_TOKENS = 100  # query tokens: the same 100 as --min-examples
 
 
 class PositionalHeads(PerSentenceRows, Analyzer):
@@ -46,9 +57,12 @@ class PositionalHeads(PerSentenceRows, Analyzer):
         threshold: float = 0.9,
         heads_per_layer: Sequence[int] | None = None,
         inference: Inference | None = None,
+        min_tokens: int = MIN_TOKENS,
+        min_sentences: int = MIN_SENTENCES,
     ) -> None:
         self.n_layers, self.n_heads, self.threshold = n_layers, n_heads, threshold
         self.heads_per_layer = list(heads_per_layer or [n_heads] * n_layers)
+        self.min_tokens, self.min_sentences = min_tokens, min_sentences
         self.inference = inference or Inference()
         self.sentences: list[int] = []  # corpus index of every sentence seen
         # per batch: credit per target except "farther" [sentence, target, layer, head] and
@@ -72,7 +86,8 @@ class PositionalHeads(PerSentenceRows, Analyzer):
 
     def settings(self) -> dict:
         return {"n_layers": self.n_layers, "heads_per_layer": self.heads_per_layer,
-                "threshold": self.threshold, **self.inference.settings()}
+                "threshold": self.threshold, "min_tokens": self.min_tokens,
+                "min_sentences": self.min_sentences, **self.inference.settings()}
 
     def begin_batch(self, batch: Batch) -> None:
         real = batch.attention_mask.bool()  # [batch, pos]
@@ -155,14 +170,18 @@ class PositionalHeads(PerSentenceRows, Analyzer):
             reps = est.reps.reshape(-1, *shape)[:, best, layer, head]  # [replicate, head]
         p, q, passed = threshold_tests(torch.from_numpy(share), reps, self.threshold,
                                        self.inference)
-        tokens = int(rows.sum())
+        tokens, sentences = int(rows.sum()), int((rows > 0).sum())
+        # too few tokens or sentences: nothing is tested
+        enough = tokens >= max(self.min_tokens, 1) and sentences >= self.min_sentences
+        if not enough:
+            p, q = torch.full_like(p, torch.nan), torch.full_like(q, torch.nan)
         heads = pd.DataFrame({
             "layer": layer, "head": head, "best_offset": np.array(OFFSETS)[best],
             "share": share, "ci_low": low[best, layer, head], "ci_high": high[best, layer, head],
-            "tokens": tokens, "n_sentences": int((rows > 0).sum()),
-            "threshold": self.threshold, "tested": reps is not None and tokens > 0,
+            "tokens": tokens, "n_sentences": sentences,
+            "threshold": self.threshold, "tested": reps is not None and enough,
             "p_value": p.numpy(),
             "q_value": q.numpy(), "above_threshold": share >= self.threshold,
-            "positional": passed.numpy() & (tokens > 0),
+            "positional": passed.numpy() & enough,
         })
         return {"positional_offsets": offsets, "positional_heads": heads}

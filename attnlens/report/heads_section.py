@@ -14,7 +14,7 @@ from attnlens.analysis.bootstrap import Inference
 from attnlens.analysis.clustering import HeadClustering
 from attnlens.analysis.head_stats import HeadStats
 from attnlens.analysis.head_stats_tables import head_stats_table
-from attnlens.analysis.positional import PositionalHeads
+from attnlens.analysis.positional import MIN_SENTENCES, PositionalHeads
 from attnlens.analysis.rare_words import RareWordHeads
 from attnlens.analysis.roles import classify_heads, role_counts, role_evidence, role_tests
 from attnlens.analysis.syntactic import DEFAULT_MIN_EXAMPLES, MAIN_DIRECTIONS, SyntacticHeads
@@ -128,7 +128,7 @@ class HeadRolesSection(Section):
         found = [
             HeadStats.for_model(model, tokenizer),
             PositionalHeads.for_model(model, threshold=self.positional_threshold,
-                                      inference=inference),
+                                      inference=inference, min_tokens=self.min_examples),
             self._syntactic(model, words),
             RareWordHeads.for_model(model, rarity=self.rarity, threshold=self.rare_threshold,
                                     rare_self=self.rare_self, inference=inference, words=words,
@@ -189,9 +189,11 @@ class HeadRolesSection(Section):
     def figures(self, tables: dict[str, pd.DataFrame]) -> list:
         """(name, recipe) pairs drawn from the tables only: each recipe (a ``partial``) builds
         its Figure when called, in a figure_pool worker process when one is active."""
+        untested = [role for role, _ in self._too_little_evidence(tables)]
+        title = "Head roles after correction (q < alpha)" + (
+            f"; not tested (too little data): {', '.join(untested)}" if untested else "")
         figures = [
-            ("head_roles_map", partial(role_map_figure, tables["head_roles"],
-                                       "Head roles after correction (q < alpha)")),
+            ("head_roles_map", partial(role_map_figure, tables["head_roles"], title)),
             ("head_roles_map_uncorrected", partial(role_map_figure,
                                                    tables["head_roles_uncorrected"],
                                                    "Head roles, uncorrected point rules")),
@@ -261,10 +263,31 @@ class HeadRolesSection(Section):
             lines.append("No dependency trees in the corpus: syntactic heads not measured.")
         if "rare_words" not in tables:
             lines.append("No word-split corpus: rare-word heads not measured.")
-        elif len(tables["rare_words"]) and not tables["rare_words"]["tested"].any():
-            words = int(tables["rare_words"]["words"].iloc[0])
-            if words < self.min_examples:
-                lines.append(f"Rare-word heads not tested: {words} attending words, fewer "
-                             f"than --min-examples ({self.min_examples}); shares are "
-                             "illustrations, not evidence.")
+        lines += [line for _, line in self._too_little_evidence(tables)]
         return lines
+
+    def _too_little_evidence(self, tables: dict[str, pd.DataFrame]) -> list[tuple[str, str]]:
+        """(role, summary line) for each role whose heads were not tested for lack of data
+        (docs/heads.md: the minimum-evidence rules)."""
+        found = []
+        positional = tables["positional_heads"]
+        if len(positional) and not positional["tested"].any():
+            tokens, sentences = (int(positional[c].iloc[0]) for c in ("tokens", "n_sentences"))
+            short = []
+            if sentences < MIN_SENTENCES:
+                short.append(f"{sentences} sentence{'' if sentences == 1 else 's'}, fewer "
+                             f"than the {MIN_SENTENCES} a bootstrap over sentences needs")
+            if tokens < self.min_examples:
+                short.append(f"{tokens} query tokens, fewer than --min-examples "
+                             f"({self.min_examples})")
+            if short:
+                found.append(("positional", f"Positional heads not tested: {'; '.join(short)}; "
+                              "shares are illustrations, not evidence."))
+        rare = tables.get("rare_words")
+        if rare is not None and len(rare) and not rare["tested"].any():
+            words = int(rare["words"].iloc[0])
+            if words < self.min_examples:
+                found.append(("rare-word", f"Rare-word heads not tested: {words} attending "
+                              f"words, fewer than --min-examples ({self.min_examples}); shares "
+                              "are illustrations, not evidence."))
+        return found
