@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from attnlens.analysis.circuits import circuit_spectra
+from attnlens.analysis.circuits import circuit_spectra, circuit_summary, rotary_qk_singular_values
 from attnlens.analysis.shared_subspace import shared_subspace_tables
+from attnlens.analysis.spectrum import cumulative_curve, entropy_effective_rank, numerical_rank
 from attnlens.analysis.weight_asymmetry import (
     OFFSETS_SUFFIX,
     bilinear_shares,
@@ -144,3 +145,114 @@ def test_models_without_rotary_get_no_offset_rows() -> None:
     table = weight_asymmetry_table(pre_norm_model("layernorm"))
     assert not table["measure"].str.endswith(OFFSETS_SUFFIX).any()
     assert offsets_for(pre_norm_model("layernorm"), 3).tolist() == [-2, -1, 0, 1, 2]
+
+
+def rotary_llama(rotary_dim: int | None) -> HookedTransformer:
+    """A tiny random Llama: RMSNorm with random gains, RoPE, causal, 2 query heads sharing 1
+    key/value head (GQA), d_in 16 > d_head 8, so the QK form is a rank-8 16 x 16 matrix."""
+    return pre_norm_model("rmsnorm", positional="rotary", rotary_dim=rotary_dim, causal=True,
+                          qkv_bias=False, n_heads=2, n_kv_heads=1, gated_mlp=True, act="silu")
+
+
+@pytest.mark.parametrize("rotary_dim", [None, 4])
+def test_rotary_qk_spectra_per_offset_match_the_explicit_forms(rotary_dim: int | None) -> None:
+    model = rotary_llama(rotary_dim)
+    attn = model.blocks[1].attn
+    assert attn.rotary_dim == (rotary_dim or attn.d_head) and attn.n_kv_heads == 1
+    folded = folded_attention_weights(model, 1)
+    offsets = offsets_for(model, 6)  # 0 .. 5: the offsets a causal query sees among 6 tokens
+    core = rotary_qk_singular_values(folded, attn, offsets)  # [head, offset, r]
+    assert core.shape == (2, 6, attn.d_head) and core.dtype == torch.float64
+    explicit = torch.empty_like(core)
+    for o, delta in enumerate(offsets.tolist()):
+        i, j = delta + 3, 3  # positions whose difference is delta
+        R = rotation(attn.d_head, attn.rotary_dim, attn.rotary_base, i) @ rotation(
+            attn.d_head, attn.rotary_dim, attn.rotary_base, j).T  # R(i) R(j)^T = R(i - j)
+        for h in range(2):
+            M = folded.W_Q[h] @ R @ folded.W_K[0].T  # [d_in, d_in]: the form at this offset
+            explicit[h, o] = torch.linalg.svdvals(M)[: attn.d_head]
+    # The model's rotary_cos_sin takes its angles and cosines in float32 (angle <= 8 rad:
+    # ~1e-6 per entry of R), the core float64 angles; by Weyl's inequality each singular
+    # value moves by at most ||W_Q|| ||dR|| ||W_K||, ~1e-6 of s_1 (the float64 SVDs add
+    # ~1e-15). 1e-5 s_1 bounds it.
+    tol = 1e-5 * float(explicit.max())
+    torch.testing.assert_close(core, explicit, rtol=0, atol=tol)
+    # The offset matters and its sign too (R(-delta) = R(delta)^T): the check can fail.
+    assert (core[:, 1:] - core[:, :1]).abs().max() > 1e-2
+    wrong = rotary_qk_singular_values(folded, attn, -offsets)
+    assert (wrong - explicit).abs().max() > 1e-3
+    # Offset 0 is the plain form, the QK rows of the tables.
+    spectra = circuit_spectra(model, circuits=("QK",), offsets=6)
+    plain = spectra[(spectra["layer"] == 1) & (spectra["circuit"] == "QK")]
+    np.testing.assert_allclose(plain["singular_value"].to_numpy(),
+                               explicit[:, 0].flatten().numpy(), rtol=0, atol=tol)
+    # The tables' means over offsets are the means of the explicit per-offset values.
+    mean = spectra[(spectra["layer"] == 1) & (spectra["circuit"] == "QK" + OFFSETS_SUFFIX)]
+    np.testing.assert_allclose(mean["singular_value"].to_numpy(),
+                               explicit.mean(dim=1).flatten().numpy(), rtol=0, atol=tol)
+    summary = circuit_summary(model, circuits=("QK",), offsets=6)
+    summary = summary[summary["layer"] == 1].set_index(["head", "measure"])["value"]
+    # Each s moves by <= tol, so p = s / sum s moves by <= dp = 2 d_head tol / sum s, the
+    # curve C(k) by <= dp, H = -sum p log p by <= d_head dp (1 + max |log p|) and exp(H)
+    # by <= d_head times that (exp(H) <= d_head). Measured: 7e-8 on s, 4e-8 on exp(H).
+    d_head = attn.d_head
+    dp = 2 * d_head * tol / float(explicit.sum(-1).min())
+    log_p = (explicit / explicit.sum(-1, keepdim=True)).log().abs().max()
+    expected = {
+        "spectral_norm": (explicit[..., 0], tol),
+        "frobenius_norm": (explicit.norm(dim=-1), d_head**0.5 * tol),
+        "effective_rank": (entropy_effective_rank(explicit),
+                           d_head * d_head * dp * (1 + float(log_p))),
+    }
+    for name, (per_offset, bound) in expected.items():
+        for h in range(2):
+            assert summary[(h, name + OFFSETS_SUFFIX)] == pytest.approx(
+                float(per_offset[h].mean()), abs=bound)
+    # Ranks are integers per offset (none of these curves lies within dp of 0.9 or 0.99);
+    # their mean over 6 offsets is a multiple of 1/6.
+    curve = cumulative_curve(explicit)
+    for level, name in ((0.90, "rank90"), (0.99, "rank99")):
+        assert (curve - level).abs().min() > dp
+        ranks = numerical_rank(curve, level)  # [head, offset]
+        for h in range(2):
+            assert summary[(h, name + OFFSETS_SUFFIX)] == pytest.approx(float(ranks[h].mean()))
+    assert len(summary) == 2 * 10  # 5 measures at offset 0, 5 means over offsets
+
+
+def test_models_without_rotary_get_the_same_circuit_tables() -> None:
+    """Switching RoPE off keeps the offset-0 rows byte for byte and drops every added row."""
+    rotary = rotary_llama(None)
+    plain = rotary_llama(None)
+    for block in plain.blocks:
+        block.attn.rotary_dim = 0  # same weights, no rotation
+    for table in (circuit_summary, circuit_spectra):
+        with_rope, without = table(rotary, offsets=6), table(plain, offsets=6)
+        added = with_rope.get("measure", with_rope["circuit"]).str.endswith(OFFSETS_SUFFIX)
+        assert added.any() and not without.get("measure", without["circuit"]).str.endswith(
+            OFFSETS_SUFFIX).any()
+        assert with_rope[~added].to_csv(index=False) == without.to_csv(index=False)
+    assert set(circuit_spectra(plain)["circuit"]) == {"QK", "OV"}
+
+
+def test_shared_subspace_of_w_qk_is_the_same_at_every_offset() -> None:
+    """Why W_QK stays at offset 0: the heads' joint column space does not move with delta
+    (only the spread of the energy inside it does)."""
+    model = pre_norm_model("rmsnorm", positional="rotary", causal=True, qkv_bias=False,
+                           n_heads=2, n_kv_heads=1, d_head=4)  # 2 x 4 columns in d_in = 16
+    attn = model.blocks[0].attn
+    folded = folded_attention_weights(model, 0)
+    _, R_k = torch.linalg.qr(folded.W_K[0])  # the one key/value head, [d_head, d_head]
+    cos, sin, J = rotary_tables(attn.d_head, attn.rotary_dim, attn.rotary_base,
+                                torch.tensor([0, 3, 17]))
+    projectors, spectra = [], []
+    for c, s in zip(cos, sin, strict=True):
+        R = torch.diag(c) + J @ torch.diag(s)
+        concat = torch.cat([folded.W_Q[h] @ R @ R_k.T for h in range(2)], dim=1)  # [16, 8]
+        U, sv, _ = torch.linalg.svd(concat, full_matrices=False)
+        assert int((sv > 1e-10 * sv[0]).sum()) == 8
+        projectors.append(U @ U.T)  # onto the 8-dimensional span
+        spectra.append(sv)
+    # float64 SVDs of well-conditioned 16 x 8 matrices: projectors agree to ~1e-14.
+    for P, sv in zip(projectors[1:], spectra[1:], strict=True):
+        torch.testing.assert_close(P, projectors[0], rtol=0, atol=1e-9)
+        assert (sv - spectra[0]).abs().max() > 1e-3  # the energy inside it does move

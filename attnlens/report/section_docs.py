@@ -116,12 +116,15 @@ SPECTRUM = SectionDoc(
                  keys=("k", "sentences")),
         TableDoc("low_rank_cost", "Errors of rank-k truncations and of random Linformer "
                  "projections.", keys=("k_fraction",)),
-        TableDoc("circuit_summary", "Spectra summaries of every head's QK and OV circuit.",
-                 pivot=("measure", "value")),
-        TableDoc("circuit_spectra", "Every singular value of every head's QK and OV circuit.",
-                 keys=("index",)),
+        TableDoc("circuit_summary", "Spectra summaries of every head's QK and OV circuit "
+                 "(rotary models: QK at relative offset 0, and *_offsets_mean the mean of "
+                 "each measure over offsets).", pivot=("measure", "value")),
+        TableDoc("circuit_spectra", "Every singular value of every head's QK and OV circuit "
+                 "(rotary models: QK at relative offset 0, QK_offsets_mean the mean over "
+                 "offsets).", keys=("index",)),
         TableDoc("shared_subspace_dims", "Dimensions holding 90/95/99 % of the energy: all "
-                 "heads of a layer together against each head alone.", keys=("energy",)),
+                 "heads of a layer together against each head alone (rotary models: W_QK "
+                 "at relative offset 0).", keys=("energy",)),
         TableDoc("shared_subspace_curve", "Cumulative energy against dimensions, per layer.",
                  keys=("k",)),
     ),
