@@ -256,3 +256,16 @@ def test_shared_subspace_of_w_qk_is_the_same_at_every_offset() -> None:
     for P, sv in zip(projectors[1:], spectra[1:], strict=True):
         torch.testing.assert_close(P, projectors[0], rtol=0, atol=1e-9)
         assert (sv - spectra[0]).abs().max() > 1e-3  # the energy inside it does move
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_rotary_weight_tables_on_a_gpu_match_the_cpu() -> None:
+    """The rotation tables follow the weights to their device (they are built on the CPU)."""
+    model = rotary_llama(4)
+    on_cpu = (weight_asymmetry_table(model, offsets=8), circuit_summary(model))
+    gpu_model = rotary_llama(4).cuda()
+    on_gpu = (weight_asymmetry_table(gpu_model, offsets=8), circuit_summary(gpu_model))
+    for gpu, cpu in zip(on_gpu, on_cpu, strict=True):
+        # float64 on both devices; GPU and CPU sum products in other orders (~1e-15 relative)
+        np.testing.assert_allclose(gpu["value"].to_numpy(), cpu["value"].to_numpy(),
+                                   rtol=1e-9, atol=1e-12)

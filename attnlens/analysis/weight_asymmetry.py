@@ -166,8 +166,8 @@ def weight_asymmetry_table(
         measures = head_weight_asymmetry(weights)
         attn = block.attn
         if attn.rotary_dim:
-            cos, sin, J = rotary_tables(attn.d_head, attn.rotary_dim, attn.rotary_base,
-                                        offsets_for(model, offsets))
+            cos, sin, J = (t.to(weights.W_Q.device) for t in rotary_tables(
+                attn.d_head, attn.rotary_dim, attn.rotary_base, offsets_for(model, offsets)))
             per_offset = rotary_offset_measures(weights, cos, sin, J)
             measures |= {f"{k}{OFFSETS_SUFFIX}": v.mean(dim=1) for k, v in per_offset.items()}
         for measure, values in measures.items():
