@@ -125,6 +125,17 @@ def spectrum_measures(s: torch.Tensor) -> dict[str, torch.Tensor]:
     }
 
 
+def circuit_tables(
+    model: HookedTransformer, circuits=CIRCUITS, offsets: int = DEFAULT_OFFSETS
+) -> dict[str, pd.DataFrame]:
+    """``circuit_summary`` and ``circuit_spectra`` from one computation of the spectra (the
+    rotary offsets are the costly part on large models)."""
+    singular = {circuit: circuit_singular_values(model, circuit) for circuit in circuits}
+    per_offset = qk_offset_singular_values(model, offsets) if "QK" in circuits else None
+    return {"circuit_summary": _summary_table(singular, per_offset),
+            "circuit_spectra": _spectra_table(singular, per_offset)}
+
+
 def circuit_spectra(
     model: HookedTransformer, circuits=CIRCUITS, offsets: int = DEFAULT_OFFSETS
 ) -> pd.DataFrame:
@@ -133,11 +144,26 @@ def circuit_spectra(
     Rotary layers also get circuit ``QK_offsets_mean`` (after ``QK``): the mean over
     ``offsets`` relative offsets of each singular value (see the module docstring).
     """
+    return circuit_tables(model, circuits, offsets)["circuit_spectra"]
+
+
+def circuit_summary(
+    model: HookedTransformer, circuits=CIRCUITS, offsets: int = DEFAULT_OFFSETS
+) -> pd.DataFrame:
+    """Tidy ``layer, head, circuit, measure, value``: effective rank, rank90/99, norms.
+
+    Rotary layers' QK rows also hold ``<measure>_offsets_mean``: the mean over ``offsets``
+    relative offsets of the measure at each offset (see the module docstring).
+    """
+    return circuit_tables(model, circuits, offsets)["circuit_summary"]
+
+
+def _spectra_table(singular: dict[str, list[torch.Tensor]],
+                   per_offset: list[torch.Tensor | None] | None) -> pd.DataFrame:
     records = []
-    for circuit in circuits:
-        spectra = [(circuit, circuit_singular_values(model, circuit))]
-        if circuit == "QK":
-            per_offset = qk_offset_singular_values(model, offsets)
+    for circuit, layers_of in singular.items():
+        spectra = [(circuit, layers_of)]
+        if circuit == "QK" and per_offset is not None:
             spectra.append((f"QK{OFFSETS_SUFFIX}",
                             [None if s is None else s.mean(dim=1) for s in per_offset]))
         for name, layers in spectra:
@@ -153,23 +179,16 @@ def circuit_spectra(
     return pd.DataFrame.from_records(records)
 
 
-def circuit_summary(
-    model: HookedTransformer, circuits=CIRCUITS, offsets: int = DEFAULT_OFFSETS
-) -> pd.DataFrame:
-    """Tidy ``layer, head, circuit, measure, value``: effective rank, rank90/99, norms.
-
-    Rotary layers' QK rows also hold ``<measure>_offsets_mean``: the mean over ``offsets``
-    relative offsets of the measure at each offset (see the module docstring).
-    """
+def _summary_table(singular: dict[str, list[torch.Tensor]],
+                   per_offset: list[torch.Tensor | None] | None) -> pd.DataFrame:
     records = []
-    for circuit in circuits:
-        layers = circuit_singular_values(model, circuit)
-        per_offset = qk_offset_singular_values(model, offsets) if circuit == "QK" else None
+    for circuit, layers in singular.items():
+        offsets_of = per_offset if circuit == "QK" else None
         for layer, s in enumerate(layers):
             measures = spectrum_measures(s)
-            if per_offset is not None and per_offset[layer] is not None:
+            if offsets_of is not None and offsets_of[layer] is not None:
                 measures |= {f"{name}{OFFSETS_SUFFIX}": values.mean(dim=1)
-                             for name, values in spectrum_measures(per_offset[layer]).items()}
+                             for name, values in spectrum_measures(offsets_of[layer]).items()}
             for measure, values in measures.items():
                 records += [
                     {"layer": layer, "head": head, "circuit": circuit, "measure": measure,

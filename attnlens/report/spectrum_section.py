@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from attnlens.analysis.circuits import circuit_spectra, circuit_summary
+from attnlens.analysis.circuits import circuit_tables
 from attnlens.analysis.shared_subspace import shared_subspace_tables
 from attnlens.analysis.spectrum import SpectrumAnalyzer
 from attnlens.io import save_figure, write_table
@@ -64,11 +64,7 @@ def write_weight_spectra(
     model: HookedTransformer, out_dir: Path, formats: tuple[str, ...], output: SectionOutput
 ) -> None:
     """Circuit spectra (QK/OV) and shared-subspace tables and figure (no corpus needed)."""
-    tables = {
-        "circuit_summary": circuit_summary(model),
-        "circuit_spectra": circuit_spectra(model),
-        **shared_subspace_tables(model),
-    }
+    tables = {**circuit_tables(model), **shared_subspace_tables(model)}
     for name, table in tables.items():
         write_table(table, out_dir, name)
     output.tables.update(tables)
