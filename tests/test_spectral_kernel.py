@@ -118,3 +118,16 @@ def test_auto_falls_back_to_lapack_without_the_kernel(monkeypatch):
     torch.testing.assert_close(singular_values(P), singular_values(P, "gram64"), rtol=0, atol=0)
     with pytest.raises(ConfigError, match="not built"):
         singular_values(P, "kernel")
+
+
+def test_auto_leaves_large_matrices_to_lapack(monkeypatch):
+    """Above KERNEL_MAX_R the blocked LAPACK solver is faster and needs less memory."""
+    calls = []
+    original = spectral.kernel_eigenvalues
+    monkeypatch.setattr(spectral, "kernel_eigenvalues",
+                        lambda P: calls.append(P.shape) or original(P))
+    monkeypatch.setattr(spectral, "KERNEL_MAX_R", 6)
+    singular_values(softmax_rows(2, 6, 9, seed=8))
+    assert calls == [(2, 6, 9)]
+    singular_values(softmax_rows(2, 7, 9, seed=8))  # r = 7 > 6: LAPACK
+    assert calls == [(2, 6, 9)]

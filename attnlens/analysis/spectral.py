@@ -34,6 +34,10 @@ except ImportError:  # pragma: no cover - exercised where the build was skipped
     _spectral_kernel = None
 
 METHODS = ("auto", "kernel", "gram64", "svd32", "gram32", "svdvals")
+# The kernel is built for many small matrices (its groups of 8 live in the L2 cache); above
+# this size LAPACK's blocked solver is faster (measured, 1 thread: equal at r = 256, LAPACK
+# 1.25x faster at 384 and 1.7x at 512) and needs 16x less workspace.
+KERNEL_MAX_R = 256
 # Below this much work (matrices x r^3) one solver call beats splitting the batch across
 # threads: the split's fixed cost (~50 us) outweighs the solve (measured, benchmarks/spectrum.py).
 PARALLEL_MIN_WORK = 200_000
@@ -60,21 +64,21 @@ def lapack_single_thread(device: torch.device) -> Iterator[None]:
 def singular_values(P: torch.Tensor, method: str = "auto") -> torch.Tensor:
     """Singular values ``[..., r]`` (descending, float64) of matrices ``P [..., m, n]``.
 
-    ``kernel`` (what ``auto`` uses on the CPU when the C kernel is built) and ``gram64``
-    (``auto`` otherwise): the square roots of the eigenvalues of ``G``, the float64 Gram
-    matrix of the smaller side, by the C kernel or by ``torch.linalg.eigvalsh``. Both are
-    backward stable in float64: eigenvalues within a few ``1e-16 trace(G)``, so each
-    singular value within about ``1e-8 s_1`` and the cumulative curve within about
-    ``1e-9``. ``svd32``:
-    ``torch.linalg.svdvals`` in float32 (curve error about ``3e-7``). ``gram32``: eigenvalues
-    in float32, about ``1e-3`` off on the curve of real attention matrices (their small
-    singular values drown in the float32 noise of ``s_1^2``); kept for comparison only.
-    ``svdvals``: float64 SVD, the reference.
+    ``kernel`` (what ``auto`` uses on the CPU when the C kernel is built and ``r <=
+    KERNEL_MAX_R``) and ``gram64`` (``auto`` otherwise): the square roots of the eigenvalues
+    of ``G``, the float64 Gram matrix of the smaller side, by the C kernel or by
+    ``torch.linalg.eigvalsh``. Both are backward stable in float64: eigenvalues within a few
+    ``1e-16 trace(G)``, so each singular value within about ``1e-8 s_1`` and the curve within
+    about ``1e-9``. ``svd32``: ``torch.linalg.svdvals`` in float32 (curve error about
+    ``3e-7``). ``gram32``: eigenvalues in float32, about ``1e-3`` off on the curve of real
+    attention matrices (their small singular values drown in the float32 noise of
+    ``s_1^2``); kept for comparison only. ``svdvals``: float64 SVD, the reference.
     """
     if method not in METHODS:
         raise ConfigError(f"unknown spectrum method {method!r}; use one of {METHODS}.")
     if method == "auto":
-        method = "kernel" if kernel_available(P.device) else "gram64"
+        small = min(P.shape[-2:]) <= KERNEL_MAX_R
+        method = "kernel" if small and kernel_available(P.device) else "gram64"
     elif method == "kernel" and not kernel_available(P.device):
         raise ConfigError("the spectral C kernel is not built (or the matrices are not on the "
                           "CPU); reinstall attnlens with a C compiler, or use method='gram64'.")
