@@ -112,11 +112,34 @@ def test_pooling_by_token_and_by_sentence():
 
 def test_p_values_follow_the_bootstrap_standard_error():
     reps = torch.tensor([[0.4], [0.6]])  # standard deviation 0.1414
-    p = p_above(torch.tensor([0.5]), reps, 0.3)
+    # df = inf: the normal tail with the bootstrap standard error as is
+    p = p_above(torch.tensor([0.5]), reps, 0.3, math.inf)
     assert p.item() == pytest.approx(0.5 * math.erfc(0.2 / 0.141421356 / math.sqrt(2)))
+    # 3 degrees of freedom (4 sentences): the error times sqrt(4 / 3), Student's t tail
+    # P(T_3 > u) = 1/2 - (atan(u / sqrt 3) + sqrt(3) u / (3 + u^2)) / pi (closed form)
+    u = 0.2 / (0.141421356 * math.sqrt(4 / 3))
+    t3 = 0.5 - (math.atan(u / math.sqrt(3)) + math.sqrt(3) * u / (3 + u * u)) / math.pi
+    assert p_above(torch.tensor([0.5]), reps, 0.3, 3).item() == pytest.approx(t3)
+    assert p_above(torch.tensor([0.5]), reps, 0.3, 3).item() > p.item()  # a thicker tail
     constant = torch.full((10, 2), 0.5)
-    assert p_above(torch.tensor([0.5, 0.5]), constant, torch.tensor([0.4, 0.5])).tolist() == [
+    assert p_above(torch.tensor([0.5, 0.5]), constant, torch.tensor([0.4, 0.5]), 9).tolist() == [
         0.0, 1.0]  # no spread: above the reference or not (the claim is strict)
+    # one sentence (df 0): nothing to test
+    assert torch.isnan(p_above(torch.tensor([0.5]), reps, 0.3, 0)).all()
+
+
+def test_degrees_of_freedom_count_the_sentences_holding_each_share():
+    hits = torch.tensor([[1.0, 0.0], [2.0, 1.0], [0.0, 0.0], [1.0, 3.0]])
+    per_share = torch.tensor([[2.0, 0.0], [3.0, 2.0], [0.0, 1.0], [1.0, 4.0]])
+    est = estimate_shares(hits, per_share, torch.arange(4), Inference(bootstrap=0))
+    assert est.sentences.tolist() == [3, 3] and est.df.tolist() == [2.0, 2.0]
+    one_den = estimate_shares(hits, torch.tensor([2.0, 3.0, 0.0, 4.0]), torch.arange(4),
+                              Inference(bootstrap=10))
+    assert one_den.df.tolist() == [2.0, 2.0]  # the sentence without examples is no cluster
+    first_only = estimate_shares(hits, torch.tensor([[2.0, 0.0], [3.0, 0.0], [1.0, 0.0],
+                                                     [1.0, 4.0]]), torch.arange(4),
+                                 Inference(bootstrap=0))
+    assert first_only.df.tolist() == [3.0, 0.0]
 
 
 def test_benjamini_hochberg_and_holm_against_hand_computation():

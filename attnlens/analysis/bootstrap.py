@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from attnlens.analysis.student_t import t_sf
 from attnlens.errors import ConfigError
 
 BLOCK = 256  # sentences per generator key
@@ -165,30 +166,55 @@ def percentile_interval(reps: torch.Tensor, level: float = 0.95) -> tuple[torch.
     return bounds[0], bounds[1]
 
 
+def contributing_sentences(den: torch.Tensor, n_shares: int) -> torch.Tensor:
+    """``[share]`` number of sentences with at least one example of each share.
+
+    ``den`` is ``[sentence]`` (one denominator for every share) or ``[sentence, share]``.
+    These are the clusters a share's bootstrap resamples: its test has one degree of
+    freedom fewer (``p_above``).
+    """
+    has = den > 0
+    if den.dim() == 1:
+        return has.sum().expand(n_shares).clone()
+    return has.sum(0)
+
+
 def p_above(
-    estimate: torch.Tensor, reps: torch.Tensor, reference: torch.Tensor | float
+    estimate: torch.Tensor,
+    reps: torch.Tensor,
+    reference: torch.Tensor | float,
+    df: torch.Tensor | float,
 ) -> torch.Tensor:
     """One-sided p-values ``[share]`` for ``estimate > reference`` from the bootstrap.
 
-    ``z = (estimate - reference) / se``, ``se`` the standard deviation of the replicates,
-    ``p = 1 - Phi(z)``. A tail count of replicates could not resolve the p-values below
-    ``1 / (N + 1)`` that a correction over thousands of tests needs; the bootstrap standard
-    error can. Where the replicates do not vary (``se = 0``), ``p`` is 0 when the estimate is
-    above the reference and 1 otherwise (the claim is strict).
+    ``t = (estimate - reference) / se``, ``p = P(T_df > t)``: Student's t with ``df``
+    degrees of freedom, the number ``n`` of sentences that hold an example of the share
+    minus 1 (``contributing_sentences``; the share is a ratio of sentence sums, and the
+    sentences are the clusters the bootstrap resamples). ``se`` is the standard deviation of
+    the replicates times ``sqrt(n / (n - 1))``: the bootstrap's variance is a plug-in one
+    (for a mean, ``(n - 1) / n`` times the unbiased ``s^2 / n`` whose ratio is exactly t
+    with ``n - 1`` degrees of freedom), the small-sample factor that cluster-robust tests
+    use with ``n - 1`` degrees of freedom. ``df = inf`` gives the normal tail ``1 - Phi(t)``
+    with the bootstrap standard error as is, the test of earlier versions: with an error
+    estimated from 20 to 50 sentences its tail is far too thin at the quantiles a
+    correction over many tests needs (docs/heads.md). A tail count of replicates could not
+    resolve p-values below ``1 / (N + 1)``; the standard error can
+    (``attnlens.analysis.student_t`` is accurate down to 1e-300). Where the replicates do
+    not vary (``se = 0``), ``p`` is 0 when the estimate is above the reference and 1
+    otherwise (the claim is strict). With ``df < 1`` (a share held by one sentence) there
+    is nothing to test: NaN, as with fewer than two replicates.
     """
     estimate = estimate.double()
     reference = torch.as_tensor(reference, dtype=torch.float64).expand_as(estimate)
-    r = reps.double()
-    valid = ~torch.isnan(r)
-    count = valid.sum(0)
-    mean = torch.where(valid, r, 0).sum(0) / count.clamp_min(1)
-    var = torch.where(valid, (r - mean) ** 2, 0).sum(0) / (count - 1).clamp_min(1)
-    se = var.sqrt()
+    df = torch.as_tensor(df, dtype=torch.float64).expand_as(estimate)
+    se = bootstrap_se(reps)
+    count = (~torch.isnan(reps)).sum(0)
     gap = estimate - reference
-    z = gap / se.clamp_min(1e-300)
-    p = 0.5 * torch.special.erfc(z / math.sqrt(2))  # 1 - Phi(z), accurate far in the tail
-    p = torch.where(se > 0, p, (gap <= 0).double())
-    return torch.where(torch.isnan(estimate) | (count < 2), torch.nan, p)
+    nu = df.clamp_min(1.0)
+    t = gap / (se * torch.sqrt(1 + 1 / nu)).clamp_min(1e-300)  # sqrt(n / (n - 1))
+    p = torch.where(se > 0, t_sf(t, nu), (gap <= 0).double())
+    untestable = torch.isnan(estimate) | (count < 2) | ~(df >= 1)
+    return torch.where(untestable, torch.nan, p)
 
 
 def bootstrap_se(reps: torch.Tensor) -> torch.Tensor:
@@ -208,6 +234,12 @@ class Shares:
     low: torch.Tensor
     high: torch.Tensor
     reps: torch.Tensor | None  # [replicate, share] or None
+    sentences: torch.Tensor  # [share] sentences with an example (contributing_sentences)
+
+    @property
+    def df(self) -> torch.Tensor:
+        """``[share]`` degrees of freedom of each share's test: its sentences minus 1."""
+        return self.sentences.double() - 1
 
 
 def estimate_shares(
@@ -217,30 +249,40 @@ def estimate_shares(
     inference: Inference,
     keep_replicates: bool = False,
 ) -> Shares:
-    """Pooled shares of ``num [sentence, share] / den [sentence]`` with percentile intervals."""
+    """Pooled shares of ``num [sentence, share] / den [sentence]`` with percentile intervals.
+
+    ``den`` may also be ``[sentence, share]`` (a denominator per share).
+    """
     value = pooled(num, den, inference.pooling)
+    sentences = contributing_sentences(den, len(value))
     if inference.bootstrap == 0 or not len(value):
         nan = torch.full_like(value, torch.nan)
-        return Shares(value, nan, nan.clone(), None)
+        return Shares(value, nan, nan.clone(), None, sentences)
     weights = poisson_weights(sentence_ids, inference.bootstrap, inference.seed)
     reps = replicates(num, den, weights, inference.pooling)
     low, high = percentile_interval(reps, inference.level)
-    return Shares(value, low, high, reps if keep_replicates else None)
+    return Shares(value, low, high, reps if keep_replicates else None, sentences)
 
 
 def threshold_tests(
-    value: torch.Tensor, reps: torch.Tensor | None, threshold: float, inference: Inference
+    value: torch.Tensor,
+    reps: torch.Tensor | None,
+    threshold: float,
+    inference: Inference,
+    df: torch.Tensor | float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(p, q, passed) ``[share]``: one family of one-sided tests ``share > threshold``.
 
-    Without replicates (``--bootstrap 0``) nothing is tested: p and q are NaN and ``passed``
-    is the point-estimate rule ``share >= threshold``.
+    ``df`` ``[share]``: each share's contributing sentences minus 1 (``Shares.df``, taken
+    at the same columns as ``value`` and ``reps``). Without replicates (``--bootstrap 0``)
+    nothing is tested: p and q are NaN and ``passed`` is the point-estimate rule
+    ``share >= threshold``.
     """
     from attnlens.analysis.multiple_testing import adjust
 
     if reps is None:
         nan = torch.full_like(value, torch.nan, dtype=torch.float64)
         return nan, nan.clone(), value >= threshold
-    p = p_above(value, reps, threshold)
+    p = p_above(value, reps, threshold, df)
     q = torch.from_numpy(adjust(p.numpy(), inference.correction))
     return p, q, q < inference.alpha

@@ -13,8 +13,9 @@ A head is *positional* when the share of its best offset in -3..+3 is above ``th
 point-estimate rule (share >= threshold).
 Heads are tested (and can be positional heads) only when the corpus has at least
 ``min_sentences`` sentences (``MIN_SENTENCES``, 20: the bootstrap resamples sentences, and
-on fewer its interval undercovers; on one sentence it has width 0 and p = 0) and at least
-``min_tokens`` query tokens (``MIN_TOKENS``, 100; `attnlens heads --min-examples`).
+on fewer its interval undercovers; on one sentence it has width 0 and the t test has no
+degree of freedom) and at least ``min_tokens`` query tokens (``MIN_TOKENS``, 100;
+`attnlens heads --min-examples`).
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ TARGETS = (*(f"{o:+d}" for o in OFFSETS), "special", "farther")
 # Sentences needed before any head is tested. For a head exactly at the 0.9 threshold
 # (sentences of 10 tokens, intra-sentence correlation 0 to 0.2), the 95 % interval covers
 # the truth 0 % of the time on 1 sentence, 45-50 % on 2, 88-92 % on 10, 91-93 % on 20, and a
-# lone head's test at 0.05 / 72 passes 35-57 % / 12-32 % / 1.7-7.8 % / 1.0-3.5 % of the time
-# (docs/heads.md; python examples/positional_min_sentences.py).
+# lone head's test at 0.05 / 72 (Student's t, sentences - 1 df) passes 0 (untestable) /
+# 12-32 % / 0.2-3.2 % / 0.3-2.3 % of the time (1.0-3.5 % on 20 with the normal tail of
+# earlier versions; docs/heads.md; python examples/positional_min_sentences.py).
 MIN_SENTENCES = 20
 MIN_TOKENS = 100  # query tokens: the same 100 as --min-examples
 
@@ -168,8 +170,9 @@ class PositionalHeads(PerSentenceRows, Analyzer):
         reps = None
         if est.reps is not None:
             reps = est.reps.reshape(-1, *shape)[:, best, layer, head]  # [replicate, head]
+        df = est.df.reshape(shape)[best, layer, head]  # sentences with query tokens - 1
         p, q, passed = threshold_tests(torch.from_numpy(share), reps, self.threshold,
-                                       self.inference)
+                                       self.inference, df)
         tokens, sentences = int(rows.sum()), int((rows > 0).sum())
         # too few tokens or sentences: nothing is tested
         enough = tokens >= max(self.min_tokens, 1) and sentences >= self.min_sentences
@@ -179,7 +182,7 @@ class PositionalHeads(PerSentenceRows, Analyzer):
             "layer": layer, "head": head, "best_offset": np.array(OFFSETS)[best],
             "share": share, "ci_low": low[best, layer, head], "ci_high": high[best, layer, head],
             "tokens": tokens, "n_sentences": sentences,
-            "threshold": self.threshold, "tested": reps is not None and enough,
+            "threshold": self.threshold, "tested": ~np.isnan(p.numpy()),  # in the family
             "p_value": p.numpy(),
             "q_value": q.numpy(), "above_threshold": share >= self.threshold,
             "positional": passed.numpy() & enough,

@@ -198,7 +198,8 @@ class RareWordHeads(PerSentenceRows, Analyzer):
             reps = est.reps.reshape(-1, *shape)[:, 0, layer, head]  # [replicate, head]
         rarest = value[0, layer, head]
         enough = words >= max(self.min_words, 1)  # too few words: nothing is tested
-        p, q, passed = threshold_tests(rarest, reps, self.threshold, self.inference)
+        df = est.df.reshape(shape)[0, layer, head]  # sentences with attending words - 1
+        p, q, passed = threshold_tests(rarest, reps, self.threshold, self.inference, df)
         if not enough:
             p, q = torch.full_like(p, torch.nan), torch.full_like(q, torch.nan)
         table = pd.DataFrame({
@@ -210,7 +211,7 @@ class RareWordHeads(PerSentenceRows, Analyzer):
             "chance_rarest": float(chance[0]), "chance_two_rarest": float(chance[1]),
             "words": words, "sentences": int((rows[:, 0] > 0).sum()),
             "threshold": self.threshold,
-            "tested": reps is not None and enough, "p_value": p.numpy(), "q_value": q.numpy(),
+            "tested": ~np.isnan(p.numpy()), "p_value": p.numpy(), "q_value": q.numpy(),
             "above_threshold": (rarest >= self.threshold).numpy() & (words > 0),
             "rare_word": passed.numpy() & enough,
         })

@@ -7,7 +7,8 @@ For every relation (with at least ``min_examples`` arcs) and "all relations":
 - the baseline (best fixed offset) and its interval; each replicate re-selects the best
   offset, so the baseline's own selection is part of its uncertainty;
 - ``excess = accuracy - baseline`` with a **paired** interval (same sentences, same
-  replicates) and the one-sided p-value of ``excess > margin``;
+  replicates) and the one-sided p-value of ``excess > margin`` (``p_above``: Student's t
+  with as many degrees of freedom as the relation has sentences with arcs, minus 1);
 - q-values over the family of every (head, relation, direction) tested: the two main
   directions of every relation except ``NOT_A_ROLE``; a head is syntactic when q < alpha.
 
@@ -104,7 +105,8 @@ def relation_stats(
     offset, base = best_offset(group.offsets, offset_shares)
     nan = torch.full_like(accuracy, torch.nan)
     low, high, ex_low, ex_high = nan, nan, nan, nan
-    p = p_above(accuracy - base, torch.full((1, len(accuracy)), torch.nan), margin)
+    df = float((group.arcs > 0).sum()) - 1  # the sentences holding the relation's arcs - 1
+    p = nan.clone()
     base_low = base_high = float("nan")
     if weights is not None and n:
         acc_reps = replicates(hits, group.arcs, weights, inference.pooling)  # [rep, share]
@@ -113,7 +115,7 @@ def relation_stats(
         excess_reps = acc_reps - base_reps[:, None]
         low, high = percentile_interval(acc_reps, inference.level)
         ex_low, ex_high = percentile_interval(excess_reps, inference.level)
-        p = p_above(accuracy - base, excess_reps, margin)
+        p = p_above(accuracy - base, excess_reps, margin, df)
         b_low, b_high = percentile_interval(base_reps[:, None], inference.level)
         base_low, base_high = float(b_low[0]), float(b_high[0])
 
@@ -181,7 +183,9 @@ def syntactic_tables(analyzer: SyntacticHeads) -> dict[str, pd.DataFrame]:
     accuracy = (pd.concat(frames, ignore_index=True) if frames
                 else pd.DataFrame(columns=ACCURACY_COLUMNS))
     if frames:
-        tested = frames_eligible(accuracy) & (inference.bootstrap > 0)
+        # a relation held by one sentence has no degree of freedom: NaN p, not in the family
+        tested = (frames_eligible(accuracy) & (inference.bootstrap > 0)
+                  & ~np.isnan(accuracy["p_value"].to_numpy()))
         accuracy["tested"] = tested
         q = np.full(len(accuracy), np.nan)
         q[tested] = adjust(accuracy["p_value"].to_numpy()[tested], inference.correction)
