@@ -232,3 +232,20 @@ def test_bert_variants_attnlens_does_not_model_are_refused(tiny_bert, changes, m
     _edit_config(tiny_bert, **changes)
     with pytest.raises(UnsupportedArchitectureError, match=message):
         load_model(tiny_bert)
+
+
+def test_loading_runs_no_random_initialisation_and_keeps_torch_init_intact():
+    """Modules are built empty (meta device, no init: torch's meta normal_ would import
+    torch._dynamo, ~1 s); torch.nn.init is restored afterwards, in a fresh process."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch, attnlens\n"
+        "model, _ = attnlens.load()\n"
+        "assert 'torch._dynamo' not in sys.modules, 'loading imported torch._dynamo'\n"
+        "w = torch.nn.init.normal_(torch.zeros(1000))\n"
+        "assert float(w.std()) > 0.5, 'torch.nn.init left patched'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

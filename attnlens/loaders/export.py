@@ -21,6 +21,7 @@ from attnlens.io import atomic_write_json
 from attnlens.loaders.checkpoint import TOKENIZER_FILES
 from attnlens.loaders.registry import CONVERTERS
 from attnlens.model.config import TransformerConfig
+from attnlens.model.empty import empty_modules
 from attnlens.model.encoder_decoder import is_encoder_decoder
 from attnlens.model.transformer import HookedTransformer
 
@@ -64,7 +65,7 @@ def pad_heads_to_uniform(model: HookedTransformer) -> HookedTransformer:
         for name in ("W_K", "b_K", "W_V", "b_V"):
             if getattr(attn, name) is not None:
                 state[prefix + name] = _pad_heads(getattr(attn, name).detach(), n_kv)
-    with torch.device("meta"):
+    with empty_modules():  # weights assigned from ``state`` below
         padded = HookedTransformer(new_cfg)
     padded.load_state_dict(state, strict=True, assign=True)
     padded.setup_hooks()

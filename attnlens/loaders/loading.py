@@ -11,6 +11,7 @@ from attnlens.device import resolve_device, resolve_dtype
 from attnlens.loaders.checkpoint import read_config, read_weights, resolve_checkpoint
 from attnlens.loaders.registry import find_converter
 from attnlens.loaders.weights import WeightReader
+from attnlens.model.empty import empty_modules
 from attnlens.model.encoder_decoder import build_model
 from attnlens.model.transformer import HookedTransformer
 
@@ -38,7 +39,7 @@ def load_model(
     reader.finish()
     name = str(name_or_path) if name_or_path is not None else "all-MiniLM-L6-v2 (embedded)"
     cfg.source.update({"path": str(path), "name": name, "architecture": architecture})
-    with torch.device("meta"):
+    with empty_modules():  # weights assigned from the checkpoint below
         model = build_model(cfg)
     model.load_state_dict(state, strict=True, assign=True)
     model.setup_hooks()
