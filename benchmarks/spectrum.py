@@ -17,9 +17,11 @@ Where the time goes: svdvals is LAPACK (float32 ``gesdd``) one matrix at a time,
 The spectral path uses attnlens' C kernel (``attnlens/analysis/_spectral_kernel.c``): the
 float64 Gram matrix, its Householder reduction and square-root-free QR sweeps, on 8 matrices
 at once with their entries interleaved so every loop vectorises across matrices, one thread
-per core. Per matrix on one core of the project's machine (``-march=x86-64-v3`` clone):
-n = 16: 2.1 us (svdvals ~10 us); n = 64: 56 us (Gram 15, reduction 23, sweeps 14, load 4;
-svdvals ~145 us); n = 128: 360 us (Gram 128, reduction 168, sweeps 48; svdvals ~660 us).
+per core. Per matrix on one core (printed last; the project's idle machine, random softmax
+matrices): n = 16: 2.6 us against 11.3 us for svdvals; n = 64: 64.6 us against 150.2 us;
+n = 128: 410 us against 662 us. Instrumenting the kernel's steps at n = 64 gave Gram
+matrix 15 us, reduction 23 us, QR sweeps 14 us, loading 4 us; at n = 128 the Gram matrix and
+the reduction dominate (about 130 and 170 us).
 Small matrices gain most (LAPACK's per-call cost dominates there); at n >= 64 the gain per
 core is 1.6-2.5x and the second core gives the rest. Each round repeats a call for at least
 50 ms, as a single call of a few ms varies with the scheduler.
@@ -107,6 +109,24 @@ def long_inputs(n: int, k: int, rounds: int) -> None:
           f"{width:.3f} of the sum")
 
 
+def per_matrix(rounds: int) -> None:
+    """One thread: time per matrix of the kernel and of svdvals on random softmax matrices."""
+    from attnlens.analysis.spectral import kernel_available
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    print("\nper matrix, one thread (random softmax matrices, 256 of each size):")
+    gen = torch.Generator().manual_seed(0)
+    for n in (16, 64, 128):
+        P = torch.softmax(3 * torch.randn(256, n, n, generator=gen), dim=-1)
+        base = median_time(lambda P=P: torch.linalg.svdvals(P), rounds) / len(P)
+        method = "kernel" if kernel_available() else "gram64"
+        ours = median_time(lambda P=P, m=method: singular_values(P, m), rounds) / len(P)
+        print(f"  n = {n:3d}: svdvals {base * 1e6:7.1f} us, {method} {ours * 1e6:7.1f} us "
+              f"({base / ours:.2f}x)")
+    torch.set_num_threads(previous)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
@@ -133,6 +153,7 @@ def main() -> None:
     print(f"ratio svdvals / spectral path, every length: min {worst:.2f}  (target >= 3)")
     if args.long:
         long_inputs(args.long, 32, max(1, args.rounds - 1))
+    per_matrix(args.rounds)
 
 
 if __name__ == "__main__":
