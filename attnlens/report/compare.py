@@ -126,7 +126,8 @@ def _roles(report: Report) -> pd.DataFrame:
         return pd.DataFrame(columns=["layer", "head", "roles", "evidence"])
     table = report.tables["head_roles"]
     columns = [c for c in ("layer", "head", "roles", "evidence") if c in table.columns]
-    return table[columns].fillna("")
+    text = [c for c in columns if c not in ("layer", "head")]  # empty cells read as NaN
+    return table[columns].astype({c: object for c in text}).fillna({c: "" for c in text})
 
 
 def _role_changes(a: Report, b: Report) -> pd.DataFrame:
