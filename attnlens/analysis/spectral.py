@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache, partial
 
+import numpy as np
 import torch
 
 from attnlens.errors import ConfigError
@@ -182,7 +183,8 @@ def curve_at(curve: torch.Tensor, x: torch.Tensor | float) -> torch.Tensor:
     r = curve.shape[-1]
     x = torch.as_tensor(x, dtype=curve.dtype, device=curve.device).clamp(0, r)
     lo = x.floor().clamp(max=r - 1).long()
-    shape = torch.broadcast_shapes((*padded.shape[:-1], 1), x.shape)
+    # numpy's: torch.broadcast_shapes imports torch.fx's symbolic shapes (0.4 s)
+    shape = np.broadcast_shapes((*padded.shape[:-1], 1), tuple(x.shape))
     padded = padded.expand(*shape[:-1], r + 1)
     lo = lo.expand(shape)
     c_lo = torch.gather(padded, -1, lo)
