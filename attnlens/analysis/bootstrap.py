@@ -270,8 +270,12 @@ def threshold_tests(
     threshold: float,
     inference: Inference,
     df: torch.Tensor | float,
+    testable: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(p, q, passed) ``[share]``: one family of one-sided tests ``share > threshold``.
+
+    ``testable = False`` (the corpus holds too little for the family, a rule of the caller):
+    nothing is tested, p and q are NaN and nothing passes.
 
     ``df`` ``[share]``: each share's contributing sentences minus 1 (``Shares.df``, taken
     at the same columns as ``value`` and ``reps``). Without replicates (``--bootstrap 0``)
@@ -280,9 +284,9 @@ def threshold_tests(
     """
     from attnlens.analysis.multiple_testing import adjust
 
-    if reps is None:
+    if reps is None or not testable:
         nan = torch.full_like(value, torch.nan, dtype=torch.float64)
-        return nan, nan.clone(), value >= threshold
+        return nan, nan.clone(), (value >= threshold) & testable
     p = p_above(value, reps, threshold, df)
     q = torch.from_numpy(adjust(p.numpy(), inference.correction))
     return p, q, q < inference.alpha

@@ -130,10 +130,16 @@ def circuit_tables(
 ) -> dict[str, pd.DataFrame]:
     """``circuit_summary`` and ``circuit_spectra`` from one computation of the spectra (the
     rotary offsets are the costly part on large models)."""
+    spectra = _circuit_spectra(model, circuits, offsets)
+    return {"circuit_summary": _summary_table(*spectra),
+            "circuit_spectra": _spectra_table(*spectra)}
+
+
+def _circuit_spectra(model: HookedTransformer, circuits, offsets: int):
+    """Per circuit its layers' singular values, and QK's per offset (rotary layers)."""
     singular = {circuit: circuit_singular_values(model, circuit) for circuit in circuits}
     per_offset = qk_offset_singular_values(model, offsets) if "QK" in circuits else None
-    return {"circuit_summary": _summary_table(singular, per_offset),
-            "circuit_spectra": _spectra_table(singular, per_offset)}
+    return singular, per_offset
 
 
 def circuit_spectra(
@@ -144,7 +150,7 @@ def circuit_spectra(
     Rotary layers also get circuit ``QK_offsets_mean`` (after ``QK``): the mean over
     ``offsets`` relative offsets of each singular value (see the module docstring).
     """
-    return circuit_tables(model, circuits, offsets)["circuit_spectra"]
+    return _spectra_table(*_circuit_spectra(model, circuits, offsets))
 
 
 def circuit_summary(
@@ -155,7 +161,7 @@ def circuit_summary(
     Rotary layers' QK rows also hold ``<measure>_offsets_mean``: the mean over ``offsets``
     relative offsets of the measure at each offset (see the module docstring).
     """
-    return circuit_tables(model, circuits, offsets)["circuit_summary"]
+    return _summary_table(*_circuit_spectra(model, circuits, offsets))
 
 
 def _spectra_table(singular: dict[str, list[torch.Tensor]],

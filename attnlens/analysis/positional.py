@@ -171,13 +171,11 @@ class PositionalHeads(PerSentenceRows, Analyzer):
         if est.reps is not None:
             reps = est.reps.reshape(-1, *shape)[:, best, layer, head]  # [replicate, head]
         df = est.df.reshape(shape)[best, layer, head]  # sentences with query tokens - 1
-        p, q, passed = threshold_tests(torch.from_numpy(share), reps, self.threshold,
-                                       self.inference, df)
         tokens, sentences = int(rows.sum()), int((rows > 0).sum())
         # too few tokens or sentences: nothing is tested
         enough = tokens >= max(self.min_tokens, 1) and sentences >= self.min_sentences
-        if not enough:
-            p, q = torch.full_like(p, torch.nan), torch.full_like(q, torch.nan)
+        p, q, passed = threshold_tests(torch.from_numpy(share), reps, self.threshold,
+                                       self.inference, df, testable=enough)
         heads = pd.DataFrame({
             "layer": layer, "head": head, "best_offset": np.array(OFFSETS)[best],
             "share": share, "ci_low": low[best, layer, head], "ci_high": high[best, layer, head],
@@ -185,6 +183,6 @@ class PositionalHeads(PerSentenceRows, Analyzer):
             "threshold": self.threshold, "tested": ~np.isnan(p.numpy()),  # in the family
             "p_value": p.numpy(),
             "q_value": q.numpy(), "above_threshold": share >= self.threshold,
-            "positional": passed.numpy() & enough,
+            "positional": passed.numpy(),
         })
         return {"positional_offsets": offsets, "positional_heads": heads}

@@ -199,9 +199,8 @@ class RareWordHeads(PerSentenceRows, Analyzer):
         rarest = value[0, layer, head]
         enough = words >= max(self.min_words, 1)  # too few words: nothing is tested
         df = est.df.reshape(shape)[0, layer, head]  # sentences with attending words - 1
-        p, q, passed = threshold_tests(rarest, reps, self.threshold, self.inference, df)
-        if not enough:
-            p, q = torch.full_like(p, torch.nan), torch.full_like(q, torch.nan)
+        p, q, passed = threshold_tests(rarest, reps, self.threshold, self.inference, df,
+                                       testable=enough)
         table = pd.DataFrame({
             "layer": layer, "head": head, "share_rarest": rarest.numpy(),
             "ci_low": low[0, layer, head].numpy(), "ci_high": high[0, layer, head].numpy(),
@@ -213,6 +212,6 @@ class RareWordHeads(PerSentenceRows, Analyzer):
             "threshold": self.threshold,
             "tested": ~np.isnan(p.numpy()), "p_value": p.numpy(), "q_value": q.numpy(),
             "above_threshold": (rarest >= self.threshold).numpy() & (words > 0),
-            "rare_word": passed.numpy() & enough,
+            "rare_word": passed.numpy(),
         })
         return {"rare_words": table}

@@ -11,6 +11,13 @@ from matplotlib.figure import Figure
 from attnlens.plots.style import layer_axes, place_axes, styled
 
 
+def share_panel(ax, layer) -> None:
+    """Title, the 0..1 range of a share and the grid of one layer's panel."""
+    ax.set_title(f"layer {int(layer)}", fontsize=9)
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+
+
 @styled
 def cumulative_curves_by_layer(
     curve: pd.DataFrame, title: str, x: str = "fraction", value: str = "value"
@@ -28,9 +35,7 @@ def cumulative_curves_by_layer(
         ax.fill_between(stats.index, stats["min"], stats["max"], alpha=0.3, label="heads (min-max)")
         ax.plot(stats.index, stats["mean"], linewidth=1.5, label="mean over heads")
         ax.plot([0, 1], [0, 1], linestyle=":", color="grey", linewidth=1, label="flat spectrum")
-        ax.set_title(f"layer {int(layer)}", fontsize=9)
-        ax.set_ylim(0, 1.02)
-        ax.grid(alpha=0.3)
+        share_panel(ax, layer)
     axes[0].legend(fontsize=6, loc="lower right")
     for ax in axes[:n_layers]:
         ax.set_xlabel("k / n", fontsize=8)
@@ -58,9 +63,7 @@ def shared_subspace_curves(curve: pd.DataFrame, d_model: int, title: str) -> Fig
                 ax.plot(part["k"], part["energy"], linestyle=style, color=f"C{index}",
                         linewidth=1.2, label=label)
         ax.axvline(d_model, color="grey", linestyle=":", linewidth=1)
-        ax.set_title(f"layer {int(layer)}", fontsize=9)
-        ax.set_ylim(0, 1.02)
-        ax.grid(alpha=0.3)
+        share_panel(ax, layer)
         ax.set_xlabel("dimensions k", fontsize=8)
     axes[0].set_ylabel("cumulative energy (sum s^2)", fontsize=8)
     axes[0].legend(fontsize=6, loc="lower right")
@@ -103,9 +106,7 @@ def window_coverage_curves(curve: pd.DataFrame, coverage: float, title: str,
             ax.plot(part["window"], part["window_mass"], linewidth=0.8, alpha=0.7,
                     color=f"C{int(head) % 10}")
         ax.axhline(coverage, color="grey", linestyle=":", linewidth=1)
-        ax.set_title(f"layer {int(layer)}", fontsize=9)
-        ax.set_ylim(0, 1.02)
-        ax.grid(alpha=0.3)
+        share_panel(ax, layer)
         ax.set_xlabel("window ±w", fontsize=8)
     axes[0].set_ylabel("mass inside the window", fontsize=8)
     fig.suptitle(title, fontsize=10)

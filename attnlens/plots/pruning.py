@@ -11,6 +11,22 @@ from matplotlib.figure import Figure
 from attnlens.plots.style import place_axes, styled
 
 
+def order_curve(ax, order: str, rows: pd.DataFrame, color: str, band_alpha: float) -> None:
+    """One order's metric against the fraction pruned: a line with markers, or for an order
+    with several seeds (random) its mean dashed inside a min-max band."""
+    n_seeds = rows["seed"].nunique()
+    if n_seeds > 1:
+        by_step = rows.groupby("step").agg(x=("fraction_pruned", "mean"), lo=("metric", "min"),
+                                           hi=("metric", "max"), mean=("metric", "mean"))
+        ax.fill_between(by_step["x"], by_step["lo"], by_step["hi"], color=color,
+                        alpha=band_alpha, label=f"{order} (min-max of {n_seeds} seeds)")
+        ax.plot(by_step["x"], by_step["mean"], color=color, linestyle="--", linewidth=1)
+    else:
+        rows = rows.sort_values("step")
+        ax.plot(rows["fraction_pruned"], rows["metric"], color=color, marker="o",
+                markersize=3, label=order)
+
+
 @styled
 def pruning_curves(curve: pd.DataFrame, metric_label: str, title: str) -> Figure:
     """Metric against the fraction of heads pruned, one line per order of a pruning table.
@@ -20,20 +36,7 @@ def pruning_curves(curve: pd.DataFrame, metric_label: str, title: str) -> Figure
     """
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for index, (order, rows) in enumerate(curve.groupby("order", sort=False)):
-        color = f"C{index}"
-        if rows["seed"].nunique() > 1:
-            by_step = rows.groupby("step").agg(
-                x=("fraction_pruned", "mean"), lo=("metric", "min"), hi=("metric", "max"),
-                mean=("metric", "mean"), n=("metric", "size"),
-            )
-            n_seeds = rows["seed"].nunique()
-            ax.fill_between(by_step["x"], by_step["lo"], by_step["hi"], color=color, alpha=0.25,
-                            label=f"{order} (min-max of {n_seeds} seeds)")
-            ax.plot(by_step["x"], by_step["mean"], color=color, linestyle="--", linewidth=1)
-        else:
-            rows = rows.sort_values("step")
-            ax.plot(rows["fraction_pruned"], rows["metric"], color=color, marker="o",
-                    markersize=3, label=order)
+        order_curve(ax, order, rows, f"C{index}", band_alpha=0.25)
     ax.set_xlabel("fraction of heads pruned")
     ax.set_ylabel(metric_label)
     ax.set_title(title)
@@ -49,18 +52,7 @@ def l0_against_curves(curve: pd.DataFrame, summary: pd.DataFrame, metric_label: 
     fig, ax = plt.subplots(figsize=(6.8, 4.4))
     overall = curve[~curve["order"].str.contains(":")] if len(curve) else curve
     for index, (order, rows) in enumerate(overall.groupby("order", sort=False)):
-        color = f"C{index}"
-        if rows["seed"].nunique() > 1:
-            by_step = rows.groupby("step").agg(x=("fraction_pruned", "mean"),
-                                               lo=("metric", "min"), hi=("metric", "max"),
-                                               mean=("metric", "mean"))
-            ax.fill_between(by_step["x"], by_step["lo"], by_step["hi"], color=color, alpha=0.2,
-                            label=f"{order} (min-max of {rows['seed'].nunique()} seeds)")
-            ax.plot(by_step["x"], by_step["mean"], color=color, linestyle="--", linewidth=1)
-        else:
-            rows = rows.sort_values("step")
-            ax.plot(rows["fraction_pruned"], rows["metric"], color=color, marker="o",
-                    markersize=3, label=order)
+        order_curve(ax, order, rows, f"C{index}", band_alpha=0.2)
     if len(summary):
         ax.scatter(summary["fraction_pruned"], summary["metric"], marker="*", s=140,
                    color="black", zorder=5, label="L0 gates (one per lambda)")
