@@ -29,6 +29,7 @@ LAYERS: list[set[str]] = [
     {"data"},
     {"loaders"},
     {"analysis"},
+    {"measures"},
     {"checkpointing"},
     {"distributed"},
     {"metrics"},

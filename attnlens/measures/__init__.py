@@ -1,0 +1,1 @@
+"""One folder per measure: its analyzers, tables, report section and command options."""

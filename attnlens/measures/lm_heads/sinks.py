@@ -1,0 +1,153 @@
+"""Attention sinks on the corpus (Xiao et al. 2023; Gu et al. 2024).
+
+``SinkScores``: Gu et al.'s first-token importance per head. Per sentence, the mean over all
+real query positions i (special tokens included; padding excluded) of A[i, first real
+token]; then the mean over sentences (sentence pooling, whatever ``--pooling`` says), with a
+bootstrap interval over sentences. The model-level Sink-rate is the share of heads whose
+score exceeds eps = 0.3 (``SINK_EPSILON``, Gu et al.'s).
+
+``SinkKeys``: sinks other than the first token (delimiters, punctuation, "massive
+activation" tokens). Per sentence and head, the attention a key receives is its column mean
+over the real queries; the ``TOP_KEYS`` keys receiving most are counted by token id, position
+(first real token or not) and layer, with the attention they receive. The table names the
+tokens by their strings.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+import pandas as pd
+import torch
+
+from attnlens.analysis.base import Analyzer, Batch, pattern_hook_names
+from attnlens.hooks import ActivationCache
+from attnlens.measures.lm_heads.shares import HeadShares, kv_heads_of
+from attnlens.model.transformer import HookedTransformer
+
+SINK_EPSILON = 0.3  # Gu et al. 2024's threshold of the Sink-rate
+TOP_KEYS = 3  # keys per sentence and head counted by SinkKeys
+
+
+def first_real(attention_mask: torch.Tensor) -> torch.Tensor:
+    """``[batch]`` position of each sentence's first real token."""
+    return attention_mask.bool().to(torch.int8).argmax(1)
+
+
+class SinkScores(HeadShares):
+    """Streaming first-token importance per head (see the module docstring)."""
+
+    name = "lm_sinks"
+    measures = ("sink",)
+    pooling = "sentence"  # Gu et al.: per-sentence means, then their mean
+
+    @classmethod
+    def for_model(cls, model: HookedTransformer, inference=None) -> SinkScores:
+        return cls(model.heads_per_layer, kv_heads_of(model), inference)._identify(model)
+
+    def begin_batch(self, batch: Batch) -> None:
+        self.move_state(batch.input_ids.device)
+        real = batch.attention_mask.bool()  # [batch, pos]
+        self._first = first_real(real)  # [batch]
+        self._rows = real.to(torch.float32)[:, None, :]  # [batch, 1, query_pos]
+        self._start(batch, real.sum(1))
+
+    def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
+        p = cache["pattern", layer].float()  # [batch, head, query_pos, key_pos]
+        n_heads = p.shape[1]
+        index = self._first[:, None, None, None].expand(-1, n_heads, p.shape[2], 1)
+        to_first = p.gather(-1, index)[..., 0]  # [batch, head, query_pos]: A[i, first]
+        self._scratch[:, 0, layer, :n_heads] = (to_first * self._rows).sum(-1)
+
+
+class SinkKeys(Analyzer):
+    """Streaming counts of the keys that receive the most attention (see the module)."""
+
+    name = "lm_sink_keys"
+    layerwise = True
+    state_fields = ("counts", "received", "pairs")
+
+    def __init__(self, heads_per_layer: list[int], top: int = TOP_KEYS) -> None:
+        self.heads_per_layer, self.top = list(heads_per_layer), top
+        self.n_layers, self.n_heads = len(self.heads_per_layer), max(self.heads_per_layer)
+        # keys "layer:token_id:first|other" -> times among the top / attention received
+        self.counts: Counter = Counter()
+        self.received: Counter = Counter()
+        self.pairs: Counter = Counter()  # "layer" -> (sentence, head) pairs seen
+
+    @classmethod
+    def for_model(cls, model: HookedTransformer, top: int = TOP_KEYS) -> SinkKeys:
+        keys = cls(model.heads_per_layer, top)
+        keys.identify_model(model)
+        return keys
+
+    def hook_names(self, model: HookedTransformer) -> list[str]:
+        return pattern_hook_names(model)
+
+    def settings(self) -> dict:
+        return {"heads_per_layer": self.heads_per_layer, "top": self.top}
+
+    def begin_batch(self, batch: Batch) -> None:
+        real = batch.attention_mask.bool()  # [batch, pos]
+        self._rows = real.to(torch.float32)  # [batch, query_pos]
+        self._first = first_real(real)
+        self._found: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+
+    def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
+        p = cache["pattern", layer].float()  # [batch, head, query_pos, key_pos]
+        n_rows = self._rows.sum(1).clamp_min(1)[:, None, None]  # [batch, 1, 1]
+        received = (p * self._rows[:, None, :, None]).sum(2) / n_rows  # [batch, head, key]
+        top = received.topk(min(self.top, received.shape[-1]), dim=-1)  # [batch, head, top]
+        self._found.append((layer, top.values, top.indices))  # read once per batch
+
+    def end_batch(self, batch: Batch) -> None:
+        # one transfer per layer and batch; counting by key on the CPU
+        ids, first = batch.input_ids.cpu(), self._first.cpu()
+        lengths = batch.attention_mask.sum(1).cpu()
+        for layer, values, positions in self._found:
+            values, positions = values.cpu(), positions.cpu()  # [batch, head, top]
+            real = positions < lengths[:, None, None]  # short sentences: fewer real keys
+            token = ids.gather(1, positions.flatten(1)).view_as(positions)  # [batch, head, top]
+            is_first = positions == first[:, None, None]
+            code = token * 2 + is_first.long()  # one integer per (token, position kind)
+            unique, inverse = torch.unique(code[real], return_inverse=True)
+            n = torch.bincount(inverse, minlength=len(unique))
+            total = torch.zeros(len(unique), dtype=torch.float64).index_add_(
+                0, inverse, values[real].double())
+            for c, count, share in zip(unique.tolist(), n.tolist(), total.tolist(),
+                                       strict=True):
+                key = f"{layer}:{c // 2}:{'first' if c % 2 else 'other'}"
+                self.counts[key] += count
+                self.received[key] += share
+            self.pairs[str(layer)] += values.shape[0] * values.shape[1]
+        self._found = []
+
+    def result(self) -> dict[str, pd.DataFrame]:
+        return {"sink_keys": sink_key_table(self, str)}
+
+
+def sink_key_table(keys: SinkKeys, decode: Callable[[int], str],
+                   limit: int = 20) -> pd.DataFrame:
+    """Per layer, the ``limit`` tokens most often among a sentence's top keys.
+
+    Columns: layer, token, position (first real token or other), n_top (sentence-head
+    pairs where the token is among the top keys), share_of_heads (n_top over the layer's
+    sentence-head pairs), mean_received (mean attention it receives there: its column mean).
+    """
+    records = []
+    for key, n in keys.counts.items():
+        layer, token_id, where = key.split(":")
+        pairs = keys.pairs[layer]
+        records.append({"layer": int(layer), "token": decode(int(token_id)),
+                        "token_id": int(token_id), "position": where, "n_top": int(n),
+                        "share_of_heads": n / pairs if pairs else 0.0,
+                        "mean_received": keys.received[key] / n})
+    columns = ["layer", "token", "token_id", "position", "n_top", "share_of_heads",
+               "mean_received"]
+    if not records:
+        return pd.DataFrame(columns=columns)
+    table = pd.DataFrame.from_records(records)[columns]
+    table = table.sort_values(["layer", "n_top", "token_id"], ascending=[True, False, True],
+                              kind="stable")
+    return table.groupby("layer", sort=True).head(limit).reset_index(drop=True)

@@ -1,0 +1,158 @@
+"""Streaming versus retrieval heads: the KV-cache view (Xiao et al. 2023; DuoAttention 2024).
+
+A streaming head needs only the attention sinks and the recent tokens: restricted to the
+first ``sink_tokens`` tokens plus the last ``window`` tokens (keys ``i - window < j <= i``
+for query ``i``; in a bidirectional encoder ``|i - j| < window``), rows renormalised, its
+output barely changes. Per sentence and head, ``output_error = ||(P - P_S) V||_F /
+||P V||_F`` over the real query rows (``attnlens.analysis.sparse``'s restricted error), then
+the mean over the sentences long enough for the restriction to drop a key (``n > sink_tokens +
+window``; shorter ones are exact). ``StreamingError`` runs on the corpus and on long probes.
+
+Per key/value head (GQA, MQA): it is streaming only when every query head reading it is,
+since the cache is kept per key/value head. ``kv_cache_savings``: the KV-cache memory at a
+context length if only non-streaming key/value heads keep a full cache.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import torch
+
+from attnlens.analysis.base import Analyzer, Batch
+from attnlens.analysis.linear_attention import per_query_head
+from attnlens.analysis.sparse import restricted_output_error
+from attnlens.hooks import ActivationCache
+from attnlens.measures.lm_heads.shares import kv_head_index
+from attnlens.model.transformer import HookedTransformer
+
+STREAMING_COLUMNS = ["layer", "head", "kv_head", "sink_tokens", "window", "output_error",
+                     "streaming"]
+
+
+def restriction(real: torch.Tensor, sink_tokens: int, window: int, causal: bool) -> torch.Tensor:
+    """``[batch, query_pos, key_pos]`` keys kept: the first ``sink_tokens`` real tokens and the
+    ``window`` most recent keys (bidirectional: ``|i - j| < window``)."""
+    n = real.shape[1]
+    pos = torch.arange(n, device=real.device)
+    rank = real.long().cumsum(1) - 1  # [batch, pos]: index among the real tokens
+    sink = (rank < sink_tokens) & real  # [batch, key_pos]
+    offset = pos[:, None] - pos[None, :]  # [query_pos, key_pos]: i - j
+    recent = (offset < window) & (offset >= 0) if causal else offset.abs() < window
+    return sink[:, None, :] | recent[None]
+
+
+class StreamingError(Analyzer):
+    """Streaming relative output error of each head under the sink + window restriction."""
+
+    name = "lm_streaming"
+    layerwise = True
+    state_fields = ("error_sums", "sentences")
+
+    def __init__(self, heads_per_layer: list[int], sink_tokens: int = 4, window: int = 64,
+                 causal: bool = True) -> None:
+        self.heads_per_layer = list(heads_per_layer)
+        self.n_layers, self.n_heads = len(self.heads_per_layer), max(self.heads_per_layer)
+        self.sink_tokens, self.window, self.causal = sink_tokens, window, causal
+        self.error_sums = torch.zeros(self.n_layers, self.n_heads, dtype=torch.float64)
+        self.sentences = 0  # sentences long enough for the restriction to drop a key
+
+    @classmethod
+    def for_model(cls, model: HookedTransformer, sink_tokens: int = 4,
+                  window: int = 64) -> StreamingError:
+        errors = cls(model.heads_per_layer, sink_tokens, window, model.cfg.causal)
+        errors.identify_model(model)
+        return errors
+
+    def hook_names(self, model: HookedTransformer) -> list[str]:
+        return [f"blocks.{i}.attn.hook_{kind}" for i in range(model.n_layers)
+                for kind in ("v", "pattern")]
+
+    def settings(self) -> dict:
+        return {"heads_per_layer": self.heads_per_layer, "sink_tokens": self.sink_tokens,
+                "window": self.window, "causal": self.causal}
+
+    def begin_batch(self, batch: Batch) -> None:
+        self.move_state(batch.input_ids.device)
+        real = batch.attention_mask.bool()  # [batch, pos]
+        self._long = real.sum(1) > self.sink_tokens + self.window  # [batch]
+        self._keep = restriction(real, self.sink_tokens, self.window, self.causal)[:, None]
+        self._real = real
+        self._scratch = torch.zeros(self.n_layers, self.n_heads, dtype=torch.float64,
+                                    device=real.device)
+
+    def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
+        p = cache["pattern", layer].float()  # [batch, head, query_pos, key_pos]
+        values = per_query_head(cache["v", layer].float(), p.shape[1])  # [batch, head, key, d]
+        error = restricted_output_error(p, self._keep, values, self._real)  # [batch, head]
+        self._scratch[layer, : p.shape[1]] = (error * self._long[:, None]).double().sum(0)
+
+    def end_batch(self, batch: Batch) -> None:
+        self.error_sums += self._scratch.to(self.error_sums.device)
+        self.sentences += int(self._long.sum())
+        self._scratch = None
+
+    def mean_errors(self) -> np.ndarray:
+        """``[layer, head]`` mean error over the long sentences (NaN when there were none)."""
+        if not self.sentences:
+            return np.full((self.n_layers, self.n_heads), math.nan)
+        return (self.error_sums / self.sentences).cpu().numpy()
+
+    def result(self) -> dict[str, pd.DataFrame]:
+        errors = self.mean_errors()
+        records = [{"layer": layer, "head": head, "output_error": float(errors[layer, head]),
+                    "sentences": self.sentences}
+                   for layer, n in enumerate(self.heads_per_layer) for head in range(n)]
+        return {"streaming_errors": pd.DataFrame.from_records(records)}
+
+
+def streaming_table(sources: dict[str, StreamingError], kv_heads_per_layer: list[int],
+                    threshold: float) -> pd.DataFrame:
+    """``STREAMING_COLUMNS`` (plus each source's error and sentence count): the error that
+    decides is the largest over the sources that had long enough sequences; a key/value
+    head is streaming when that error stays below ``threshold`` for all its query heads."""
+    first = next(iter(sources.values()))
+    layer = np.repeat(np.arange(first.n_layers), first.heads_per_layer)
+    head = np.concatenate([np.arange(n) for n in first.heads_per_layer])
+    kv = kv_head_index(first.heads_per_layer, kv_heads_per_layer, layer, head)
+    table = pd.DataFrame({"layer": layer, "head": head, "kv_head": kv,
+                          "sink_tokens": first.sink_tokens, "window": first.window})
+    errors = []
+    for name, source in sources.items():
+        error = source.mean_errors()[layer, head]
+        table[f"{name}_error"] = error
+        table[f"{name}_sequences"] = source.sentences
+        errors.append(error)
+    stacked = np.vstack(errors)  # [source, head]
+    measured = ~np.isnan(stacked).all(0)
+    worst = np.where(measured, np.nanmax(np.where(np.isnan(stacked), -np.inf, stacked), 0),
+                     np.nan)
+    table.insert(5, "output_error", worst)
+    below = pd.Series(measured & (np.nan_to_num(worst, nan=np.inf) < threshold))
+    group = below.groupby([table["layer"], table["kv_head"]]).transform("all")
+    table.insert(6, "streaming", group.to_numpy() & measured)
+    table["head_below_threshold"] = below.to_numpy()
+    return table
+
+
+def kv_cache_savings(streaming: pd.DataFrame, context: int) -> pd.DataFrame:
+    """KV-cache memory at ``context`` tokens when streaming key/value heads keep only their
+    ``sink_tokens + window`` tokens and the others a full cache (same d_head everywhere).
+
+    ``ratio`` = full / compressed memory (DuoAttention's "x times less"), ``reduction`` =
+    1 - compressed / full (RazorAttention's "% less").
+    """
+    per_kv = streaming.groupby(["layer", "kv_head"], sort=True)["streaming"].first()
+    kept = int(streaming["sink_tokens"].iloc[0] + streaming["window"].iloc[0])
+    short = min(kept, context)
+    n_kv, n_streaming = len(per_kv), int(per_kv.sum())
+    full = n_kv * context
+    compressed = n_streaming * short + (n_kv - n_streaming) * context
+    return pd.DataFrame([{
+        "context": context, "kv_heads": n_kv, "streaming_kv_heads": n_streaming,
+        "tokens_kept_by_streaming_heads": short, "full_cache_tokens": full,
+        "compressed_cache_tokens": compressed, "ratio": full / compressed if compressed else
+        math.inf, "reduction": 1 - compressed / full,
+    }])
