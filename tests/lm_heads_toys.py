@@ -100,3 +100,22 @@ def random_batches(n: int = 40, length: int = 20, batch_size: int = 8, seed: int
                          special_mask=(ids == BOS) & mask.bool(),
                          extra={"index": list(range(start + first, start + first + rows))}))
     return out
+
+
+def toy_tokenizer():
+    """attnlens' ``Tokenizer`` over the toy vocabulary: ``<bos>`` (id 0, added before every
+    text, also the padding) and the words ``t1`` .. ``t39``."""
+    from tokenizers import Tokenizer as CoreTokenizer
+    from tokenizers import models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    from attnlens.data.tokenizer import Tokenizer
+
+    vocab = {"<bos>": BOS, **{f"t{i}": i for i in ORDINARY}}
+    core = CoreTokenizer(models.WordLevel(vocab, unk_token="<bos>"))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    core.post_processor = processors.TemplateProcessing(single="<bos> $A",
+                                                        special_tokens=[("<bos>", BOS)])
+    hf = PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<bos>", pad_token="<bos>",
+                                 unk_token="<bos>")
+    return Tokenizer(hf)

@@ -1,0 +1,285 @@
+"""One run of the language-model heads measure: corpus analyzers, probes, tests, checks.
+
+``LmHeads`` gives the corpus pass its analyzers (sinks, top keys, the streaming error on
+the corpus, a bounded sample of sentences for the causal checks) and, once the pass is
+over, ``compute(model)`` runs everything that needs its own inputs: the probes, the
+haystacks, the long probes of the streaming view, the copying scores, the role tests and the
+ablations. The result (``LmHeadsResult``) is computed once and shared by the head-roles
+section (which adds the roles and the ``sink`` rows to its tables) and the measure's own
+section.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+import torch
+
+from attnlens.analysis.base import Analyzer, Batch
+from attnlens.analysis.bootstrap import Inference
+from attnlens.analysis.runner import run_analyzers
+from attnlens.errors import ConfigError
+from attnlens.hooks import ActivationCache
+from attnlens.measures.lm_heads.ablation import (
+    ABLATION_COLUMNS,
+    CausalMetric,
+    ablation_rows,
+    corpus_perplexity,
+    head_means,
+)
+from attnlens.measures.lm_heads.copying import copying_form, copying_table
+from attnlens.measures.lm_heads.probes import (
+    ProbeScores,
+    ProbeSet,
+    frame_tokens,
+    ordinary_token_ids,
+    probes_from_file,
+    random_probes,
+    repeat_loss,
+)
+from attnlens.measures.lm_heads.retrieval import NEEDLE, RetrievalScores, haystacks
+from attnlens.measures.lm_heads.settings import LmHeadsSettings
+from attnlens.measures.lm_heads.sinks import SinkKeys, SinkScores, sink_key_table
+from attnlens.measures.lm_heads.streaming import (
+    StreamingError,
+    kv_cache_savings,
+    streaming_table,
+)
+from attnlens.measures.lm_heads.tables import (
+    lm_role_tests,
+    probe_scores,
+    role_heads,
+    sink_rate,
+    sink_rows,
+)
+from attnlens.model.transformer import HookedTransformer
+
+SAMPLE_SENTENCES = 64  # corpus sentences kept for the perplexity and STS-free checks
+LONG_PROBES = 10  # long probe sequences per --probe-sequences 100 (at least 1)
+
+
+def max_tokens(model: HookedTransformer) -> int:
+    """The longest input the model takes: its positions, or its sliding window if shorter."""
+    window = model.cfg.sliding_window
+    return min(model.cfg.n_ctx, window) if window else model.cfg.n_ctx
+
+
+class CorpusSample(Analyzer):
+    """The first ``limit`` sentences' tokens (a bounded, mergeable sample of the corpus)."""
+
+    name = "lm_corpus_sample"
+    state_fields = ("ids", "masks")
+
+    def __init__(self, limit: int = SAMPLE_SENTENCES) -> None:
+        self.limit = limit
+        self.ids: list[torch.Tensor] = []  # one [pos] tensor per sentence, padding removed
+        self.masks: list[torch.Tensor] = []
+
+    def hook_names(self, model: HookedTransformer) -> list[str]:
+        return []
+
+    def settings(self) -> dict:
+        return {"limit": self.limit}
+
+    def update(self, batch: Batch, cache: ActivationCache) -> None:
+        for row in range(batch.size):
+            if len(self.ids) >= self.limit:
+                return
+            n = int(batch.attention_mask[row].sum())
+            self.ids.append(batch.input_ids[row, :n].cpu())
+            self.masks.append(batch.attention_mask[row, :n].cpu())
+
+    def batches(self, pad_id: int, batch_size: int = 16) -> list[Batch]:
+        """The kept sentences (at most ``limit``) as right-padded batches."""
+        kept = list(zip(self.ids, self.masks, strict=True))[: self.limit]
+        out = []
+        for start in range(0, len(kept), batch_size):
+            chunk = kept[start : start + batch_size]
+            width = max(len(ids) for ids, _ in chunk)
+            ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+            mask = torch.zeros(len(chunk), width, dtype=torch.long)
+            for row, (i, m) in enumerate(chunk):
+                ids[row, : len(i)], mask[row, : len(m)] = i, m
+            out.append(Batch(input_ids=ids, attention_mask=mask))
+        return out
+
+    def result(self) -> dict[str, pd.DataFrame]:
+        return {"lm_corpus_sample": pd.DataFrame({"tokens": [len(i) for i in self.ids]})}
+
+
+@dataclass
+class LmHeadsResult:
+    """Everything the measure computed (tables by name, plus what the text reports)."""
+
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    role_tests: pd.DataFrame = field(default_factory=pd.DataFrame)
+    sink_rows: pd.DataFrame | None = None
+    sink_rate: float = math.nan
+    facts: dict[str, Any] = field(default_factory=dict)  # what the notes quote
+
+
+class LmHeads:
+    """The measure for one model (see the module docstring)."""
+
+    def __init__(self, settings: LmHeadsSettings | None = None,
+                 inference: Inference | None = None, min_examples: int = 100,
+                 sts_pairs=None) -> None:
+        self.settings = settings or LmHeadsSettings()
+        self.inference = inference or Inference()
+        self.min_examples = min_examples
+        self.sts_pairs = sts_pairs  # SentencePairs for a sentence encoder's checks
+        self.tokenizer = None
+        self.corpus: dict[str, Analyzer] = {}
+        self._result: LmHeadsResult | None = None
+
+    @property
+    def ready(self) -> bool:
+        """Whether ``corpus_analyzers`` ran (the measure applies to the model)."""
+        return self.tokenizer is not None
+
+    def corpus_analyzers(self, model: HookedTransformer, tokenizer) -> list[Analyzer]:
+        """The analyzers of the one corpus pass (kept: ``compute`` reads them)."""
+        s = self.settings
+        self.tokenizer, self._result = tokenizer, None
+        self.corpus = {
+            "sinks": SinkScores.for_model(model, self.inference),
+            "keys": SinkKeys.for_model(model),
+            "streaming": StreamingError.for_model(model, s.sink_tokens, s.window),
+            "sample": CorpusSample(),
+        }
+        return list(self.corpus.values())
+
+    # Inputs of the probes -------------------------------------------------------------
+    def _frame(self, model: HookedTransformer) -> dict:
+        tok = self.tokenizer
+        first, closing = frame_tokens(tok)
+        return {"vocab": ordinary_token_ids(tok, model.cfg.vocab_size), "first": first,
+                "closing": closing, "pad": tok.pad_token_id, "special": tok.special_ids}
+
+    def _fits(self, model: HookedTransformer, length: int, what: str) -> None:
+        if length > max_tokens(model):
+            raise ConfigError(f"{what} of {length} tokens exceed the {max_tokens(model)} "
+                              "tokens the model takes; use a smaller --probe-length.")
+
+    def probe_set(self, model: HookedTransformer, frame: dict) -> ProbeSet:
+        s = self.settings
+        if s.probe_ids is not None:
+            probes = probes_from_file(s.probe_ids, frame["closing"], frame["pad"],
+                                      frame["special"], model.cfg.vocab_size)
+        else:
+            probes = random_probes(frame["vocab"], s.probe_sequences, s.probe_length,
+                                   s.probe_seed, frame["first"], frame["closing"],
+                                   frame["pad"], frame["special"])
+        self._fits(model, probes.input_ids.shape[1], "probes")
+        return probes
+
+    def long_probes(self, model: HookedTransformer, frame: dict) -> ProbeSet | None:
+        """Probes whose repeat lies beyond the window: R = sink_tokens + 2 window, fewer
+        when the model's positions are fewer (None when no repeat longer than 1 fits)."""
+        s = self.settings
+        room = (max_tokens(model) - len(frame["first"]) - len(frame["closing"])) // 2
+        length = min(s.sink_tokens + 2 * s.window, room)
+        if length < 2:
+            return None
+        n = max(1, s.probe_sequences * LONG_PROBES // 100)
+        return random_probes(frame["vocab"], n, length, s.probe_seed + 1, frame["first"],
+                             frame["closing"], frame["pad"], frame["special"])
+
+    # The computation --------------------------------------------------------------------
+    @torch.no_grad()
+    def compute(self, model: HookedTransformer) -> LmHeadsResult:
+        """Run everything past the corpus pass once; later calls return the same result."""
+        if self._result is not None:
+            return self._result
+        if not self.ready:
+            raise ConfigError("the language-model heads measure needs its corpus analyzers "
+                              "first (corpus_analyzers).")
+        s, facts = self.settings, {}
+        frame = self._frame(model)
+        probes = retrieval = long_errors = None
+        probe_batches: list[Batch] = []
+        if s.probes:
+            probe_set = self.probe_set(model, frame)
+            probe_batches = probe_set.batches()
+            probes = ProbeScores.for_model(model, self.inference)
+            run_analyzers(model, probe_batches, [probes], show_progress=False)
+            stacks = haystacks(frame["vocab"], max(1, s.probe_sequences // 4), s.probe_seed + 2,
+                               frame["first"], frame["closing"], frame["pad"], frame["special"],
+                               n_ctx=max_tokens(model))
+            retrieval = RetrievalScores.for_model(model, self.inference)
+            run_analyzers(model, stacks.batches(), [retrieval], show_progress=False)
+            long = self.long_probes(model, frame)
+            if long is not None:
+                long_errors = StreamingError.for_model(model, s.sink_tokens, s.window)
+                run_analyzers(model, long.batches(8), [long_errors], show_progress=False)
+                facts["long_repeat"] = long.repeat[0]
+                facts["long_probes"] = len(long)
+            facts.update(probes=len(probe_set), repeat=sorted(set(probe_set.repeat)),
+                         haystacks=len(stacks), haystack_tokens=int(stacks.input_ids.shape[1]),
+                         needle=NEEDLE)
+        sinks: SinkScores = self.corpus["sinks"]
+        tables = {"probe_scores": probe_scores(
+            probes, retrieval, copying_table(model),
+            probe_detail=f"second repeat of {self._repeat_text(facts)}-token segments",
+            retrieval_detail=f"needle of {NEEDLE} tokens in {facts.get('haystack_tokens')}"
+                             "-token haystacks")}
+        facts["copying_form"] = copying_form(model)
+        tests = lm_role_tests(probes, sinks, retrieval, self.min_examples)
+        sources = {"corpus": self.corpus["streaming"]}
+        if long_errors is not None:
+            sources["probes"] = long_errors
+        streaming = streaming_table(sources, [b.attn.n_kv_heads for b in model.blocks],
+                                    s.streaming_threshold)
+        tables["streaming_heads"] = streaming
+        tables["kv_cache"] = kv_cache_savings(streaming, s.context)
+        tables["sink_keys"] = sink_key_table(self.corpus["keys"], self._decode)
+        tables["role_ablation"] = self._ablations(model, tests, probe_batches, facts)
+        self._result = LmHeadsResult(tables, tests, sink_rows(sinks), sink_rate(sinks), facts)
+        return self._result
+
+    def _decode(self, token_id: int) -> str:
+        return self.tokenizer.decode_tokens([token_id])[0]
+
+    @staticmethod
+    def _repeat_text(facts: dict) -> str:
+        repeats = facts.get("repeat") or []
+        return "/".join(str(r) for r in repeats[:3]) + ("/..." if len(repeats) > 3 else "")
+
+    def causal_metrics(self, model: HookedTransformer,
+                       probe_batches: list[Batch]) -> list[CausalMetric]:
+        """The metrics of the causal checks this model and these inputs allow."""
+        metrics = []
+        sample = self.corpus["sample"].batches(self.tokenizer.pad_token_id)
+        if model.cfg.head == "lm" and model.cfg.causal:
+            if probe_batches:
+                metrics.append(CausalMetric(
+                    "second_repeat_loss", lambda mask: repeat_loss(model, probe_batches, mask)))
+            if sample:
+                metrics.append(CausalMetric(
+                    "perplexity", lambda mask: corpus_perplexity(model, sample, mask)))
+        elif model.cfg.head in (None, "pooler") and self.sts_pairs is not None:
+            from attnlens.metrics.sts_task import StsMetric
+
+            sts = StsMetric(self.sts_pairs, self.tokenizer)
+            metrics.append(CausalMetric("sts_spearman", lambda mask: sts.evaluate(model, mask),
+                                        higher_is_worse=False))
+        return metrics
+
+    def _ablations(self, model: HookedTransformer, tests: pd.DataFrame,
+                   probe_batches: list[Batch], facts: dict) -> pd.DataFrame:
+        s = self.settings
+        metrics = self.causal_metrics(model, probe_batches)
+        facts["metrics"] = [m.name for m in metrics]
+        roles = {role: heads for role, heads in role_heads(tests).items() if heads}
+        if not metrics or not roles:
+            return pd.DataFrame(columns=ABLATION_COLUMNS)
+        means = None
+        if s.ablation == "mean":
+            reference = self.corpus["sample"].batches(self.tokenizer.pad_token_id)
+            means = head_means(model, reference or probe_batches)
+        rows = ablation_rows(model, roles, metrics, s.controls, self.inference.seed,
+                             s.ablation, means)
+        return pd.DataFrame.from_records(rows, columns=ABLATION_COLUMNS)

@@ -1,0 +1,106 @@
+"""The language-model head analyzers follow the analyzer protocol: their states round-trip
+through files, two halves merge into one pass, and merges refuse other settings, models and
+analyzers (as ``tests/test_analyzer_states.py`` checks for the others)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from attnlens.analysis.bootstrap import Inference
+from attnlens.analysis.runner import run_analyzers
+from attnlens.analysis.state import load_state, save_state, split_state
+from attnlens.errors import ConfigError
+from attnlens.measures.lm_heads.probes import ProbeScores, random_probes
+from attnlens.measures.lm_heads.retrieval import RetrievalScores, haystacks
+from attnlens.measures.lm_heads.sinks import SinkKeys, SinkScores
+from attnlens.measures.lm_heads.streaming import StreamingError
+from tests.lm_heads_toys import BOS, ORDINARY, random_batches, toy_model
+
+SMALL = Inference(bootstrap=50)
+OTHER = Inference(bootstrap=50, seed=1)
+
+
+def probe_data():
+    return random_probes(ORDINARY, 20, 6, 0, [BOS], [], BOS, {BOS}).batches(7)
+
+
+def haystack_data():
+    return haystacks(ORDINARY, 12, 0, [BOS], [], BOS, {BOS}, haystack=16, needle=3).batches(5)
+
+
+def corpus_data():
+    return random_batches(n=20, length=12, batch_size=7)
+
+
+# name: (make, make with another setting, data)
+CASES = {
+    "probes": (lambda m: ProbeScores.for_model(m, SMALL),
+               lambda m: ProbeScores.for_model(m, OTHER), probe_data),
+    "retrieval": (lambda m: RetrievalScores.for_model(m, SMALL),
+                  lambda m: RetrievalScores.for_model(m, OTHER), haystack_data),
+    "sinks": (lambda m: SinkScores.for_model(m, SMALL),
+              lambda m: SinkScores.for_model(m, OTHER), corpus_data),
+    "sink_keys": (lambda m: SinkKeys.for_model(m), lambda m: SinkKeys.for_model(m, top=2),
+                  corpus_data),
+    "streaming": (lambda m: StreamingError.for_model(m, sink_tokens=1, window=3),
+                  lambda m: StreamingError.for_model(m, sink_tokens=1, window=4), corpus_data),
+}
+
+
+def results_equal(a, b, exact: bool) -> None:
+    ra, rb = a.result(), b.result()
+    assert ra.keys() == rb.keys()
+    for name in ra:
+        left = ra[name].sort_values(list(ra[name].columns[:4])).reset_index(drop=True)
+        right = rb[name].sort_values(list(rb[name].columns[:4])).reset_index(drop=True)
+        # halves add float64 (or float32 per-sequence) partial sums in another order
+        pd.testing.assert_frame_equal(left, right, check_exact=exact, rtol=1e-6, atol=1e-9)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return toy_model()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_state_round_trips_through_files(case, model, tmp_path) -> None:
+    make, _, data = CASES[case]
+    analyzer = make(model)
+    run_analyzers(model, data(), [analyzer], show_progress=False)
+    tensors, skeleton = split_state(analyzer.state_dict())
+    json.dumps(skeleton)  # everything but the tensors is plain JSON
+    assert all(t.device.type == "cpu" for t in tensors.values())
+    save_state(analyzer.state_dict(), tmp_path / "state")
+    restored = make(model)
+    restored.load_state_dict(load_state(tmp_path / "state"))
+    results_equal(restored, analyzer, exact=True)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_merge_of_halves_equals_one_pass(case, model) -> None:
+    make, _, data = CASES[case]
+    batches = data()
+    whole, first, second = make(model), make(model), make(model)
+    run_analyzers(model, batches, [whole], show_progress=False)
+    run_analyzers(model, batches[:1], [first], show_progress=False)
+    run_analyzers(model, batches[1:], [second], show_progress=False)
+    results_equal(first.merge(second), whole, exact=False)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_merge_refuses_other_settings_and_models(case, model) -> None:
+    make, other, _ = CASES[case]
+    with pytest.raises(ConfigError, match="other settings"):
+        make(model).merge(other(model))
+    changed = toy_model()
+    with torch.no_grad():  # the fingerprint hashes each parameter's first values
+        changed.embed.weight[0, 0] = 2.0
+    with pytest.raises(ConfigError, match="model_id"):
+        make(model).merge(make(changed))
+    foreign = "sinks" if case != "sinks" else "probes"
+    with pytest.raises(ConfigError, match="cannot combine"):
+        make(model).merge(CASES[foreign][0](model))
