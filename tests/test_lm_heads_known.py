@@ -178,3 +178,22 @@ def test_sink_keys_name_the_first_token(model) -> None:
     # every (sentence, head) pair of layer 0 has position 0 among its 3 top keys
     assert int(first["n_top"].iloc[0]) == 40 * 4
     assert np.isclose(first["share_of_heads"].iloc[0], 1.0)
+
+
+def test_sink_keys_count_a_token_once_per_sentence_and_head() -> None:
+    from attnlens.data.batch import Batch
+    from attnlens.hooks import ActivationCache
+
+    ids = torch.tensor([[1, 5, 7, 5]])
+    batch = Batch(input_ids=ids, attention_mask=torch.ones_like(ids))
+    # every query: 0.4 on each copy of token 5 (positions 1 and 3), 0.15 on 0, 0.05 on 2
+    row = torch.tensor([0.15, 0.4, 0.05, 0.4])
+    pattern = row.expand(1, 1, 4, 4).clone()  # [batch, head, query_pos, key_pos]
+    keys = SinkKeys([1], top=3)
+    keys.update(batch, ActivationCache({"blocks.0.attn.hook_pattern": pattern}))
+    table = sink_key_table(keys, lambda i: f"t{i}").set_index(["token", "position"])
+    assert table.loc[("t5", "other"), "n_top"] == 1  # two positions, one sentence-head pair
+    assert table.loc[("t5", "other"), "mean_received"] == pytest.approx(0.8)
+    assert table.loc[("t5", "other"), "share_of_heads"] == 1.0
+    assert table.loc[("t1", "first"), "mean_received"] == pytest.approx(0.15)
+    assert len(table) == 2  # token 7 (0.05) is not among the top 3 keys

@@ -127,17 +127,29 @@ def ablate(model: HookedTransformer, metric: CausalMetric, heads: Sequence[Head]
 def ablation_rows(model: HookedTransformer, roles: dict[str, list[Head]],
                   metrics: Sequence[CausalMetric], controls: int, seed: int,
                   mode: str = "zero", means: list[torch.Tensor] | None = None) -> list[dict]:
-    """One ``ABLATION_COLUMNS`` record per role with heads and metric (see module)."""
+    """One ``ABLATION_COLUMNS`` record per role with heads and metric (see module).
+
+    A head set is evaluated once per metric, however many roles or control draws name it.
+    """
     records = []
     for metric in metrics:
-        baseline = metric.evaluate(None)
+        seen: dict[frozenset, float] = {}
+
+        def value(heads: Sequence[Head], metric: CausalMetric = metric,
+                  seen: dict = seen) -> float:
+            key = frozenset(heads)
+            if key not in seen:
+                seen[key] = ablate(model, metric, heads, mode, means) if heads else \
+                    metric.evaluate(None)
+            return seen[key]
+
+        baseline = value(())
         for role, heads in roles.items():
             if not heads:
                 continue
-            ablated = ablate(model, metric, heads, mode, means)
+            ablated = value(heads)
             draws = control_sets(heads, model.heads_per_layer, controls, seed)
-            values = torch.tensor([ablate(model, metric, d, mode, means) for d in draws],
-                                  dtype=torch.float64)
+            values = torch.tensor([value(d) for d in draws], dtype=torch.float64)
             sign = 1.0 if metric.higher_is_worse else -1.0
             harmful = int((sign * values >= sign * ablated).sum())
             records.append({

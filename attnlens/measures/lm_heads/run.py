@@ -57,7 +57,8 @@ from attnlens.measures.lm_heads.tables import (
 )
 from attnlens.model.transformer import HookedTransformer
 
-SAMPLE_SENTENCES = 64  # corpus sentences kept for the perplexity and STS-free checks
+SAMPLE_SENTENCES = 64  # corpus sentences kept for the perplexity check and mean ablation
+ABLATION_PROBES = 64  # probes (of --probe-sequences) the second-repeat loss is measured on
 LONG_PROBES = 10  # long probe sequences per --probe-sequences 100 (at least 1)
 
 
@@ -255,8 +256,9 @@ class LmHeads:
         sample = self.corpus["sample"].batches(self.tokenizer.pad_token_id)
         if model.cfg.head == "lm" and model.cfg.causal:
             if probe_batches:
+                few = probe_batches[: -(-ABLATION_PROBES // probe_batches[0].size)]
                 metrics.append(CausalMetric(
-                    "second_repeat_loss", lambda mask: repeat_loss(model, probe_batches, mask)))
+                    "second_repeat_loss", lambda mask: repeat_loss(model, few, mask)))
             if sample:
                 metrics.append(CausalMetric(
                     "perplexity", lambda mask: corpus_perplexity(model, sample, mask)))

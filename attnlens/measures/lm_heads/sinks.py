@@ -107,20 +107,25 @@ class SinkKeys(Analyzer):
         lengths = batch.attention_mask.sum(1).cpu()
         for layer, values, positions in self._found:
             values, positions = values.cpu(), positions.cpu()  # [batch, head, top]
+            n, n_heads, top = values.shape
             real = positions < lengths[:, None, None]  # short sentences: fewer real keys
             token = ids.gather(1, positions.flatten(1)).view_as(positions)  # [batch, head, top]
-            is_first = positions == first[:, None, None]
-            code = token * 2 + is_first.long()  # one integer per (token, position kind)
-            unique, inverse = torch.unique(code[real], return_inverse=True)
-            n = torch.bincount(inverse, minlength=len(unique))
-            total = torch.zeros(len(unique), dtype=torch.float64).index_add_(
+            code = token * 2 + (positions == first[:, None, None]).long()  # token, first or not
+            pair = torch.arange(n * n_heads).view(n, n_heads, 1).expand(-1, -1, top)
+            # (sentence-head pair, code) once, with the attention its top positions receive
+            width = int(code.max()) + 1
+            keyed, inverse = torch.unique((pair * width + code)[real], return_inverse=True)
+            received = torch.zeros(len(keyed), dtype=torch.float64).index_add_(
                 0, inverse, values[real].double())
-            for c, count, share in zip(unique.tolist(), n.tolist(), total.tolist(),
+            codes, per_code = torch.unique(keyed % width, return_inverse=True)
+            n_top = torch.bincount(per_code, minlength=len(codes))
+            total = torch.zeros(len(codes), dtype=torch.float64).index_add_(0, per_code, received)
+            for c, count, share in zip(codes.tolist(), n_top.tolist(), total.tolist(),
                                        strict=True):
                 key = f"{layer}:{c // 2}:{'first' if c % 2 else 'other'}"
                 self.counts[key] += count
                 self.received[key] += share
-            self.pairs[str(layer)] += values.shape[0] * values.shape[1]
+            self.pairs[str(layer)] += n * n_heads
         self._found = []
 
     def result(self) -> dict[str, pd.DataFrame]:
@@ -132,8 +137,9 @@ def sink_key_table(keys: SinkKeys, decode: Callable[[int], str],
     """Per layer, the ``limit`` tokens most often among a sentence's top keys.
 
     Columns: layer, token, position (first real token or other), n_top (sentence-head
-    pairs where the token is among the top keys), share_of_heads (n_top over the layer's
-    sentence-head pairs), mean_received (mean attention it receives there: its column mean).
+    pairs where the token is among the top keys, once however many of its positions are),
+    share_of_heads (n_top over the layer's sentence-head pairs), mean_received (the
+    attention its top positions receive there, summed, averaged over those pairs).
     """
     records = []
     for key, n in keys.counts.items():
