@@ -59,7 +59,10 @@ from attnlens.model.transformer import HookedTransformer
 
 SAMPLE_SENTENCES = 64  # corpus sentences kept for the perplexity check and mean ablation
 ABLATION_PROBES = 64  # probes (of --probe-sequences) the second-repeat loss is measured on
-LONG_PROBES = 10  # long probe sequences per --probe-sequences 100 (at least 1)
+# Haystacks and long probes per --probe-sequences (at least 1 each): 200 probes of 49 tokens
+# come with 25 haystacks of ~211 tokens and 10 long probes of ~265 tokens (~18k tokens in all)
+HAYSTACKS_PER_PROBE = 1 / 8
+LONG_PER_PROBE = 1 / 20
 
 
 def max_tokens(model: HookedTransformer) -> int:
@@ -185,7 +188,7 @@ class LmHeads:
         length = min(s.sink_tokens + 2 * s.window, room)
         if length < 2:
             return None
-        n = max(1, s.probe_sequences * LONG_PROBES // 100)
+        n = max(1, int(s.probe_sequences * LONG_PER_PROBE))
         return random_probes(frame["vocab"], n, length, s.probe_seed + 1, frame["first"],
                              frame["closing"], frame["pad"], frame["special"])
 
@@ -207,7 +210,8 @@ class LmHeads:
             probe_batches = probe_set.batches()
             probes = ProbeScores.for_model(model, self.inference)
             run_analyzers(model, probe_batches, [probes], show_progress=False)
-            stacks = haystacks(frame["vocab"], max(1, s.probe_sequences // 4), s.probe_seed + 2,
+            stacks = haystacks(frame["vocab"], max(1, int(s.probe_sequences * HAYSTACKS_PER_PROBE)),
+                               s.probe_seed + 2,
                                frame["first"], frame["closing"], frame["pad"], frame["special"],
                                n_ctx=max_tokens(model))
             retrieval = RetrievalScores.for_model(model, self.inference)

@@ -188,12 +188,12 @@ def ablation_lines(ablation: pd.DataFrame, alpha: float = 0.05) -> list[str]:
         heads = f"the {role} head" if row.k == 1 else f"the {row.k} {role} heads"
         sets = {1: "heads", 2: "pairs"}.get(row.k, f"sets of {row.k} heads")
         verb = "raises" if row.ablated >= row.baseline else "lowers"
-        line = f"Ablating {heads} {verb} {what} from {row.baseline:.3g} to {row.ablated:.3g}"
+        line = f"Ablating {heads} {verb} {what} from {row.baseline:.4g} to {row.ablated:.4g}"
         if not row.n_random:
             lines.append(f"{line}; no random control possible (no other heads).")
             continue
         line += (f"; {row.n_random} random {sets} from the same layers: "
-                 f"{row.random_low:.3g}-{row.random_high:.3g} (p = {row.p:.2g})")
+                 f"{row.random_low:.4g}-{row.random_high:.4g} (p = {row.p:.2g})")
         worse_is_higher = row.metric != "sts_spearman"
         helped = (row.ablated < row.random_low) if worse_is_higher else (
             row.ablated > row.random_high)
