@@ -18,9 +18,18 @@ ROLE_COLORS = {
     "positional": "#6baed6",
     "syntactic": "#fd8d3c",
     "rare-word": "#74c476",
+    "induction": "#e377c2",
+    "duplicate_token": "#bcbd22",
+    "previous_token": "#17becf",
+    "sink": "#a0785a",
+    "retrieval": "#d62728",
     "several": "#9e9ac8",
 }
-_ROLE_NAMES = ("positional", "syntactic", "rare-word")
+_ROLE_NAMES = ("positional", "syntactic", "rare-word", "induction", "duplicate_token",
+               "previous_token", "sink", "retrieval")
+# Cell labels of the language-model roles (attnlens.measures.lm_heads)
+LM_ROLE_LABELS = {"induction": "Ind", "duplicate_token": "Dup", "previous_token": "Prev",
+                  "sink": "Snk", "retrieval": "Ret"}
 
 
 def role_category(roles: str) -> str:
@@ -36,13 +45,16 @@ def _role_label(row) -> str:
         parts.append(f"S{row.n_relations}")
     if "rare-word" in row.roles:
         parts.append("R")
+    found = row.roles.split("; ")
+    parts += [label for role, label in LM_ROLE_LABELS.items() if role in found]
     return "\n".join(parts)
 
 
 @styled
 def role_map_figure(head_roles: pd.DataFrame, title: str = "Head roles") -> Figure:
     """Layer x head map of a ``head_roles`` table: colour = role (or "several"); text P±k
-    offset, Sn = syntactic for n relations, R = rare-word. Heads absent from the table
+    offset, Sn = syntactic for n relations, R = rare-word, Ind / Dup / Prev / Snk / Ret =
+    induction, duplicate-token, previous-token, sink, retrieval. Heads absent from the table
     (removed by structural pruning) stay white."""
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch

@@ -30,12 +30,17 @@ from attnlens.report.sections import Section, SectionOutput
 # stack's square [query, key] matrices layer after layer, which cross-attention's keys (the
 # encoder's output, the same at every layer) do not form. Sparse coverage (its sets and its
 # random baseline count the visible keys: i + 1 under a causal mask) and linear attention
-# (causal sums in causal stacks) run on all three.
+# (causal sums in causal stacks) run on all three. The language-model heads' probes and
+# ablations run whole models on token sequences of their own, which a stack's view cannot.
 SECTION_ATTENTION: dict[str, tuple[str, ...]] = {
     "asymmetry": ("encoder", "decoder"),
     "collapse": (),
     "rollout": ("encoder", "decoder"),
+    "lm_heads": (),
 }
+# Why a section left out of encoder-decoder models is (its page note).
+LEFT_OUT = {"collapse": "it reruns the blocks of a single stack",
+            "lm_heads": "its probes and ablations run a single stack on sequences of its own"}
 ATTENTION_TITLES = {
     "encoder": "encoder self-attention",
     "decoder": "decoder self-attention (causal)",
@@ -90,8 +95,8 @@ class AttentionTypeSection(Section):
         formats: tuple[str, ...],
     ) -> SectionOutput:
         if not self.attentions:
-            note = (f"{self.title}: not computed on encoder-decoder models (it reruns the "
-                    "blocks of a single stack).")
+            why = LEFT_OUT.get(self.name, "it needs a single stack")
+            note = f"{self.title}: not computed on encoder-decoder models ({why})."
             return SectionOutput(self.title, summary=note, notes=[note])
         views = self.views or attention_views(model)
         written = {}

@@ -20,9 +20,18 @@ ROLE_COLORS = {
     "positional": "#6baed6",
     "syntactic": "#fd8d3c",
     "rare-word": "#74c476",
+    "induction": "#e377c2",
+    "duplicate_token": "#bcbd22",
+    "previous_token": "#17becf",
+    "sink": "#a0785a",
+    "retrieval": "#d62728",
     "several": "#9e9ac8",
 }
-ROLES = ("positional", "syntactic", "rare-word")
+ROLES = ("positional", "syntactic", "rare-word", "induction", "duplicate_token",
+         "previous_token", "sink", "retrieval")
+# Cell labels of the language-model roles (as attnlens.plots.roles.LM_ROLE_LABELS)
+LM_ROLE_LABELS = {"induction": "Ind", "duplicate_token": "Dup", "previous_token": "Prev",
+                  "sink": "Snk", "retrieval": "Ret"}
 MAX_GRIDS = 120
 
 
@@ -113,12 +122,13 @@ def _short_label(roles: list[str], evidence: str, offset: Any) -> str:
         parts.append(f"S{max(1, evidence.count('syntactic:'))}")
     if "rare-word" in roles:
         parts.append("R")
+    parts += [label for role, label in LM_ROLE_LABELS.items() if role in roles]
     return " ".join(parts)
 
 
 def role_cells(tables: Mapping[str, pd.DataFrame], layers: int,
                heads: int) -> dict[str, Any] | None:
-    """Per head: its roles, a short label (P-1, S3, R) and the evidence text."""
+    """Per head: its roles, a short label (P-1, S3, R, Ind, ...) and the evidence text."""
     if "head_roles" not in tables or not layers or not heads:
         return None
     table = tables["head_roles"]
