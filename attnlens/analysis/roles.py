@@ -1,7 +1,8 @@
 """Head roles: positional, syntactic and rare-word heads, each a tested claim with its evidence.
 
 Built from the tables of ``PositionalHeads``, ``SyntacticHeads`` and ``RareWordHeads``
-(``result()``); a head can have several roles or none. Every candidate role is a row of
+(``result()``), plus any further tests in the same columns (``extra``: the language-model
+roles of ``attnlens.measures.lm_heads``); a head can have several roles or none. Every candidate role is a row of
 ``role_tests``: the estimate, its bootstrap interval over sentences, what it is compared to,
 the one-sided p-value and the q-value corrected within its family (every head for
 positional and rare-word heads; every head x relation x main direction for syntactic heads).
@@ -19,7 +20,8 @@ import pandas as pd
 
 from attnlens.analysis.syntactic import ALL_RELATIONS, MAIN_DIRECTIONS, NOT_A_ROLE
 
-ROLES = ("positional", "syntactic", "rare-word")
+ROLES = ("positional", "syntactic", "rare-word", "induction", "duplicate_token",
+         "previous_token", "sink", "retrieval")
 VIEWS = ("tested", "uncorrected")
 TEST_COLUMNS = [
     "role", "layer", "head", "detail", "value", "ci_low", "ci_high", "reference",
@@ -89,14 +91,18 @@ def role_tests(
     positional: pd.DataFrame,
     syntactic_accuracy: pd.DataFrame | None = None,
     rare_words: pd.DataFrame | None = None,
+    extra: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Tidy: one row per candidate (head, role, detail) with its test (see module docstring).
 
     ``passed`` is the tested role (q < alpha, corrected within the role's family);
-    ``above_rule`` the uncorrected point-estimate rule.
+    ``above_rule`` the uncorrected point-estimate rule. ``extra``: further tests with these
+    columns (the language-model roles).
     """
     parts = [_positional_tests(positional), _syntactic_tests(syntactic_accuracy),
              _rare_tests(rare_words)]
+    if extra is not None and not extra.empty:
+        parts.append(extra[TEST_COLUMNS])
     parts = [p for p in parts if not p.empty]
     if not parts:
         return pd.DataFrame(columns=TEST_COLUMNS)
@@ -111,9 +117,10 @@ def role_evidence(
     syntactic_accuracy: pd.DataFrame | None = None,
     rare_words: pd.DataFrame | None = None,
     view: str = "tested",
+    extra: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Tidy: one row per (head, role, detail) granted in ``view``, with its evidence."""
-    tests = role_tests(positional, syntactic_accuracy, rare_words)
+    tests = role_tests(positional, syntactic_accuracy, rare_words, extra)
     granted = tests[tests["passed" if view == "tested" else "above_rule"]]
     return granted[EVIDENCE_COLUMNS].sort_values(
         ["layer", "head", "role"], ignore_index=True, kind="stable")
@@ -124,9 +131,10 @@ def classify_heads(
     syntactic_accuracy: pd.DataFrame | None = None,
     rare_words: pd.DataFrame | None = None,
     view: str = "tested",
+    extra: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """One row per head: its roles ("none" when it has none) and the evidence behind each."""
-    evidence = role_evidence(positional, syntactic_accuracy, rare_words, view)
+    evidence = role_evidence(positional, syntactic_accuracy, rare_words, view, extra)
     syn = _syntactic_rows(syntactic_accuracy)
     table = positional[["layer", "head", "best_offset", "share"]].rename(
         columns={"share": "offset_share"}
