@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from attnlens.cli import lm_options as lm
 from attnlens.cli.runner import CommandRun, command
 
 DEFAULT_OUT = Path("attnlens-report")
@@ -15,7 +16,22 @@ PruneOpt = typer.Option(
 )
 
 
-def analyze(run: CommandRun, prune: Path | None = PruneOpt) -> None:
+def analyze(
+    run: CommandRun,
+    prune: Path | None = PruneOpt,
+    probe_sequences: int = lm.ProbeSequencesOpt,
+    probe_length: int = lm.ProbeLengthOpt,
+    probe_seed: int = lm.ProbeSeedOpt,
+    probe_file: Path | None = lm.ProbeFileOpt,
+    probes: bool = lm.ProbesOpt,
+    sink_tokens: int = lm.SinkTokensOpt,
+    window: int = lm.WindowOpt,
+    streaming_threshold: float = lm.StreamingThresholdOpt,
+    context: int = lm.ContextOpt,
+    controls: int = lm.ControlsOpt,
+    ablation: str = lm.AblationOpt,
+    sts_data: Path | None = lm.StsDataOpt,
+) -> None:
     """Analyse every attention head of MODEL on a corpus and write a report folder.
 
     The folder holds index.html (open it in a browser), run.json, tables/ and figures/;
@@ -26,9 +42,16 @@ def analyze(run: CommandRun, prune: Path | None = PruneOpt) -> None:
 
         raise DataError(f"--prune {prune}: not a pruning run folder (no prune_scores.csv); "
                         "give the --out folder of `attnlens prune`.")
-    run.write_report(sections=None, print_summaries=False, prune_dir=prune)
+    settings = lm.lm_heads_settings(probe_sequences, probe_length, probe_seed, probe_file,
+                                    probes, sink_tokens, window, streaming_threshold, context,
+                                    controls, ablation, sts_data)
+    from attnlens.measures.lm_heads.run import LmHeads
+    from attnlens.report.analyze import default_sections
+
+    sections = default_sections(LmHeads(settings, sts_pairs=lm.sts_pairs(settings)))
+    run.write_report(sections=sections, print_summaries=False, prune_dir=prune)
 
 
 def register(app: typer.Typer) -> None:
     command(app, "analyze", corpus=True, out=DEFAULT_OUT, device_map=True, resumable=True,
-            checkpoints=True)(analyze)
+            checkpoints=True, inputs=lm.INPUTS)(analyze)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from attnlens.cli import lm_options as lm
 from attnlens.cli.analyze import DEFAULT_OUT
 from attnlens.cli.runner import CommandRun, command
 
@@ -88,14 +89,32 @@ def heads(
     select_on: Path | None = SelectOnOpt,
     select_fraction: float = SelectFractionOpt,
     clusters: bool = ClustersOpt,
+    probe_sequences: int = lm.ProbeSequencesOpt,
+    probe_length: int = lm.ProbeLengthOpt,
+    probe_seed: int = lm.ProbeSeedOpt,
+    probe_file: Path | None = lm.ProbeFileOpt,
+    probes: bool = lm.ProbesOpt,
+    sink_tokens: int = lm.SinkTokensOpt,
+    window: int = lm.WindowOpt,
+    streaming_threshold: float = lm.StreamingThresholdOpt,
+    context: int = lm.ContextOpt,
+    controls: int = lm.ControlsOpt,
+    ablation: str = lm.AblationOpt,
+    sts_data: Path | None = lm.StsDataOpt,
 ) -> None:
-    """Find the positional, syntactic and rare-word heads of MODEL (layers/heads from 0).
+    """Find the heads of MODEL and their roles (layers/heads from 0).
 
-    With --treebank (or the embedded sample): everything. With --text: statistics,
-    positional and rare-word heads (add --parse for syntactic heads via spaCy). Roles are
-    tested claims: bootstrap intervals over sentences, corrected for every head and
-    relation tried (docs/heads.md).
+    Positional, syntactic and rare-word heads on the corpus: with --treebank (or the
+    embedded sample) everything, with --text statistics, positional and rare-word heads (add
+    --parse for syntactic heads via spaCy). Language-model heads on synthetic probes and the
+    corpus: previous-token, duplicate-token, induction, sink and retrieval heads, streaming
+    heads, and each role's heads ablated against random heads (docs/lm-heads.md). Roles are
+    tested claims: bootstrap intervals, corrected for every head and relation tried
+    (docs/heads.md).
     """
+    settings = lm.lm_heads_settings(probe_sequences, probe_length, probe_seed, probe_file,
+                                    probes, sink_tokens, window, streaming_threshold, context,
+                                    controls, ablation, sts_data)
     inference = _statistics(bootstrap, seed, alpha, correction, pooling, rare_self,
                             select_fraction)
     from attnlens.io import check_input_file
@@ -105,8 +124,11 @@ def heads(
     from attnlens.data.corpus import load_corpus
     from attnlens.data.rarity import WordRarity
     from attnlens.data.text import read_text_file
+    from attnlens.measures.lm_heads.run import LmHeads
+    from attnlens.measures.lm_heads.section import LmHeadsSection
     from attnlens.report.heads_section import HeadRolesSection
 
+    pairs = lm.sts_pairs(settings)
     corpus = run.read_corpus()
     chooser = load_corpus(treebank=select_on) if select_on else None
     rarity = None
@@ -127,8 +149,9 @@ def heads(
         select_fraction=select_fraction,
         clusters=clusters,
         corpus_name=corpus.name,
+        lm=LmHeadsSection(LmHeads(settings, inference, min_examples, pairs)),
     )
-    run.write_report([section], corpus=corpus)
+    run.write_report([section, section.lm], corpus=corpus)
 
 
 def _statistics(bootstrap: int, seed: int, alpha: float, correction: str, pooling: str,
@@ -149,4 +172,4 @@ def _statistics(bootstrap: int, seed: int, alpha: float, correction: str, poolin
 def register(app: typer.Typer) -> None:
     command(app, "heads", corpus=True, out=DEFAULT_OUT, resumable=True, checkpoints=True,
             inputs={"rarity_corpus": "text, one sentence per line",
-                    "select_on": "CoNLL-U treebank"})(heads)
+                    "select_on": "CoNLL-U treebank", **lm.INPUTS})(heads)

@@ -6,16 +6,18 @@ The model (2 layers, 4 heads, width 64, rotary positions up to 64) learns from s
 ``<bos> + R + R``: a segment R of 4 to 31 words drawn at random from the embedded sample
 corpus's vocabulary, then R again. The loss is taken on the second copy only (the first is
 unpredictable; counting it drowns the signal, and the model then stalls on a plateau for
-thousands of steps). The second copy can only be predicted by finding the earlier copy of the current token and reading the token after it,
-which a two-layer model does with a previous-token head in layer 0 and an induction head in
-layer 1 (Olsson et al. 2022). The folder holds ``config.json``, ``model.safetensors`` and a
-word-level tokenizer (``<bos>`` before every text), so that
+thousands of steps). The second copy can only be predicted by finding the earlier copy of
+the current token and reading the token after it, which a two-layer model does with a
+previous-token head in layer 0 and induction heads in layer 1 (Olsson et al. 2022). The
+folder holds ``config.json``, ``model.safetensors`` and a word-level tokenizer (``<bos>``
+before every text), so that
 
     attnlens heads OUT --window 8
 
-finds those heads. Training takes about a minute on one idle CPU core (800 steps); the weights are a
-pure function of the seed on one machine (CPU kernels differ across processors, so another
-machine may give slightly different weights and the same heads).
+finds those heads (the model takes at most 64 tokens: a window of 8 lets the long probes
+reach beyond it). Training takes about a minute on one CPU core (800 steps); the weights
+are a pure function of the seed on one machine (CPU kernels differ across processors, so
+another machine may give slightly different weights, and the same heads).
 """
 
 from __future__ import annotations

@@ -57,6 +57,8 @@ def path_cases(tmp: Path) -> list[tuple[list[str], str]]:
     full = tmp / "full"
     full.mkdir()
     (full / "keep.txt").write_text("mine\n")
+    bad_probes = tmp / "probes.txt"
+    bad_probes.write_text("0 5 6 5 7\n")
     return [
         (["analyze", "--text", str(tmp / "missing.txt")], "missing.txt does not exist"),
         (["analyze", "--text", str(tmp)], "is a folder"),
@@ -78,6 +80,13 @@ def path_cases(tmp: Path) -> list[tuple[list[str], str]]:
         (["prune", "--data", str(a_file), "--export", str(full)], "is not empty"),
         (["prune", "--data", str(a_file), "--export", "o", "--out", "o"], "separate folders"),
         (["eval", "stsb", "--pairs", str(tmp / "p.csv")], "p.csv does not exist"),
+        # the language-model heads' options (docs/lm-heads.md)
+        (["heads", "--probe-length", "0"], "--probe-length must be at least 1"),
+        (["analyze", "--ablation", "half"], "--ablation must be one of zero, mean"),
+        (["heads", "--probe-file", str(tmp / "nope.txt")], "nope.txt does not exist"),
+        (["analyze", "--probe-file", str(bad_probes)], "does not repeat the first"),
+        (["heads", "--no-probes", "--probe-file", str(bad_probes)], "contradict"),
+        (["heads", "--sts-data", str(tmp / "sts.csv")], "sts.csv does not exist"),
     ]
 
 

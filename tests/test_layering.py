@@ -29,25 +29,38 @@ LAYERS: list[set[str]] = [
     {"data"},
     {"loaders"},
     {"analysis"},
-    {"measures"},
     {"checkpointing"},
     {"distributed"},
     {"metrics"},
     {"pruning"},
+    {"measures"},  # analyzers and tables: never report code
     {"plots"},
     {"report"},
+    {"measures.*.section"},  # a measure's report section
+    {"report.analyze"},  # the report pipeline: runs every section
+    {"report.api"},
     {"viewer"},
     {"cli"},
 ]
 RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
 
 
+def _contains(unit: str, parts: list[str]) -> bool:
+    pattern = unit.split(".")
+    return len(parts) >= len(pattern) and all(
+        p in ("*", name) for p, name in zip(pattern, parts, strict=False))
+
+
 def unit_of(module: str) -> str | None:
-    """``attnlens.model.gates`` -> ``model``; the package root ``attnlens`` -> None."""
+    """``attnlens.model.gates`` -> ``model``, ``attnlens.measures.lm_heads.section`` ->
+    ``measures.*.section``; the package root ``attnlens`` -> None."""
     parts = module.split(".")
     if parts[0] != "attnlens" or len(parts) < 2 or parts[1].startswith("__"):
         return None  # outside attnlens, or the package root itself (attnlens.__version__)
-    return parts[1]
+    units = [u for u in RANK if _contains(u, parts[1:])]
+    if not units:
+        return parts[1]  # not placed: reported as a unit missing from LAYERS
+    return max(units, key=lambda u: len(u.split(".")))
 
 
 def source_files() -> list[tuple[str, Path]]:

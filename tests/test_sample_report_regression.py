@@ -53,6 +53,8 @@ def test_table_matches_the_reference(name: str, sample_report: Path) -> None:
     expected = pd.read_csv(REFERENCE / f"{name}.csv")
     (found,) = sample_report.rglob(f"{name}.csv")
     got = pd.read_csv(found)
+    if "measure" in expected:  # measures added since (head_stats' sink, issue 26) may follow
+        got = got[got["measure"].isin(set(expected["measure"]))].reset_index(drop=True)
     # Columns added since (intervals and pooling of issue 12) may follow; none may go.
     assert list(got.columns)[: len(expected.columns)] == list(expected.columns), name
     assert len(got) == len(expected), name

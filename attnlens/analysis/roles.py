@@ -2,10 +2,11 @@
 
 Built from the tables of ``PositionalHeads``, ``SyntacticHeads`` and ``RareWordHeads``
 (``result()``), plus any further tests in the same columns (``extra``: the language-model
-roles of ``attnlens.measures.lm_heads``); a head can have several roles or none. Every candidate role is a row of
-``role_tests``: the estimate, its bootstrap interval over sentences, what it is compared to,
-the one-sided p-value and the q-value corrected within its family (every head for
-positional and rare-word heads; every head x relation x main direction for syntactic heads).
+roles of ``attnlens.measures.lm_heads``); a head can have several roles or none. Every
+candidate role is a row of ``role_tests``: the estimate, its bootstrap interval over
+sentences, what it is compared to, the one-sided p-value and the q-value corrected within its
+family (every head for positional and rare-word heads; every head x relation x main direction
+for syntactic heads; every head for each language-model role).
 
 Two views: ``tested`` (default) grants a role when ``q_value < alpha``; ``uncorrected`` keeps
 the point-estimate rules (share >= threshold; accuracy >= baseline + margin) for comparison

@@ -22,6 +22,8 @@ from attnlens.checkpointing import AnalysisCheckpoint
 from attnlens.data.batch import Batch
 from attnlens.distributed import SINGLE, DistContext, run_sharded
 from attnlens.io import atomic_open, check_output_dir
+from attnlens.measures.lm_heads.run import LmHeads
+from attnlens.measures.lm_heads.section import LmHeadsSection
 from attnlens.model.encoder_decoder import is_encoder_decoder
 from attnlens.model.transformer import HookedTransformer
 from attnlens.report.asymmetry_section import AsymmetrySection
@@ -40,10 +42,13 @@ from attnlens.report.spectrum_section import SpectrumSection
 TIMED_METHODS = ("begin_batch", "update_layer", "end_batch", "update")
 
 
-def default_sections() -> list[Section]:
-    """Every section `attnlens analyze` runs, in report order."""
+def default_sections(lm: LmHeads | None = None) -> list[Section]:
+    """Every section `attnlens analyze` runs, in report order (``lm``: the language-model
+    heads measure with its options; default ones when None)."""
+    lm_heads = LmHeadsSection(lm)
     return [
-        HeadRolesSection(),
+        HeadRolesSection(lm=lm_heads),
+        lm_heads,
         SpectrumSection(low_rank_cost=False),  # eigenvectors: `attnlens spectrum` has them
         AsymmetrySection(),
         CollapseSection(),

@@ -16,7 +16,13 @@ from attnlens.analysis.head_stats import HeadStats
 from attnlens.analysis.head_stats_tables import head_stats_table
 from attnlens.analysis.positional import MIN_SENTENCES, PositionalHeads
 from attnlens.analysis.rare_words import RareWordHeads
-from attnlens.analysis.roles import classify_heads, role_counts, role_evidence, role_tests
+from attnlens.analysis.roles import (
+    ROLES,
+    classify_heads,
+    role_counts,
+    role_evidence,
+    role_tests,
+)
 from attnlens.analysis.syntactic import DEFAULT_MIN_EXAMPLES, MAIN_DIRECTIONS, SyntacticHeads
 from attnlens.analysis.syntactic_tables import held_out_selection
 from attnlens.data.batch import Batch
@@ -104,6 +110,7 @@ class HeadRolesSection(Section):
         select_fraction: float = 0.5,
         clusters: bool = False,  # JS between every pair of heads: `heads` turns it on
         corpus_name: str = "",
+        lm=None,  # the LmHeadsSection whose roles and sink rows join these tables
     ) -> None:
         self.positional_threshold, self.min_examples, self.margin = (
             positional_threshold, min_examples, margin)
@@ -114,6 +121,7 @@ class HeadRolesSection(Section):
         self.select_on, self.select_on_name = select_on, select_on_name
         self.select_fraction, self.clusters = select_fraction, clusters
         self.corpus_name = corpus_name
+        self.lm = lm
 
     def _syntactic(self, model: HookedTransformer, words=None) -> SyntacticHeads:
         return SyntacticHeads.for_model(model, min_examples=self.min_examples, margin=self.margin,
@@ -174,17 +182,31 @@ class HeadRolesSection(Section):
         if not has_words:
             tables.pop("rare_words")
         positional_heads = tables["positional_heads"]
-        tables["role_tests"] = role_tests(positional_heads, syn_acc, rare_table)
+        extra = self._lm_tables(model, tables)
+        tables["role_tests"] = role_tests(positional_heads, syn_acc, rare_table, extra)
         for view, suffix in (("tested", ""), ("uncorrected", "_uncorrected")):
             tables[f"head_roles{suffix}"] = classify_heads(positional_heads, syn_acc,
-                                                           rare_table, view)
+                                                           rare_table, view, extra)
             tables[f"role_evidence{suffix}"] = role_evidence(positional_heads, syn_acc,
-                                                             rare_table, view)
+                                                             rare_table, view, extra)
         if "head_embedding" in tables:
             tables["head_embedding"] = tables["head_embedding"].merge(
                 tables["head_roles"][["layer", "head", "roles"]], on=["layer", "head"],
                 how="left")
         return tables
+
+    def _lm_tables(self, model: HookedTransformer,
+                   tables: dict[str, pd.DataFrame]) -> pd.DataFrame | None:
+        """The language-model roles' tests (and the ``sink`` rows added to ``head_stats``)
+        when the linked section ran on this model, else None."""
+        if self.lm is None or not self.lm.lm.ready:
+            return None
+        result = self.lm.lm.compute(model)
+        self.lm.roles_elsewhere = True  # its roles are listed here
+        if result.sink_rows is not None:
+            tables["head_stats"] = pd.concat([tables["head_stats"], result.sink_rows],
+                                             ignore_index=True)
+        return result.role_tests
 
     def figures(self, tables: dict[str, pd.DataFrame]) -> list:
         """(name, recipe) pairs drawn from the tables only: each recipe (a ``partial``) builds
@@ -252,12 +274,15 @@ class HeadRolesSection(Section):
                    f"correction, {inference.bootstrap} bootstrap replicates over sentences")
         else:
             how = "untested point rules (--bootstrap 0)"
+        lm_counts = ", ".join(f"{role.replace('_', '-')} {counts[role]}"
+                              for role in ROLES[3:] if (tables["role_tests"]["role"] == role)
+                              .any())
         lines = [
             f"Heads with a role (layers and heads from 0; {how}): positional "
             f"{counts['positional']}, syntactic {counts['syntactic']}, rare-word "
-            f"{counts['rare-word']} of {len(roles)} heads. Uncorrected point rules: "
-            f"positional {plain['positional']}, syntactic {plain['syntactic']}, "
-            f"rare-word {plain['rare-word']}."
+            f"{counts['rare-word']}{', ' + lm_counts if lm_counts else ''} of {len(roles)} "
+            f"heads. Uncorrected point rules: positional {plain['positional']}, syntactic "
+            f"{plain['syntactic']}, rare-word {plain['rare-word']}."
         ]
         if "syntactic_table1" not in tables:
             lines.append("No dependency trees in the corpus: syntactic heads not measured.")

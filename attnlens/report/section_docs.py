@@ -45,7 +45,8 @@ HEADS = SectionDoc(
         TableDoc("head_roles_uncorrected", "Roles by the uncorrected point rules (share >= "
                  "threshold; accuracy >= baseline + margin), for comparison with earlier work."),
         TableDoc("role_evidence_uncorrected", "Evidence of the uncorrected roles."),
-        TableDoc("head_stats", "Token-level statistics, one row per layer, head and measure.",
+        TableDoc("head_stats", "Token-level statistics, one row per layer, head and measure "
+                 "(sink: attention to the first token, pooled per sentence; Gu et al.).",
                  pivot=("measure", "value")),
         TableDoc("syntactic_table1", "Best head per relation and direction against the "
                  "best fixed-offset baseline (Clark et al.'s Table 1 format)."),
@@ -71,7 +72,8 @@ HEADS = SectionDoc(
     ),
     figures=(
         FigureDoc("head_roles_map", "Tested head roles: P±k positional at offset k, Sn "
-                  "syntactic for n relations, R rare-word."),
+                  "syntactic for n relations, R rare-word; Ind, Dup, Prev, Snk, Ret the "
+                  "induction, duplicate-token, previous-token, sink and retrieval heads."),
         FigureDoc("head_roles_map_uncorrected", "The same map by the uncorrected point rules."),
         FigureDoc("head_behaviour", "Vertical, diagonal and broad attention per head."),
         FigureDoc("head_embedding", "Heads placed by how alike their attention is (MDS)."),
