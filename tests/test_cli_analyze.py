@@ -32,10 +32,11 @@ def report(sample_report: Path) -> Path:
 def test_analyze_writes_the_attention_statistics(report: Path) -> None:
     table = pd.read_csv(report / "tables" / "head_stats.csv")
     assert set(table.columns) >= {"layer", "head", "measure", "value"}
-    assert set(table["measure"]) == set(MEASURES)
+    measures = [*MEASURES, "sink"]  # sink: the language-model heads' (docs/lm-heads.md)
+    assert set(table["measure"]) == set(measures)
     assert sorted(table["layer"].unique()) == list(range(6))
     assert sorted(table["head"].unique()) == list(range(12))
-    assert len(table) == 6 * 12 * len(MEASURES)
+    assert len(table) == 6 * 12 * len(measures)
     value = table.set_index(["measure", "layer", "head"])["value"]
     assert value["confidence"].between(0.0, 1.0).all()
     assert value["to_cls"].between(0.0, 1.0).all() and value["to_sep"].between(0.0, 1.0).all()
