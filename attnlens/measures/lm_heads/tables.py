@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pandas as pd
 
 from attnlens.measures.lm_heads.probes import ProbeScores
@@ -23,9 +22,9 @@ from attnlens.measures.lm_heads.sinks import SINK_EPSILON, SinkScores
 
 LM_ROLES = ("induction", "duplicate_token", "previous_token", "sink", "retrieval")
 # A head has the role when its score is above the threshold (one-sided test, corrected over
-# every head; docs/lm-heads.md says why each): 0.4 for the probe roles (as the detectors of
-# ARENA's transformer-interpretability course; ~10x the mean attention of a uniform head to
-# one key of a probe), Gu et al.'s eps = 0.3 for sinks, Wu et al.'s 0.1 for retrieval.
+# every head; docs/lm-heads.md says why each): 0.4 for the probe roles (more than ten times
+# the ~0.03 a uniform head gives one key of a probe's second repeat, R = 24), Gu et al.'s
+# eps = 0.3 for sinks, Wu et al.'s 0.1 for retrieval.
 ROLE_THRESHOLDS = {"induction": 0.4, "duplicate_token": 0.4, "previous_token": 0.4,
                    "sink": SINK_EPSILON, "retrieval": 0.1}
 ROLE_DETAILS = {"induction": "attention to i-R+1 (probes)",
@@ -99,18 +98,3 @@ def role_heads(tests: pd.DataFrame, view: str = "tested") -> dict[str, list[tupl
         found[role] = [(int(a), int(b)) for a, b in zip(rows["layer"], rows["head"],
                                                           strict=True)]
     return found
-
-
-def heads_text(heads: list[tuple[int, int]]) -> str:
-    """``L1H0, L0H3``: heads as the text writes them (layers and heads from 0)."""
-    return ", ".join(f"L{layer}H{head}" for layer, head in heads)
-
-
-def best_rows(scores: pd.DataFrame, measure: str, n: int = 3) -> pd.DataFrame:
-    """The ``n`` heads with the highest ``measure`` in ``probe_scores``."""
-    rows = scores[scores["measure"] == measure]
-    return rows.sort_values("value", ascending=False, kind="stable").head(n)
-
-
-def finite(value: float) -> bool:
-    return value is not None and not (isinstance(value, float) and np.isnan(value))
