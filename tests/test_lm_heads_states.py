@@ -16,6 +16,7 @@ from attnlens.analysis.state import load_state, save_state, split_state
 from attnlens.errors import ConfigError
 from attnlens.measures.lm_heads.probes import ProbeScores, random_probes
 from attnlens.measures.lm_heads.retrieval import RetrievalScores, haystacks
+from attnlens.measures.lm_heads.run import CorpusSample
 from attnlens.measures.lm_heads.sinks import SinkKeys, SinkScores
 from attnlens.measures.lm_heads.streaming import StreamingError
 from tests.lm_heads_toys import BOS, ORDINARY, random_batches, toy_model
@@ -48,6 +49,8 @@ CASES = {
                   corpus_data),
     "streaming": (lambda m: StreamingError.for_model(m, sink_tokens=1, window=3),
                   lambda m: StreamingError.for_model(m, sink_tokens=1, window=4), corpus_data),
+    "corpus_sample": (lambda m: CorpusSample.for_model(m, 15),
+                      lambda m: CorpusSample.for_model(m, 5), corpus_data),
 }
 
 
@@ -55,6 +58,9 @@ def results_equal(a, b, exact: bool) -> None:
     ra, rb = a.result(), b.result()
     assert ra.keys() == rb.keys()
     for name in ra:
+        if name == "lm_corpus_sample":  # the kept sentences, in corpus order
+            pd.testing.assert_frame_equal(ra[name], rb[name])
+            continue
         left = ra[name].sort_values(list(ra[name].columns[:4])).reset_index(drop=True)
         right = rb[name].sort_values(list(rb[name].columns[:4])).reset_index(drop=True)
         # halves add float64 (or float32 per-sequence) partial sums in another order

@@ -72,33 +72,49 @@ def max_tokens(model: HookedTransformer) -> int:
 
 
 class CorpusSample(Analyzer):
-    """The first ``limit`` sentences' tokens (a bounded, mergeable sample of the corpus)."""
+    """The first ``max_sentences`` sentences' tokens (a bounded, mergeable corpus sample).
+
+    ``max_sentences`` and ``sentences`` make it prefix-bound under torchrun
+    (``attnlens.distributed``): rank 0 alone keeps the corpus's first sentences, as one
+    process does.
+    """
 
     name = "lm_corpus_sample"
     state_fields = ("ids", "masks")
 
-    def __init__(self, limit: int = SAMPLE_SENTENCES) -> None:
-        self.limit = limit
+    def __init__(self, max_sentences: int = SAMPLE_SENTENCES) -> None:
+        self.max_sentences = max_sentences
         self.ids: list[torch.Tensor] = []  # one [pos] tensor per sentence, padding removed
         self.masks: list[torch.Tensor] = []
+
+    @classmethod
+    def for_model(cls, model: HookedTransformer,
+                  max_sentences: int = SAMPLE_SENTENCES) -> CorpusSample:
+        sample = cls(max_sentences)
+        sample.identify_model(model)
+        return sample
+
+    @property
+    def sentences(self) -> int:
+        return len(self.ids)
 
     def hook_names(self, model: HookedTransformer) -> list[str]:
         return []
 
     def settings(self) -> dict:
-        return {"limit": self.limit}
+        return {"max_sentences": self.max_sentences}
 
     def update(self, batch: Batch, cache: ActivationCache) -> None:
         for row in range(batch.size):
-            if len(self.ids) >= self.limit:
+            if len(self.ids) >= self.max_sentences:
                 return
             n = int(batch.attention_mask[row].sum())
             self.ids.append(batch.input_ids[row, :n].cpu())
             self.masks.append(batch.attention_mask[row, :n].cpu())
 
     def batches(self, pad_id: int, batch_size: int = 16) -> list[Batch]:
-        """The kept sentences (at most ``limit``) as right-padded batches."""
-        kept = list(zip(self.ids, self.masks, strict=True))[: self.limit]
+        """The kept sentences (at most ``max_sentences``) as right-padded batches."""
+        kept = list(zip(self.ids, self.masks, strict=True))[: self.max_sentences]
         out = []
         for start in range(0, len(kept), batch_size):
             chunk = kept[start : start + batch_size]
@@ -111,7 +127,8 @@ class CorpusSample(Analyzer):
         return out
 
     def result(self) -> dict[str, pd.DataFrame]:
-        return {"lm_corpus_sample": pd.DataFrame({"tokens": [len(i) for i in self.ids]})}
+        kept = self.ids[: self.max_sentences]  # a merge may hold more: the first ones count
+        return {"lm_corpus_sample": pd.DataFrame({"tokens": [len(i) for i in kept]})}
 
 
 @dataclass
@@ -152,7 +169,7 @@ class LmHeads:
             "sinks": SinkScores.for_model(model, self.inference),
             "keys": SinkKeys.for_model(model),
             "streaming": StreamingError.for_model(model, s.sink_tokens, s.window),
-            "sample": CorpusSample(),
+            "sample": CorpusSample.for_model(model),
         }
         return list(self.corpus.values())
 
