@@ -9,9 +9,9 @@ import os
 import pytest
 
 from attnlens.errors import ConfigError, DataError
-from attnlens.io import atomic_write_bytes, path_inside, safe_filename
-from attnlens.manifest import build_manifest, manifest_differences, sha256_file
-from attnlens.outputs import MANIFEST_FILE, OutputFolder, interrupt_note, publish_folder
+from attnlens.runs.io import atomic_write_bytes, path_inside, safe_filename
+from attnlens.runs.manifest import build_manifest, manifest_differences, sha256_file
+from attnlens.runs.outputs import MANIFEST_FILE, OutputFolder, interrupt_note, publish_folder
 
 
 def _files(folder) -> dict[str, bytes]:
@@ -207,7 +207,7 @@ def test_path_inside_refuses_escapes(tmp_path):
 
 # Manifests -----------------------------------------------------------------------------------
 def test_sha256_matches_hashlib_and_the_cache_follows_changes(tmp_path, monkeypatch):
-    import attnlens.manifest as manifest
+    import attnlens.runs.manifest as manifest
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(manifest, "_CACHE_MIN_BYTES", 0)  # cache even small files
@@ -269,7 +269,7 @@ def test_export_over_a_sharded_checkpoint_leaves_no_old_index(tmp_path):
 
     from attnlens.loaders import load_model
     from attnlens.loaders.export import export_hf
-    from attnlens.pruning import prune_heads
+    from attnlens.measures.pruning import prune_heads
     from tests.parity_utils import TINY, VOCAB
 
     model = _tiny_bert(tmp_path / "src")
@@ -343,3 +343,4 @@ def test_an_interruption_while_the_work_folder_is_made_leaves_nothing(
         stop.set()
     assert list(tmp_path.iterdir()) == []
     assert interrupt_note() == "nothing was written (" + str(tmp_path / "rep") + " is unchanged)"
+
