@@ -24,8 +24,24 @@ if TYPE_CHECKING:
 
 FIGURE_FORMATS = ("png", "svg", "pdf")
 TABLE_FORMATS = ("csv", "md")
-_UMASK = os.umask(0)
-os.umask(_UMASK)
+
+
+def process_umask() -> int:
+    """The process's file-mode creation mask, read when a file is made (not at import).
+
+    Linux reports it in /proc/self/status, which leaves the mask alone; elsewhere it is read by
+    setting a mask and restoring it at once (``os.umask`` has no read-only form).
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 @contextmanager
@@ -38,7 +54,7 @@ def atomic_open(path: str | Path, mode: str = "w", durable: bool = False) -> Ite
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600 files; give the usual permissions
+    os.chmod(tmp, 0o666 & ~process_umask())  # mkstemp makes 0600 files; give the usual permissions
     try:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
             yield handle

@@ -34,12 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from attnlens.errors import AttnlensError, ConfigError
-from attnlens.runs.io import atomic_write_json
+from attnlens.runs.io import atomic_write_json, process_umask
 
 MANIFEST_FILE = "manifest.json"
 CHECKPOINT_DIR = "checkpoint"
-_UMASK = os.umask(0)
-os.umask(_UMASK)
 
 
 # Durable renames ----------------------------------------------------------------------------
@@ -307,7 +305,7 @@ class OutputFolder:
         else:
             work = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.", suffix=".tmp",
                                          dir=self.target.parent))
-        os.chmod(work, 0o777 & ~_UMASK)
+        os.chmod(work, 0o777 & ~process_umask())
         return work
 
     def _discard(self, work: Path) -> None:
