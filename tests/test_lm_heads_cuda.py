@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 import torch
 
-from attnlens.analysis.bootstrap import Inference
-from attnlens.analysis.runner import run_analyzers
+from attnlens.stats.bootstrap import Inference
+from attnlens.stream.runner import run_analyzers
 from tests.lm_heads_toys import random_batches, toy_model, toy_tokenizer
 from tests.test_analyzers_cuda import strict_updates
 from tests.test_lm_heads_states import CASES

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from attnlens.analysis.bootstrap import Inference
-from attnlens.analysis.runner import run_analyzers
 from attnlens.loaders import load_model
 from attnlens.measures.lm_heads.probes import PROBE_MEASURES, ProbeScores, random_probes
 from attnlens.measures.lm_heads.sinks import SinkScores
+from attnlens.stats.bootstrap import Inference
+from attnlens.stream.runner import run_analyzers
 from tests.parity_utils import VOCAB, save_tiny
 
 # Patterns agree with transformers' eager attention to a few fp32 ulps of a weight <= 1

@@ -157,10 +157,10 @@ def test_restriction_keeps_sinks_and_the_window() -> None:
 
 
 def test_gqa_models_get_their_kv_head_column() -> None:
-    from attnlens.analysis.bootstrap import Inference
-    from attnlens.analysis.runner import run_analyzers
     from attnlens.measures.lm_heads.copying import copying_table
     from attnlens.measures.lm_heads.probes import ProbeScores, random_probes
+    from attnlens.stats.bootstrap import Inference
+    from attnlens.stream.runner import run_analyzers
     from tests.helpers import tiny_model
 
     model = tiny_model(n_heads=4, n_kv_heads=2, causal=True, head="lm")

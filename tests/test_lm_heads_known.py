@@ -9,8 +9,6 @@ import pandas as pd
 import pytest
 import torch
 
-from attnlens.analysis.bootstrap import Inference
-from attnlens.analysis.runner import run_analyzers
 from attnlens.measures.lm_heads.ablation import (
     CausalMetric,
     ablation_mask,
@@ -25,6 +23,8 @@ from attnlens.measures.lm_heads.retrieval import RetrievalScores, haystacks
 from attnlens.measures.lm_heads.sinks import SinkKeys, SinkScores, sink_key_table
 from attnlens.measures.lm_heads.streaming import StreamingError, streaming_table
 from attnlens.measures.lm_heads.tables import lm_role_tests, role_heads
+from attnlens.stats.bootstrap import Inference
+from attnlens.stream.runner import run_analyzers
 from tests.lm_heads_toys import (
     BOS,
     INDUCTION_HEAD,

@@ -10,15 +10,15 @@ import pandas as pd
 import pytest
 import torch
 
-from attnlens.analysis.bootstrap import Inference
-from attnlens.analysis.runner import run_analyzers
-from attnlens.analysis.state import load_state, save_state, split_state
 from attnlens.errors import ConfigError
 from attnlens.measures.lm_heads.probes import ProbeScores, random_probes
 from attnlens.measures.lm_heads.retrieval import RetrievalScores, haystacks
 from attnlens.measures.lm_heads.run import CorpusSample
 from attnlens.measures.lm_heads.sinks import SinkKeys, SinkScores
 from attnlens.measures.lm_heads.streaming import StreamingError
+from attnlens.stats.bootstrap import Inference
+from attnlens.stream.runner import run_analyzers
+from attnlens.stream.state import load_state, save_state, split_state
 from tests.lm_heads_toys import BOS, ORDINARY, random_batches, toy_model
 
 SMALL = Inference(bootstrap=50)

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import torch
 
-from attnlens.analysis.base import Batch
 from attnlens.model.gates import full_mask
 from attnlens.model.transformer import HookedTransformer
+from attnlens.stream.base import Batch
 
 ABLATION_COLUMNS = ["role", "k", "metric", "baseline", "ablated", "random_mean", "random_low",
                     "random_high", "n_random", "p"]

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from attnlens.analysis.base import Batch
 from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
 from attnlens.measures.lm_heads.shares import HeadShares, kv_heads_of
 from attnlens.model.transformer import HookedTransformer
+from attnlens.stream.base import Batch
 
 PROBE_MEASURES = ("previous_token", "duplicate_token", "induction")
 PROBE_BATCH = 32  # probe sequences per forward pass

@@ -21,11 +21,11 @@ from collections.abc import Sequence
 
 import torch
 
-from attnlens.analysis.base import Batch
 from attnlens.hooks import ActivationCache
 from attnlens.measures.lm_heads.probes import ProbeSet, draw_segments, pad_sequences
 from attnlens.measures.lm_heads.shares import HeadShares, kv_heads_of
 from attnlens.model.transformer import HookedTransformer
+from attnlens.stream.base import Batch
 
 HAYSTACK = 192  # haystack tokens (fewer when the model's context is shorter)
 NEEDLE = 8  # needle tokens k

@@ -18,9 +18,6 @@ from typing import Any
 import pandas as pd
 import torch
 
-from attnlens.analysis.base import Analyzer, Batch
-from attnlens.analysis.bootstrap import Inference
-from attnlens.analysis.runner import run_analyzers
 from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
 from attnlens.measures.lm_heads.ablation import (
@@ -56,6 +53,9 @@ from attnlens.measures.lm_heads.tables import (
     sink_rows,
 )
 from attnlens.model.transformer import HookedTransformer
+from attnlens.stats.bootstrap import Inference
+from attnlens.stream.base import Analyzer, Batch
+from attnlens.stream.runner import run_analyzers
 
 SAMPLE_SENTENCES = 64  # corpus sentences kept for the perplexity check and mean ablation
 ABLATION_PROBES = 64  # probes (of --probe-sequences) the second-repeat loss is measured on

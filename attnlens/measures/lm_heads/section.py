@@ -9,29 +9,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from attnlens.io import save_figure, write_table
 from attnlens.measures.lm_heads.run import LmHeads, LmHeadsResult
 from attnlens.measures.lm_heads.sinks import SINK_EPSILON
 from attnlens.measures.lm_heads.tables import LM_ROLES, ROLE_THRESHOLDS
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import layer_head_heatmap
-from attnlens.report.catalog import CardItem, FigureDoc, Paper, SectionDoc, TableDoc
+from attnlens.report.catalog import CardItem, FigureDoc, SectionDoc, TableDoc
+from attnlens.report.papers import DUO, ELHAGE, GU, OLSSON, RAZOR, WU, XIAO
 from attnlens.report.sections import Section, SectionOutput
-
-OLSSON = Paper("Olsson et al. 2022, In-context Learning and Induction Heads",
-               "https://arxiv.org/abs/2209.11895")
-ELHAGE = Paper("Elhage et al. 2021, A Mathematical Framework for Transformer Circuits",
-               "https://transformer-circuits.pub/2021/framework/index.html")
-XIAO = Paper("Xiao et al. 2023, Efficient Streaming Language Models with Attention Sinks",
-             "https://arxiv.org/abs/2309.17453")
-GU = Paper("Gu et al. 2024, When Attention Sink Emerges in Language Models: An Empirical View",
-           "https://arxiv.org/abs/2410.10781")
-WU = Paper("Wu et al. 2024, Retrieval Head Mechanistically Explains Long-Context Factuality",
-           "https://arxiv.org/abs/2404.15574")
-DUO = Paper("Xiao et al. 2024, DuoAttention: Efficient Long-Context LLM Inference with "
-            "Retrieval and Streaming Heads", "https://arxiv.org/abs/2410.10819")
-RAZOR = Paper("Tang et al. 2024, RazorAttention: Efficient KV Cache Compression Through "
-              "Retrieval Heads", "https://arxiv.org/abs/2407.15891")
+from attnlens.runs.io import save_figure, write_table
 
 # Published KV-cache savings the summary quotes beside this model's (docs/lm-heads.md).
 PUBLISHED_KV = ("DuoAttention reports up to 2.55x less KV memory for MHA models and 1.67x "

@@ -71,7 +71,7 @@ def read_probe_file(path: str | Path) -> list[list[int]]:
     The model's closing special tokens (BERT's [SEP]) are added as for random probes.
     """
     from attnlens.data.files import read_utf8
-    from attnlens.io import check_input_file
+    from attnlens.runs.io import check_input_file
 
     path = check_input_file(path, "--probe-file", "token ids, one probe sequence per line")
     sequences = []

@@ -3,7 +3,7 @@
 The probe, sink and retrieval analyzers all reduce one sequence (a probe, a haystack or a
 corpus sentence) to a sum per measure and head plus a count (queries, answer positions), and
 report the pooled share over sequences with a bootstrap interval whose resampling unit is
-the sequence (``attnlens.analysis.bootstrap``). ``HeadShares`` keeps those sums per sequence
+the sequence (``attnlens.stats.bootstrap``). ``HeadShares`` keeps those sums per sequence
 (``PerSentenceRows``: mergeable, shipped as one tensor per field) and builds the tidy table
 and the one-sided role tests every analyzer of this measure shares.
 """
@@ -17,10 +17,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from attnlens.analysis.base import Analyzer, Batch, pattern_hook_names
-from attnlens.analysis.bootstrap import Inference, Shares, estimate_shares, threshold_tests
-from attnlens.analysis.per_sentence import PerSentenceRows, sentence_ids_of
 from attnlens.model.transformer import HookedTransformer
+from attnlens.stats.bootstrap import Inference, Shares, estimate_shares, threshold_tests
+from attnlens.stream.base import Analyzer, Batch, pattern_hook_names
+from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
 
 SCORE_COLUMNS = ["layer", "head", "kv_head", "measure", "value", "ci_low", "ci_high",
                  "n_sequences"]
@@ -149,7 +149,7 @@ class HeadShares(PerSentenceRows, Analyzer):
 
         Nothing is tested (p and q NaN, nothing passes) with fewer than ``min_sequences``
         sequences or ``min_examples`` counted examples: the minimum-evidence rules of the
-        positional and rare-word roles. Columns: those of ``attnlens.analysis.roles``'
+        positional and rare-word roles. Columns: those of ``attnlens.measures.heads.roles``'
         ``role_tests``.
         """
         shape = (len(self.measures), self.n_layers, self.n_heads)

@@ -21,10 +21,10 @@ from collections.abc import Callable
 import pandas as pd
 import torch
 
-from attnlens.analysis.base import Analyzer, Batch, pattern_hook_names
 from attnlens.hooks import ActivationCache
 from attnlens.measures.lm_heads.shares import HeadShares, kv_heads_of
 from attnlens.model.transformer import HookedTransformer
+from attnlens.stream.base import Analyzer, Batch, pattern_hook_names
 
 SINK_EPSILON = 0.3  # Gu et al. 2024's threshold of the Sink-rate
 TOP_KEYS = 3  # keys per sentence and head counted by SinkKeys

@@ -4,7 +4,7 @@ A streaming head needs only the attention sinks and the recent tokens: restricte
 first ``sink_tokens`` tokens plus the last ``window`` tokens (keys ``i - window < j <= i``
 for query ``i``; in a bidirectional encoder ``|i - j| < window``), rows renormalised, its
 output barely changes. Per sentence and head, ``output_error = ||(P - P_S) V||_F /
-||P V||_F`` over the real query rows (``attnlens.analysis.sparse``'s restricted error), then
+||P V||_F`` over the real query rows (``attnlens.measures.sparse.sparse``'s restricted error), then
 the mean over the sentences long enough for the restriction to drop a key (``n > sink_tokens +
 window``; shorter ones are exact). ``StreamingError`` runs on the corpus and on long probes.
 
@@ -21,12 +21,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from attnlens.analysis.base import Analyzer, Batch
-from attnlens.analysis.linear_attention import per_query_head
-from attnlens.analysis.sparse import restricted_output_error
 from attnlens.hooks import ActivationCache
+from attnlens.measures.linear.linear_attention import per_query_head
 from attnlens.measures.lm_heads.shares import kv_head_index
+from attnlens.measures.sparse.sparse import restricted_output_error
 from attnlens.model.transformer import HookedTransformer
+from attnlens.stream.base import Analyzer, Batch
 
 STREAMING_COLUMNS = ["layer", "head", "kv_head", "sink_tokens", "window", "output_error",
                      "streaming"]

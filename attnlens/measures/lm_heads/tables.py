@@ -4,7 +4,7 @@
   (and ``detail``) for the probe measures, ``retrieval`` and the copying scores;
 - ``lm_role_tests``: the roles ``induction``, ``duplicate_token``, ``previous_token``,
   ``sink`` and ``retrieval`` as one-sided tests against ``ROLE_THRESHOLDS`` (the columns of
-  ``attnlens.analysis.roles.role_tests``, so they join the other roles' table);
+  ``attnlens.measures.heads.roles.role_tests``, so they join the other roles' table);
 - ``sink_rows``: the ``sink`` measure as ``head_stats`` rows (sentence pooling);
 - ``role_heads``: each role's heads, strongest first (what the causal checks ablate).
 """
