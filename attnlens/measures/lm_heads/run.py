@@ -66,9 +66,11 @@ LONG_PER_PROBE = 1 / 20
 
 
 def max_tokens(model: HookedTransformer) -> int:
-    """The longest input the model takes: its positions, or its sliding window if shorter."""
-    window = model.cfg.sliding_window
-    return min(model.cfg.n_ctx, window) if window else model.cfg.n_ctx
+    """The longest input the model takes: its positions (RoBERTa numbers them from
+    ``pad_token_id + 1``), or its sliding window if shorter."""
+    cfg = model.cfg
+    limit = cfg.n_ctx - cfg.position_offset - int(cfg.positions_skip_padding)
+    return min(limit, cfg.sliding_window) if cfg.sliding_window else limit
 
 
 class CorpusSample(Analyzer):
