@@ -197,3 +197,20 @@ def test_sink_keys_count_a_token_once_per_sentence_and_head() -> None:
     assert table.loc[("t5", "other"), "share_of_heads"] == 1.0
     assert table.loc[("t1", "first"), "mean_received"] == pytest.approx(0.15)
     assert len(table) == 2  # token 7 (0.05) is not among the top 3 keys
+
+
+def test_no_probes_keeps_the_corpus_measures(model) -> None:
+    from attnlens.measures.lm_heads.run import LmHeads
+    from attnlens.measures.lm_heads.settings import LmHeadsSettings
+    from tests.lm_heads_toys import toy_tokenizer
+
+    lm = LmHeads(LmHeadsSettings(probes=False, window=4, sink_tokens=1, controls=2).check(),
+                 INFERENCE)
+    run_analyzers(model, random_batches(), lm.corpus_analyzers(model, toy_tokenizer()),
+                  show_progress=False)
+    result = lm.compute(model)
+    assert set(result.tables["probe_scores"]["measure"]) == {"copying", "copying_ratio"}
+    assert set(result.role_tests["role"]) == {"sink"}
+    assert "probes_error" not in result.tables["streaming_heads"]
+    assert set(result.tables["role_ablation"]["metric"]) == {"perplexity"}
+    assert result.tables["role_ablation"]["role"].tolist() == ["sink"]
