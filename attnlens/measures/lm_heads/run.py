@@ -221,29 +221,10 @@ class LmHeads:
             raise ConfigError("the language-model heads measure needs its corpus analyzers "
                               "first (corpus_analyzers).")
         s, facts = self.settings, {}
-        frame = self._frame(model)
         probes = retrieval = long_errors = None
         probe_batches: list[Batch] = []
         if s.probes:
-            probe_set = self.probe_set(model, frame)
-            probe_batches = probe_set.batches()
-            probes = ProbeScores.for_model(model, self.inference)
-            run_analyzers(model, probe_batches, [probes], show_progress=False)
-            stacks = haystacks(frame["vocab"], max(1, int(s.probe_sequences * HAYSTACKS_PER_PROBE)),
-                               s.probe_seed + 2,
-                               frame["first"], frame["closing"], frame["pad"], frame["special"],
-                               n_ctx=max_tokens(model))
-            retrieval = RetrievalScores.for_model(model, self.inference)
-            run_analyzers(model, stacks.batches(), [retrieval], show_progress=False)
-            long = self.long_probes(model, frame)
-            if long is not None:
-                long_errors = StreamingError.for_model(model, s.sink_tokens, s.window)
-                run_analyzers(model, long.batches(8), [long_errors], show_progress=False)
-                facts["long_repeat"] = long.repeat[0]
-                facts["long_probes"] = len(long)
-            facts.update(probes=len(probe_set), repeat=sorted(set(probe_set.repeat)),
-                         haystacks=len(stacks), haystack_tokens=int(stacks.input_ids.shape[1]),
-                         needle=NEEDLE)
+            probes, retrieval, long_errors, probe_batches = self._synthetic(model, facts)
         sinks: SinkScores = self.corpus["sinks"]
         tables = {"probe_scores": probe_scores(
             probes, retrieval, copying_table(model),
@@ -263,6 +244,30 @@ class LmHeads:
         tables["role_ablation"] = self._ablations(model, tests, probe_batches, facts)
         self._result = LmHeadsResult(tables, tests, sink_rows(sinks), sink_rate(sinks), facts)
         return self._result
+
+    def _synthetic(self, model: HookedTransformer, facts: dict) -> tuple:
+        """(probe scores, retrieval scores, long-probe streaming errors or None, the probe
+        batches): the runs on sequences of the measure's own; what they were goes to
+        ``facts``."""
+        s, frame = self.settings, self._frame(model)
+        probe_set = self.probe_set(model, frame)
+        probe_batches = probe_set.batches()
+        probes = ProbeScores.for_model(model, self.inference)
+        run_analyzers(model, probe_batches, [probes], show_progress=False)
+        stacks = haystacks(frame["vocab"], max(1, int(s.probe_sequences * HAYSTACKS_PER_PROBE)),
+                           s.probe_seed + 2, frame["first"], frame["closing"], frame["pad"],
+                           frame["special"], n_ctx=max_tokens(model))
+        retrieval = RetrievalScores.for_model(model, self.inference)
+        run_analyzers(model, stacks.batches(), [retrieval], show_progress=False)
+        long, long_errors = self.long_probes(model, frame), None
+        if long is not None:
+            long_errors = StreamingError.for_model(model, s.sink_tokens, s.window)
+            run_analyzers(model, long.batches(8), [long_errors], show_progress=False)
+            facts.update(long_repeat=long.repeat[0], long_probes=len(long))
+        facts.update(probes=len(probe_set), repeat=sorted(set(probe_set.repeat)),
+                     haystacks=len(stacks), haystack_tokens=int(stacks.input_ids.shape[1]),
+                     needle=NEEDLE)
+        return probes, retrieval, long_errors, probe_batches
 
     def _decode(self, token_id: int) -> str:
         return self.tokenizer.decode_tokens([token_id])[0]
