@@ -122,8 +122,9 @@ def test_minilm_float64_matches_hf_float64_eager(minilm):
     float64 rounding: eps 2.2e-16 x sums of 384 terms of |x| <= ~10 over 6 layers stays far
     below 1e-12 (an fp32 softmax left 2.2e-7 in the patterns).
     """
-    import attnlens
     from transformers import AutoModel
+
+    import attnlens
 
     model, tokenizer = attnlens.load(dtype="float64")
     assert model.dtype == torch.float64
