@@ -110,9 +110,13 @@ def view(
     if layer >= n_layers:
         raise ConfigError(f"--layer {layer}: the model has layers 0..{n_layers - 1}.")
     data = text_attention(model_obj, tokenizer, text, pair=pair, max_length=text_tokens)
-    n_heads = data.patterns[layer].shape[0]
-    if chosen and max(chosen) >= n_heads:
-        raise ConfigError(f"--heads: layer {layer} has heads 0..{n_heads - 1}.")
+    numbers = data.head_numbers(layer)  # a pruned layer's heads keep their numbers
+    if chosen and not set(chosen) <= set(numbers):
+        missing = sorted(set(chosen) - set(numbers))
+        raise ConfigError(f"--heads: layer {layer} has no head {missing[0]}; its heads are "
+                          f"{', '.join(map(str, numbers))}.")
+    if chosen:
+        chosen = [numbers.index(h) for h in chosen]  # positions in the page's patterns
     added = rollout and rollout_overlay(data)
     page = AttentionView(data, budget_bytes=int(budget_mb * 1e6),
                          initial={"layer": layer, "heads": chosen, "view": start_view})

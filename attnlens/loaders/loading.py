@@ -9,10 +9,11 @@ import torch
 from attnlens.data.tokenizer import Tokenizer
 from attnlens.device import resolve_device, resolve_dtype
 from attnlens.loaders.checkpoint import read_config, read_weights, resolve_checkpoint
+from attnlens.loaders.pruned_heads import apply_pruned_heads
 from attnlens.loaders.registry import find_converter
 from attnlens.loaders.weights import WeightReader
 from attnlens.model.empty import empty_modules
-from attnlens.model.encoder_decoder import build_model
+from attnlens.model.encoder_decoder import build_model, is_encoder_decoder
 from attnlens.model.transformer import HookedTransformer
 
 __all__ = ["load", "load_model"]
@@ -43,6 +44,8 @@ def load_model(
         model = build_model(cfg)
     model.load_state_dict(state, strict=True, assign=True)
     model.setup_hooks()
+    if not is_encoder_decoder(model):  # removed heads recorded by `prune --export`
+        model = apply_pruned_heads(model, hf, str(path / "config.json"))
     return model.to(device=dev, dtype=dt).eval()
 
 

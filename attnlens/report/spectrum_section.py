@@ -11,6 +11,7 @@ from attnlens.analysis.circuits import circuit_tables
 from attnlens.analysis.shared_subspace import shared_subspace_tables
 from attnlens.analysis.spectrum import SpectrumAnalyzer
 from attnlens.io import save_figure, write_table
+from attnlens.model.head_ids import renumber_tables
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import cumulative_curves_by_layer, layer_head_heatmap, shared_subspace_curves
 from attnlens.report.section_docs import SPECTRUM
@@ -64,7 +65,7 @@ def write_weight_spectra(
     model: HookedTransformer, out_dir: Path, formats: tuple[str, ...], output: SectionOutput
 ) -> None:
     """Circuit spectra (QK/OV) and shared-subspace tables and figure (no corpus needed)."""
-    tables = {**circuit_tables(model), **shared_subspace_tables(model)}
+    tables = renumber_tables({**circuit_tables(model), **shared_subspace_tables(model)}, model)
     for name, table in tables.items():
         write_table(table, out_dir, name)
     output.tables.update(tables)
@@ -100,7 +101,7 @@ class SpectrumSection(Section):
 
     def write(self, model, analyzers, out_dir: Path, formats) -> SectionOutput:
         (spectrum,) = [a for a in analyzers if isinstance(a, SpectrumAnalyzer)]
-        tables = spectrum.result()
+        tables = renumber_tables(spectrum.result(), model)  # original head numbers
         for name, table in tables.items():
             write_table(table, out_dir, name)
         output = SectionOutput(self.title, tables=dict(tables))

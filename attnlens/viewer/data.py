@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnlens.model.head_ids import head_ids_of
+
 DEFAULT_BUDGET = 6_000_000  # bytes of packed weights before base64
 
 
@@ -79,6 +81,14 @@ class ViewData:
     model: str = ""
     text: str = ""
     overlays: list[dict[str, Any]] = field(default_factory=list)
+    # Original head numbers per layer (a structurally pruned model's); None: 0, 1, ...
+    head_ids: list[list[int]] | None = None
+
+    def head_numbers(self, layer: int) -> list[int]:
+        """The numbers of ``layer``'s heads, in the order of its patterns."""
+        if self.head_ids is not None:
+            return list(self.head_ids[layer])
+        return list(range(self.patterns[layer].shape[0]))
 
     def add_overlay(self, name: str, label: str, matrices: np.ndarray, about: str = "") -> None:
         """Another view of the same tokens: ``matrices [layer, query_pos, key_pos]``."""
@@ -101,6 +111,7 @@ class ViewData:
             "n": len(self.tokens),
             "layers": len(self.patterns),
             "heads": [int(p.shape[0]) for p in self.patterns],
+            "head_ids": [self.head_numbers(layer) for layer in range(len(self.patterns))],
             "patterns": pack_matrices(stacked, budget_bytes - overlay_budget),
             "overlays": [
                 {k: v for k, v in o.items() if k != "values"}
@@ -126,7 +137,8 @@ def text_attention(model, tokenizer, text: str, pair: str | None = None,
     tokens = tokenizer.decode_tokens(inputs["input_ids"][0, :real].tolist())
     name = model.cfg.source.get("name") or model.cfg.source.get("path", "")
     shown = text if pair is None else f"{text} ‖ {pair}"
-    return ViewData(tokens=tokens, patterns=patterns, model=str(name), text=shown)
+    return ViewData(tokens=tokens, patterns=patterns, model=str(name), text=shown,
+                    head_ids=head_ids_of(model))
 
 
 def rollout_overlay(data: ViewData) -> bool:

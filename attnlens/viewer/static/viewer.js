@@ -64,6 +64,9 @@ class Packed {
 const N = V.n;
 const LAYERS = V.layers;
 const HEADS = V.heads;
+/* Each layer's heads by their original numbers (a structurally pruned layer keeps them). */
+const HEAD_IDS = V.head_ids || HEADS.map((n) => Array.from({ length: n }, (_, h) => h));
+const num = (l, h) => HEAD_IDS[l][h];
 const OFFSET = HEADS.reduce((acc, h, l) => { acc.push(l ? acc[l - 1] + HEADS[l - 1] : 0); return acc; }, []);
 const PATTERNS = new Packed(V.patterns);
 const OVERLAYS = (V.overlays || []).map((o) => Object.assign({}, o, { packed: new Packed(o.matrices) }));
@@ -87,14 +90,14 @@ function currentMatrices() {
     return o ? [{ label: o.label, colour: "#333", data: o.packed.matrix(S.layer) }] : [];
   }
   return Array.from(S.heads).sort((a, b) => a - b).filter((h) => h < HEADS[S.layer])
-    .map((h) => ({ label: `head ${S.layer}-${h}`, colour: PALETTE[h % PALETTE.length], head: h,
+    .map((h) => ({ label: `head ${S.layer}-${num(S.layer, h)}`, colour: PALETTE[h % PALETTE.length], head: h,
       data: PATTERNS.matrix(OFFSET[S.layer] + h) }));
 }
 
 function describe() {
   if (S.source !== "heads") return `${S.source}, layer ${S.layer}`;
   const hs = Array.from(S.heads).sort((a, b) => a - b);
-  const heads = hs.length === HEADS[S.layer] ? "all heads" : hs.length ? `heads ${hs.join(", ")}` : "no head";
+  const heads = hs.length === HEADS[S.layer] ? "all heads" : hs.length ? `heads ${hs.map((h) => num(S.layer, h)).join(", ")}` : "no head";
   return `layer ${S.layer}, ${heads}`;
 }
 
@@ -430,25 +433,30 @@ function drawThumb(canvas, matrix) {
   ctx.drawImage(tmp, 0, 0, THUMB, THUMB);
 }
 
+/* Columns of the model view: one per head number (a pruned layer leaves its removed heads'
+   cells empty). */
+const COLUMNS = Math.max(...HEAD_IDS.map((ids) => (ids.length ? Math.max(...ids) + 1 : 0)));
+
 function modelView(stage) {
-  const maxHeads = Math.max(...HEADS);
+  const maxHeads = COLUMNS;
   const grid = AL.el("div", { class: "model-grid" });
   grid.style.gridTemplateColumns = `auto repeat(${maxHeads + OVERLAYS.length}, ${THUMB + 6}px)`;
   grid.append(AL.el("div", { class: "mg-corner", text: "layer \\ head" }));
-  for (let h = 0; h < maxHeads; h++) grid.append(AL.el("div", { class: "mg-col", text: h }));
+  for (let c = 0; c < maxHeads; c++) grid.append(AL.el("div", { class: "mg-col", text: c }));
   for (const o of OVERLAYS) grid.append(AL.el("div", { class: "mg-col", text: o.name }));
   const jobs = [];
   for (let l = 0; l < LAYERS; l++) {
     grid.append(AL.el("div", { class: "mg-row", text: l }));
-    for (let h = 0; h < maxHeads; h++) {
-      if (h >= HEADS[l]) { grid.append(AL.el("div")); continue; }
-      const canvas = AL.el("canvas", { class: "thumb", title: `head ${l}-${h}: click to enlarge`, "data-layer": l, "data-head": h });
+    for (let c = 0; c < maxHeads; c++) {
+      const h = HEAD_IDS[l].indexOf(c); /* position of head number c in this layer */
+      if (h < 0) { grid.append(AL.el("div", { class: "thumb-gap" })); continue; }
+      const canvas = AL.el("canvas", { class: "thumb", title: `head ${l}-${c}: click to enlarge`, "data-layer": l, "data-head": c });
       canvas.addEventListener("click", () => { S.layer = l; S.heads = new Set([h]); S.source = "heads"; show("matrix"); });
       grid.append(canvas);
       jobs.push(() => drawThumb(canvas, PATTERNS.matrix(OFFSET[l] + h)));
     }
-    for (const o of OVERLAYS) {
-      const canvas = AL.el("canvas", { class: "thumb overlay", title: `${o.label}, layer ${l}: click to enlarge` });
+    for (const [i, o] of OVERLAYS.entries()) {
+      const canvas = AL.el("canvas", { class: "thumb overlay", title: `${o.label}, layer ${l}: click to enlarge`, "data-layer": l, "data-column": maxHeads + i });
       canvas.addEventListener("click", () => { S.layer = l; S.source = o.name; show("matrix"); });
       grid.append(canvas);
       jobs.push(() => drawThumb(canvas, o.packed.matrix(l)));
@@ -465,7 +473,7 @@ function modelView(stage) {
 }
 
 function modelViewPng() {
-  const maxHeads = Math.max(...HEADS);
+  const maxHeads = COLUMNS;
   const cols = maxHeads + OVERLAYS.length;
   const W = 40 + cols * (THUMB + 6);
   const H = 40 + LAYERS * (THUMB + 6);
@@ -476,9 +484,9 @@ function modelViewPng() {
   ctx.fillStyle = "#1d2330";
   ctx.font = "600 13px system-ui, sans-serif";
   ctx.fillText(`${V.model}: every head (rows: layers, columns: heads)`, 8, 18);
-  document.querySelectorAll(".model-grid canvas.thumb").forEach((thumb, index) => {
-    const l = Math.floor(index / cols);
-    const c = index % cols;
+  document.querySelectorAll(".model-grid canvas.thumb").forEach((thumb) => {
+    const l = Number(thumb.getAttribute("data-layer"));
+    const c = Number(thumb.getAttribute("data-column") || thumb.getAttribute("data-head"));
     ctx.drawImage(thumb, 34 + c * (THUMB + 6), 34 + l * (THUMB + 6), THUMB, THUMB);
   });
   return canvas;
@@ -507,8 +515,8 @@ function controls() {
     const chips = AL.el("span", { class: "chips", id: "heads" });
     for (let h = 0; h < HEADS[S.layer]; h++) {
       const on = S.heads.has(h) && S.source === "heads";
-      const chip = AL.el("button", { type: "button", class: `chip${on ? " on" : ""}`, "data-head": h, title: `head ${S.layer}-${h} (shift-click: only this head)`,
-        text: h, disabled: S.source !== "heads", onclick: (e) => {
+      const chip = AL.el("button", { type: "button", class: `chip${on ? " on" : ""}`, "data-head": num(S.layer, h), title: `head ${S.layer}-${num(S.layer, h)} (shift-click: only this head)`,
+        text: num(S.layer, h), disabled: S.source !== "heads", onclick: (e) => {
           if (e.shiftKey || S.view === "matrix" && !e.ctrlKey && !e.metaKey) S.heads = new Set([h]);
           else if (S.heads.has(h)) S.heads.delete(h);
           else S.heads.add(h);
@@ -533,7 +541,7 @@ function controls() {
 }
 
 function savePng() {
-  const heads = S.source === "heads" ? Array.from(S.heads).sort((a, b) => a - b).join("-") : S.source;
+  const heads = S.source === "heads" ? Array.from(S.heads).sort((a, b) => a - b).map((h) => num(S.layer, h)).join("-") : S.source;
   if (S.view === "model") return AL.saveCanvas(modelViewPng(), "attention-model-view.png");
   const canvas = document.querySelector("#stage canvas.main");
   if (canvas) AL.saveCanvas(canvas, `attention-${S.view}-layer${S.layer}-${heads || "none"}.png`);
