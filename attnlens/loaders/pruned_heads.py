@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from attnlens.errors import ConfigError, ModelLoadError
+from attnlens.loaders.checkpoint import config_shape
 from attnlens.model.structural import prune_heads
 from attnlens.model.transformer import HookedTransformer
 
@@ -45,6 +46,13 @@ def _parse(field: object, n_layers: int, n_heads: int, where: str) -> dict[int, 
         if heads:
             removed[layer] = sorted(set(heads))
     return removed
+
+
+def check_pruned_heads(hf: dict, where: str) -> None:
+    """Refuse a malformed ``pruned_heads`` before any weight is read (config.json alone)."""
+    shape = config_shape(hf)
+    if hf.get("pruned_heads") and shape is not None:
+        _parse(hf["pruned_heads"], *shape, where)
 
 
 def _contributes(model: HookedTransformer, layer: int, head: int) -> bool:
