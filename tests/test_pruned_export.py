@@ -236,3 +236,32 @@ def test_minilm_export_keeps_its_head_numbers(minilm, tmp_path):
     assert len(merged) == len(b)
     # the same weights, float64 Gram matrices in the same order (measured 0.0)
     assert (merged["value_x"] - merged["value_y"]).abs().max() == 0.0
+
+
+def test_viewer_page_shows_the_heads_by_number_in_a_browser(exported, tmp_path):
+    """The page's chips and model view name heads by their numbers; removed heads leave
+    empty cells (headless Chromium; skips without one, as tests/test_browser.py does)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from tests.browser_utils import browser, console_errors, require_browser, wait_ready
+
+    require_browser()
+    out = tmp_path / "view.html"
+    result = runner.invoke(app, ["view", str(exported), "the cat sat on the mat", "--layer",
+                                 "1", "--heads", "3,7", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    with browser() as driver:
+        driver.get(out.as_uri())
+        wait_ready(driver)
+        chips = driver.find_elements(By.CSS_SELECTOR, "#heads .chip")
+        assert [c.text for c in chips] == ["1", "3", "4", "6", "7"]
+        assert [c.text for c in chips if "on" in c.get_attribute("class").split()] == ["3", "7"]
+        driver.find_element(By.CSS_SELECTOR, '.tab[data-view="model"]').click()
+        WebDriverWait(driver, 30).until(lambda d: d.execute_script(
+            "return document.querySelector('.model-grid').getAttribute('data-drawn')"))
+        thumbs = driver.find_elements(By.CSS_SELECTOR, ".model-grid canvas.thumb:not(.overlay)")
+        assert sorted((int(t.get_attribute("data-layer")), int(t.get_attribute("data-head")))
+                      for t in thumbs) == [(layer, h) for layer in (0, 1) for h in KEPT[layer]]
+        assert len(driver.find_elements(By.CSS_SELECTOR, ".model-grid .thumb-gap")) == 5
+        assert console_errors(driver) == []
