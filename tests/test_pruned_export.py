@@ -22,8 +22,8 @@ from typer.testing import CliRunner
 from attnlens.errors import ModelLoadError
 from attnlens.loaders import load_model
 from attnlens.loaders.export import export_hf
+from attnlens.measures.pruning import prune_heads
 from attnlens.model.head_ids import renumber_heads
-from attnlens.pruning import prune_heads
 from tests.parity_utils import save_tiny
 from tests.pruning_toys import sentences, vocab_size, word_tokenizer, write_pairs
 

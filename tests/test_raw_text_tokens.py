@@ -193,7 +193,7 @@ def test_a_token_spanning_two_words_leaves_the_second_unaligned():
 
 
 def test_unaligned_words_are_left_out_of_syntactic_arcs():
-    from attnlens.analysis.syntactic import SyntacticHeads
+    from attnlens.measures.heads.syntactic import SyntacticHeads
 
     minimal = parse_conllu(CONLLU)[:1]
     analyzer = SyntacticHeads(n_layers=1, n_heads=1)

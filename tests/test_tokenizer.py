@@ -173,10 +173,10 @@ def test_unk_is_no_special_token_in_any_command(minilm):
     """One definition of "special token" for `prune --order confidence|entropy` (text
     batches) and `heads`/`analyze` (word batches): [UNK] stands for a piece of the text, so
     its row and column are analysed like any word's (issue 23, item 6)."""
-    from attnlens.analysis.head_stats import HeadStats
-    from attnlens.analysis.runner import run_analyzers
     from attnlens.data.text import text_batches
     from attnlens.data.words import text_word_batches
+    from attnlens.measures.heads.head_stats import HeadStats
+    from attnlens.stream.runner import run_analyzers
 
     model, tok = minilm
     line = "the 🦜 flew home over 𝔘 hills"
