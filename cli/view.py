@@ -126,6 +126,14 @@ def _read_text(source: str) -> str:
         raise DataError(f"--file {path} cannot be read: {exc.strerror}.") from exc
 
 
+def _is_path(text: str) -> bool:
+    """``text`` names an existing file or folder (a long text is no path: the OS says so)."""
+    try:
+        return Path(text).expanduser().exists()
+    except (OSError, ValueError):
+        return False
+
+
 def _model_and_text(first: str | None, second: str | None, file: str | None
                     ) -> tuple[str | None, str]:
     """(MODEL, the text) from the arguments; a lone argument that names an existing file or
@@ -140,7 +148,7 @@ def _model_and_text(first: str | None, second: str | None, file: str | None
         raise ConfigError("give the text to look at: attnlens view [MODEL] TEXT, or --file "
                           "PATH (- : standard input).")
     if second is None:
-        if first != "-" and Path(first).expanduser().exists():
+        if first != "-" and _is_path(first):
             path = Path(first).expanduser()
             if (path / "config.json").is_file():
                 raise ConfigError(f"{first} is a model folder, not a text: give the text after "

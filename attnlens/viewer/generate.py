@@ -52,7 +52,10 @@ def greedy_continuation(folder: Path, prompt: torch.Tensor, new_tokens: int,
                         pad_token_id: int | None, allow_pickle: bool = False) -> list[int]:
     """``new_tokens`` greedy tokens after ``prompt [1, pos]`` by transformers' generate."""
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # the weights were loaded once already, quietly
     try:
         hf = AutoModelForCausalLM.from_pretrained(
             str(folder), local_files_only=True, trust_remote_code=False,
@@ -60,6 +63,9 @@ def greedy_continuation(folder: Path, prompt: torch.Tensor, new_tokens: int,
     except Exception as exc:  # transformers raises many types here
         raise ModelLoadError(f"cannot load {folder} with transformers to generate: {exc}"
                              ) from exc
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     hf.eval()
     with torch.no_grad():
         out = hf.generate(prompt, attention_mask=torch.ones_like(prompt),

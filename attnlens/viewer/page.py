@@ -55,9 +55,10 @@ def _header(data: ViewData, payload: dict[str, Any], compact: bool) -> str:
     generation = ""
     if data.generation:
         g = data.generation
+        method = g["method"][:1].upper() + g["method"][1:]
         generation = (f'<p class="note generation">Prompt of {data.prompt_length} tokens + '
                       f"{g['generated']} generated (of {g['requested']} asked): "
-                      f"{escape(g['continuation'])!s}. {escape(g['method'])}.</p>")
+                      f"“{escape(g['continuation'])}”. {escape(method)}.</p>")
     roles = ""
     if data.roles:
         roles = (f'<p class="note">Role badges from {escape(data.roles["source"])}'
