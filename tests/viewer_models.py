@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-WORDS = ("the keeper climbed the stairs because the old lamp at the top had to be lit before "
-         "dark and the sea was rough that night while ships passed far out").split()
+WORDS = ("the", "keeper", "climbed", "the", "stairs", "because", "the", "old", "lamp", "at",
+         "the", "top", "had", "to", "be", "lit", "before", "dark", "and", "the", "sea", "was",
+         "rough", "that", "night", "while", "ships", "passed", "far", "out")
 
 
 def long_text(tokens: int) -> str:

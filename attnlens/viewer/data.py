@@ -187,7 +187,7 @@ def encode_text(tokenizer, text: str, pair: str | None, max_length: int) -> Enco
     sources = (text, pair or "")
     ends = [0, 0]
     pieces: list[str | None] = []
-    for token, (start, end), sequence in zip(ids, enc["offset_mapping"], enc.sequence_ids(),
+    for token, (_start, end), sequence in zip(ids, enc["offset_mapping"], enc.sequence_ids(),
                                              strict=True):
         if sequence is None or token in special:
             pieces.append(None)
