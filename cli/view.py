@@ -12,36 +12,39 @@ FirstArg = typer.Argument(None, metavar="[MODEL] TEXT", show_default=False,
                           help="The text to look at (- reads standard input); with two "
                           "arguments, MODEL then TEXT. With --file: only [MODEL].")
 SecondArg = typer.Argument(None, hidden=True, show_default=False)
-FileOpt = typer.Option(None, "--file", show_default=False, help="Read the text from this "
-                       "UTF-8 file (- : standard input) instead of TEXT.")
+INPUT, PAGE = "Input", "Page"
+FileOpt = typer.Option(None, "--file", show_default=False, rich_help_panel=INPUT,
+                       help="Read the text from this UTF-8 file (- : standard input) instead "
+                       "of TEXT.")
 OutOpt = typer.Option(Path("attention.html"), "--out", "-o", help="Output HTML file.",
                       rich_help_panel="Output")
 ForceOpt = typer.Option(False, "--force", rich_help_panel="Output",
                         help="Replace a non-empty --out file (the new page is written beside "
                         "it, then renamed over it).")
 PairOpt = typer.Option(None, "--pair", help="A second text, encoded as a sentence pair.",
-                       show_default=False)
+                       show_default=False, rich_help_panel=INPUT)
 LengthOpt = typer.Option(None, "--max-length", min=2, show_default=False,
-                         help="Truncate the input to this many tokens. Default: the model's "
-                         "trained length (sentence_bert_config.json max_seq_length, else "
-                         "config.json n_positions or max_position_embeddings; MiniLM: 256; "
-                         "512 when the checkpoint states none).")
-GenerateOpt = typer.Option(None, "--generate", min=1, show_default=False,
+                         rich_help_panel=INPUT,
+                         help="Truncate the input to this many tokens. Default: the length "
+                         "the model was trained on, from its checkpoint files (MiniLM: 256; "
+                         "512 if they state none).")
+GenerateOpt = typer.Option(None, "--generate", min=1, show_default=False, rich_help_panel=INPUT,
                            help="Causal LMs: append N greedily generated tokens and show the "
                            "attention of prompt and continuation.")
-LayerOpt = typer.Option(None, "--layer", min=0, show_default=False,
+LayerOpt = typer.Option(None, "--layer", min=0, show_default=False, rich_help_panel=PAGE,
                         help="Layer shown first (default 0).")
 HeadsOpt = typer.Option(None, "--heads", help="Heads shown first, e.g. 0,3,7 or L2H8 "
-                        "(default: all).", show_default=False)
-ViewOpt = typer.Option("head", "--view", help="View shown first: head, text, model or "
-                       "matrix.")
-ReportOpt = typer.Option(None, "--report", show_default=False, help="Report folder of "
-                         "`attnlens analyze` or `heads` (its tables/head_roles.csv): show "
-                         "the heads' role badges.")
-RolloutOpt = typer.Option(True, "--rollout/--no-rollout",
+                        "(default: all).", show_default=False, rich_help_panel=PAGE)
+ViewOpt = typer.Option("head", "--view", rich_help_panel=PAGE,
+                       help="View shown first: head, text, model or matrix.")
+ReportOpt = typer.Option(None, "--report", show_default=False, rich_help_panel=PAGE,
+                         help="Report folder of `attnlens analyze` or `heads`: show its "
+                         "heads' role badges (from its head_roles table).")
+RolloutOpt = typer.Option(True, "--rollout/--no-rollout", rich_help_panel=PAGE,
                           help="Add attention rollout as an overlay (inputs up to 1,024 "
                           "tokens).")
-BudgetOpt = typer.Option(12.0, "--budget-mb", min=0.5, help="Size budget of the stored "
+BudgetOpt = typer.Option(12.0, "--budget-mb", min=0.5, rich_help_panel=PAGE,
+                         help="Size budget of the stored "
                          "weights (the page is about 4/3 of it): long inputs keep each "
                          "query's largest weights within it.")
 VIEWS = ("head", "text", "model", "matrix")
@@ -176,11 +179,11 @@ def view(
     rollout: bool = RolloutOpt,
     budget_mb: float = BudgetOpt,
 ) -> None:
-    """Write an interactive attention viewer for TEXT (head, text, model and matrix views).
+    """Write an interactive attention viewer for TEXT (head, text, model, matrix).
 
-    Opens from file:// with no network; any view can be saved as PNG; the page's address
-    (#layer=2&head=8&view=text) selects what it shows. Layers and heads are numbered from 0.
-    Without MODEL: the embedded all-MiniLM-L6-v2.
+    Opens from file:// with no network; any view can be saved as PNG.
+    The page's address selects what it shows: view.html#layer=2&head=8&view=text.
+    Layers and heads are numbered from 0. Without MODEL: all-MiniLM-L6-v2.
     """
     from attnlens.errors import ConfigError
 

@@ -63,7 +63,8 @@ def _header(data: ViewData, payload: dict[str, Any], compact: bool) -> str:
     if data.roles:
         roles = (f'<p class="note">Role badges from {escape(data.roles["source"])}'
                  f'{" (" + escape(data.roles["view"]) + ")" if data.roles["view"] else ""}: '
-                 f'{len(data.roles["heads"])} heads with a role.</p>')
+                 f'{len(data.roles["heads"])} head{"" if len(data.roles["heads"]) == 1 else "s"}'
+                 " with a role.</p>")
     help_text = ("Layers and heads are numbered from 0 (L2H8: layer 2, head 8). Hover a token "
                  "to see where it attends; click to pin it.")
     return (

@@ -714,9 +714,11 @@ function colourText() {
   const bar = AL.el("span", { class: "legend-bar" });
   bar.style.background = `linear-gradient(to right, ${BLUES.join(",")})`;
   TEXT.legend.append(`${from ? "Attention of" : "Attention received by"} ${tokenName(a.index)}: 0 `, bar,
-    ` ${fmtW(S.relative ? max : 1)}${S.relative ? " (its largest weight)" : ""}${S.sqrt ? ", √ scale" : ""}`,
-    CAUSAL ? AL.el("span", { class: "tok masked legend-mask", text: "masked" }) : null,
-    CAUSAL ? " = hidden by the causal mask (not weight 0)" : "");
+    ` ${fmtW(S.relative ? max : 1)}${S.relative ? " (its largest weight)" : ""}${S.sqrt ? ", √ scale" : ""}`);
+  if (CAUSAL) {
+    TEXT.legend.append(AL.el("span", { class: "tok masked legend-mask", text: "masked" }),
+      " = hidden by the causal mask (not weight 0)");
+  }
   STATS.colourMs = performance.now() - t;
 }
 
@@ -1133,8 +1135,8 @@ function controls() {
   }
   if (S.view === "text") {
     const direction = AL.el("select", { id: "direction", "aria-label": "direction", onchange: (e) => { S.direction = e.target.value; S.pinned = null; S.hover = null; render(); } });
-    direction.append(AL.el("option", { value: "from", text: "its attention (row)", selected: S.direction === "from" }),
-      AL.el("option", { value: "to", text: "attention it receives (column)", selected: S.direction === "to" }));
+    direction.append(AL.el("option", { value: "from", text: "where it attends (row)", selected: S.direction === "from" }),
+      AL.el("option", { value: "to", text: "what attends to it (column)", selected: S.direction === "to" }));
     parts.push(AL.el("label", { class: "ctl" }, "Colour by ", direction));
     parts.push(AL.el("label", { class: "ctl", title: "colour by weight / the largest weight of the row" }, AL.el("input", { type: "checkbox", id: "relative", checked: S.relative,
       onchange: (e) => { S.relative = e.target.checked; colourText(); } }), " relative"));
