@@ -291,3 +291,25 @@ def test_role_badges_come_from_the_report_table(tmp_path: Path) -> None:
                                 "--report", str(report)])
     assert other.exit_code != 0 and "names L9H0, which this model does not have" in str(
         other.exception)
+
+
+def test_pieces_of_a_pair_and_of_a_slow_tokenizer(minilm) -> None:
+    from transformers import BertTokenizerLegacy  # transformers 5's slow (Python) tokenizer
+
+    from attnlens.data.tokenizer import Tokenizer
+    from attnlens.viewer.data import encode_text
+
+    _, fast = minilm
+    pair = encode_text(fast, "The cat sat.", "It was   tired.", 64)
+    tokens = fast.decode_tokens(pair.ids)
+    assert tokens[0] == "[CLS]" and pair.pieces[0] is None
+    first_sep = tokens.index("[SEP]")
+    assert "".join(pair.pieces[1:first_sep]) == "The cat sat."
+    assert "".join(pair.pieces[first_sep + 1:-1]) == "It was   tired."  # spaces as written
+    # Without offsets (a slow tokenizer), pieces come from decoding each token in context.
+    slow = Tokenizer(BertTokenizerLegacy.from_pretrained(fast.hf.name_or_path,
+                                                         local_files_only=True))
+    assert not slow.hf.is_fast
+    encoded = encode_text(slow, "the lamplighters sat.", None, 64)
+    assert slow.decode_tokens(encoded.ids)[2:5] == ["lamp", "##light", "##ers"]
+    assert encoded.pieces == [None, "the", " lamp", "light", "ers", " sat", ".", None]

@@ -150,9 +150,12 @@ def decoded_pieces(tokenizer, ids: list[int], start: int = 0) -> list[str | None
             continue
         first = max(0, j - 5)
         context = [t for t in ids[first:j] if t not in special]
-        before = hf.decode(context, clean_up_tokenization_spaces=False)
-        both = hf.decode([*context, ids[j]], clean_up_tokenization_spaces=False)
-        pieces.append(both[len(before):] if both.startswith(before) else both)
+        before = hf.decode(context)  # the tokenizer's own clean-up: "sat ." -> "sat."
+        both = hf.decode([*context, ids[j]])
+        common = 0  # a partial UTF-8 byte decodes as "�" until its token's neighbour completes it
+        while common < min(len(before), len(both)) and before[common] == both[common]:
+            common += 1
+        pieces.append(both[common:])
     return pieces
 
 
