@@ -313,3 +313,13 @@ def test_pieces_of_a_pair_and_of_a_slow_tokenizer(minilm) -> None:
     encoded = encode_text(slow, "the lamplighters sat.", None, 64)
     assert slow.decode_tokens(encoded.ids)[2:5] == ["lamp", "##light", "##ers"]
     assert encoded.pieces == [None, "the", " lamp", "light", "ers", " sat", ".", None]
+
+
+def test_the_python_api_warns_past_the_trained_length(minilm) -> None:
+    import attnlens
+
+    model, tokenizer = minilm
+    text = " ".join(["the keeper climbed the stairs"] * 60)  # 300 words
+    with pytest.warns(UserWarning, match="more than the 256 this model was trained on"):
+        shown = attnlens.view(text, model, tokenizer, max_length=280, rollout=False)
+    assert shown.data.n == 280 and "<iframe" in shown._repr_html_()

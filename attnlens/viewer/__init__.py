@@ -62,4 +62,8 @@ def view(
         data.roles = roles
     if rollout:
         rollout_overlay(data)
+    import warnings
+
+    for note in data.warnings:  # on the page too; here on stderr (a notebook shows them)
+        warnings.warn(note, UserWarning, stacklevel=2)
     return AttentionView(data, budget_bytes=budget_bytes)
