@@ -10,7 +10,9 @@ from attnlens.report.page import assemble_page, escape, static_text
 from attnlens.viewer.data import DEFAULT_BUDGET, ViewData
 
 CSS = [("attnlens.report", "common.css"), ("attnlens.viewer", "viewer.css")]
-JS = [("attnlens.report", "common.js"), ("attnlens.viewer", "viewer.js")]
+JS = [("attnlens.report", "common.js"), ("attnlens.viewer", "viewer_data.js"),
+      ("attnlens.viewer", "viewer_text.js"), ("attnlens.viewer", "viewer_matrix.js"),
+      ("attnlens.viewer", "viewer.js")]  # one script, in this order (viewer.js starts it)
 VIEWS = (("head", "Head view"), ("text", "Text view"), ("model", "Model view"),
          ("matrix", "Matrix"))
 NOTEBOOK_MAX_HEIGHT = 2400  # px: a notebook cell never grows past this
