@@ -227,8 +227,8 @@ def capture_attention(model, inputs: dict[str, torch.Tensor], budget_bytes: int,
 
     def take(pattern: torch.Tensor, hook) -> None:
         layer = int(hook.name.split(".")[1])
-        weights = pattern[0].detach().to("cpu", torch.float32)  # [head, query_pos, key_pos]
-        kept[layer] = (weights.numpy().copy() if whole
+        weights = pattern[0].detach().float()  # [head, query_pos, key_pos], on its device
+        kept[layer] = (weights.cpu().numpy().copy() if whole
                        else (row_candidates(weights, k), thumbnails(weights)))
 
     names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(len(heads))]

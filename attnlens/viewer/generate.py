@@ -49,8 +49,10 @@ def check_generation_checkpoint(folder: Path) -> None:
 
 
 def greedy_continuation(folder: Path, prompt: torch.Tensor, new_tokens: int,
-                        pad_token_id: int | None, allow_pickle: bool = False) -> list[int]:
-    """``new_tokens`` greedy tokens after ``prompt [1, pos]`` by transformers' generate."""
+                        pad_token_id: int | None, allow_pickle: bool = False,
+                        device: torch.device | str = "cpu") -> list[int]:
+    """``new_tokens`` greedy tokens after ``prompt [1, pos]`` by transformers' generate,
+    on ``device`` (float32, as attnlens' own model is checked against)."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -66,7 +68,8 @@ def greedy_continuation(folder: Path, prompt: torch.Tensor, new_tokens: int,
     finally:
         if bars:
             hf_logging.enable_progress_bar()
-    hf.eval()
+    hf = hf.to(device).eval()
+    prompt = prompt.to(device)
     with torch.no_grad():
         out = hf.generate(prompt, attention_mask=torch.ones_like(prompt),
                           max_new_tokens=new_tokens, do_sample=False, num_beams=1,
@@ -90,7 +93,7 @@ def generation_view(model, tokenizer, text: str, new_tokens: int,
                           f"the model's {model.cfg.n_ctx} positions; shorten the text or "
                           "generate fewer tokens.")
     new = greedy_continuation(Path(model.cfg.source["path"]), torch.tensor([ids]), new_tokens,
-                              tokenizer.pad_token_id, allow_pickle)
+                              tokenizer.pad_token_id, allow_pickle, model.device)
     everything = ids + new
     inputs = {"input_ids": torch.tensor([everything]),
               "attention_mask": torch.ones(1, len(everything), dtype=torch.long)}

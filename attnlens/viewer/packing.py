@@ -86,11 +86,11 @@ def row_candidates(matrices: torch.Tensor | np.ndarray, k: int) -> RowCandidates
     k = min(k, n)
     values, index, sums = [], [], []
     for matrix in full:  # one [query_pos, key_pos] at a time: topk's temporaries stay small
-        matrix = matrix.float()
+        matrix = matrix.float()  # on the model's device: only the top k come to the CPU
         top = torch.topk(matrix, k, dim=-1, sorted=True)  # [query_pos, k]
-        values.append(top.values.numpy())
-        index.append(top.indices.to(torch.int32).numpy())
-        sums.append(matrix.sum(-1).double().numpy())  # fp32 pairwise sums: ~n * 1e-8 off
+        values.append(top.values.cpu().numpy())
+        index.append(top.indices.to(torch.int32).cpu().numpy())
+        sums.append(matrix.sum(-1).double().cpu().numpy())  # fp32 pairwise sums: ~n * 1e-8 off
     return RowCandidates(np.stack(values), np.stack(index), np.stack(sums), n)
 
 
@@ -98,7 +98,7 @@ def thumbnails(matrices: torch.Tensor | np.ndarray, size: int = THUMB) -> np.nda
     """``[count, side, side]`` block maxima (side = min(n, size)) of ``[count, n, n]``."""
     full = torch.as_tensor(matrices).float()
     side = min(int(full.shape[-1]), size)
-    return torch.nn.functional.adaptive_max_pool2d(full, (side, side)).numpy()
+    return torch.nn.functional.adaptive_max_pool2d(full, (side, side)).cpu().numpy()
 
 
 def pack_thumbnails(thumbs: np.ndarray) -> dict[str, Any]:
