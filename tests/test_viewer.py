@@ -307,6 +307,9 @@ def test_pieces_of_a_pair_and_of_a_slow_tokenizer(minilm) -> None:
     first_sep = tokens.index("[SEP]")
     assert "".join(pair.pieces[1:first_sep]) == "The cat sat."
     assert "".join(pair.pieces[first_sep + 1:-1]) == "It was   tired."  # spaces as written
+    # A special token typed in the text is a badge, and the text around it is not repeated.
+    typed = encode_text(fast, "a [SEP] b", None, 32)
+    assert typed.pieces == [None, "a", None, " b", None]
     # Without offsets (a slow tokenizer), pieces come from decoding each token in context.
     slow = Tokenizer(BertTokenizerLegacy.from_pretrained(fast.hf.name_or_path,
                                                          local_files_only=True))

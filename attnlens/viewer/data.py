@@ -190,10 +190,12 @@ def encode_text(tokenizer, text: str, pair: str | None, max_length: int) -> Enco
     sources = (text, pair or "")
     ends = [0, 0]
     pieces: list[str | None] = []
-    for token, (_start, end), sequence in zip(ids, enc["offset_mapping"], enc.sequence_ids(),
-                                             strict=True):
+    for token, (start, end), sequence in zip(ids, enc["offset_mapping"], enc.sequence_ids(),
+                                            strict=True):
         if sequence is None or token in special:
-            pieces.append(None)
+            pieces.append(None)  # shown as a badge; one typed in the text is passed over
+            if sequence is not None and end > start:
+                ends[sequence] = max(ends[sequence], end)
             continue
         begin = ends[sequence]  # from the end of the previous token: its whitespace too
         end = max(end, begin)
