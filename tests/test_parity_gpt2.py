@@ -61,10 +61,8 @@ def test_gpt2_attention_flags_parity(flags, tmp_path):
     config = gpt2_config(**flags)
     _, ours, _ = tiny_parity(GPT2LMHeadModel, config, tmp_path, padded_batch(), str(flags))
     scale = 1.0 if flags.get("scale_attn_weights") is False else 8**-0.5
-    if flags.get("scale_attn_by_inverse_layer_idx"):
-        expected = [scale, scale / 2]
-    else:
-        expected = [scale] * 2
+    inverse = flags.get("scale_attn_by_inverse_layer_idx", False)
+    expected = [scale, scale / 2] if inverse else [scale] * 2
     assert [b.attn.scale for b in ours.blocks] == pytest.approx(expected, rel=1e-15)
     assert ours.blocks[0].attn.upcast_scores == flags.get("reorder_and_upcast_attn", False)
 

@@ -157,7 +157,8 @@ class MultiHeadAttention(nn.Module):
 
     Hook shapes: ``hook_q``/``hook_k``/``hook_v [batch, pos, head, d_head]`` (keys and values
     have ``n_kv_heads`` heads; q and k are taken after rotary embedding), ``hook_scores`` and
-    ``hook_pattern [batch, head, query_pos, key_pos]`` (scores are scaled and masked),
+    ``hook_pattern [batch, head, query_pos, key_pos]`` (scores are scaled and masked; float32
+    or wider with ``upcast_scores``),
     ``hook_z [batch, query_pos, head, d_head_v]`` (before the head gate),
     ``hook_result [batch, query_pos, head, d_out]`` (each head's gated contribution; computed
     only when hooked, since it costs ``n_heads`` times the output's memory).
