@@ -202,12 +202,12 @@ def test_weight_measures_rotate_with_the_scaled_frequencies(rope, tmp_path):
     the context of 8, so dynamic NTK scales too."""
     from transformers import LlamaModel
 
-    from attnlens.analysis.circuits import qk_offset_singular_values
-    from attnlens.analysis.weight_asymmetry import (
+    from attnlens.measures.asymmetry.weight_asymmetry import (
         offsets_for,
         rotary_tables,
         weight_asymmetry_table,
     )
+    from attnlens.measures.circuits.circuits import qk_offset_singular_values
 
     save_tiny(LlamaModel, rope_config("llama", rope), tmp_path)
     model = load_model(tmp_path, dtype=torch.float64)
