@@ -308,7 +308,7 @@ def rollout_overlay(data: ViewData) -> bool:
     """Add attention rollout (Abnar & Zuidema 2020) when the library provides it and the
     patterns are whole and at most ``ROLLOUT_MAX_TOKENS`` long (a note says so otherwise)."""
     try:
-        from attnlens.analysis.rollout import rollout_matrices
+        from attnlens.measures.rollout.rollout import rollout_matrices
     except ImportError:
         return False
     if data.patterns is None or data.n > ROLLOUT_MAX_TOKENS:
