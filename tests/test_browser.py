@@ -241,29 +241,37 @@ def test_notebook_display_takes_the_height_of_its_content(tmp_path: Path) -> Non
     notebook = tmp_path / "notebook.html"  # what Jupyter puts in an output cell
     notebook.write_text(f"<!doctype html><html><body><p>In [1]:</p>{shown._repr_html_()}"
                         "</body></html>", encoding="utf-8")
+
+    def inside(driver, frame, script: str):
+        driver.switch_to.frame(frame)
+        try:
+            return driver.execute_script(script)
+        finally:
+            driver.switch_to.default_content()
+
+    def fitted(driver, frame) -> bool:  # the frame's height is its content's, now
+        inner = inside(driver, frame, "return document.documentElement.scrollHeight")
+        return abs(frame.size["height"] - inner) <= 2
+
     with browser(1300, 1000) as driver:
         driver.get(notebook.as_uri())
         frame = driver.find_element(By.TAG_NAME, "iframe")
         guess = frame.size["height"]
-        driver.switch_to.frame(frame)
-        wait_ready(driver)
-        inner = driver.execute_script("return document.documentElement.scrollHeight")
-        header = driver.execute_script(
-            "return document.querySelector('header.top').getBoundingClientRect().height")
-        driver.switch_to.default_content()
-        WebDriverWait(driver, 10).until(lambda d: abs(frame.size["height"] - inner) <= 2)
+        WebDriverWait(driver, 60).until(lambda d: inside(
+            d, frame, "return document.body.getAttribute('data-ready')") == "1")
+        WebDriverWait(driver, 60).until(lambda d: fitted(d, frame))
+        inner = frame.size["height"]
+        header = inside(driver, frame, "return document.querySelector('header.top')"
+                        ".getBoundingClientRect().height")
         print(f"notebook frame: first guess {guess} px, sized to its content {inner} px, "
               f"header {header:.0f} px")
         assert header < 0.25 * inner  # a one-line header, not 70 % of the frame
         # The frame follows its content: the model view (6 x 12 thumbnails) is taller.
-        driver.switch_to.frame(frame)
-        driver.find_element(By.CSS_SELECTOR, '.tab[data-view="model"]').click()
-        WebDriverWait(driver, 30).until(lambda d: d.execute_script(
-            "return document.querySelector('.model-grid').getAttribute('data-drawn')"))
-        taller = driver.execute_script("return document.documentElement.scrollHeight")
-        driver.switch_to.default_content()
-        WebDriverWait(driver, 10).until(lambda d: abs(frame.size["height"] - taller) <= 2)
-        assert taller > inner + 100
+        inside(driver, frame, "document.querySelector('.tab[data-view=\"model\"]').click()")
+        WebDriverWait(driver, 60).until(lambda d: inside(
+            d, frame, "return document.querySelector('.model-grid').getAttribute('data-drawn')"))
+        WebDriverWait(driver, 60).until(lambda d: fitted(d, frame))
+        assert frame.size["height"] > inner + 100
         assert console_errors(driver) == []
 
 
