@@ -47,11 +47,13 @@ from attnlens.measures.lm_heads.streaming import (
 )
 from attnlens.measures.lm_heads.tables import (
     lm_role_tests,
+    original_numbers,
     probe_scores,
     role_heads,
     sink_rate,
     sink_rows,
 )
+from attnlens.model.head_ids import head_ids_of
 from attnlens.model.transformer import HookedTransformer
 from attnlens.stats.bootstrap import Inference
 from attnlens.stream.base import Analyzer, Batch
@@ -242,7 +244,14 @@ class LmHeads:
         tables["kv_cache"] = kv_cache_savings(streaming, s.context)
         tables["sink_keys"] = sink_key_table(self.corpus["keys"], self._decode)
         tables["role_ablation"] = self._ablations(model, tests, probe_batches, facts)
-        self._result = LmHeadsResult(tables, tests, sink_rows(sinks), sink_rate(sinks), facts)
+        # Heads are positions in their layer up to here (masks, ablations); every table the
+        # result gives names them by their original numbers (a pruned model's head_ids).
+        head_ids = head_ids_of(model)
+        sizes = [b.attn.n_heads // b.attn.n_kv_heads for b in model.blocks]
+        tables = {name: original_numbers(t, head_ids, sizes) for name, t in tables.items()}
+        self._result = LmHeadsResult(tables, original_numbers(tests, head_ids, sizes),
+                                     original_numbers(sink_rows(sinks), head_ids, sizes),
+                                     sink_rate(sinks), facts)
         return self._result
 
     def _synthetic(self, model: HookedTransformer, facts: dict) -> tuple:

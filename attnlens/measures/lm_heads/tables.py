@@ -6,7 +6,9 @@
   ``sink`` and ``retrieval`` as one-sided tests against ``ROLE_THRESHOLDS`` (the columns of
   ``attnlens.measures.heads.roles.role_tests``, so they join the other roles' table);
 - ``sink_rows``: the ``sink`` measure as ``head_stats`` rows (sentence pooling);
-- ``role_heads``: each role's heads, strongest first (what the causal checks ablate).
+- ``role_heads``: each role's heads, strongest first (what the causal checks ablate);
+- ``original_numbers``: a table's heads and key/value heads by their numbers in the unpruned
+  model (``attnlens.model.head_ids``); everything before it works on positions.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from attnlens.measures.lm_heads.probes import ProbeScores
 from attnlens.measures.lm_heads.retrieval import RetrievalScores
 from attnlens.measures.lm_heads.shares import SCORE_COLUMNS
 from attnlens.measures.lm_heads.sinks import SINK_EPSILON, SinkScores
+from attnlens.model.head_ids import HeadIds, renumber_heads
 
 LM_ROLES = ("induction", "duplicate_token", "previous_token", "sink", "retrieval")
 # A head has the role when its score is above the threshold (one-sided test, corrected over
@@ -98,3 +101,16 @@ def role_heads(tests: pd.DataFrame, view: str = "tested") -> dict[str, list[tupl
         found[role] = [(int(a), int(b)) for a, b in zip(rows["layer"], rows["head"],
                                                           strict=True)]
     return found
+
+
+def original_numbers(table: pd.DataFrame, head_ids: HeadIds | None,
+                     group_sizes: list[int]) -> pd.DataFrame:
+    """``table`` with its ``head`` column as original head numbers and its ``kv_head`` column
+    as original key/value head numbers (``head // group_size``: a pruned grouped-query layer
+    loses whole groups, so its group size is the unpruned one); unchanged without pruning."""
+    renumbered = renumber_heads(table, head_ids)
+    if head_ids is None or "kv_head" not in renumbered.columns or renumbered.empty:
+        return renumbered
+    sizes = renumbered["layer"].map(dict(enumerate(group_sizes)))
+    renumbered["kv_head"] = (renumbered["head"] // sizes).astype(renumbered["kv_head"].dtype)
+    return renumbered
