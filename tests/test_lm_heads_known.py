@@ -214,3 +214,28 @@ def test_no_probes_keeps_the_corpus_measures(model) -> None:
     assert "probes_error" not in result.tables["streaming_heads"]
     assert set(result.tables["role_ablation"]["metric"]) == {"perplexity"}
     assert result.tables["role_ablation"]["role"].tolist() == ["sink"]
+
+
+def test_a_model_without_attnlens_modules_gets_no_copying_scores(model, monkeypatch) -> None:
+    """Copying reads attnlens' own embedding, blocks and head: a model without them (another
+    backend's) gets the other measures and a summary line saying why copying is missing."""
+    from types import SimpleNamespace
+
+    from attnlens.measures.lm_heads import run
+    from attnlens.measures.lm_heads.copying import copying_unavailable
+    from attnlens.measures.lm_heads.section import notes
+    from attnlens.measures.lm_heads.settings import LmHeadsSettings
+    from tests.lm_heads_toys import toy_tokenizer
+
+    assert copying_unavailable(model) is None
+    other = SimpleNamespace(blocks=[], head=None, final_norm=None)
+    assert "has no embed of attnlens' own" in copying_unavailable(other)
+    monkeypatch.setattr(run, "copying_unavailable", lambda m: "the model has no embed")
+    lm = run.LmHeads(LmHeadsSettings(probes=False, window=4, sink_tokens=1, controls=2).check(),
+                     INFERENCE)
+    run_analyzers(model, random_batches(), lm.corpus_analyzers(model, toy_tokenizer()),
+                  show_progress=False)
+    result = lm.compute(model)
+    assert result.tables["probe_scores"].empty
+    assert "No copying scores: the model has no embed." in notes(result, lm)
+    assert set(result.role_tests["role"]) == {"sink"}  # the corpus measures still run

@@ -29,6 +29,18 @@ from attnlens.model.folding import folded_attention_weights
 from attnlens.model.transformer import HookedTransformer
 
 COPYING_MEASURES = ("copying", "copying_ratio")
+# What the scores read: attnlens' own embedding, blocks (per-head W_V, W_O) and output head.
+NEEDED = ("embed", "blocks", "head", "final_norm")
+
+
+def copying_unavailable(model) -> str | None:
+    """Why ``model`` gives no copying scores (it lacks one of attnlens' own modules the
+    scores read: a model of another backend), or None when it gives them."""
+    missing = [name for name in NEEDED if not hasattr(model, name)]
+    if not missing:
+        return None
+    return (f"the model has no {', '.join(missing)} of attnlens' own (the scores read the "
+            "token embedding, the per-head W_V and W_O and the unembedding)")
 
 
 def copying_form(model: HookedTransformer) -> str:

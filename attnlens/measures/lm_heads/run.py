@@ -27,7 +27,7 @@ from attnlens.measures.lm_heads.ablation import (
     corpus_perplexity,
     head_means,
 )
-from attnlens.measures.lm_heads.copying import copying_form, copying_table
+from attnlens.measures.lm_heads.copying import copying_form, copying_table, copying_unavailable
 from attnlens.measures.lm_heads.probes import (
     ProbeScores,
     ProbeSet,
@@ -228,12 +228,14 @@ class LmHeads:
         if s.probes:
             probes, retrieval, long_errors, probe_batches = self._synthetic(model, facts)
         sinks: SinkScores = self.corpus["sinks"]
+        facts["copying_missing"] = copying_unavailable(model)
+        copying = None if facts["copying_missing"] else copying_table(model)
         tables = {"probe_scores": probe_scores(
-            probes, retrieval, copying_table(model),
+            probes, retrieval, copying,
             probe_detail=f"second repeat of {self._repeat_text(facts)}-token segments",
             retrieval_detail=f"needle of {NEEDLE} tokens in {facts.get('haystack_tokens')}"
                              "-token haystacks")}
-        facts["copying_form"] = copying_form(model)
+        facts["copying_form"] = None if copying is None else copying_form(model)
         tests = lm_role_tests(probes, sinks, retrieval, self.min_examples)
         sources = {"corpus": self.corpus["streaming"]}
         if long_errors is not None:

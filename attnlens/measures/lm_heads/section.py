@@ -228,9 +228,12 @@ def notes(result: LmHeadsResult, lm: LmHeads) -> list[str]:
         lines.append(f"Besides the first token, the keys most often among a sentence's 3 "
                      f"most-attended: {shown}.")
     form = facts.get("copying_form")
-    lines.append("Copying scores from W_U W_OV W_E (the LM head's unembedding)." if
-                 form == "unembedding" else "Copying scores from W_E^T W_OV W_E (the model "
-                 "has no unembedding: outputs read against the token embeddings).")
+    if form is None:
+        lines.append(f"No copying scores: {facts.get('copying_missing')}.")
+    else:
+        lines.append("Copying scores from W_U W_OV W_E (the LM head's unembedding)." if
+                     form == "unembedding" else "Copying scores from W_E^T W_OV W_E (the "
+                     "model has no unembedding: outputs read against the token embeddings).")
     lines += streaming_lines(result.tables["streaming_heads"], result.tables["kv_cache"],
                              s, facts)
     ablation = result.tables["role_ablation"]
