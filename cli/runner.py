@@ -304,6 +304,22 @@ def _shared_run(values: dict[str, Any], resumable: bool) -> CommandRun:
                       max_length=values.get("max_length", 128), quiet=values.get("quiet", False))
 
 
+def _numeric_options(params: Sequence[inspect.Parameter]) -> list[tuple[str, str, bool, Any, Any]]:
+    """(name, --option, integer, declared min, declared max) of every int or float option:
+    what ``attnlens.numeric.check_number`` checks before the command runs."""
+    found = []
+    for p in params:
+        kinds = set(typing.get_args(p.annotation)) or {p.annotation}
+        number = next((k for k in (int, float) if k in kinds), None)
+        info = p.default
+        if number is None or not getattr(info, "param_decls", None):
+            continue
+        spelling = next((d for d in info.param_decls if d.startswith("--")), info.param_decls[0])
+        found.append((p.name, spelling.split("/")[0], number is int, getattr(info, "min", None),
+                      getattr(info, "max", None)))
+    return found
+
+
 def _usage_line(arguments: str) -> type:
     """A command class whose usage line shows ``[OPTIONS] arguments``."""
     from typer.core import TyperCommand
@@ -364,9 +380,14 @@ def command(
             *options.quiet(),
         ]
         params = [*shared_front, *own, *shared_back]
+        numeric = _numeric_options(params)
 
         @functools.wraps(body)
         def wrapper(**values: Any) -> None:
+            from attnlens.numeric import check_number
+
+            for key, option, integer, low, high in numeric:  # finite, in range, no overflow
+                check_number(option, values.get(key), integer=integer, low=low, high=high)
             shared = {k: values.pop(k) for k in _SHARED if k in values}
             run = _shared_run(shared, resumable)
             run.inputs = {k: shared[k] for k in ("text", "treebank") if k in shared}

@@ -31,17 +31,11 @@ VIEWS = ("head", "model", "matrix")
 
 
 def _heads(value: str | None) -> list[int] | None:
-    from attnlens.errors import ConfigError
+    from attnlens.numeric import parse_numbers
 
     if value is None:
         return None
-    try:
-        heads = [int(h) for h in value.split(",") if h.strip()]
-    except ValueError as exc:
-        raise ConfigError(f"--heads {value!r}: give head numbers like 0,3,7.") from exc
-    if not heads or min(heads) < 0:
-        raise ConfigError(f"--heads {value!r}: give head numbers (from 0) like 0,3,7.")
-    return heads
+    return list(parse_numbers("--heads", value, integer=True, low=0, example="0,3,7 (from 0)"))
 
 
 def _check_out_file(out_file: Path, force: bool) -> None:

@@ -99,7 +99,7 @@ def test_page_escapes_the_text_and_tokens(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("args", "message"), [
     (["   "], "TEXT is empty"),
     (["hello", "--view", "graph"], "choose head, model or matrix"),
-    (["hello", "--heads", "a,b"], "give head numbers"),
+    (["hello", "--heads", "a,b"], "--heads takes whole numbers"),
     (["hello", "--out", "."], "is a folder"),
     (["hello", "--out", "no/such/dir/v.html"], "does not exist"),
 ])

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnlens.data.files import has_real_text, read_utf8
+from attnlens.data.files import has_real_text, read_utf8, refuse_conllu
 from attnlens.errors import ConfigError, DataError
 from attnlens.io import check_input_file
 
@@ -86,7 +86,9 @@ def read_pairs(path: str | Path, score_range: tuple[float, float] = STS_RANGE,
     path = check_input_file(path, option, "CSV of sentence1,sentence2,score")
     low, high = score_range
     first, second, scores = [], [], []
-    for line_no, row in _rows(read_utf8(path), str(path)):
+    text = read_utf8(path)
+    refuse_conllu(text, str(path), option, "a CSV of sentence1,sentence2,score rows")
+    for line_no, row in _rows(text, str(path)):
         if not row:
             continue
         where = f"{path}:{line_no}"
