@@ -48,13 +48,15 @@ class ModelOptions:
 
     def check(self) -> None:
         from attnlens.device import check_device_name, check_dtype_name
-        from attnlens.loaders.checkpoint import resolve_checkpoint
+        from attnlens.loaders.checkpoint import read_config, resolve_checkpoint
+        from attnlens.loaders.config_checks import check_config
         from attnlens.loaders.device_map import check_device_map
 
         check_device_name(self.device)
         check_dtype_name(self.dtype)
         check_device_map(self.device_map, self.max_memory)
-        resolve_checkpoint(self.name)
+        folder = resolve_checkpoint(self.name)
+        check_config(read_config(folder), str(folder / "config.json"))
 
     def load(self):
         """``(HookedTransformer, Tokenizer)``."""

@@ -47,6 +47,10 @@ class SentencePairs:
         if len(self) < MIN_PAIRS:
             raise DataError(f"{source} holds {len(self)} sentence pair(s); Spearman correlation "
                             f"needs at least {MIN_PAIRS}: add pairs.")
+        if all(a == b for a, b in zip(self.first, self.second, strict=True)):
+            raise DataError(f"in every one of the {len(self)} pairs of {source} the two "
+                            "sentences are identical, so every cosine is 1 and Spearman "
+                            "correlation is undefined: use pairs of different sentences.")
         if float(np.ptp(self.scores)) == 0.0:
             raise DataError(f"all {len(self)} gold scores of {source} are equal "
                             f"({self.scores[0]:g}); Spearman correlation is undefined: use "

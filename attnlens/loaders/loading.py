@@ -9,6 +9,7 @@ import torch
 from attnlens.data.tokenizer import Tokenizer
 from attnlens.device import resolve_device, resolve_dtype
 from attnlens.loaders.checkpoint import read_config, read_weights, resolve_checkpoint
+from attnlens.loaders.config_checks import check_config
 from attnlens.loaders.registry import find_converter
 from attnlens.loaders.weights import WeightReader
 from attnlens.model.empty import empty_modules
@@ -31,6 +32,7 @@ def load_model(
     dev, dt = resolve_device(device), resolve_dtype(dtype)  # option errors before any reading
     path = resolve_checkpoint(name_or_path)
     hf = read_config(path)
+    check_config(hf, str(path / "config.json"))
     converter, architecture = find_converter(hf)
     tensors = read_weights(path, allow_pickle=allow_pickle)
     prefix = converter.prefix if any(k.startswith(converter.prefix) for k in tensors) else ""
