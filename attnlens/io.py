@@ -242,6 +242,55 @@ def check_input_file(path: str | os.PathLike | None, option: str, what: str) -> 
     return path
 
 
+NAME_MAX = 255  # bytes per file name on most file systems (ext4, xfs, btrfs, APFS)
+WORK_SUFFIX_BYTES = 14  # what the work folder and lock add: ".NAME.12345678.tmp"
+
+
+def check_writable_target(path: str | os.PathLike, option: str, added: int = 0) -> Path:
+    """``path`` (to be created or replaced) checked before a run: not a dangling symbolic
+    link, every name short enough (``added``: bytes a work file beside it adds), in an
+    existing folder (not a file) that can be written, on a file system that is not mounted
+    read-only. Each failure is one ``ConfigError`` naming ``option`` and what to do."""
+    path = Path(path).expanduser()
+    if path.is_symlink() and not path.exists():
+        raise ConfigError(f"{option} {path} is a symbolic link to {os.readlink(path)}, which "
+                          "does not exist; remove the link or pass another path.")
+    parent = Path(os.path.abspath(path)).parent
+    while not parent.exists() and not parent.is_symlink():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{option} {path}: {parent} is a file, not a folder; pass a path "
+                          "inside a folder.")
+    limit = _name_max(parent)
+    for name in Path(os.path.abspath(path)).parts[1:]:
+        size = len(os.fsencode(name)) + (added if name == path.name else 0)
+        if size > limit:
+            raise ConfigError(f"{option} {path}: the name {name[:40]!r}... is {size} bytes "
+                              f"long with what attnlens adds, over the file system's {limit}; "
+                              "choose a shorter name.")
+    if _read_only(parent):
+        raise ConfigError(f"cannot write {option} {path}: {parent} is on a read-only file "
+                          "system; choose a folder on a writable disk.")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot write {option} {path}: {parent} is not writable; choose a "
+                          "folder you can write to.")
+    return path
+
+
+def _name_max(folder: Path) -> int:
+    try:
+        return int(os.pathconf(folder, "PC_NAME_MAX"))
+    except (OSError, ValueError, AttributeError):
+        return NAME_MAX
+
+
+def _read_only(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
+
+
 def check_output_dir(out_dir: str | Path) -> Path:
     """Create ``out_dir`` (and parents) or fail with a one-line reason."""
     path = Path(out_dir)

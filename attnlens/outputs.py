@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlens.errors import AttnlensError, ConfigError
-from attnlens.io import atomic_write_json
+from attnlens.io import WORK_SUFFIX_BYTES, atomic_write_json, check_writable_target
 
 MANIFEST_FILE = "manifest.json"
 CHECKPOINT_DIR = "checkpoint"
@@ -189,7 +189,8 @@ class OutputFolder:
         if target.exists() and not target.is_dir():
             raise ConfigError(f"{opt} {self.given} is a file; pass a folder (new or empty).")
         self._check_protected()
-        self._check_writable_parent()
+        # A writable place: no dangling link, names short enough for the work folder beside.
+        check_writable_target(self.given, opt, added=WORK_SUFFIX_BYTES)
         # A partial folder without progress (killed before its first result) is not a run.
         has_partial = self._partial_progress = (
             self.resumable and self.partial.is_dir() and self.has_progress(self.partial))
@@ -234,18 +235,6 @@ class OutputFolder:
             raise ConfigError(
                 f"{self.option} {self.given} holds the current or home folder; attnlens "
                 "writes into a new folder: choose one, e.g. --out report."
-            )
-
-    def _check_writable_parent(self) -> None:
-        parent = self.target.parent
-        while not parent.exists():
-            parent = parent.parent
-        if not parent.is_dir():
-            raise ConfigError(f"{self.option} {self.given}: {parent} is a file, not a folder.")
-        if not os.access(parent, os.W_OK | os.X_OK):
-            raise ConfigError(
-                f"cannot write {self.option} {self.given}: {parent} is not writable; "
-                "choose a folder you can write to."
             )
 
     def verify_manifest(self, current: dict) -> None:

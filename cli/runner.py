@@ -284,6 +284,9 @@ class CommandRun:
 
 
 # Registration ------------------------------------------------------------------------------
+# command name -> {--option: default} of its int and float options: the sizes an out-of-memory
+# message names when the command was given more than the default (cli/known_errors.py).
+NUMERIC_DEFAULTS: dict[str, dict[str, Any]] = {}
 _SHARED = ("model", "device", "dtype", "allow_pickle", "device_map", "max_memory", "text",
            "treebank", "parse", "batch_size", "max_length", "out", "fmt", "force", "resume",
            "checkpoint_every", "quiet")
@@ -304,6 +307,35 @@ def _shared_run(values: dict[str, Any], resumable: bool) -> CommandRun:
     return CommandRun(model=model, corpus=corpus, output=output,
                       batch_size=values.get("batch_size", 16),
                       max_length=values.get("max_length", 128), quiet=values.get("quiet", False))
+
+
+@contextmanager
+def _libraries_quiet(quiet: bool) -> Iterator[None]:
+    """Under --quiet, transformers' warnings are silenced too (they would make an ``Error:``
+    line one of several): its verbosity is set to errors for the command, then restored."""
+    import os
+    import sys
+
+    if not quiet:
+        yield
+        return
+    saved_env = os.environ.get("TRANSFORMERS_VERBOSITY")
+    os.environ["TRANSFORMERS_VERBOSITY"] = "error"  # read when transformers is imported
+    logging = sys.modules.get("transformers.utils.logging")
+    saved_level = logging.get_verbosity() if logging is not None else None
+    if logging is not None:
+        logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        if saved_env is None:
+            os.environ.pop("TRANSFORMERS_VERBOSITY", None)
+        else:
+            os.environ["TRANSFORMERS_VERBOSITY"] = saved_env
+        logging = sys.modules.get("transformers.utils.logging")
+        if logging is not None:
+            logging.set_verbosity(saved_level if saved_level is not None else
+                                  logging.WARNING)
 
 
 def _numeric_options(params: Sequence[inspect.Parameter]) -> list[tuple[str, str, bool, Any, Any]]:
@@ -383,6 +415,10 @@ def command(
         ]
         params = [*shared_front, *own, *shared_back]
         numeric = _numeric_options(params)
+        NUMERIC_DEFAULTS[name] = {
+            option: getattr(p.default, "default", None)
+            for p in params for key, option, *_ in numeric if key == p.name
+        }
 
         @functools.wraps(body)
         def wrapper(**values: Any) -> None:
@@ -405,7 +441,8 @@ def command(
                              "nothing to resume.")
                     return
             try:
-                body(run, **values)
+                with _libraries_quiet(run.quiet):
+                    body(run, **values)
             except KeyboardInterrupt as exc:
                 raise Interrupted from exc
 

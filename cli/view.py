@@ -81,6 +81,7 @@ def view(
     numbered from 0. Without MODEL: the embedded all-MiniLM-L6-v2.
     """
     from attnlens.errors import ConfigError
+    from attnlens.io import WORK_SUFFIX_BYTES, check_writable_target
 
     model, text = (None, first) if second is None else (first, second)
     if not text.strip():
@@ -90,8 +91,9 @@ def view(
     chosen = _heads(heads)
     if out_file.is_dir():
         raise ConfigError(f"--out {out_file} is a folder; give a file name such as view.html.")
-    if not out_file.parent.exists():
+    if not out_file.parent.exists() and not out_file.parent.is_symlink():
         raise ConfigError(f"--out {out_file}: folder {out_file.parent} does not exist.")
+    check_writable_target(out_file, "--out", added=WORK_SUFFIX_BYTES)
     _check_out_file(out_file, overwrite)
 
     run.model.name = model

@@ -154,8 +154,8 @@ def check_config(hf: dict, source: str = "config.json") -> None:
             _check_size(hf, field, source)
         else:
             _check_positive(hf, field, source)
-    pairs = [*family.divisible,
-             *((w, h) for w, h, head_width in family.divisible_unless if hf.get(head_width) is None)]
+    pairs = [*family.divisible, *((w, h) for w, h, head_width in family.divisible_unless
+                                  if hf.get(head_width) is None)]
     for width, heads in pairs:
         if hf.get(width) is not None and hf.get(heads) is not None and hf[width] % hf[heads]:
             raise ModelLoadError(

@@ -8,6 +8,7 @@ import torch
 
 from attnlens.data.tokenizer import Tokenizer
 from attnlens.device import resolve_device, resolve_dtype
+from attnlens.errors import ModelLoadError
 from attnlens.loaders.checkpoint import read_config, read_weights, resolve_checkpoint
 from attnlens.loaders.config_checks import check_config
 from attnlens.loaders.registry import find_converter
@@ -73,4 +74,22 @@ def load(
 
         model = dispatch(model, device_map, max_memory, allow_disk=False)
     tokenizer = Tokenizer.from_pretrained(model.cfg.source["path"])
+    check_tokenizer_fits(tokenizer, model)
     return model, tokenizer
+
+
+def check_tokenizer_fits(tokenizer: Tokenizer, model: HookedTransformer) -> None:
+    """Refuse a tokenizer that can give token ids past the model's embedding rows: the
+    lookup would fail mid-run with an ``IndexError`` (a device-side assert on a GPU)."""
+    cfg = model.cfg
+    rows = cfg.encoder.vocab_size if hasattr(cfg, "encoder") else cfg.vocab_size
+    vocab = tokenizer.hf.get_vocab()
+    largest = max(vocab.values(), default=-1)
+    if largest >= rows:
+        beyond = sum(1 for i in vocab.values() if i >= rows)
+        raise ModelLoadError(
+            f"the tokenizer in {cfg.source.get('path')} gives token ids up to {largest}, but "
+            f"the model has {rows} embedding rows (vocab_size in config.json): {beyond} "
+            "token(s) would index past them; use the tokenizer saved with this model, or fix "
+            "vocab_size."
+        )
