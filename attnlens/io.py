@@ -93,15 +93,81 @@ def path_inside(folder: str | os.PathLike, name: str) -> Path:
     return path
 
 
+# Spreadsheets run a cell that starts with one of these as a formula (=cmd|' /C calc'!A0).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def _runs_as_formula(text: str) -> bool:
+    """Starts with a formula character and is not a plain number (``-3`` stays a number)."""
+    return text.startswith(FORMULA_STARTS) and not _PLAIN_NUMBER.fullmatch(text)
+
+
+def neutralise_cell(value):
+    """A text cell a spreadsheet would run as a formula, made plain text by a leading ``'``
+    (what spreadsheets themselves use to mark text). A cell that already starts with ``'``
+    before such text gets one more ``'``, so ``restore_cell`` undoes it exactly. Anything
+    but a string is returned as it is."""
+    if not isinstance(value, str):
+        return value
+    return "'" + value if _runs_as_formula(value.lstrip("'")) else value
+
+
+def restore_cell(value):
+    """The cell ``neutralise_cell`` was given (one leading ``'`` dropped before text a
+    spreadsheet would run)."""
+    if isinstance(value, str) and value.startswith("'") and \
+            _runs_as_formula(value.lstrip("'")):
+        return value[1:]
+    return value
+
+
+def _is_numeric(column: pd.Series) -> bool:
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    return is_numeric_dtype(column) or is_bool_dtype(column)
+
+
+def neutralise_formulas(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with every text cell of a non-numeric column (and every text header) through
+    ``neutralise_cell``: CSV cells from data (words, relation labels, file names) never run
+    as spreadsheet formulas. Numeric columns (``-0.25``) are left as they are."""
+    text_columns = [c for c in df.columns if not _is_numeric(df[c])]
+    renamed = {c: neutralise_cell(c) for c in df.columns if neutralise_cell(c) != c}
+    if not text_columns and not renamed:
+        return df
+    out = df.copy()
+    for column in text_columns:
+        out[column] = out[column].map(neutralise_cell)
+    return out.rename(columns=renamed)
+
+
+def restore_formulas(df: pd.DataFrame) -> pd.DataFrame:
+    """A table read back from CSV with ``neutralise_formulas`` undone (report pages show
+    the data's own text)."""
+    text_columns = [c for c in df.columns if not _is_numeric(df[c])]
+    for column in text_columns:
+        df[column] = df[column].map(restore_cell)
+    return df.rename(columns={c: restore_cell(c) for c in df.columns})
+
+
+def markdown_cell(text: str) -> str:
+    """Text safe in a Markdown table cell: ``|`` escaped, and ``&``, ``<``, ``>`` as HTML
+    entities (a renderer would otherwise pass ``<script>`` or ``<img onerror=...>`` on)."""
+    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            .replace("|", "\\|"))
+
+
 def markdown_table(df: pd.DataFrame, float_format: str = "{:.4g}") -> str:
-    """A GitHub-flavoured Markdown table (no extra dependency)."""
+    """A GitHub-flavoured Markdown table (no extra dependency); text cells and headers
+    through ``markdown_cell``."""
 
     def cell(value) -> str:
         if isinstance(value, float):
             return float_format.format(value)
-        return str(value).replace("|", "\\|")
+        return markdown_cell(str(value))
 
-    header = "| " + " | ".join(str(c) for c in df.columns) + " |"
+    header = "| " + " | ".join(markdown_cell(str(c)) for c in df.columns) + " |"
     rule = "|" + "|".join("---" for _ in df.columns) + "|"
     rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
     return "\n".join([header, rule, *rows]) + "\n"
@@ -116,7 +182,7 @@ def write_table(
         path = path_inside(out_dir, f"{name}.{fmt}")  # a name from data cannot leave out_dir
         with atomic_open(path) as handle:
             if fmt == "csv":
-                df.to_csv(handle, index=False)
+                neutralise_formulas(df).to_csv(handle, index=False)
             elif fmt == "md":
                 handle.write(markdown_table(df))
             else:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnlens import folder_lock
 from attnlens.errors import AttnlensError, ConfigError
 from attnlens.io import WORK_SUFFIX_BYTES, atomic_write_json, check_writable_target
 
@@ -139,6 +140,7 @@ class OutputFolder:
         self._checked = False
         self._same_run_in_target = False
         self._partial_progress = self._complete_target = False
+        self._lock: Path | None = None  # the lock file held from check() to the end
 
     # Where things are ----------------------------------------------------------------------
     @property
@@ -191,6 +193,19 @@ class OutputFolder:
         self._check_protected()
         # A writable place: no dangling link, names short enough for the work folder beside.
         check_writable_target(self.given, opt, added=WORK_SUFFIX_BYTES)
+        self._lock = folder_lock.acquire(target, opt, self.given, clear_stale=self.force or
+                                         self.resume, resumable=self.resumable)
+        try:
+            self._check_contents()
+        except BaseException:
+            self._release_lock()
+            raise
+        self._checked = True
+        return self
+
+    def _check_contents(self) -> None:
+        """What the folder holds: an interrupted run, another run, files of the user."""
+        target, opt = self.target, self.option
         # A partial folder without progress (killed before its first result) is not a run.
         has_partial = self._partial_progress = (
             self.resumable and self.partial.is_dir() and self.has_progress(self.partial))
@@ -214,8 +229,6 @@ class OutputFolder:
                     f"{opt} {self.given} is not empty; choose a new folder, or add --force to "
                     "replace it as a whole (every file in it is deleted)."
                 )
-        self._checked = True
-        return self
 
     def _check_protected(self) -> None:
         target = self.target.resolve()
@@ -301,6 +314,9 @@ class OutputFolder:
 
     def _discard(self, work: Path) -> None:
         shutil.rmtree(work, ignore_errors=True)
+        self._remove_created_parents()
+
+    def _remove_created_parents(self) -> None:
         for path in reversed(self._created_parents):
             try:
                 path.rmdir()
@@ -320,9 +336,24 @@ class OutputFolder:
         """
         if not self._checked:
             self.check()
+        try:
+            yield from self._write(manifest)
+        finally:
+            self._release_lock()  # the run is over, published or not
+
+    def _release_lock(self) -> None:
+        folder_lock.release(self._lock)
+        self._lock = None
+
+    def _write(self, manifest: dict | None) -> Iterator[Path]:
         work = None
         held = _HeldSignals()
         try:
+            if self._lock is None:  # its parent did not exist when checked: lock it now
+                self._make_parents()
+                self._lock = folder_lock.acquire(
+                    self.target, self.option, self.given, clear_stale=self.force or self.resume,
+                    resumable=self.resumable)
             work = self.work = self._open_work()
             if manifest is not None:
                 atomic_write_json(work / MANIFEST_FILE, {**manifest, "complete": False})
@@ -337,8 +368,11 @@ class OutputFolder:
                 what = self.progress or "the progress so far"
                 _ACTIVE.note = f"kept {what} in {work}"
             else:
+                self._release_lock()  # before the folders it may sit in are removed
                 if work is not None:
                     self._discard(work)
+                else:
+                    self._remove_created_parents()
                 _ACTIVE.note = f"nothing was written ({self.given} is unchanged)"
             raise
         finally:

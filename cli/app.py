@@ -149,6 +149,9 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         signal.signal(signal.SIGINT, previous[0])
         signal.signal(signal.SIGTERM, previous[1])
+        locks = sys.modules.get("attnlens.folder_lock")
+        if locks is not None:  # a command that failed after checking its --out
+            locks.release_all()
     sys.exit(code or 0)
 
 

@@ -20,9 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # Lowest first. A module may import modules of its own unit and of lower layers; units sharing
 # a layer are independent of each other.
 LAYERS: list[set[str]] = [
-    {"errors", "lazy", "numeric"},
-    {"io"},
-    {"manifest"},
+    {"errors", "lazy"},
+    {"io", "numeric"},
+    {"manifest", "folder_lock"},
     {"outputs"},
     {"hooks", "progress", "device"},
     {"model"},

@@ -25,6 +25,7 @@ from typing import Any
 import pandas as pd
 
 from attnlens.errors import DataError
+from attnlens.io import restore_formulas
 from attnlens.report.catalog import SectionDoc
 
 TABLES_DIR = "tables"
@@ -120,7 +121,7 @@ class Tables(Mapping[str, pd.DataFrame]):
             if not path.is_file():
                 raise KeyError(name)
             try:
-                table = pd.read_csv(path)
+                table = restore_formulas(pd.read_csv(path))
             except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
                 raise DataError(f"table {path} cannot be read: {exc}") from exc
             recorded = self._numeric() if self._numeric is not None else {}
