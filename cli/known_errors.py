@@ -35,7 +35,9 @@ def _asked(exc: BaseException) -> str:
     if match is None:
         return ""
     if match.group(1):
-        return f" (it asked for {int(match.group(1)) / 1e9:.3g} GB at once)"
+        gb = int(match.group(1)) / 1e9
+        return f" (it asked for {gb:,.0f} GB at once)" if gb >= 100 else \
+            f" (it asked for {gb:.3g} GB at once)"
     return f" (it asked for {match.group(2)} {match.group(3)} at once)"
 
 
