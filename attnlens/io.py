@@ -158,16 +158,19 @@ def markdown_cell(text: str) -> str:
             .replace("|", "\\|"))
 
 
-def markdown_table(df: pd.DataFrame, float_format: str = "{:.4g}") -> str:
+def markdown_table(df: pd.DataFrame, float_format: str = "{:.4g}", markup: bool = True) -> str:
     """A GitHub-flavoured Markdown table (no extra dependency); text cells and headers
-    through ``markdown_cell``."""
+    through ``markdown_cell`` (``markup=False``: ``|`` escaped only, for a terminal)."""
+
+    def text(value) -> str:
+        return markdown_cell(str(value)) if markup else str(value).replace("|", "\\|")
 
     def cell(value) -> str:
         if isinstance(value, float):
             return float_format.format(value)
-        return markdown_cell(str(value))
+        return text(value)
 
-    header = "| " + " | ".join(markdown_cell(str(c)) for c in df.columns) + " |"
+    header = "| " + " | ".join(text(c) for c in df.columns) + " |"
     rule = "|" + "|".join("---" for _ in df.columns) + "|"
     rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
     return "\n".join([header, rule, *rows]) + "\n"

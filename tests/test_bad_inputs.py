@@ -489,6 +489,15 @@ def _read_only(env: Env) -> None:
     env.monkeypatch.setattr(attnlens.io, "_read_only", lambda folder: Path(folder).resolve() == tmp)
 
 
+def _edited_prune_scores(env: Env) -> str:
+    """The finished prune run as ./out, its first score replaced by text."""
+    env.run_copy()
+    path = env.tmp / "out" / "prune_scores.csv"
+    header, first, *rest = path.read_text().splitlines()
+    path.write_text("\n".join([header, first.rsplit(",", 1)[0] + ",big", *rest]) + "\n")
+    return "out"
+
+
 def _with_lines(env: Env, name: str, line: str, n: int) -> str:
     return env.write(name, (line + "\n") * n)
 
@@ -612,6 +621,9 @@ ISSUE_23_CASES = [
         "compare", _report(e, "a", "0,0,entropy,0.5\n0,1,entropy,0.3\n", ["value"]),
         _report(e, "b", "0,0,entropy,0.5\n0,1,entropy,n/a!\n", ["value"]), "--out", "cmp"],
         "b/tables/head_stats.csv:3: column 'value' holds 'n/a!'", "rerun the command"),
+    Case("report-prune-text-in-score", lambda e: ["report", _report(
+        e, "rep", "0,0,entropy,0.5\n"), "--prune", _edited_prune_scores(e)],
+        "out/prune_scores.csv:2: column 'score' holds 'big'", "fix that cell"),
     # Bad data analysed as good ---------------------------------------------------------------
     Case("treebank-duplicate-id", lambda e: ["heads", "--treebank", e.write(
         "t.conllu", DUPLICATE_ID), "--out", "out"],

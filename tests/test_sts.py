@@ -171,7 +171,7 @@ def test_cosines_equal_within_rounding_are_refused(minilm, monkeypatch):
     monkeypatch.setattr(sts, "pair_cosines", lambda *args, **kwargs: noise)
     pairs = SentencePairs(["a", "b", "c", "d"], ["e", "f", "g", "h"],
                           np.array([1.0, 2.0, 3.0, 4.0]))
-    with pytest.raises(DataError, match="equal within float rounding .*use pairs of different"):
+    with pytest.raises(DataError, match=r"equal within float rounding .*use pairs of different"):
         sts.sts_spearman(model, tokenizer, pairs)
     assert sts.cosine_rounding(model) == 384 * float(torch.finfo(torch.float32).eps)
 
