@@ -106,7 +106,7 @@ def _on_signal(signum: int, frame) -> None:
 
 def interrupted_message(args: list[str]) -> str:
     """One line: what the interrupted run kept, and the exact command to resume or rerun."""
-    outputs = sys.modules.get("attnlens.outputs")
+    outputs = sys.modules.get("attnlens.runs.outputs")
     note = outputs.interrupt_note() if outputs is not None else None
     if note and note.startswith("kept"):
         again = shlex.join(["attnlens", *args, *([] if "--resume" in args else ["--resume"])])
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         signal.signal(signal.SIGINT, previous[0])
         signal.signal(signal.SIGTERM, previous[1])
-        locks = sys.modules.get("attnlens.folder_lock")
+        locks = sys.modules.get("attnlens.runs.folder_lock")
         if locks is not None:  # a command that failed after checking its --out
             locks.release_all()
     sys.exit(code or 0)

@@ -21,13 +21,13 @@ def report(run: CommandRun, folder: Path = FolderArg, prune: Path | None = Prune
     Use it after editing or adding tables, to attach a pruning run, or to get the current
     page design for an older report. Layers and heads are numbered from 0.
     """
-    from attnlens.io import WORK_SUFFIX_BYTES, check_writable_target
     from attnlens.report.folder import Report
+    from attnlens.runs.io import WORK_SUFFIX_BYTES, check_writable_target
 
     opened = Report(folder)
     check_writable_target(Path(folder) / "index.html", "DIR", added=WORK_SUFFIX_BYTES)
     if prune is not None:
-        from attnlens.report.prune_section import add_prune_run
+        from attnlens.measures.pruning.section import add_prune_run
 
         add_prune_run(opened, prune)
     path = opened.render()

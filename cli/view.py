@@ -81,7 +81,7 @@ def view(
     numbered from 0. Without MODEL: the embedded all-MiniLM-L6-v2.
     """
     from attnlens.errors import ConfigError
-    from attnlens.io import WORK_SUFFIX_BYTES, check_writable_target
+    from attnlens.runs.io import WORK_SUFFIX_BYTES, check_writable_target
 
     model, text = (None, first) if second is None else (first, second)
     if not text.strip():

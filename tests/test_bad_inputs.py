@@ -483,10 +483,11 @@ def _report(env: Env, name: str, rows: str, numeric: list[str] | None = None) ->
 def _read_only(env: Env) -> None:
     """The working folder reported read-only, as a read-only mount is (statvfs ST_RDONLY);
     tests/test_known_errors.py mounts a real one where it may."""
-    import attnlens.io
+    import attnlens.runs.io
 
     tmp = env.tmp.resolve()
-    env.monkeypatch.setattr(attnlens.io, "_read_only", lambda folder: Path(folder).resolve() == tmp)
+    env.monkeypatch.setattr(attnlens.runs.io, "_read_only",
+                            lambda folder: Path(folder).resolve() == tmp)
 
 
 def _edited_prune_scores(env: Env) -> str:
@@ -654,7 +655,7 @@ ISSUE_23_CASES = [
     Case("pairs-identical-sentences", lambda e: ["eval", "stsb", "--pairs", e.write(
         "p.csv", _pairs([(a, a, s) for a, _, s in THREE_PAIRS]))],
         "the two sentences are identical", "use pairs of different sentences"),
-    # Two runs, one folder (attnlens/folder_lock.py) ------------------------------------------
+    # Two runs, one folder (attnlens/runs/folder_lock.py) ------------------------------------------
     Case("out-locked-by-a-running-run", lambda e: _lock(e, "out", os.getpid()) or [
         "spectrum", "--out", "out"],
         rf"--out out is being written by another attnlens run \(pid {os.getpid()} ",

@@ -1,4 +1,4 @@
-"""Two runs never write the same output folder at once (attnlens/folder_lock.py).
+"""Two runs never write the same output folder at once (attnlens/runs/folder_lock.py).
 
 Real processes: a first ``attnlens`` run is paused (SIGSTOP) once it holds its lock, so the
 second run meets it running whatever the machine's speed; the second is refused at once,
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from attnlens import folder_lock
 from attnlens.errors import ConfigError
-from attnlens.outputs import OutputFolder
+from attnlens.runs import folder_lock
+from attnlens.runs.outputs import OutputFolder
 
 SPECTRUM = ["spectrum", "--quiet", "--batch-size", "4", "--out", "out"]
 

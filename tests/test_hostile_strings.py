@@ -79,7 +79,7 @@ def test_tables_and_figures_named_from_data_cannot_leave_their_folder(tmp_path):
     import pytest
 
     from attnlens.errors import ConfigError
-    from attnlens.io import safe_filename, save_figure, write_table
+    from attnlens.runs.io import safe_filename, save_figure, write_table
 
     out = tmp_path / "out"
     out.mkdir()
@@ -104,8 +104,8 @@ def test_csv_cells_from_data_cannot_run_as_formulas_and_round_trip(tmp_path):
 
     import pandas as pd
 
-    from attnlens.io import neutralise_cell, restore_cell, write_table
     from attnlens.report.folder import Tables
+    from attnlens.runs.io import neutralise_cell, restore_cell, write_table
 
     table = pd.DataFrame({
         "word": [FORMULA, "+cmd", "-2+3+cmd|' /C calc'!A0", "@SUM(1)", "\tx", "'=x",
@@ -128,7 +128,7 @@ def test_csv_cells_from_data_cannot_run_as_formulas_and_round_trip(tmp_path):
 def test_markdown_cells_escape_markup():
     import pandas as pd
 
-    from attnlens.io import markdown_table
+    from attnlens.runs.io import markdown_table
 
     text = markdown_table(pd.DataFrame({"<b>col</b>": ["<script>alert(1)</script>",
                                                        "<img src=x onerror=alert(2)>",

@@ -1,5 +1,5 @@
 """The environment's failures as one line with a next step (cli/known_errors.py), the checks of
-a write target (attnlens/io.check_writable_target), and inputs a model cannot read.
+a write target (attnlens/runs/io.check_writable_target), and inputs a model cannot read.
 
 Before: torch's "can't allocate memory" was not recognised as out of memory (a traceback),
 ``OSError`` other than permission and disk-full gave tracebacks, a read-only mount or an
@@ -18,7 +18,7 @@ import pytest
 from attnlens.cli.known_errors import is_memory_error, known_error
 
 from attnlens.errors import ConfigError, DataError
-from attnlens.io import check_writable_target
+from attnlens.runs.io import check_writable_target
 
 
 @pytest.mark.parametrize("exc", [

@@ -126,7 +126,7 @@ def test_parse_numbers_lists():
 @pytest.mark.parametrize("field", ["temperature", "learning_rate", "init_log_alpha"])
 def test_l0_settings_refuse_nan_through_the_api(field):
     """The library path too: NaN gates came from a NaN temperature, rate or initial value."""
-    from attnlens.pruning.l0 import L0Settings
+    from attnlens.measures.pruning.l0 import L0Settings
 
     with pytest.raises(ConfigError, match="is not a finite number"):
         L0Settings(**{field: float("nan")}).validate()

@@ -18,7 +18,7 @@ from attnlens.data.files import read_utf8, refuse_conllu
 from attnlens.data.pairs import read_pairs
 from attnlens.data.text import read_text_file
 from attnlens.errors import DataError
-from attnlens.io import check_input_file
+from attnlens.runs.io import check_input_file
 
 CSV_SHAPES = {2: "text,label rows (--metric accuracy)",
               3: "sentence1,sentence2,score rows (--metric sts)"}
