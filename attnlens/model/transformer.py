@@ -177,6 +177,14 @@ class HookedTransformer(HookedModule):
     def heads_per_layer(self) -> list[int]:
         return [block.attn.n_heads for block in self.blocks]
 
+    @property
+    def head_ids(self) -> list[list[int]]:
+        """Each layer's heads by their original numbers (a structurally pruned layer keeps
+        its heads' numbers: ``[0, 2, 5]``); tensors index heads by position in the layer."""
+        if self.cfg.head_ids is not None:
+            return [list(row) for row in self.cfg.head_ids]
+        return [list(range(n)) for n in self.heads_per_layer]
+
     def set_use_sdpa(self, enabled: bool) -> None:
         """Force the manual attention path everywhere (False) or allow SDPA (True)."""
         for block in self.blocks:
