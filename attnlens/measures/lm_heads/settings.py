@@ -16,7 +16,8 @@ from attnlens.errors import ConfigError, DataError
 
 ABLATIONS = ("zero", "mean")
 # --streaming-threshold: a head is streaming when restricting it to the sink tokens and the
-# window changes its output by less than this share of the output's norm (docs/lm-heads.md).
+# window changes its output by less than this share of the output's norm: within ~6 degrees
+# of its direction, about 5 % of the attention beyond sinks and window (docs/lm-heads.md).
 DEFAULT_STREAMING_THRESHOLD = 0.1
 
 
