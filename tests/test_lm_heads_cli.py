@@ -79,3 +79,17 @@ def test_the_sample_report_has_the_language_model_section(sample_report: Path) -
     ablation = table(sample_report, "role_ablation")
     assert ablation.empty and list(ablation.columns) == ABLATION_COLUMNS  # no metric here
     assert set(table(sample_report, "role_tests")["role"]) >= LM_ROLES
+
+
+def test_the_viewer_has_a_short_badge_for_every_role() -> None:
+    """The viewer's role badges (`view --report`) name each role of head_roles.csv briefly,
+    the language-model roles included (a long name overflows the model view's cells)."""
+    import re
+
+    from attnlens.measures.heads.roles import ROLES
+
+    script = (Path(__file__).resolve().parents[1] / "attnlens" / "viewer" / "static"
+              / "viewer_data.js").read_text(encoding="utf-8")
+    body = re.search(r"const ROLE_SHORT = \{(.*?)\};", script, re.S).group(1)
+    named = {key.strip('"') for key in re.findall(r'("[^"]+"|\w+):', body)}
+    assert set(ROLES) <= named, set(ROLES) - named

@@ -203,7 +203,8 @@ STATS.decodeMs = performance.now() - t0;
 
 /* Role badges of the report the page came from: "L-H" -> {roles, evidence}. */
 const ROLES = new Map(((V.roles || {}).heads || []).map((r) => [`${r.layer}-${r.head}`, r]));
-const ROLE_SHORT = { positional: "pos", syntactic: "syn", "rare-word": "rare" };
+const ROLE_SHORT = { positional: "pos", syntactic: "syn", "rare-word": "rare", induction: "ind",
+  duplicate_token: "dup", previous_token: "prev", sink: "sink", retrieval: "ret" };
 function roleBadges(l, h) {
   const r = ROLES.get(`${l}-${num(l, h)}`);
   if (!r) return null;
