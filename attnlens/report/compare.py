@@ -22,8 +22,8 @@ from attnlens.report.heads_grid import head_shape
 
 # Columns that count or bound rather than measure: never compared.
 NOT_MEASURES = re.compile(
-    r"^(examples|n_sentences|sentences|tokens|words|index|points|n|p_value|q_value|"
-    r".*_low|.*_high|chance_.*|min_excess|d_model)$")
+    r"^(examples|n_sentences|sentences|tokens|words|index|points|n|p_value|q_value|kv_head|"
+    r".*_low|.*_high|chance_.*|min_.*|null_.*|d_model)$")
 KEYS = ("table", "label", "measure", "layer", "head")
 MAX_GRIDS_PER_TABLE = 24
 HEAD_TOP = 15
