@@ -24,9 +24,9 @@ def head_rows() -> list[tuple[int, int]]:
 
 def known_tables(relation: str = "nsubj", quarter_shift: float = 0.0,
                  syntactic_head: tuple[int, int] = (1, 0)) -> dict[str, pd.DataFrame]:
-    """Head 0-2 is a previous-token head (99.8 %); ``syntactic_head`` is syntactic for
+    """L0H2 is a previous-token head (99.8 %); ``syntactic_head`` is syntactic for
     ``relation``; C(n/4) is 0.70 + 0.01 h in layer 0 and 0.90 + 0.01 h in layer 1 (means
-    0.71 and 0.91), plus ``quarter_shift`` on head 0-1."""
+    0.71 and 0.91), plus ``quarter_shift`` on L0H1."""
     heads = head_rows()
     positional = pd.DataFrame({
         "layer": [lh[0] for lh in heads], "head": [lh[1] for lh in heads],

@@ -51,6 +51,14 @@ EXAMPLE_COLUMNS = ("layer", "head", "measure", "rank", "sentence", "query_token"
                    "window")
 
 
+def top_k(values: torch.Tensor, sentences: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the ``k`` largest ``values`` along the last axis, ties to the smaller
+    sentence index (so streaming and merging pick the same examples)."""
+    order = sentences.argsort(dim=-1, stable=True)
+    ranked = values.gather(-1, order).argsort(dim=-1, descending=True, stable=True)
+    return order.gather(-1, ranked)[..., :k]
+
+
 class HeadExamples(Analyzer):
     """Streaming top-k example sentences per head and measure (module docstring)."""
 
@@ -144,7 +152,8 @@ class HeadExamples(Analyzer):
         sentence = self._ids[None, :, None].expand(m, batch, n_heads)
         old = slice(None), layer, slice(0, n_heads)
         values = torch.cat([self.top_value[old], value.transpose(1, 2)], -1)  # [m, head, k+b]
-        best = values.topk(self.k, dim=-1).indices  # [m, head, k]
+        ids = torch.cat([self.top_sentence[old], sentence.transpose(1, 2)], -1)
+        best = top_k(values, ids, self.k)  # [m, head, k]
 
         def pick(kept: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
             both = torch.cat([kept, new.transpose(1, 2).to(kept.dtype)], 2)
@@ -183,7 +192,8 @@ class HeadExamples(Analyzer):
         merged = super().merge(other)
         device = self.top_value.device
         values = torch.cat([self.top_value, theirs["top_value"].to(device)], -1)
-        best = values.topk(self.k, dim=-1).indices
+        ids = torch.cat([self.top_sentence, theirs["top_sentence"].to(device)], -1)
+        best = top_k(values, ids, self.k)
         merged.top_value = values.gather(-1, best)
         for field in ("top_sentence", "top_query", "top_key", "top_start", "top_window"):
             both = torch.cat([getattr(self, field), theirs[field].to(device)], 3)

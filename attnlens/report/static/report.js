@@ -74,7 +74,7 @@ AL.nullCell = function (table, r, v) {
   const low = table.col("null_low") ? table.col("null_low").values[r] : null;
   if (hv === null || v === null) return AL.el("td", { class: "null missing", text: "no null" });
   const beyond = v > hv || (low !== null && v < low);
-  return AL.el("td", { class: `null${beyond ? " beyond" : ""}`, text: beyond ? "beyond null" : "within null",
+  return AL.el("td", { class: `null${beyond ? " beyond" : ""}`, text: beyond ? "beyond" : "within",
     title: `random-init model: mean ${AL.fmt(mean)}, 95 % range ${low === null ? "" : AL.fmt(low) + " .. "}${AL.fmt(hv)}` });
 };
 
@@ -87,8 +87,8 @@ AL.cardBlock = {
     const hasNull = !!table.col("null_high");
     const out = AL.el("table", { class: "mini measures" });
     out.append(AL.el("tr", { class: "legend" }, AL.el("th", {}), AL.el("th", { class: "num", text: "value" }),
-      AL.el("th", { text: "among heads: low → high" }), AL.el("th", { class: "rank", text: "rank (#1 = highest)" }),
-      ...(hasNull ? [AL.el("th", { text: "null model" })] : [])));
+      AL.el("th", { text: "low → high" }), AL.el("th", { class: "rank", text: "rank" }),
+      ...(hasNull ? [AL.el("th", { text: "null" })] : [])));
     for (const r of rows) {
       const key = labels.map((c) => c.values[r]).concat([table.col("measure").values[r]]).join(" ");
       const v = table.col("value").values[r];
@@ -98,7 +98,9 @@ AL.cardBlock = {
       if (hasNull) cells.push(AL.nullCell(table, r, v));
       out.append(AL.el("tr", {}, cells));
     }
-    return out;
+    const note = "rank #1 = the highest value among the heads; bar: where the value lies between the lowest and the highest head"
+      + (hasNull ? "; null: beyond or within the 95 % range of a randomly initialised model's heads" : "");
+    return AL.el("div", { class: "mini-wrap" }, out, AL.el("p", { class: "card-note", text: note }));
   },
   row(table, item, layer, head) {
     const rows = AL.headRows(table, layer, head);
