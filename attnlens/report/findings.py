@@ -146,11 +146,11 @@ def versus_null(row: pd.Series, value: float, fmt=None, higher: bool = True,
     high, low = float(row["null_high"]), float(row.get("null_low", row["null_high"]))
     if higher:
         if value > high:
-            return True, f"beyond the null: 95 % of {SHAPE}'s heads stay below {show(high)}"
+            return True, f"beyond the null: 95 % of the heads of {SHAPE} stay below {show(high)}"
         return False, (f"within the null: {SHAPE} gives as much (up to {show(high)}), so this "
                        "does not show learned structure")
     if value < low:
-        return True, f"beyond the null: 95 % of {SHAPE}'s heads stay above {show(low)}"
+        return True, f"beyond the null: 95 % of the heads of {SHAPE} stay above {show(low)}"
     return False, (f"within the null: {SHAPE} gives as little (down to {show(low)}), so this "
                    "does not show learned structure")
 
