@@ -146,3 +146,26 @@ def test_mean_pooling_reads_the_mean_of_every_row() -> None:
     first, label, _ = readout(rows, causal=False, pooling=None)
     assert first["value"].tolist() == [0.75, 0.25] and label == "position 0 ([CLS])"
     assert math.isclose(readout(rows, causal=True)[0]["value"].iloc[0], 0.25)
+
+
+def test_broad_rows_are_judged_against_the_keys_the_mask_lets_them_see() -> None:
+    """A causal row i spreading its weight uniformly over its i + 1 visible keys has the
+    largest entropy it can have: broad (threshold tau(i + 1)), not measured against ln n."""
+    from attnlens.measures.heads.behaviour import HeadBehaviour
+
+    n = 6
+    p = torch.zeros(1, 1, n, n)
+    for i in range(n):
+        p[0, 0, i, : i + 1] = 1.0 / (i + 1)  # uniform over what the mask shows
+    batch = Batch(input_ids=torch.arange(5, 5 + n)[None], attention_mask=torch.ones(1, n),
+                  special_mask=torch.zeros(1, n, dtype=torch.bool))
+    shares = {}
+    for causal in (False, True):
+        behaviour = HeadBehaviour(1, 1, causal=causal)
+        behaviour.update(batch, ActivationCache({"blocks.0.attn.hook_pattern": p}))
+        sums = behaviour.field_rows("sentence_sums")[0, :, 0, 0]  # [behaviour]
+        shares[causal] = float(sums[2]) / n  # broad rows
+    # Rows 1..5 have entropy ln(i + 1) > tau(i + 1) = 0.78 ln(i + 1); row 0 has 0 = tau(1).
+    assert shares[True] == pytest.approx(5 / 6)
+    # Against ln 6 (tau(6) = 1.41 nats) only rows with ln(i + 1) > 1.41 count: i >= 4.
+    assert shares[False] == pytest.approx(2 / 6)
