@@ -25,8 +25,9 @@ from attnlens.model.encoder_decoder import is_encoder_decoder
 from attnlens.model.transformer import HookedTransformer
 from attnlens.runs.io import atomic_write_json
 
-# Source config.json fields not carried over (transformers writes its own).
-_DROP_FROM_SOURCE = ("_name_or_path", "transformers_version", "torch_dtype")
+# Source config.json fields not carried over (transformers writes its own). A legacy
+# rope_scaling would take precedence over the rope_parameters the exporter writes.
+_DROP_FROM_SOURCE = ("_name_or_path", "transformers_version", "torch_dtype", "rope_scaling")
 
 
 def _pad_heads(W: torch.Tensor, n: int) -> torch.Tensor:
