@@ -42,8 +42,9 @@ def page_name(index: int) -> str:
 
 
 def write_example_pages(model, tokenizer, report_dir: str | Path, max_pages: int = MAX_PAGES,
-                        max_length: int = 512) -> list[Path]:
-    """Write the pages and the ``viewer_page`` column (module docstring); return the pages."""
+                        max_length: int | None = None) -> list[Path]:
+    """Write the pages and the ``viewer_page`` column (module docstring); return the pages.
+    ``max_length`` None: the model's trained length (the viewer's default)."""
     from attnlens.runs.io import write_table
     from attnlens.viewer.data import text_attention
     from attnlens.viewer.page import AttentionView
@@ -64,6 +65,9 @@ def write_example_pages(model, tokenizer, report_dir: str | Path, max_pages: int
             continue
         data = text_attention(model, tokenizer, text, max_length=max_length)
         if roles is not None:
+            from attnlens.viewer.roles import check_roles_fit
+
+            check_roles_fit(roles, data.heads)
             data.roles = roles
         path = report / page_name(index)
         path.parent.mkdir(exist_ok=True)
