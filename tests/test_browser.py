@@ -280,6 +280,44 @@ def test_card_ranks_only_varying_values_and_shows_missing_ones(honest_report: Pa
         # Grouped-query attention: the head map groups heads by the KV head they share.
         groups = driver.find_elements(By.CSS_SELECTOR, "#headmap tr.kv-groups th.kv-group")
         assert [g.text for g in groups] == ["KV 0: heads 0–1", "KV 1: heads 2–3"]
+
+
+def _grid_cells(driver, table: str, choices: dict[str, str]) -> tuple[set[str], int]:
+    """Open ``table``'s layer x head grid, choose ``choices`` (selector -> value); return the
+    grid's selectors and how many cells hold a value."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    css = f'.tablewidget[data-table="{table}"]'
+    driver.find_element(By.CSS_SELECTOR, css).find_element(
+        By.CSS_SELECTOR, 'button[data-view="grid"]').click()
+    for name, value in choices.items():
+        Select(driver.find_element(By.CSS_SELECTOR, f'{css} select[aria-label="{name}"]')
+               ).select_by_value(value)
+    widget = driver.find_element(By.CSS_SELECTOR, css)
+    selectors = {s.get_attribute("aria-label")
+                 for s in widget.find_elements(By.CSS_SELECTOR, ".tw-grid-controls select")}
+    filled = [c for c in widget.find_elements(By.CSS_SELECTOR, ".hg-cell") if c.text.strip()]
+    return selectors, len(filled)
+
+
+RESULT_COLUMNS = {"tested", "above_margin", "syntactic"}
+
+
+def test_syntactic_grid_slices_on_keys_only(report_dir: Path, sample_report: Path) -> None:
+    """The Layer x head grid of syntactic_accuracy slices on relation and direction, never on
+    its yes/no result columns (which hid every head of nsubj dep->head, issue 23 item 7)."""
+    with browser() as driver:
+        open_page(driver, report_dir / "index.html")
+        selectors, filled = _grid_cells(driver, "syntactic_accuracy",
+                                        {"relation": "nsubj", "direction": "dep->head"})
+        assert {"relation", "direction"} <= selectors and not selectors & RESULT_COLUMNS
+        assert filled == 6 * 12
+        assert console_errors(driver) == []
+        open_page(driver, sample_report / "index.html")  # the sample report: all relations
+        selectors, filled = _grid_cells(driver, "syntactic_accuracy",
+                                        {"direction": "dep->head"})
+        assert not selectors & RESULT_COLUMNS and filled == 6 * 12
         assert console_errors(driver) == []
 
 

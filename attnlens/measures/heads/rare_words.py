@@ -115,31 +115,37 @@ class RareWordHeads(PerSentenceRows, Analyzer):
         rows = torch.zeros(batch.size, len(RANKS), dtype=torch.float64)
         chance = torch.zeros(batch.size, len(RANKS), dtype=torch.float64)
         others = 1 if self.rare_self == "exclude" else 0  # the attending word cannot win
+        unaligned = batch.extra.get("unaligned") or [[] for _ in range(batch.size)]
         for b, words in enumerate(batch.words):
-            kept = words[: batch.extra["n_words"][b]]
+            # words without a token of their own (attnlens.data.alignment) take no part
+            n_kept = batch.extra["n_words"][b]
+            tokenless = {i for i in unaligned[b] if i < n_kept}
+            kept = ["" if i in tokenless else w for i, w in enumerate(words[:n_kept])]
             order = self.rarity.rarest(kept, k=max(RANKS.values()) + 1)
             for r, k in enumerate(RANKS.values()):
                 if len(order) <= k:
                     continue
                 targets = order[:k]
-                attending = [i for i in range(len(kept)) if i not in targets]
+                attending = [i for i in range(len(kept))
+                             if i not in targets and i not in tokenless]
                 per_rank[r] += [[b, i, *targets] for i in attending]
                 rows[b, r] = len(attending)
-                chance[b, r] = self._chance(attending, targets, len(kept), others)
+                chance[b, r] = self._chance(attending, targets, len(kept), others, tokenless)
         self.sentence_rows.append(rows)
         self.sentence_chance.append(chance)
         return [torch.tensor(examples, dtype=torch.long).reshape(-1, 2 + k)
                 for examples, k in zip(per_rank, RANKS.values(), strict=True)]
 
     def _chance(self, attending: list[int], targets: list[int], n_words: int,
-                others: int) -> float:
-        """Expected hits of a head choosing uniformly among the words its mask lets each
-        attending word see (summed over the attending words; module docstring)."""
+                others: int, tokenless: set[int]) -> float:
+        """Expected hits of a head choosing uniformly among the aligned words its mask lets
+        each attending word see (summed over the attending words; module docstring)."""
         if not self.causal:
-            return len(attending) * len(targets) / (n_words - others)
+            return len(attending) * len(targets) / (n_words - len(tokenless) - others)
         total = 0.0
         for i in attending:
-            seen = i + 1 - others  # words 0..i (the word itself excluded with ``exclude``)
+            # aligned words 0..i (the word itself excluded with ``exclude``)
+            seen = sum(1 for j in range(i + 1) if j not in tokenless) - others
             if seen > 0:
                 total += sum(1 for t in targets if t <= i) / seen
         return total
