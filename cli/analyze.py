@@ -54,4 +54,4 @@ def analyze(
 
 def register(app: typer.Typer) -> None:
     command(app, "analyze", corpus=True, out=DEFAULT_OUT, device_map=True, resumable=True,
-            checkpoints=True, inputs=lm.INPUTS)(analyze)
+            checkpoints=True, null=True, inputs=lm.INPUTS)(analyze)
