@@ -297,8 +297,8 @@ class HeadRolesSection(Section):
     def _lm_tables(self, model: HookedTransformer,
                    tables: dict[str, pd.DataFrame]) -> pd.DataFrame | None:
         """The language-model roles' tests (and the ``sink`` rows added to ``head_stats``)
-        when the linked section ran on this model, else None."""
-        if self.lm is None or not self.lm.lm.ready:
+        when the linked section ran on this model, else None (e.g. a report's null pass)."""
+        if self.lm is None or not self.lm.lm.made_for(model):
             return None
         result = self.lm.lm.compute(model)
         self.lm.roles_elsewhere = True  # its roles are listed here

@@ -157,6 +157,7 @@ class LmHeads:
         self.min_examples = min_examples
         self.sts_pairs = sts_pairs  # SentencePairs for a sentence encoder's checks
         self.tokenizer = None
+        self.model: HookedTransformer | None = None  # the model of the corpus analyzers
         self.corpus: dict[str, Analyzer] = {}
         self._result: LmHeadsResult | None = None
 
@@ -165,10 +166,15 @@ class LmHeads:
         """Whether ``corpus_analyzers`` ran (the measure applies to the model)."""
         return self.tokenizer is not None
 
+    def made_for(self, model: HookedTransformer) -> bool:
+        """Whether the corpus analyzers are ``model``'s (not, e.g., a report's null model,
+        whose pass runs other sections' copies on a random copy of the model)."""
+        return self.ready and model is self.model
+
     def corpus_analyzers(self, model: HookedTransformer, tokenizer) -> list[Analyzer]:
         """The analyzers of the one corpus pass (kept: ``compute`` reads them)."""
         s = self.settings
-        self.tokenizer, self._result = tokenizer, None
+        self.tokenizer, self.model, self._result = tokenizer, model, None
         self.corpus = {
             "sinks": SinkScores.for_model(model, self.inference),
             "keys": SinkKeys.for_model(model),
@@ -222,6 +228,9 @@ class LmHeads:
         if not self.ready:
             raise ConfigError("the language-model heads measure needs its corpus analyzers "
                               "first (corpus_analyzers).")
+        if not self.made_for(model):
+            raise ConfigError("the language-model heads measure's corpus analyzers were made "
+                              "for another model; call corpus_analyzers with this one.")
         s, facts = self.settings, {}
         probes = retrieval = long_errors = None
         probe_batches: list[Batch] = []
