@@ -170,3 +170,26 @@ def test_gqa_models_get_their_kv_head_column() -> None:
     for table in (probes.table(), copying_table(model)):
         assert (table["kv_head"] == table["head"] // 2).all()
         assert isinstance(table, pd.DataFrame) and not table["value"].isna().any()
+
+
+def test_a_tokenizer_without_a_first_token_gives_probes_without_one() -> None:
+    """No leading special token, BOS or EOS (a word-level causal tokenizer): the probes are
+    R + R, read as the model reads its texts, and the planted heads are still found."""
+    from attnlens.measures.lm_heads.probes import ProbeScores, frame_tokens, random_probes
+    from attnlens.stats.bootstrap import Inference
+    from attnlens.stream.runner import run_analyzers
+    from tests.lm_heads_toys import BOS, INDUCTION_HEAD, ORDINARY, PREV_HEAD, toy_model
+    from tests.pruning_toys import word_tokenizer
+
+    assert frame_tokens(word_tokenizer(causal=True)) == ([], [])
+    probes = random_probes(ORDINARY, 20, 8, seed=0, first=[], closing=[], pad_id=BOS,
+                           special={BOS})
+    assert probes.prefix == [0] * 20 and probes.input_ids.shape[1] == 16
+    model = toy_model()
+    scores = ProbeScores.for_model(model, Inference(bootstrap=0))
+    run_analyzers(model, probes.batches(), [scores], show_progress=False)
+    table = scores.table().set_index(["measure", "layer", "head"])["value"]
+    # toy heads: near one-hot attention (score gap 30); the first query of the second
+    # repeat has no earlier token after its copy's predecessor, so not exactly 1
+    assert table[("induction", *INDUCTION_HEAD)] > 0.8
+    assert table[("previous_token", *PREV_HEAD)] > 0.99

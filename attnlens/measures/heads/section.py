@@ -30,6 +30,8 @@ from attnlens.measures.heads.roles import (
 from attnlens.measures.heads.syntactic import SyntacticHeads
 from attnlens.measures.heads.syntactic_arcs import DEFAULT_MIN_EXAMPLES, MAIN_DIRECTIONS
 from attnlens.measures.heads.syntactic_tables import held_out_selection
+from attnlens.measures.lm_heads.sinks import SinkScores
+from attnlens.measures.lm_heads.tables import original_numbers, sink_rows
 from attnlens.model.head_ids import head_ids_of, renumber_heads, renumber_tables
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import (
@@ -239,6 +241,8 @@ class HeadRolesSection(Section):
         ]
         if self.clusters:
             found.append(HeadClustering.for_model(model, inference=inference))
+        if self.lm is not None:  # the sink rows of a model the measure does not run on
+            found.append(SinkScores.for_model(model, inference))  # (a report's null model)
         return found
 
     def _held_out(self, model: HookedTransformer, syntactic: SyntacticHeads) -> pd.DataFrame:
@@ -281,7 +285,7 @@ class HeadRolesSection(Section):
         if not has_words:
             tables.pop("rare_words")
         positional_heads = tables["positional_heads"]
-        extra = self._lm_tables(model, tables)
+        extra = self._lm_tables(model, tables, one(SinkScores))
         tables["role_tests"] = role_tests(positional_heads, syn_acc, rare_table, extra)
         for view, suffix in (("tested", ""), ("uncorrected", "_uncorrected")):
             tables[f"head_roles{suffix}"] = classify_heads(positional_heads, syn_acc,
@@ -294,18 +298,27 @@ class HeadRolesSection(Section):
                 how="left")
         return tables
 
-    def _lm_tables(self, model: HookedTransformer,
-                   tables: dict[str, pd.DataFrame]) -> pd.DataFrame | None:
-        """The language-model roles' tests (and the ``sink`` rows added to ``head_stats``)
-        when the linked section ran on this model, else None (e.g. a report's null pass)."""
-        if self.lm is None or not self.lm.lm.made_for(model):
+    def _lm_tables(self, model: HookedTransformer, tables: dict[str, pd.DataFrame],
+                   sinks: SinkScores | None) -> pd.DataFrame | None:
+        """With the language-model measure linked: its ``sink`` rows (Gu et al.'s, pooled per
+        sentence, every model) replace HeadStats' (causal models, ``--pooling``) in
+        ``head_stats``; returns its roles' tests when it ran on this model, else None (a
+        report's null pass: the sink rows come from this section's own ``SinkScores``)."""
+        if self.lm is None:
             return None
-        result = self.lm.lm.compute(model)
-        self.lm.roles_elsewhere = True  # its roles are listed here
-        if result.sink_rows is not None:
-            tables["head_stats"] = pd.concat([tables["head_stats"], result.sink_rows],
+        tests, rows = None, None
+        if self.lm.lm.made_for(model):
+            result = self.lm.lm.compute(model)
+            self.lm.roles_elsewhere = True  # its roles are listed here
+            tests, rows = result.role_tests, result.sink_rows
+        elif sinks is not None:
+            sizes = [b.attn.n_heads // b.attn.n_kv_heads for b in model.blocks]
+            rows = original_numbers(sink_rows(sinks), head_ids_of(model), sizes)
+        if rows is not None:
+            stats = tables["head_stats"]
+            tables["head_stats"] = pd.concat([stats[stats["measure"] != "sink"], rows],
                                              ignore_index=True)
-        return result.role_tests
+        return tests
 
     def _examples(self, examples: HeadExamples) -> pd.DataFrame:
         tokenizer = getattr(self, "tokenizer", None)

@@ -52,16 +52,14 @@ def ordinary_token_ids(tokenizer, vocab_size: int) -> list[int]:
 
 def frame_tokens(tokenizer) -> tuple[list[int], list[int]]:
     """(first tokens, closing tokens) of a probe: the special tokens the tokenizer puts
-    around one text; without a leading one, its BOS (else EOS) token as the first."""
+    around one text; without a leading one, its BOS (else EOS) token as the first; with
+    neither, no first token (probes ``R + R``, as the model reads its texts)."""
     before, after = tokenizer.special_layout
     hf = tokenizer.hf
     first = hf.convert_tokens_to_ids(before)
     if not first:
         fallback = hf.bos_token_id if hf.bos_token_id is not None else hf.eos_token_id
-        if fallback is None:
-            raise ConfigError("the tokenizer has neither a leading special token nor BOS/EOS; "
-                              "give probes with --probe-file (a first token, R ids, R ids).")
-        first = [fallback]
+        first = [] if fallback is None else [fallback]
     return list(first), list(hf.convert_tokens_to_ids(after))
 
 
