@@ -31,8 +31,10 @@ from einops import rearrange
 from torch import nn
 
 from attnlens.errors import ConfigError
-from attnlens.hooks import HookPoint
+from attnlens.hooks import HookPoint, QueryBlock
 from attnlens.model.factored import FactoredMatrix
+from attnlens.model.masks import AttentionMask, mask_from_parts
+from attnlens.model.query_blocks import DEFAULT_BLOCKS, QueryBlocks
 
 
 def additive_attention_mask(
@@ -50,25 +52,14 @@ def additive_attention_mask(
     ``[batch | 1, head | 1, query_pos, key_pos]`` with ``finfo.min`` where attention is
     forbidden, or None when nothing is masked (which lets SDPA take its fastest kernel).
     """
-    neg = torch.finfo(dtype).min
-    mask = None
-    if key_padding_mask is not None and not bool(key_padding_mask.all()):
-        keep = key_padding_mask.bool()[:, None, None, :]  # [batch, 1, 1, key_pos]
-        mask = torch.zeros(keep.shape, dtype=dtype, device=device).masked_fill(~keep, neg)
-    if causal:
-        # Query i sees keys j <= i + (key_len - query_len): bottom-right aligned.
-        future = torch.ones(query_len, key_len, dtype=torch.bool, device=device).triu(
-            1 + key_len - query_len
-        )
-        causal_mask = torch.zeros(1, 1, query_len, key_len, dtype=dtype, device=device)
-        causal_mask = causal_mask.masked_fill(future, neg)
-        mask = causal_mask if mask is None else (mask + causal_mask).clamp(min=neg)
-    if attn_bias is not None:
-        bias = attn_bias.to(dtype)
-        while bias.dim() < 4:
-            bias = bias.unsqueeze(0)
-        mask = bias if mask is None else (mask + bias).clamp(min=neg)
-    return mask
+    return mask_from_parts(
+        key_padding_mask, query_len, key_len, causal, dtype, device, attn_bias
+    ).dense()
+
+
+def _mask_rows(mask: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+    """Rows ``start:stop`` of an additive mask ``[..., query_pos | 1, key_pos]``."""
+    return mask if mask.shape[-2] == 1 else mask[..., start:stop, :]
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -110,6 +101,13 @@ class MultiHeadAttention(nn.Module):
     ``hook_z [batch, query_pos, head, d_head_v]`` (before the head gate),
     ``hook_result [batch, query_pos, head, d_out]`` (each head's gated contribution; computed
     only when hooked, since it costs ``n_heads`` times the output's memory).
+
+    Long inputs: the manual path computes the pattern ``query_blocks.block_rows`` query rows
+    at a time (``[batch, head, rows, key_pos]``; each row's softmax complete within its
+    block) and fires ``hook_scores`` / ``hook_pattern`` once per block with
+    ``hook.query_block`` set, when every hook there accepts blocks; ``z`` is assembled from
+    the blocks' ``pattern @ v``. One block is the whole matrix (short inputs, or a hook that
+    needs it, refused above ``query_blocks.whole_matrix_limit``).
     """
 
     def __init__(
@@ -153,6 +151,7 @@ class MultiHeadAttention(nn.Module):
         self.scale = 1.0 / math.sqrt(d_head) if scale is None else scale
         self.rotary_dim, self.rotary_base = rotary_dim, rotary_base
         self.use_sdpa = True
+        self.query_blocks: QueryBlocks = DEFAULT_BLOCKS  # long inputs: blocks of query rows
 
         self.W_Q = nn.Parameter(torch.empty(n_heads, d_in, d_head))
         self.W_K = nn.Parameter(torch.empty(n_kv_heads, self.d_kv_in, d_head))
@@ -204,7 +203,7 @@ class MultiHeadAttention(nn.Module):
         x: torch.Tensor,
         kv_input: torch.Tensor | None = None,
         *,
-        mask: torch.Tensor | None = None,
+        mask: torch.Tensor | AttentionMask | None = None,
         key_padding_mask: torch.Tensor | None = None,
         attn_bias: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
@@ -214,7 +213,8 @@ class MultiHeadAttention(nn.Module):
         """Attend from ``x [batch, query_pos, d_in]`` to ``kv_input [batch, key_pos, d_kv_in]``.
 
         ``kv_input`` defaults to ``x`` (self-attention). ``mask`` is a ready additive mask
-        ``[batch | 1, head | 1, query_pos, key_pos]`` (built once per model forward); without
+        ``[batch | 1, head | 1, query_pos, key_pos]`` or an ``AttentionMask`` that builds
+        its rows on demand (built once per model forward); without
         it one is built from ``key_padding_mask [batch, key_pos]`` (1 = real token), the
         module's ``causal`` flag and ``attn_bias``. ``positions [batch, pos]`` number the
         tokens for rotary embedding. ``head_gate [head]`` scales each head's contribution.
@@ -224,7 +224,7 @@ class MultiHeadAttention(nn.Module):
         batch, query_len, _ = x.shape
         key_len = kv.shape[1]
         if mask is None:
-            mask = additive_attention_mask(
+            mask = mask_from_parts(
                 key_padding_mask, query_len, key_len, self.causal, x.dtype, x.device, attn_bias
             )
 
@@ -251,19 +251,18 @@ class MultiHeadAttention(nn.Module):
             if self.group_size > 1:
                 k_h = k_h.repeat_interleave(self.group_size, dim=1)  # [batch, head, key_pos, d]
                 v_h = v_h.repeat_interleave(self.group_size, dim=1)
-            scores = torch.matmul(q_h, k_h.transpose(-1, -2)) * self.scale
-            if mask is not None:
-                scores = scores + mask  # [batch, head, query_pos, key_pos]
-            scores = self.hook_scores(scores)
-            pattern = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-            pattern = self.hook_pattern(pattern)
-            z = torch.matmul(pattern, v_h)  # [batch, head, query_pos, d_head_v]
+            z = self._manual_attention(q_h, k_h, v_h, mask)  # [batch, head, query_pos, d_v]
         else:
+            if isinstance(mask, AttentionMask):
+                sdpa_mask, is_causal = mask.for_sdpa()
+            else:
+                sdpa_mask, is_causal = mask, False
             z = F.scaled_dot_product_attention(
                 q_h,
                 k_h,
                 v_h,
-                attn_mask=mask,
+                attn_mask=sdpa_mask,
+                is_causal=is_causal,
                 scale=self.scale,
                 enable_gqa=self.group_size > 1,
             )  # [batch, head, query_pos, d_head_v]
@@ -271,6 +270,65 @@ class MultiHeadAttention(nn.Module):
         if head_gate is not None:
             z = z * head_gate.to(z.dtype)[:, None]  # gate [head] -> [head, 1], broadcast
         return self._combine_heads(z)
+
+    def _block_rows(self, q_h: torch.Tensor, key_len: int) -> int:
+        """Query rows per block: all of them when a hook needs the whole matrix (refused
+        above the whole-matrix limit), else ``query_blocks.block_rows``."""
+        batch, heads, query_len, _ = q_h.shape
+        blocks = self.query_blocks
+        for point in (self.hook_scores, self.hook_pattern):
+            if point.has_hooks and point.needs_whole:
+                blocks.check_whole(query_len, f"a hook on {point.name or 'hook_pattern'}")
+                return query_len
+        return blocks.block_rows(batch, heads, query_len, key_len, q_h.device)
+
+    def _manual_attention(
+        self,
+        q_h: torch.Tensor,
+        k_h: torch.Tensor,
+        v_h: torch.Tensor,
+        mask: torch.Tensor | AttentionMask | None,
+    ) -> torch.Tensor:
+        """Scores, softmax and the weighted sum, a block of query rows at a time; the hooks
+        on scores and patterns fire once per block. ``q_h [batch, head, query_pos, d_head]``,
+        ``k_h``/``v_h [batch, head, key_pos, d]`` (grouped heads already repeated). Returns
+        ``z [batch, head, query_pos, d_head_v]``."""
+        query_len, key_len = q_h.shape[-2], k_h.shape[-2]
+        rows = self._block_rows(q_h, key_len)
+        keys_t = k_h.transpose(-1, -2)  # [batch, head, d_head, key_pos]
+        if rows >= query_len:  # one block: the whole matrix
+            dense = mask.dense() if isinstance(mask, AttentionMask) else mask
+            return self._attend_block(q_h, keys_t, v_h, dense, QueryBlock(0, query_len,
+                                                                          query_len))
+        z = q_h.new_empty(*q_h.shape[:-1], v_h.shape[-1])  # [batch, head, query_pos, d_v]
+        for start in range(0, query_len, rows):
+            stop = min(start + rows, query_len)
+            if isinstance(mask, AttentionMask):
+                block_mask = mask.rows(start, stop)
+            else:
+                block_mask = None if mask is None else _mask_rows(mask, start, stop)
+            z[:, :, start:stop] = self._attend_block(
+                q_h[:, :, start:stop], keys_t, v_h, block_mask,
+                QueryBlock(start, stop, query_len))
+        return z
+
+    def _attend_block(
+        self,
+        q_rows: torch.Tensor,
+        keys_t: torch.Tensor,
+        v_h: torch.Tensor,
+        mask: torch.Tensor | None,
+        block: QueryBlock,
+    ) -> torch.Tensor:
+        """One block: ``q_rows [batch, head, rows, d_head]`` against every key; returns the
+        rows' ``z [batch, head, rows, d_head_v]``."""
+        scores = torch.matmul(q_rows, keys_t) * self.scale  # [batch, head, rows, key_pos]
+        if mask is not None:
+            scores = scores + mask
+        scores = self.hook_scores.fire_block(scores, block)
+        pattern = F.softmax(scores, dim=-1, dtype=torch.float32).to(q_rows.dtype)
+        pattern = self.hook_pattern.fire_block(pattern, block)
+        return torch.matmul(pattern, v_h)  # [batch, head, rows, d_head_v]
 
     def _combine_heads(self, z: torch.Tensor) -> torch.Tensor:
         """Heads' values ``z [batch, pos, head, d_head_v]`` -> output ``[batch, pos, d_out]``."""

@@ -12,6 +12,8 @@ from attnlens.hooks import HookedModule, HookPoint
 from attnlens.model.attention import MultiHeadAttention, additive_attention_mask
 from attnlens.model.config import TransformerConfig
 from attnlens.model.layers import MLP, FirstTokenHead, LMHead, MaskedLMHead, make_norm
+from attnlens.model.masks import AttentionMask, mask_from_parts
+from attnlens.model.query_blocks import QueryBlocks
 from attnlens.model.relative import RelativePositionBias
 
 ReturnType = Literal["auto", "hidden", "logits", "pooled"]
@@ -70,7 +72,7 @@ class TransformerBlock(nn.Module):
     def forward(
         self,
         resid: torch.Tensor,
-        mask: torch.Tensor | None,
+        mask: torch.Tensor | AttentionMask | None,
         positions: torch.Tensor | None,
         head_gate: torch.Tensor | None,
         encoder_out: torch.Tensor | None = None,
@@ -176,6 +178,16 @@ class HookedTransformer(HookedModule):
         for block in self.blocks:
             block.attn.use_sdpa = enabled
 
+    @property
+    def query_blocks(self) -> QueryBlocks:
+        """How the hooked attention path splits long patterns (``model.query_blocks``)."""
+        return self.blocks[0].attn.query_blocks if len(self.blocks) else QueryBlocks()
+
+    def set_query_blocks(self, blocks: QueryBlocks) -> None:
+        """Every self-attention's query-block settings (rows per block, whole-matrix limit)."""
+        for block in self.blocks:
+            block.attn.query_blocks = blocks
+
     def positions(
         self, input_ids: torch.Tensor | None, shape: tuple[int, int], device: torch.device
     ) -> torch.Tensor:
@@ -273,8 +285,12 @@ class HookedTransformer(HookedModule):
         if position_ids is None:
             position_ids = self.positions(input_ids, (batch, length), ref.device)
         resid = self.embed_tokens(input_ids, token_type_ids, position_ids, inputs_embeds)
-        bias = None if self.rel_pos_bias is None else self.rel_pos_bias(length, length)
-        mask = additive_attention_mask(
+        bias = None
+        if self.rel_pos_bias is not None:
+            def bias(start: int, stop: int) -> torch.Tensor:  # [1, head, rows, key_pos]
+                return self.rel_pos_bias.rows(start, stop, length)
+        # built by query rows when the attention works in blocks; whole (once) otherwise
+        mask = mask_from_parts(
             attention_mask, length, length, self.cfg.causal, resid.dtype, resid.device, bias
         )
         cross_mask, cross_gates = self._cross_inputs(

@@ -25,11 +25,10 @@ import unicodedata
 
 import pandas as pd
 import torch
-import torch.nn.functional as F
 
 from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
-from attnlens.stream.base import Analyzer, Batch, pattern_hook_names
+from attnlens.stream.base import Analyzer, Batch, PatternBlock, pattern_hook_names
 from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
 
 MEASURES = (
@@ -74,6 +73,7 @@ class HeadStats(PerSentenceRows, Analyzer):
 
     name = "head_stats"
     layerwise = True
+    reads_blocks = True
     state_fields = ("sums", "rows", "sentences", "sentence_sums", "sentence_rows")
     row_fields = ("sentence_sums", "sentence_rows")
 
@@ -128,34 +128,29 @@ class HeadStats(PerSentenceRows, Analyzer):
         self._targets = torch.stack(
             [torch.isin(ids, s.to(ids.device)) & real for s in self._id_sets], -1
         ).to(torch.float32)  # [batch, key_pos, 3]: is [CLS], is [SEP], is punctuation
-        pos = torch.arange(ids.shape[1], device=ids.device)
-        self._distance = (pos[:, None] - pos[None, :]).abs().to(torch.float32)  # [query, key]
         self._row_weight = rows.to(torch.float32)[:, None, :]  # [batch, 1, query_pos]
         self.sentences += sentence_ids_of(batch, self.next_sentence_id())
         self.sentence_rows.append(rows.sum(1))  # [sentence]
         self._scratch = torch.zeros(ids.shape[0], len(MEASURES), self.n_layers, self.n_heads,
                                     device=ids.device)  # [sentence, measure, layer, head]
 
-    def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
-        p = cache["pattern", layer].float()  # [batch, head, query_pos, key_pos]
-        n_heads = p.shape[1]
-        to_targets = (p @ self._targets[:, None]).permute(3, 0, 1, 2)  # [3, batch, head, query]
-        diag = p.diagonal(dim1=-2, dim2=-1)  # [batch, head, query_pos]: p[i, i]
-        prev = F.pad(p.diagonal(offset=-1, dim1=-2, dim2=-1), (1, 0))  # p[i, i-1]
-        nxt = F.pad(p.diagonal(offset=1, dim1=-2, dim2=-1), (0, 1))  # p[i, i+1]
+    def update_block(self, batch: Batch, layer: int, block: PatternBlock,
+                     cache: ActivationCache) -> None:
+        p = block.p  # [batch, head, rows, key_pos]
+        to_targets = (p @ self._targets[:, None]).permute(3, 0, 1, 2)  # [3, batch, head, rows]
         per_row = torch.stack(
             [
-                p.amax(-1),
-                torch.special.entr(p).sum(-1),  # -sum p log p, 0 log 0 = 0
+                block.row_max,
+                block.entropy,  # -sum p log p, 0 log 0 = 0
                 *to_targets,
-                diag,
-                prev,
-                nxt,
-                (p * self._distance).sum(-1),
+                block.diagonal(p, 0),  # p[i, i]
+                block.diagonal(p, -1),  # p[i, i-1]
+                block.diagonal(p, 1),  # p[i, i+1]
+                (p * block.distance).sum(-1),
             ]
-        )  # [measure, batch, head, query_pos]
-        per_sentence = (per_row * self._row_weight).sum(3)  # [measure, batch, head]
-        self._scratch[:, :, layer, :n_heads] = per_sentence.transpose(0, 1)
+        )  # [measure, batch, head, rows]
+        per_sentence = (per_row * block.query_rows(self._row_weight)).sum(3)  # [measure, b, h]
+        self._scratch[:, :, layer, : block.n_heads] += per_sentence.transpose(0, 1)
 
     def end_batch(self, batch: Batch) -> None:
         # one transfer per batch; the per-sentence rows stay on the model's device
