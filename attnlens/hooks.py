@@ -76,6 +76,9 @@ class HookPoint(nn.Module):
         self._fwd_fns: list[HookFn] = []
         self._bwd_fns: list[HookFn] = []
         self.query_block: QueryBlock | None = None  # set while an attention block is fired
+        # set while a layer's pattern blocks are fired: (start, stop) -> those rows of the
+        # pattern, recomputed from the layer's queries and keys (hooks' edits not applied)
+        self.pattern_rows: Callable[[int, int], torch.Tensor] | None = None
 
     @property
     def has_hooks(self) -> bool:

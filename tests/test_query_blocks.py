@@ -236,3 +236,106 @@ def test_head_clustering_leaves_long_inputs_out_when_asked_and_says_so():
     assert stats.rows > 0
     with pytest.raises(WholeMatrixError, match="clustering"):
         run_analyzers(model, batches, [HeadClustering(2, 4)], show_progress=False)
+
+
+# The spectrum at length ---------------------------------------------------------------------
+def _spectrum_data(lengths=(70, 70, 20, 9)):
+    """One batch of sentences of these real lengths (right-padded), random patterns of a
+    2-layer, 3-head model, and values."""
+    from attnlens.data.batch import Batch
+
+    gen = torch.Generator().manual_seed(3)
+    n, length = len(lengths), max(lengths)
+    mask = torch.zeros(n, length, dtype=torch.long)
+    for b, real in enumerate(lengths):
+        mask[b, :real] = 1
+    batch = Batch(input_ids=torch.ones(n, length, dtype=torch.long), attention_mask=mask)
+    keep = mask.bool()[:, None, None, :]
+    cache = {}
+    for layer in range(2):
+        scores = 2 * torch.randn(n, 3, length, length, generator=gen)
+        cache[f"blocks.{layer}.attn.hook_pattern"] = torch.softmax(
+            scores.masked_fill(~keep, -torch.inf), -1)
+        cache[f"blocks.{layer}.attn.hook_v"] = torch.randn(n, length, 3, 4, generator=gen)
+    return batch, ActivationCache(cache)
+
+
+def _feed_with_recompute(analyzer, batch, cache, rows):
+    """``feed_blocks`` with each block's ``recompute`` (rows sliced from the cache, as the
+    model recomputes them)."""
+    analyzer.begin_batch(batch)
+    for layer in range(2):
+        pattern = cache["pattern", layer]
+        others = ActivationCache({f"blocks.{layer}.attn.hook_v": cache["v", layer]})
+        length = pattern.shape[-2]
+
+        def recompute(start, stop, pattern=pattern):
+            return pattern[:, :, start:stop].clone()
+
+        for start in range(0, length, rows):
+            stop = min(start + rows, length)
+            block = PatternBlock(pattern[:, :, start:stop], QueryBlock(start, stop, length),
+                                 layer, recompute)
+            analyzer.update_block(batch, layer, block, others)
+        analyzer.end_layer(batch, layer)
+    analyzer.end_batch(batch)
+
+
+@pytest.mark.parametrize("rows", [8, 13])
+def test_spectrum_top_k_from_block_products_equals_the_dense_path(rows):
+    from attnlens.measures.spectrum.spectrum import SpectrumAnalyzer
+
+    batch, cache = _spectrum_data()
+
+    def make():
+        return SpectrumAnalyzer([3, 3], top_k=4, top_k_min_n=32, low_rank_cost=True)
+
+    whole, blocked = make(), make()
+    whole.update(batch, cache)
+    _feed_with_recompute(blocked, batch, cache, rows)
+    assert blocked.top_sentences == 2 and blocked.sentences == 2  # 70 top-k; 20 and 9 full
+    # top-k: the same Gaussian start and float32 iterations as the dense path, products
+    # summed block by block (float32 rounding, amplified by 4 power steps: 1e-5 relative);
+    # full spectra of the short sentences are the same matrices (exact)
+    for name, table in whole.result().items():
+        pd.testing.assert_frame_equal(blocked.result()[name], table, obj=name,
+                                      check_exact=False, rtol=1e-5, atol=1e-6)
+
+
+def test_top_k_bounds_hold_for_block_products():
+    """The bounds bracket the exact nuclear norm and top-k sum of each long pattern."""
+    from attnlens.measures.spectrum.long_patterns import BlockSketch
+    from attnlens.measures.spectrum.singular_values import top_singular_values_of
+    from attnlens.stream.real_tokens import block_groups
+
+    batch, cache = _spectrum_data((70, 64))
+    pattern = cache["pattern", 0]
+    (group_70,) = [g for g in block_groups(batch.attention_mask, batch.attention_mask)
+                   if g.rank == 70]
+    sketch = BlockSketch(group_70, 3, 70, 5, None, 0, torch.device("cpu"))
+    for start in range(0, 70, 9):
+        stop = min(start + 9, 70)
+        sketch.add(PatternBlock(pattern[:, :, start:stop], QueryBlock(start, stop, 70), 0))
+    top = top_singular_values_of(
+        sketch.products(lambda a, b: pattern[:, :, a:b], 9), 5, sketch=sketch.first_product())
+    s = torch.linalg.svdvals(pattern[0, :, :70, :70].double())  # [head, 70]
+    nuclear, top5 = s.sum(-1), s[:, :5].sum(-1)
+    slack = 1e-9  # float64 rounding of the bounds themselves
+    assert (top.nuclear_lower[0] <= nuclear + slack).all()
+    assert (nuclear <= top.nuclear_upper[0] + slack).all()
+    assert (top.ky_fan_lower[0] <= top5 + slack).all()
+    assert (top5 <= top.ky_fan_upper[0] + slack).all()
+
+
+def test_full_spectra_need_whole_blocks_and_are_refused_above_the_limit():
+    from attnlens.measures.spectrum.spectrum import SpectrumAnalyzer
+
+    model = causal_model()
+    batches = _model_batches(model)
+    model.set_query_blocks(QueryBlocks(rows=8, whole_matrix_limit=20))
+    with pytest.raises(WholeMatrixError, match="the spectrum analysis.*26 tokens"):
+        run_analyzers(model, batches, [SpectrumAnalyzer([4, 4], low_rank_cost=False)],
+                      show_progress=False)
+    top_k = SpectrumAnalyzer([4, 4], low_rank_cost=False, top_k=3, top_k_min_n=16)
+    run_analyzers(model, batches, [top_k], show_progress=False)  # 20 and 26 tokens: top-k
+    assert top_k.top_sentences == 3 and top_k.result()["spectrum_top_k"]["value"].notna().all()

@@ -300,16 +300,29 @@ class MultiHeadAttention(nn.Module):
             dense = mask.dense() if isinstance(mask, AttentionMask) else mask
             return self._attend_block(q_h, keys_t, v_h, dense, QueryBlock(0, query_len,
                                                                           query_len))
-        z = q_h.new_empty(*q_h.shape[:-1], v_h.shape[-1])  # [batch, head, query_pos, d_v]
-        for start in range(0, query_len, rows):
-            stop = min(start + rows, query_len)
+        def mask_rows(start: int, stop: int) -> torch.Tensor | None:
             if isinstance(mask, AttentionMask):
-                block_mask = mask.rows(start, stop)
-            else:
-                block_mask = None if mask is None else _mask_rows(mask, start, stop)
-            z[:, :, start:stop] = self._attend_block(
-                q_h[:, :, start:stop], keys_t, v_h, block_mask,
-                QueryBlock(start, stop, query_len))
+                return mask.rows(start, stop)
+            return None if mask is None else _mask_rows(mask, start, stop)
+
+        def pattern_rows(start: int, stop: int) -> torch.Tensor:
+            """Rows ``start:stop`` of this layer's pattern, recomputed (no hooks)."""
+            scores = torch.matmul(q_h[:, :, start:stop], keys_t) * self.scale
+            block_mask = mask_rows(start, stop)
+            if block_mask is not None:
+                scores = scores + block_mask
+            return F.softmax(scores, dim=-1, dtype=torch.float32).to(q_h.dtype)
+
+        z = q_h.new_empty(*q_h.shape[:-1], v_h.shape[-1])  # [batch, head, query_pos, d_v]
+        self.hook_pattern.pattern_rows = pattern_rows  # analyzers may recompute rows
+        try:
+            for start in range(0, query_len, rows):
+                stop = min(start + rows, query_len)
+                z[:, :, start:stop] = self._attend_block(
+                    q_h[:, :, start:stop], keys_t, v_h, mask_rows(start, stop),
+                    QueryBlock(start, stop, query_len))
+        finally:
+            self.hook_pattern.pattern_rows = None
         return z
 
     def _attend_block(

@@ -151,6 +151,12 @@ class Analyzer(ABC):
     def end_layer(self, batch: Batch, layer: int) -> None:  # noqa: B027 (optional hook)
         """Called after a layer's last query block (``reads_blocks`` analyzers)."""
 
+    def whole_matrix_length(self, batch: Batch) -> int:
+        """The longest input of ``batch`` whose whole attention matrix this analyzer needs
+        (0: none): the padded length unless it reads query blocks. The feeder refuses (or
+        skips, ``skips_long_inputs``) a batch where this exceeds the whole-matrix limit."""
+        return 0 if self.reads_blocks else int(batch.input_ids.shape[-1])
+
     def skip_batch(self, batch: Batch, limit: int) -> None:  # noqa: B027 (optional hook)
         """A batch left out: longer than the whole-matrix ``limit`` (``skips_long_inputs``)."""
 

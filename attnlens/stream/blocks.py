@@ -15,6 +15,7 @@ sums (attention received per key) add the blocks' column sums.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
 
 import torch
@@ -29,16 +30,21 @@ class PatternBlock:
 
     ``pattern [batch, head, rows, key_pos]`` as the model made it (its dtype); ``query``
     says which rows of ``length`` query positions. The properties are computed on first use
-    and shared by every analyzer that reads the block.
+    and shared by every analyzer that reads the block. ``recompute(start, stop)``, when the
+    model offers it, gives any rows of the same layer's pattern again (from the layer's
+    queries and keys, while the layer runs): analyses that need several passes over a long
+    pattern (the spectrum's top-k) use it instead of holding the pattern.
     """
 
-    def __init__(self, pattern: torch.Tensor, query: QueryBlock, layer: int) -> None:
+    def __init__(self, pattern: torch.Tensor, query: QueryBlock, layer: int,
+                 recompute: Callable[[int, int], torch.Tensor] | None = None) -> None:
         if pattern.shape[-2] != query.rows:
             raise ValueError(f"a block of {query.rows} rows got a pattern of "
                              f"{pattern.shape[-2]} rows.")
         self.pattern = pattern
         self.query = query
         self.layer = layer
+        self.recompute = recompute
 
     @classmethod
     def whole(cls, pattern: torch.Tensor, layer: int) -> PatternBlock:

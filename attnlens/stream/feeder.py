@@ -61,22 +61,23 @@ class LayerFeeder:
             if not analyzer.reads_blocks:
                 self.assembled |= {n for names in need.values() for n in names}
 
-    def reads_whole_patterns(self, analyzer: Analyzer) -> bool:
-        """The analyzer reads some self-attention pattern whole (not in query blocks)."""
-        return not analyzer.reads_blocks and any(
-            is_pattern_name(n) for n in self.analyzer_names[id(analyzer)])
+    def whole_length(self, analyzer: Analyzer, batch: Batch) -> int:
+        """The longest input of ``batch`` whose whole pattern ``analyzer`` needs (0: none)."""
+        if not any(is_pattern_name(n) for n in self.analyzer_names[id(analyzer)]):
+            return 0
+        return analyzer.whole_matrix_length(batch)
 
     def begin(self, batch: Batch) -> None:
         """Start a batch: refuse (or leave out) analyzers that need whole patterns above the
         whole-matrix limit, then ``begin_batch`` every analyzer fed."""
-        length = int(batch.input_ids.shape[-1])
         active = []
         for analyzer in [*self.all_layerwise, *self.all_whole]:
-            if self.reads_whole_patterns(analyzer) and length > self.blocks.whole_matrix_limit:
+            needed = self.whole_length(analyzer, batch)
+            if needed > self.blocks.whole_matrix_limit:
                 if analyzer.skips_long_inputs:
                     analyzer.skip_batch(batch, self.blocks.whole_matrix_limit)
                     continue
-                self.blocks.check_whole(length, f"the {analyzer.name} analysis")
+                self.blocks.check_whole(needed, f"the {analyzer.name} analysis")
             active.append(analyzer)
         self._select(active)
         self.batch, self.store, self.parts = batch, {}, {}
@@ -86,12 +87,14 @@ class LayerFeeder:
 
     @accepts_query_blocks
     def save(self, x: torch.Tensor, hook: HookPoint) -> None:
-        self.save_as(hook.name, x, hook.query_block)
+        self.save_as(hook.name, x, hook.query_block, hook.pattern_rows)
 
-    def save_as(self, name: str, x: torch.Tensor, query: QueryBlock | None = None) -> None:
+    def save_as(self, name: str, x: torch.Tensor, query: QueryBlock | None = None,
+                recompute=None) -> None:
         """Store ``x`` under ``name`` (the analyzers' name for it) and deliver what is ready.
 
-        ``query``: the query rows ``x`` holds when it is a block of a pattern (None: all)."""
+        ``query``: the query rows ``x`` holds when it is a block of a pattern (None: all);
+        ``recompute``: the model's function giving any rows of that pattern again."""
         x = x.detach()
         layer = layer_of(name)
         if not is_pattern_name(name):
@@ -100,7 +103,7 @@ class LayerFeeder:
             return
         if query is None:
             query = QueryBlock(0, x.shape[-2], x.shape[-2])
-        self._feed_block(name, layer, PatternBlock(x, query, layer))
+        self._feed_block(name, layer, PatternBlock(x, query, layer, recompute))
         if name in self.assembled:
             if query.is_whole:
                 self.store[name] = x
