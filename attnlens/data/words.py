@@ -156,6 +156,13 @@ class WordAttentionContext:
         self._value = value
         return value
 
+    def prepare(self, batch: Batch) -> None:
+        """Read where ``batch``'s words lie (one host transfer), before its layers come, so
+        ``rows`` reads nothing from the device (analyzers call this in ``begin_batch``)."""
+        if batch.word_ids is not None and (self._layout is None
+                                           or self._layout.batch() is not batch):
+            self._layout = _WordLayout(batch)
+
     def rows(self, batch: Batch, layer: int, pattern: torch.Tensor,
              query: QueryBlock) -> WordRows:
         """The word rows completed by the query block ``pattern [batch, head, rows, key_pos]``
@@ -168,8 +175,7 @@ class WordAttentionContext:
             wa = self.get(batch, layer, pattern)
             value = WordRows(wa.weights, 0, wa.valid, wa.valid)
         else:
-            if self._layout is None or self._layout.batch() is not batch:
-                self._layout = _WordLayout(batch)
+            self.prepare(batch)
             if query.start == 0:
                 self._carry = {}
             value = self._layout.rows(pattern, query, self._carry)

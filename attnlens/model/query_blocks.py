@@ -66,6 +66,14 @@ class QueryBlocks:
 DEFAULT_BLOCKS = QueryBlocks()
 
 
+def whole_matrix_note(analysis: str, model: object) -> str:
+    """The report's line for an analysis that needs whole attention matrices."""
+    blocks = getattr(model, "query_blocks", DEFAULT_BLOCKS)
+    return (f"{analysis} need whole attention matrices: inputs longer than the whole-matrix "
+            f"limit ({blocks.whole_matrix_limit:,} tokens, --whole-matrix-limit) are refused "
+            "(docs/long-context.md).")
+
+
 def free_memory(device: torch.device) -> int:
     """Bytes free on ``device``: CUDA's free memory, else the host's MemAvailable."""
     if device.type == "cuda":

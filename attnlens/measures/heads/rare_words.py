@@ -131,6 +131,7 @@ class RareWordHeads(PerSentenceRows, Analyzer):
         if batch.word_ids is None or batch.words is None:
             self.skipped_batches += 1  # token-only corpus (text_batches): nothing to count
             return
+        self.words.prepare(batch)  # word positions read once per batch
         self.sentences += sentence_ids_of(batch, self.next_sentence_id())
         device = batch.word_ids.device
         self._examples = [r.to(device) for r in self._rows(batch)]

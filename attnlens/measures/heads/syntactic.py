@@ -124,6 +124,7 @@ class SyntacticHeads(PerSentenceRows, Analyzer):
             self.pair_arcs.append(arcs_per_pair[pair])
         if not pairs:
             return
+        self.words.prepare(batch)  # word positions read once per batch
         device = batch.word_ids.device
         self._arcs = torch.tensor(rows, dtype=torch.long).to(device)  # [arc, 4]
         self._scratch = torch.zeros(len(pairs), len(DIRECTIONS), self.n_layers, self.n_heads,

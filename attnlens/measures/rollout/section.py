@@ -9,6 +9,7 @@ import pandas as pd
 
 from attnlens.measures.rollout.flow import FlowAnalyzer
 from attnlens.measures.rollout.rollout import RolloutAnalyzer
+from attnlens.model.query_blocks import whole_matrix_note
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import layer_measure_lines, token_matrix_heatmap, token_row_bars
 from attnlens.report.catalog import FigureDoc, SectionDoc, TableDoc
@@ -202,4 +203,5 @@ class RolloutSection(Section):
         output = write_rollout(rollout, out_dir, formats, causal, self.title, figures)
         for flow in (a for a in analyzers if isinstance(a, FlowAnalyzer)):
             write_flow(flow, out_dir, formats, causal, output, max_figures=self.max_figures)
+        output.summary += "\n\n" + whole_matrix_note("Rollout and flow", model)
         return output

@@ -105,25 +105,29 @@ class BlockSketch:
 
 class ShortBlocks:
     """The real-token blocks ``[group, head, n_query, n_key]`` of one group of sentences,
-    filled from the rows each query block holds (positions read on the host once)."""
+    filled from the rows each query block holds (device operations only)."""
 
-    def __init__(self, group: BlockGroup, n_heads: int, dtype: torch.dtype,
+    def __init__(self, group: BlockGroup, n_heads: int, length: int, dtype: torch.dtype,
                  device: torch.device) -> None:
         self.group = group
-        self.P = torch.zeros(len(group.rows), n_heads, group.n_query, group.n_key,
-                             dtype=dtype, device=device)
-        self.query_positions = group.query_positions.cpu()  # [group, n_query], ascending
+        # one spare row takes the padding rows, and is dropped
+        self._P = torch.zeros(len(group.rows), n_heads, group.n_query + 1, group.n_key,
+                              dtype=dtype, device=device)
+        query, _ = _masks(group, length)  # [group, query_pos]
+        self._slot = torch.where(query, query.cumsum(1) - 1, group.n_query)  # row in the block
+
+    @property
+    def P(self) -> torch.Tensor:
+        return self._P[:, :, :-1]
 
     def add(self, block: PatternBlock) -> None:
-        for i in range(len(self.query_positions)):
-            positions = self.query_positions[i]
-            first = int(torch.searchsorted(positions, block.start))
-            last = int(torch.searchsorted(positions, block.stop))
-            if first == last:
-                continue
-            local = (positions[first:last] - block.start).to(block.pattern.device)
-            rows = block.pattern[self.group.rows[i], :, local]  # [head, rows, key_pos]
-            self.P[i, :, first:last] = rows[..., self.group.key_positions[i]]
+        rows = block.pattern[self.group.rows]  # [group, head, rows, key_pos]
+        g, h, n_rows, _ = rows.shape
+        keys = self.group.key_positions[:, None, None, :].expand(g, h, n_rows, -1)
+        real = rows.gather(3, keys)  # [group, head, rows, n_key]
+        slot = self._slot[:, block.rows]  # [group, rows]
+        for i in range(g):  # a few sentences of one length
+            self._P[i].index_copy_(1, slot[i], real[i])
 
 
 def _scatter(x: torch.Tensor, positions: torch.Tensor, length: int) -> torch.Tensor:

@@ -226,7 +226,8 @@ class SpectrumAnalyzer(Analyzer):
             self._parts = [
                 BlockSketch(g, block.n_heads, block.query.length, min(self.top_k, g.rank),
                             None, 0, self._device) if self._is_long(g)
-                else ShortBlocks(g, block.n_heads, block.pattern.dtype, self._device)
+                else ShortBlocks(g, block.n_heads, block.query.length, block.pattern.dtype,
+                                 self._device)
                 for g in groups]
             self._cache_values = cache["v", layer] if self.low_rank_cost else None
         for part in self._parts:
