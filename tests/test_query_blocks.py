@@ -333,7 +333,7 @@ def test_full_spectra_need_whole_blocks_and_are_refused_above_the_limit():
     model = causal_model()
     batches = _model_batches(model)
     model.set_query_blocks(QueryBlocks(rows=8, whole_matrix_limit=20))
-    with pytest.raises(WholeMatrixError, match="the spectrum analysis.*26 tokens"):
+    with pytest.raises(WholeMatrixError, match=r"the spectrum analysis.*26 tokens"):
         run_analyzers(model, batches, [SpectrumAnalyzer([4, 4], low_rank_cost=False)],
                       show_progress=False)
     top_k = SpectrumAnalyzer([4, 4], low_rank_cost=False, top_k=3, top_k_min_n=16)
