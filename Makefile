@@ -88,6 +88,7 @@ BENCH_BATCHING := --sentences 32
 BENCH_DISTRIBUTED := --sentences 48
 BENCH_PRUNED := --rounds 3
 BENCH_NEWVIEWS := --sentences 64
+BENCH_LONG := --quick
 endif
 BENCH := OMP_NUM_THREADS=$(BENCH_THREADS) $(BIN)/python benchmarks
 bench: setup
@@ -100,3 +101,4 @@ bench: setup
 	$(BENCH)/distributed.py --threads $(BENCH_THREADS) $(BENCH_DISTRIBUTED)
 	$(BENCH)/pruned_speed.py --threads $(BENCH_THREADS) $(BENCH_PRUNED)
 	$(BENCH)/newviews.py --threads $(BENCH_THREADS) $(BENCH_NEWVIEWS)
+	$(BENCH)/long_context.py $(BENCH_LONG)

@@ -11,8 +11,13 @@ Method: each run is a fresh Python process (``--child``) that calls the CLI in-p
 reports its peak resident set size (``ru_maxrss``: torch's CPU tensors included) and the
 command's wall time. The model and its word-level tokenizer are built locally (random
 weights from a config; nothing is downloaded). ``--query-block`` is passed to every run
-(default 512) so the figures do not depend on the machine's free memory; the command's own
-default chooses it from free memory (docs/long-context.md).
+(default 512; 300 for the run compared with the whole matrix, a size that divides neither
+length) so the figures do not depend on the machine's free memory; the command's own
+default chooses it from free memory (docs/long-context.md). Head clustering (on by default
+in `attnlens heads`) reads whole matrices, so it runs only up to the whole-matrix limit
+(4,096): the scaling runs pass --no-clusters so that every length runs the same analyses;
+the comparison at 2,048 tokens includes it. The last line compares the two ways of getting
+the attention output on a long input (docs/long-context.md).
 
 On a GPU (``--gpu``): a random 1B-class Llama-style config (16 layers, 32 heads, d_model
 2,048) at 32,768 tokens, `attnlens heads --text --device cuda`, records peak device memory
@@ -85,11 +90,12 @@ def run_child(model: str, text: str, out: str, extra: list[str]) -> dict:
         if exc.code:
             raise
     seconds = time.perf_counter() - start
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     cuda = None
     if torch.cuda.is_available() and "--device" in extra:
         cuda = torch.cuda.max_memory_allocated() / 2**20
-    return {"peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "seconds": seconds, "cuda_peak": cuda}
+    return {"peak": usage.ru_maxrss / 1024, "seconds": seconds,
+            "cpu": usage.ru_utime + usage.ru_stime, "cuda_peak": cuda}
 
 
 def measure(model: Path, text: Path, out: Path, length: int, extra: list[str]) -> dict:
@@ -129,30 +135,125 @@ def cpu_case(args) -> None:
     lengths = (1024, 2048, 4096) if args.quick else (4096, 8192, 16384)
     reference = 512 if args.quick else 2048
     block = ["--query-block", str(args.query_block)]
+    # head clustering reads whole matrices: on by default it runs at and below the
+    # whole-matrix limit (4,096) only, so the scaling runs leave it out at every length
+    scaling = [*block, "--no-clusters"]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         toy_llama(tmp / "llama", positions=max(lengths))
         long_document(tmp / "doc.txt", max(lengths) + 100)
         whole = measure(tmp / "llama", tmp / "doc.txt", tmp / "whole", reference,
                         ["--query-block", str(reference)])
-        blocks = measure(tmp / "llama", tmp / "doc.txt", tmp / "blocks", reference, block)
+        blocks = measure(tmp / "llama", tmp / "doc.txt", tmp / "blocks", reference,
+                         ["--query-block", str(args.compare_block)])
         count, worst = compare_tables(tmp / "whole", tmp / "blocks")
-        print(f"{reference:,} tokens: {count} tables, --query-block {args.query_block} vs one "
-              f"block (the whole matrix): largest difference {worst:.1e} (target <= "
-              f"{TOLERANCE:.0e}); {whole['seconds']:.1f} s vs {blocks['seconds']:.1f} s")
+        print(f"{reference:,} tokens: {count} tables (head clustering included), --query-block "
+              f"{args.compare_block} vs one block (the whole matrix): largest difference "
+              f"{worst:.1e} (target <= {TOLERANCE:.0e}); {whole['seconds']:.1f} s vs "
+              f"{blocks['seconds']:.1f} s")
         runs = {}
         for length in lengths:
             runs[length] = measure(tmp / "llama", tmp / "doc.txt", tmp / f"out{length}",
-                                   length, block)
+                                   length, scaling)
             print(f"{length:6,} tokens: peak RSS {runs[length]['peak']:7.0f} MiB, "
-                  f"{runs[length]['seconds']:6.1f} s")
+                  f"{runs[length]['seconds']:6.1f} s wall, {runs[length]['cpu']:6.1f} s CPU "
+                  "(--no-clusters)")
     first, last = runs[lengths[0]], runs[lengths[-1]]
     print(f"ratio peak RSS {lengths[-1]:,} / {lengths[0]:,}: "
           f"{last['peak'] / first['peak']:.2f}  (target <= 4.5; quadratic: 16)")
     print(f"ratio time {lengths[-1]:,} / {lengths[0]:,}: "
-          f"{last['seconds'] / first['seconds']:.2f}  (target <= 20)")
+          f"{last['seconds'] / first['seconds']:.2f} wall, {last['cpu'] / first['cpu']:.2f} CPU"
+          "  (target <= 20)")
+    print_output_paths(lengths[-1], args.query_block, "cpu")
     if worst > TOLERANCE:
         raise SystemExit(f"tables differ by {worst:.1e} > {TOLERANCE:.0e}")
+
+
+def output_paths(length: int, rows: int, device: str = "cpu", heads: int = 4,
+                 d_head: int = 16, rounds: int = 3) -> tuple[float, float]:
+    """Seconds per call of one causal attention layer over ``length`` tokens with its pattern
+    read in blocks of ``rows``: (output from the same blocks, ``pattern @ v`` per block;
+    output from SDPA's fused kernel plus the blocks' scores and softmax recomputed for the
+    statistics). Medians of ``rounds``."""
+    import statistics
+
+    import torch
+    import torch.nn.functional as F
+
+    from attnlens.hooks import accepts_query_blocks
+    from attnlens.model.attention import MultiHeadAttention
+    from attnlens.model.masks import mask_from_parts
+    from attnlens.model.query_blocks import QueryBlocks
+
+    torch.manual_seed(0)
+    d_model = heads * d_head
+    attn = MultiHeadAttention(d_model, heads, causal=True, rotary_dim=d_head,
+                              qkv_bias=False, out_bias=False).to(device).eval()
+    attn.query_blocks = QueryBlocks(rows=rows)
+    x = torch.randn(1, length, d_model, device=device)
+    mask = mask_from_parts(None, length, length, True, x.dtype, x.device)
+    seen = []
+
+    @accepts_query_blocks
+    def read(pattern, hook):  # what an analyzer does at least: touch every block
+        seen.append(pattern.amax())
+
+    def sync():
+        if device != "cpu":
+            torch.cuda.synchronize()
+
+    def blocks_path():
+        with _hooked(attn, read):
+            attn(x, mask=mask)
+        sync()
+
+    def fused_path():
+        captured = {}
+        remove = [attn.hook_q.add_hook(lambda t, hook: captured.__setitem__("q", t)),
+                  attn.hook_k.add_hook(lambda t, hook: captured.__setitem__("k", t))]
+        try:
+            attn(x, mask=mask)  # no pattern hook: SDPA's fused kernel gives the output
+        finally:
+            for fn in remove:
+                fn()
+        q = captured["q"].transpose(1, 2)  # [batch, head, query_pos, d_head]
+        keys_t = captured["k"].transpose(1, 2).transpose(-1, -2)
+        for start in range(0, length, rows):  # statistics: the blocks' patterns again
+            stop = min(start + rows, length)
+            scores = q[:, :, start:stop] @ keys_t * attn.scale + mask.rows(start, stop)
+            read(F.softmax(scores, dim=-1, dtype=torch.float32), None)
+        sync()
+
+    times = {"blocks": [], "fused": []}
+    with torch.no_grad():
+        for fn in (blocks_path, fused_path):
+            fn()  # warm-up
+        for _ in range(rounds):
+            for name, fn in (("blocks", blocks_path), ("fused", fused_path)):
+                start = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - start)
+    return statistics.median(times["blocks"]), statistics.median(times["fused"])
+
+
+class _hooked:
+    """``attn.hook_pattern`` hooked with ``fn`` inside the ``with`` block."""
+
+    def __init__(self, attn, fn) -> None:
+        self.attn, self.fn = attn, fn
+
+    def __enter__(self):
+        self.remove = self.attn.hook_pattern.add_hook(self.fn)
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+
+def print_output_paths(length: int, rows: int, device: str) -> None:
+    blocks, fused = output_paths(length, rows, device)
+    print(f"attention output at {length:,} tokens, blocks of {rows} ({device}): from the "
+          f"blocks {1000 * blocks:.0f} ms, fused kernel + recomputed blocks "
+          f"{1000 * fused:.0f} ms (ratio fused / blocks {fused / blocks:.2f})")
 
 
 def gpu_case(args) -> None:
@@ -167,18 +268,22 @@ def gpu_case(args) -> None:
         toy_llama(tmp / "llama", layers=16, heads=32, d_head=64, positions=length,
                   intermediate=5632)
         long_document(tmp / "doc.txt", length + 100)
-        run = measure(tmp / "llama", tmp / "doc.txt", tmp / "out", length,
-                      ["--device", "cuda", "--no-clusters", "--bootstrap", "0"])
+        run = measure(tmp / "llama", tmp / "doc.txt", tmp / "out", length, ["--device", "cuda"])
     print(f"GPU, 1B-class Llama (16 layers, 32 heads, d_model 2,048), {length:,} tokens: "
           f"peak device memory {run['cuda_peak'] / 1024:.1f} GiB, {run['seconds']:.1f} s "
           f"({torch.cuda.get_device_name(0)})")
+    print_output_paths(length, 1024, "cuda")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="small lengths (not the targets')")
-    parser.add_argument("--query-block", type=int, default=512)
+    parser.add_argument("--query-block", type=int, default=512,
+                        help="query rows per block of the scaling runs")
+    parser.add_argument("--compare-block", type=int, default=300,
+                        help="query rows per block of the run compared with the whole matrix "
+                        "(300 divides neither 512 nor 2,048)")
     parser.add_argument("--gpu", action="store_true", help="the 1B-class case on CUDA only")
     args = parser.parse_args()
     if args.child:
