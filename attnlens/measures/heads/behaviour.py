@@ -106,7 +106,8 @@ class HeadBehaviour(PerSentenceRows, Analyzer):
         self.sentences += sentence_ids_of(batch, self.next_sentence_id())
         self.sentence_rows.append(rows.sum(1))
         self._scratch = torch.zeros(batch.size, len(BEHAVIOURS), self.n_layers, self.n_heads,
-                                    device=real.device)  # [sentence, behaviour, layer, head]
+                                    dtype=torch.float64, device=real.device)
+        # [sentence, behaviour, layer, head], float64: sums over thousands of rows
 
     def update_block(self, batch: Batch, layer: int, block: PatternBlock,
                      cache: ActivationCache) -> None:
@@ -118,7 +119,7 @@ class HeadBehaviour(PerSentenceRows, Analyzer):
         broad = (block.entropy > self._threshold).to(torch.float32)
         per_row = torch.stack([vertical, diagonal, broad], 1)  # [batch, behaviour, head, rows]
         row_weight = block.query_rows(self._row_weight)[:, None]  # [batch, 1, 1, rows]
-        self._scratch[:, :, layer, : block.n_heads] += (per_row * row_weight).sum(-1)
+        self._scratch[:, :, layer, : block.n_heads] += (per_row.double() * row_weight).sum(-1)
 
     def end_batch(self, batch: Batch) -> None:
         self.sentence_sums.append(self._scratch)  # stays on the model's device

@@ -131,8 +131,10 @@ class HeadStats(PerSentenceRows, Analyzer):
         self._row_weight = rows.to(torch.float32)[:, None, :]  # [batch, 1, query_pos]
         self.sentences += sentence_ids_of(batch, self.next_sentence_id())
         self.sentence_rows.append(rows.sum(1))  # [sentence]
+        # [sentence, measure, layer, head], float64: a sentence of thousands of rows sums
+        # values up to its length (distance) without float32's rounding of large sums
         self._scratch = torch.zeros(ids.shape[0], len(MEASURES), self.n_layers, self.n_heads,
-                                    device=ids.device)  # [sentence, measure, layer, head]
+                                    dtype=torch.float64, device=ids.device)
 
     def update_block(self, batch: Batch, layer: int, block: PatternBlock,
                      cache: ActivationCache) -> None:
@@ -149,7 +151,8 @@ class HeadStats(PerSentenceRows, Analyzer):
                 (p * block.distance).sum(-1),
             ]
         )  # [measure, batch, head, rows]
-        per_sentence = (per_row * block.query_rows(self._row_weight)).sum(3)  # [measure, b, h]
+        weight = block.query_rows(self._row_weight)  # [batch, 1, rows]
+        per_sentence = (per_row.double() * weight).sum(3)  # [measure, batch, head]
         self._scratch[:, :, layer, : block.n_heads] += per_sentence.transpose(0, 1)
 
     def end_batch(self, batch: Batch) -> None:
