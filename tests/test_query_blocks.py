@@ -197,6 +197,83 @@ def test_attention_blocks_are_rows_of_the_whole_pattern_and_give_the_same_output
     torch.testing.assert_close(out, whole[0], rtol=0, atol=1e-6)  # z from blocks
 
 
+def _blocked_patterns(model, ids, mask, rows: int):
+    """Every layer's pattern assembled from blocks of ``rows`` query rows, and the output."""
+    names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(model.cfg.n_layers)]
+    parts: dict[str, list[torch.Tensor]] = {name: [] for name in names}
+
+    def keep(name):
+        @accepts_query_blocks
+        def hook(x, hook):
+            parts[name].append(x.clone())
+        return hook
+
+    model.set_query_blocks(QueryBlocks(rows=rows))
+    with model.hooks([(name, keep(name)) for name in names]):
+        out = model(ids, attention_mask=mask)
+    model.set_query_blocks(QueryBlocks())
+    return {name: torch.cat(p, -2) for name, p in parts.items()}, out
+
+
+def test_attention_mask_rows_with_a_window_are_the_rows_of_the_windowed_dense_mask():
+    """``AttentionMask.with_window(w).rows(a, b)`` is ``sliding_window_mask`` of the dense
+    mask, rows a:b, bit for bit (the same operations on the same values)."""
+    from attnlens.model.attention import sliding_window_mask
+    from attnlens.model.masks import mask_from_parts
+
+    padding = torch.ones(2, 23, dtype=torch.long)
+    padding[1, 17:] = 0
+    parts = mask_from_parts(padding, 23, 23, True, torch.float32, "cpu")
+    dense = sliding_window_mask(parts.dense(), 23, 23, 4)  # [batch, 1, query_pos, key_pos]
+    windowed = sliding_window_mask(parts, 23, 23, 4)
+    assert windowed is not parts and windowed.window == 4 and parts.window is None
+    for start in range(0, 23, 5):
+        assert torch.equal(windowed.rows(start, min(start + 5, 23)), dense[..., start:start + 5, :])
+    assert torch.equal(windowed.dense(), dense)
+    assert windowed.for_sdpa() == (windowed.dense(), False)  # no causal kernel: the window
+    assert sliding_window_mask(parts, 23, 23, 23) is parts  # the window covers every key
+
+
+@torch.no_grad()
+def test_blocks_of_a_sliding_window_model_keep_each_layers_window():
+    """Layer 1 has a window of 4 keys (layer 0 none): blocks of 5 rows are the rows of the
+    whole pattern, exactly 0 beyond the window, and the output is the whole path's."""
+    model = tiny_model(causal=True, positional="rotary", n_token_types=0, embed_norm=False,
+                       n_ctx=64, norm="rmsnorm", norm_position="pre", sliding_window=4,
+                       sliding_window_layers=[1])
+    ids = torch.randint(1, 50, (2, 23))
+    mask = torch.ones_like(ids)
+    mask[1, 19:] = 0
+    names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(2)]
+    whole_out, cache = model.run_with_cache(ids, attention_mask=mask, names_filter=names)
+    blocks, out = _blocked_patterns(model, ids, mask, rows=5)
+    query = torch.arange(23)[:, None]
+    too_far = query - torch.arange(23)[None] >= 4  # [query_pos, key_pos]
+    real = mask.bool()[:, None, :, None] & too_far  # [batch, 1, query_pos, key_pos]
+    # real query rows (a padding row whose window holds only padding is uniform, as in HF)
+    assert (blocks[names[1]].masked_select(real) == 0).all()
+    assert (blocks[names[0]][0][..., too_far] > 0).all()  # layer 0: no window
+    for name in names:  # float32 rounding of scores from products of other shapes
+        torch.testing.assert_close(blocks[name], cache[name], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out, whole_out, rtol=0, atol=1e-6)
+
+
+@torch.no_grad()
+def test_blocks_of_a_float64_model_take_the_softmax_in_float64():
+    """A float64 model: blocks hold float64 patterns equal to the whole matrix's rows
+    (float64 rounding of the products, 1e-12 as the float64 parity tests)."""
+    model = causal_model().double()
+    ids = torch.randint(1, 50, (2, 23))
+    mask = torch.ones_like(ids)
+    mask[1, 19:] = 0
+    name = "blocks.1.attn.hook_pattern"
+    whole_out, cache = model.run_with_cache(ids, attention_mask=mask, names_filter=name)
+    blocks, out = _blocked_patterns(model, ids, mask, rows=5)
+    assert blocks[name].dtype == torch.float64
+    torch.testing.assert_close(blocks[name], cache[name], rtol=0, atol=1e-12)
+    torch.testing.assert_close(out, whole_out, rtol=0, atol=1e-12)
+
+
 def test_a_hook_needing_the_whole_matrix_gets_it_below_the_limit_and_is_refused_above():
     model = causal_model()
     ids = torch.randint(1, 50, (1, 30))

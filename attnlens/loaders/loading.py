@@ -9,10 +9,11 @@ import torch
 from attnlens.data.tokenizer import Tokenizer
 from attnlens.device import resolve_device, resolve_dtype
 from attnlens.loaders.checkpoint import read_config, read_weights, resolve_checkpoint
+from attnlens.loaders.pruned_heads import apply_pruned_heads, check_pruned_heads
 from attnlens.loaders.registry import find_converter
 from attnlens.loaders.weights import WeightReader
 from attnlens.model.empty import empty_modules
-from attnlens.model.encoder_decoder import build_model
+from attnlens.model.encoder_decoder import build_model, is_encoder_decoder
 from attnlens.model.transformer import HookedTransformer
 
 __all__ = ["load", "load_model"]
@@ -32,6 +33,7 @@ def load_model(
     path = resolve_checkpoint(name_or_path)
     hf = read_config(path)
     converter, architecture = find_converter(hf)
+    check_pruned_heads(hf, str(path / "config.json"))  # before any weight is read
     tensors = read_weights(path, allow_pickle=allow_pickle)
     prefix = converter.prefix if any(k.startswith(converter.prefix) for k in tensors) else ""
     reader = WeightReader(tensors, prefix=prefix, ignore=converter.ignore)
@@ -43,6 +45,8 @@ def load_model(
         model = build_model(cfg)
     model.load_state_dict(state, strict=True, assign=True)
     model.setup_hooks()
+    if not is_encoder_decoder(model):  # removed heads recorded by `prune --export`
+        model = apply_pruned_heads(model, hf, str(path / "config.json"))
     return model.to(device=dev, dtype=dt).eval()
 
 

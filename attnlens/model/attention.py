@@ -32,9 +32,11 @@ from torch import nn
 
 from attnlens.errors import ConfigError
 from attnlens.hooks import HookPoint, QueryBlock
+from attnlens.model.config import RopeScaling
 from attnlens.model.factored import FactoredMatrix
-from attnlens.model.masks import AttentionMask, mask_from_parts
+from attnlens.model.masks import AttentionMask, mask_from_parts, mask_value
 from attnlens.model.query_blocks import DEFAULT_BLOCKS, QueryBlocks
+from attnlens.model.rotary import attention_factor, inverse_frequencies
 
 
 def additive_attention_mask(
@@ -50,7 +52,8 @@ def additive_attention_mask(
 
     ``key_padding_mask [batch, key_pos]`` is 1/True for real tokens. Returns
     ``[batch | 1, head | 1, query_pos, key_pos]`` with ``finfo.min`` where attention is
-    forbidden, or None when nothing is masked (which lets SDPA take its fastest kernel).
+    forbidden (``mask_value``), or None when nothing is masked (which lets SDPA take its
+    fastest kernel).
     """
     return mask_from_parts(
         key_padding_mask, query_len, key_len, causal, dtype, device, attn_bias
@@ -62,6 +65,36 @@ def _mask_rows(mask: torch.Tensor, start: int, stop: int) -> torch.Tensor:
     return mask if mask.shape[-2] == 1 else mask[..., start:stop, :]
 
 
+def sliding_window_mask(
+    mask: torch.Tensor | AttentionMask | None, query_len: int, key_len: int, window: int
+) -> torch.Tensor | AttentionMask | None:
+    """``mask`` with every key more than ``window - 1`` positions before its query forbidden.
+
+    Query ``i`` keeps keys ``j`` with ``i + (key_len - query_len) - j < window`` (bottom-right
+    aligned, as the causal mask; transformers' ``sliding_window_overlay``). Returns ``mask``
+    itself when the window covers every key, so no extra mask is built for short inputs.
+    ``mask [batch | 1, head | 1, query_pos, key_pos]`` is additive, or an ``AttentionMask``
+    (the windowed one then builds its rows on demand too, for query blocks); None is not
+    allowed for a window shorter than the input (causal models always have a mask).
+    """
+    if window >= key_len:
+        return mask
+    if mask is None:
+        raise ConfigError("a sliding window needs the model's causal mask.")
+    if isinstance(mask, AttentionMask):
+        return mask.with_window(window)
+    neg = mask_value(mask.dtype)
+    too_far = torch.ones(query_len, key_len, dtype=torch.bool, device=mask.device).tril(
+        key_len - query_len - window
+    )  # [query_pos, key_pos]
+    return mask.masked_fill(too_far, neg)
+
+
+def _softmax_dtype(scores: torch.Tensor) -> torch.dtype:
+    """fp16/bf16 scores: softmax in float32 (as HF eager); float32 and float64 keep their own."""
+    return torch.promote_types(scores.dtype, torch.float32)
+
+
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     """(x1, x2) -> (-x2, x1) on the last axis, the rotation used by Llama-style RoPE."""
     x1, x2 = x.chunk(2, dim=-1)
@@ -69,14 +102,29 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def rotary_cos_sin(
-    positions: torch.Tensor, rotary_dim: int, base: float, dtype: torch.dtype
+    positions: torch.Tensor,
+    rotary_dim: int,
+    base: float,
+    dtype: torch.dtype,
+    scaling: RopeScaling | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin tables for ``positions [batch, pos]``: each ``[batch, pos, 1, rotary_dim]``."""
-    exponents = torch.arange(0, rotary_dim, 2, device=positions.device).float() / rotary_dim
-    inv_freq = 1.0 / (base**exponents)  # [rotary_dim / 2]
+    """cos and sin tables for ``positions [batch, pos]``: each ``[batch, pos, 1, rotary_dim]``.
+
+    Computed in float32 as transformers does, then cast to ``dtype``. ``scaling``: a RoPE
+    scaling variant (``attnlens.model.rotary``); dynamic NTK reads the number of positions
+    (largest position + 1) of this forward.
+    """
+    seq_len = None
+    if scaling is not None and scaling.rope_type == "dynamic":
+        seq_len = int(positions.max()) + 1
+    inv_freq = inverse_frequencies(rotary_dim, base, scaling, seq_len).to(positions.device)
     freqs = positions.float()[..., None] * inv_freq  # [batch, pos, rotary_dim / 2]
     angles = torch.cat((freqs, freqs), dim=-1)[:, :, None, :]  # [batch, pos, 1, rotary_dim]
-    return angles.cos().to(dtype), angles.sin().to(dtype)
+    cos, sin = angles.cos(), angles.sin()
+    factor = attention_factor(scaling)
+    if factor != 1.0:  # YaRN scales cos and sin (so each score by factor ** 2)
+        cos, sin = cos * factor, sin * factor
+    return cos.to(dtype), sin.to(dtype)
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -97,7 +145,8 @@ class MultiHeadAttention(nn.Module):
 
     Hook shapes: ``hook_q``/``hook_k``/``hook_v [batch, pos, head, d_head]`` (keys and values
     have ``n_kv_heads`` heads; q and k are taken after rotary embedding), ``hook_scores`` and
-    ``hook_pattern [batch, head, query_pos, key_pos]`` (scores are scaled and masked),
+    ``hook_pattern [batch, head, query_pos, key_pos]`` (scores are scaled and masked; float32
+    or wider with ``upcast_scores``),
     ``hook_z [batch, query_pos, head, d_head_v]`` (before the head gate),
     ``hook_result [batch, query_pos, head, d_out]`` (each head's gated contribution; computed
     only when hooked, since it costs ``n_heads`` times the output's memory).
@@ -126,6 +175,8 @@ class MultiHeadAttention(nn.Module):
         scale: float | None = None,
         rotary_dim: int = 0,
         rotary_base: float = 10000.0,
+        rotary_scaling: RopeScaling | None = None,
+        upcast_scores: bool = False,
     ) -> None:
         super().__init__()
         d_out = d_in if d_out is None else d_out
@@ -150,6 +201,9 @@ class MultiHeadAttention(nn.Module):
         self.causal = causal
         self.scale = 1.0 / math.sqrt(d_head) if scale is None else scale
         self.rotary_dim, self.rotary_base = rotary_dim, rotary_base
+        self.rotary_scaling = rotary_scaling
+        # Scores in at least float32 whatever the input dtype (GPT-2's reorder_and_upcast_attn).
+        self.upcast_scores = upcast_scores
         self.use_sdpa = True
         self.query_blocks: QueryBlocks = DEFAULT_BLOCKS  # long inputs: blocks of query rows
 
@@ -238,20 +292,26 @@ class MultiHeadAttention(nn.Module):
                 kv_positions = positions if kv_input is None else torch.arange(
                     key_len, device=x.device
                 ).expand(batch, key_len)
-            cos, sin = rotary_cos_sin(positions, self.rotary_dim, self.rotary_base, q.dtype)
+            rotary = (self.rotary_dim, self.rotary_base, q.dtype, self.rotary_scaling)
+            cos, sin = rotary_cos_sin(positions, *rotary)
             q = apply_rotary(q, cos, sin)
-            cos, sin = rotary_cos_sin(kv_positions, self.rotary_dim, self.rotary_base, k.dtype)
+            if kv_positions is not positions:
+                cos, sin = rotary_cos_sin(kv_positions, *rotary)
             k = apply_rotary(k, cos, sin)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
 
         q_h = q.transpose(1, 2)  # [batch, head, query_pos, d_head]
         k_h = k.transpose(1, 2)  # [batch, kv_head, key_pos, d_head]
         v_h = v.transpose(1, 2)  # [batch, kv_head, key_pos, d_head_v]
-        if self.needs_manual_path:
+        score_dtype = q.dtype
+        if self.upcast_scores:
+            score_dtype = torch.promote_types(q.dtype, torch.float32)
+        if self.needs_manual_path or score_dtype != q.dtype:
             if self.group_size > 1:
                 k_h = k_h.repeat_interleave(self.group_size, dim=1)  # [batch, head, key_pos, d]
                 v_h = v_h.repeat_interleave(self.group_size, dim=1)
-            z = self._manual_attention(q_h, k_h, v_h, mask)  # [batch, head, query_pos, d_v]
+            # [batch, head, query_pos, d_head_v]
+            z = self._manual_attention(q_h, k_h, v_h, mask, score_dtype)
         else:
             if isinstance(mask, AttentionMask):
                 sdpa_mask, is_causal = mask.for_sdpa()
@@ -288,18 +348,24 @@ class MultiHeadAttention(nn.Module):
         k_h: torch.Tensor,
         v_h: torch.Tensor,
         mask: torch.Tensor | AttentionMask | None,
+        score_dtype: torch.dtype | None = None,
     ) -> torch.Tensor:
         """Scores, softmax and the weighted sum, a block of query rows at a time; the hooks
         on scores and patterns fire once per block. ``q_h [batch, head, query_pos, d_head]``,
-        ``k_h``/``v_h [batch, head, key_pos, d]`` (grouped heads already repeated). Returns
-        ``z [batch, head, query_pos, d_head_v]``."""
+        ``k_h``/``v_h [batch, head, key_pos, d]`` (grouped heads already repeated); scores in
+        ``score_dtype`` (default ``q_h``'s; wider with ``upcast_scores``), softmax in at least
+        float32, patterns in ``q_h``'s dtype. Returns ``z [batch, head, query_pos, d_head_v]``."""
         query_len, key_len = q_h.shape[-2], k_h.shape[-2]
         rows = self._block_rows(q_h, key_len)
-        keys_t = k_h.transpose(-1, -2)  # [batch, head, d_head, key_pos]
+        out_dtype = q_h.dtype
+        score_dtype = score_dtype or out_dtype
+        q_s = q_h.to(score_dtype)  # no-op unless upcast
+        keys_t = k_h.to(score_dtype).transpose(-1, -2)  # [batch, head, d_head, key_pos]
         if rows >= query_len:  # one block: the whole matrix
             dense = mask.dense() if isinstance(mask, AttentionMask) else mask
-            return self._attend_block(q_h, keys_t, v_h, dense, QueryBlock(0, query_len,
+            return self._attend_block(q_s, keys_t, v_h, dense, QueryBlock(0, query_len,
                                                                           query_len))
+
         def mask_rows(start: int, stop: int) -> torch.Tensor | None:
             if isinstance(mask, AttentionMask):
                 return mask.rows(start, stop)
@@ -307,11 +373,11 @@ class MultiHeadAttention(nn.Module):
 
         def pattern_rows(start: int, stop: int) -> torch.Tensor:
             """Rows ``start:stop`` of this layer's pattern, recomputed (no hooks)."""
-            scores = torch.matmul(q_h[:, :, start:stop], keys_t) * self.scale
+            scores = torch.matmul(q_s[:, :, start:stop], keys_t) * self.scale
             block_mask = mask_rows(start, stop)
             if block_mask is not None:
                 scores = scores + block_mask
-            return F.softmax(scores, dim=-1, dtype=torch.float32).to(q_h.dtype)
+            return F.softmax(scores, dim=-1, dtype=_softmax_dtype(scores)).to(out_dtype)
 
         z = q_h.new_empty(*q_h.shape[:-1], v_h.shape[-1])  # [batch, head, query_pos, d_v]
         self.hook_pattern.pattern_rows = pattern_rows  # analyzers may recompute rows
@@ -319,7 +385,7 @@ class MultiHeadAttention(nn.Module):
             for start in range(0, query_len, rows):
                 stop = min(start + rows, query_len)
                 z[:, :, start:stop] = self._attend_block(
-                    q_h[:, :, start:stop], keys_t, v_h, mask_rows(start, stop),
+                    q_s[:, :, start:stop], keys_t, v_h, mask_rows(start, stop),
                     QueryBlock(start, stop, query_len))
         finally:
             self.hook_pattern.pattern_rows = None
@@ -333,13 +399,13 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None,
         block: QueryBlock,
     ) -> torch.Tensor:
-        """One block: ``q_rows [batch, head, rows, d_head]`` against every key; returns the
-        rows' ``z [batch, head, rows, d_head_v]``."""
+        """One block: ``q_rows [batch, head, rows, d_head]`` against every key (both in the
+        score dtype); returns the rows' ``z [batch, head, rows, d_head_v]`` (``v_h``'s dtype)."""
         scores = torch.matmul(q_rows, keys_t) * self.scale  # [batch, head, rows, key_pos]
         if mask is not None:
             scores = scores + mask
         scores = self.hook_scores.fire_block(scores, block)
-        pattern = F.softmax(scores, dim=-1, dtype=torch.float32).to(q_rows.dtype)
+        pattern = F.softmax(scores, dim=-1, dtype=_softmax_dtype(scores)).to(v_h.dtype)
         pattern = self.hook_pattern.fire_block(pattern, block)
         return torch.matmul(pattern, v_h)  # [batch, head, rows, d_head_v]
 

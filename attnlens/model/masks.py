@@ -11,7 +11,7 @@ builds only the rows asked for: ``rows(start, stop)`` is ``dense()[..., start:st
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -23,6 +23,17 @@ BiasRows = Callable[[int, int], torch.Tensor]  # (start, stop) -> [1 | batch, he
 DENSE_MASK_ELEMENTS = 4096 * 4096
 
 
+def mask_value(dtype: torch.dtype) -> float:
+    """The additive value of a forbidden key: ``finfo(dtype).min``, but at most float32's.
+
+    The hooked path takes its softmax in float32 (as transformers' eager attention); float64's
+    minimum would become -inf there, and a row with every key forbidden (a padding query
+    whose sliding window holds only padding) would turn to NaN and spread to real tokens
+    through the next layer's values. float32's minimum is as final in float64 (exp gives 0).
+    """
+    return max(torch.finfo(dtype).min, torch.finfo(torch.float32).min)
+
+
 @dataclass(eq=False)
 class AttentionMask:
     """An additive attention mask (``finfo.min`` where attention is forbidden), lazily built.
@@ -30,7 +41,8 @@ class AttentionMask:
     ``key_padding [batch, key_pos]`` is True for real tokens (None: every token is real);
     ``causal``: query ``i`` sees keys ``j <= i + (key_len - query_len)`` (bottom-right
     aligned); ``bias``: an additive bias given by query rows (``bias(start, stop)`` is
-    ``[1 | batch, head | 1, stop - start, key_len]``).
+    ``[1 | batch, head | 1, stop - start, key_len]``); ``window``: a sliding window, query
+    ``i`` sees no key ``j`` with ``i + (key_len - query_len) - j >= window`` (None: no window).
     """
 
     query_len: int
@@ -40,19 +52,25 @@ class AttentionMask:
     key_padding: torch.Tensor | None = None
     causal: bool = False
     bias: BiasRows | None = None
+    window: int | None = None
     _dense: torch.Tensor | None = field(default=None, repr=False)
     _built: bool = field(default=False, repr=False)
 
     @property
     def empty(self) -> bool:
         """Nothing is masked: SDPA may take its fastest kernel (no mask at all)."""
-        return self.key_padding is None and not self.causal and self.bias is None
+        return (self.key_padding is None and not self.causal and self.bias is None
+                and self.window is None)
+
+    def with_window(self, window: int) -> AttentionMask:
+        """This mask with a sliding window of ``window`` keys (its own rows, built lazily)."""
+        return replace(self, window=window, _dense=None, _built=False)
 
     def rows(self, start: int, stop: int) -> torch.Tensor | None:
         """The mask's query rows ``start:stop``: ``[batch | 1, head | 1, rows, key_pos]``."""
         if self._built:
             return None if self._dense is None else self._dense[..., start:stop, :]
-        neg = torch.finfo(self.dtype).min
+        neg = mask_value(self.dtype)
         mask = None
         if self.key_padding is not None:
             keep = self.key_padding[:, None, None, :]  # [batch, 1, 1, key_pos]
@@ -68,6 +86,15 @@ class AttentionMask:
         if self.bias is not None:
             bias = self.bias(start, stop).to(self.dtype)
             mask = bias if mask is None else (mask + bias).clamp(min=neg)
+        if self.window is not None and self.window < self.key_len:
+            # row i of the whole mask forbids keys j <= i + key_len - query_len - window
+            too_far = torch.ones(stop - start, self.key_len, dtype=torch.bool,
+                                 device=self.device).tril(
+                self.key_len - self.query_len - self.window + start)  # [rows, key_pos]
+            if mask is None:
+                mask = torch.zeros(1, 1, stop - start, self.key_len, dtype=self.dtype,
+                                   device=self.device)
+            mask = mask.masked_fill(too_far, neg)
         return mask
 
     def dense(self) -> torch.Tensor | None:
@@ -81,7 +108,8 @@ class AttentionMask:
         """``(attn_mask, is_causal)`` for ``scaled_dot_product_attention``: the dense mask,
         except for a long causal input without padding or bias (SDPA's causal kernel)."""
         long = self.query_len * self.key_len > DENSE_MASK_ELEMENTS
-        plain_causal = self.causal and self.key_padding is None and self.bias is None
+        plain_causal = (self.causal and self.key_padding is None and self.bias is None
+                        and self.window is None)
         if long and plain_causal and self.query_len == self.key_len:
             return None, True
         return self.dense(), False
