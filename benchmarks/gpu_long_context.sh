@@ -8,17 +8,24 @@
 #   bash benchmarks/gpu_long_context.sh                  # PYTHON=python3 by default
 #   PYTHON=/path/to/python bash benchmarks/gpu_long_context.sh
 #
-# The Python needs a CUDA build of torch and attnlens' dependencies (this checkout is put on
-# PYTHONPATH, nothing is installed). The log is also written to $OUT/gpu_long_context.log
-# when OUT is set. Exit status: the first failing step's.
+# The Python needs a CUDA build of torch and attnlens' dependencies. A Python that does not
+# import this checkout's attnlens.cli gets it from .venv-gpu (a virtual environment that
+# sees the system's packages, this checkout installed with --no-deps: nothing is downloaded;
+# gpu_check.sh makes the same one). The log is also written to $OUT/gpu_long_context.log when
+# OUT is set. Exit status: the first failing step's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 LOG=${OUT:-/tmp}/gpu_long_context.log
 status=0
 {
 echo "== torch and the GPU"
+if ! "$PYTHON" -c "import attnlens.cli" 2>/dev/null; then
+    [ -x .venv-gpu/bin/python ] || "$PYTHON" -m venv --system-site-packages .venv-gpu
+    .venv-gpu/bin/python -c "import attnlens.cli" 2>/dev/null \
+        || .venv-gpu/bin/python -m pip install -q --no-deps --no-build-isolation -e . || exit 1
+    PYTHON=.venv-gpu/bin/python
+fi
 "$PYTHON" -c "import torch, transformers, attnlens.cli; assert torch.cuda.is_available(), 'no CUDA'; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name(0))" || exit 1
 
 echo "== attnlens heads at 32,768 tokens, 1B-class Llama (benchmarks/long_context.py --gpu)"
