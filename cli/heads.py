@@ -67,8 +67,11 @@ SelectFractionOpt = typer.Option(
     help="Without --select-on: share of the sentences that choose the best heads.",
 )
 ClustersOpt = typer.Option(
-    True, "--clusters/--no-clusters",
-    help="Jensen-Shannon distances between every pair of heads and their MDS embedding.",
+    None, "--clusters/--no-clusters",
+    help="Jensen-Shannon distances between every pair of heads and their MDS embedding. "
+    "Default: on, leaving out inputs above --whole-matrix-limit (it needs every layer's "
+    "whole pattern); --clusters refuses them.",
+    show_default=False,
 )
 
 
@@ -88,7 +91,7 @@ def heads(
     rare_self: str = RareSelfOpt,
     select_on: Path | None = SelectOnOpt,
     select_fraction: float = SelectFractionOpt,
-    clusters: bool = ClustersOpt,
+    clusters: bool | None = ClustersOpt,
     probe_sequences: int = lm.ProbeSequencesOpt,
     probe_length: int = lm.ProbeLengthOpt,
     probe_seed: int = lm.ProbeSeedOpt,
