@@ -26,6 +26,7 @@ LAYERS: list[set[str]] = [
     {"outputs"},
     {"hooks", "progress", "device"},
     {"model"},
+    {"backends"},
     {"data"},
     {"loaders"},
     {"analysis"},

@@ -1,0 +1,184 @@
+"""The ``attnlens`` attention function registered on transformers' attention interface.
+
+transformers 5.x routes a model's attention through ``ALL_ATTENTION_FUNCTIONS``: the model's
+attention module computes queries, keys and values (after rotary embeddings, before any
+repetition of grouped keys) and calls ``fn(module, query, key, value, attention_mask,
+**kwargs)``, then reshapes the returned ``attn_output [batch, query_pos, head, d_head_v]`` and
+applies its output projection. This function computes what the model's own
+``eager_attention_forward`` computes, in the same order of operations, and fires attnlens'
+hook points on the way (``slots.AttentionSlot``).
+
+Every keyword a model passes is honoured (``EFFECTS``), or has no effect on eager attention:
+listed in ``NO_EFFECT`` (read only by other kernels), None, or swallowed unread by the
+``**kwargs`` of the model's own eager function (``conventions``: a keyword that function
+names is one it reads). Any other keyword raises ``UnsupportedKeywordError`` naming it: a
+keyword attnlens does not implement could change the attention, and is never dropped silently.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from attnlens.backends.hf.conventions import eager_conventions
+from attnlens.backends.hf.slots import current_slot, record
+from attnlens.errors import AttnlensError
+
+IMPLEMENTATION = "attnlens"
+
+# Keywords that change the attention, and how (each is applied below).
+EFFECTS = {
+    "scaling": "multiplies q k^T (default 1 / sqrt(d_head))",
+    "dropout": "must be 0: attnlens analyses models in eval mode",
+    "softcap": "scores -> softcap * tanh(scores / softcap) (Gemma 2)",
+    "position_bias": "added to the scores before the mask (T5 relative position bias)",
+    "s_aux": "per-head sink logits: an extra softmax column, dropped after (gpt-oss)",
+    "sinks": "the same as s_aux, under the name other models use",
+    "sliding_window": "carried by the eager mask the model builds for that layer",
+    "is_causal": "carried by the eager mask the model builds (eager ignores the flag)",
+}
+# Keywords read only by other kernels (flash, sdpa, paged) or by the model's own bookkeeping:
+# the eager computation does not depend on them.
+NO_EFFECT = frozenset({
+    "position_ids", "cache_position", "output_attentions", "output_hidden_states",
+    "output_router_logits", "use_cache", "return_dict", "num_items_in_batch",
+    "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx",
+    "deterministic", "layer_idx", "head_mask", "query_length", "target_dtype",
+})
+
+
+class UnsupportedKeywordError(AttnlensError):
+    """A model passed its attention function a keyword attnlens does not implement."""
+
+
+def unread_keywords(kwargs: dict, parameters: frozenset[str] | None) -> list[str]:
+    """The keywords that could change eager attention and that attnlens does not implement."""
+    return sorted(
+        k for k, value in kwargs.items()
+        if k not in NO_EFFECT and value is not None
+        and (parameters is None or k in parameters)
+    )
+
+
+def _check_keywords(module: torch.nn.Module, kwargs: dict, parameters) -> None:
+    unknown = unread_keywords(kwargs, parameters)
+    if unknown:
+        raise UnsupportedKeywordError(
+            f"{type(module).__name__} passes the attention keyword(s) {', '.join(unknown)}, "
+            "which attnlens does not implement; use --backend native if a converter exists, "
+            "or report the model (its eager attention may depend on them)."
+        )
+
+
+def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """``[batch, kv_head, pos, d] -> [batch, kv_head * groups, pos, d]`` (grouped-query heads)."""
+    if groups == 1:
+        return x
+    batch, kv_heads, pos, d = x.shape
+    return x[:, :, None].expand(batch, kv_heads, groups, pos, d).reshape(
+        batch, kv_heads * groups, pos, d
+    )
+
+
+def _softmax(scores: torch.Tensor, in_float32: bool, dtype: torch.dtype) -> torch.Tensor:
+    if in_float32:
+        return F.softmax(scores, dim=-1, dtype=torch.float32).to(dtype)
+    return F.softmax(scores, dim=-1).to(dtype)
+
+
+def _sink_softmax(
+    scores: torch.Tensor, sinks: torch.Tensor, in_float32: bool, dtype: torch.dtype
+) -> torch.Tensor:
+    """Softmax over the keys plus one sink logit per head, the sink column dropped after."""
+    batch, heads, queries, _ = scores.shape
+    if sinks.dim() == 1:  # [head] -> [batch, head, query_pos, 1]
+        sinks = sinks.reshape(1, -1, 1, 1).expand(batch, heads, queries, 1)
+    combined = torch.cat([scores, sinks.to(scores.dtype)], dim=-1)
+    combined = combined - combined.max(dim=-1, keepdim=True).values
+    probs = F.softmax(combined, dim=-1, dtype=torch.float32 if in_float32 else combined.dtype)
+    return probs[..., :-1].to(dtype)
+
+
+def attnlens_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    softcap: float | None = None,
+    position_bias: torch.Tensor | None = None,
+    s_aux: torch.Tensor | None = None,
+    sinks: torch.Tensor | None = None,
+    sliding_window: int | None = None,
+    is_causal: bool | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Eager attention with attnlens' hooks and head gates (module docstring).
+
+    ``query [batch, head, query_pos, d_head]``, ``key``/``value [batch, kv_head, key_pos, d]``;
+    ``attention_mask`` additive ``[batch | 1, 1 | head, query_pos, key_pos]`` or None.
+    Returns ``(attn_output [batch, query_pos, head, d_head_v], pattern [batch, head, query_pos,
+    key_pos])``.
+    """
+    conventions = eager_conventions(module)
+    _check_keywords(module, kwargs, conventions.parameters)
+    if dropout and module.training:
+        raise AttnlensError(
+            f"{type(module).__name__} runs attention dropout ({dropout}) in training mode; "
+            "attnlens analyses models in eval mode: call model.eval()."
+        )
+    slot = current_slot(module)
+    if scaling is None:
+        scaling = query.shape[-1] ** -0.5
+    sink_logits = s_aux if s_aux is not None else sinks
+    if sink_logits is None and conventions.module_sinks:
+        sink_logits = getattr(module, "sinks", None)
+    if sliding_window is not None and attention_mask is None and key.shape[-2] > sliding_window:
+        raise AttnlensError(
+            f"{type(module).__name__} asks for a sliding window of {sliding_window} keys but "
+            "passes no mask that holds it; attnlens cannot apply the window itself."
+        )
+
+    if slot is not None:  # hooks see [batch, pos, head, d]
+        query = slot.fire("q", query.transpose(1, 2)).transpose(1, 2)
+        key = slot.fire("k", key.transpose(1, 2)).transpose(1, 2)
+        value = slot.fire("v", value.transpose(1, 2)).transpose(1, 2)
+    groups = query.shape[1] // key.shape[1]
+    key_states = repeat_kv(key, groups)  # [batch, head, key_pos, d_head]
+    value_states = repeat_kv(value, groups)  # [batch, head, key_pos, d_head_v]
+
+    if conventions.float32_scores:
+        scores = torch.matmul(query.float(), key_states.float().transpose(2, 3)) * scaling
+    else:
+        scores = torch.matmul(query, key_states.transpose(2, 3)) * scaling
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    if position_bias is not None:
+        scores = scores + position_bias
+    if attention_mask is not None:
+        scores = scores + attention_mask[:, :, :, : key_states.shape[-2]]
+    if slot is not None:
+        scores = slot.fire("scores", scores)  # [batch, head, query_pos, key_pos]
+    if sink_logits is not None:
+        pattern = _sink_softmax(scores, sink_logits, conventions.float32_softmax, value.dtype)
+    else:
+        pattern = _softmax(scores, conventions.float32_softmax, value.dtype)
+    if slot is not None:
+        pattern = slot.fire("pattern", pattern)  # [batch, head, query_pos, key_pos]
+    z = torch.matmul(pattern, value_states).transpose(1, 2)  # [batch, query_pos, head, d_v]
+    if slot is not None:
+        z = slot.fire("z", z)
+        z = slot.gate(z)
+    record(module, query, key, value, attention_mask, z, kwargs, scaling)
+    return z.contiguous(), pattern
+
+
+def register() -> None:
+    """Register ``attnlens`` on transformers' attention and mask interfaces (idempotent)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    AttentionInterface.register(IMPLEMENTATION, attnlens_attention)
+    AttentionMaskInterface.register(IMPLEMENTATION, eager_mask)
