@@ -22,7 +22,8 @@ from attnlens.analysis.runner import _LayerFeeder
 from attnlens.data.batch import Batch
 from attnlens.errors import ConfigError
 from attnlens.hooks import HookPoint
-from attnlens.model.encoder_decoder import ATTENTION_TYPES, EncoderDecoderTransformer
+from attnlens.model.encoder_decoder import ATTENTION_TYPES
+from attnlens.model.protocol import AttentionModel
 from attnlens.progress import progress_bar
 
 
@@ -32,7 +33,7 @@ def _forward(feeder: _LayerFeeder, view_name: str, x: torch.Tensor, hook: HookPo
 
 @torch.no_grad()
 def run_by_attention(
-    model: EncoderDecoderTransformer,
+    model: AttentionModel,
     batches: Iterable[Batch],
     analyzers: Sequence[Analyzer],
     total: int | None = None,

@@ -37,7 +37,8 @@ from attnlens.data.batch import Batch
 from attnlens.errors import ConfigError
 from attnlens.hooks import HookPoint
 from attnlens.model.attention import MultiHeadAttention
-from attnlens.model.encoder_decoder import ATTENTION_TYPES, EncoderDecoderTransformer
+from attnlens.model.encoder_decoder import ATTENTION_TYPES
+from attnlens.model.protocol import AttentionModel
 
 _CROSS_BLOCK_HOOKS = {
     "hook_resid_pre": "hook_resid_mid",
@@ -91,9 +92,14 @@ def shift_batch(batch: Batch, start_id: int, pad_id: int | None) -> Batch:
 
 
 class AttentionView:
-    """One attention type of an ``EncoderDecoderTransformer`` as a stack (module docstring)."""
+    """One attention type of an encoder-decoder model as a stack (module docstring).
 
-    def __init__(self, model: EncoderDecoderTransformer, attention: str) -> None:
+    The model (``EncoderDecoderTransformer`` or an hf-backed encoder-decoder) has ``encoder``
+    and ``decoder`` stacks whose ``blocks`` hold ``attn``, ``ln1`` (and in the decoder
+    ``cross_attn``, ``ln_cross``), and ``decoder_token_ids()``.
+    """
+
+    def __init__(self, model: AttentionModel, attention: str) -> None:
         if attention not in ATTENTION_TYPES:
             raise ConfigError(f"unknown attention type {attention!r}; choose one of "
                               f"{', '.join(ATTENTION_TYPES)}.")
@@ -177,10 +183,10 @@ class AttentionView:
         """What the analyzers of this view see of a source batch (module docstring)."""
         if self.attention != "decoder":
             return batch
-        cfg = self.model.cfg
-        return shift_batch(batch, cfg.decoder_start_token_id, cfg.pad_token_id)
+        start, pad = self.model.decoder_token_ids()
+        return shift_batch(batch, start, pad)
 
 
-def attention_views(model: EncoderDecoderTransformer) -> dict[str, AttentionView]:
+def attention_views(model: AttentionModel) -> dict[str, AttentionView]:
     """The three views of a model, in ``ATTENTION_TYPES`` order."""
     return {attention: AttentionView(model, attention) for attention in ATTENTION_TYPES}

@@ -17,7 +17,7 @@ import torch
 from attnlens.analysis.base import Analyzer, group_by_layer, layer_of
 from attnlens.data.batch import Batch
 from attnlens.hooks import ActivationCache, HookPoint
-from attnlens.model.encoder_decoder import is_encoder_decoder
+from attnlens.model.protocol import has_several_attention_types
 from attnlens.model.transformer import HookedTransformer
 from attnlens.progress import progress_bar
 
@@ -96,7 +96,7 @@ def run_analyzers(
     On an encoder-decoder model every analyzer must name its ``attention`` type; it then
     reads that type as a plain stack (``analysis.attention_types``).
     """
-    if is_encoder_decoder(model):
+    if has_several_attention_types(model):
         from attnlens.analysis.attention_types import run_by_attention
 
         return run_by_attention(model, batches, analyzers, total, show_progress, description)

@@ -22,7 +22,7 @@ from attnlens.loaders.checkpoint import TOKENIZER_FILES
 from attnlens.loaders.registry import CONVERTERS
 from attnlens.model.config import TransformerConfig
 from attnlens.model.empty import empty_modules
-from attnlens.model.encoder_decoder import is_encoder_decoder
+from attnlens.model.protocol import has_several_attention_types
 from attnlens.model.transformer import HookedTransformer
 
 # Source config.json fields not carried over (transformers writes its own).
@@ -117,7 +117,7 @@ def hf_state(model: HookedTransformer) -> tuple[dict, dict[str, torch.Tensor]]:
             f"export supports models loaded from: {known}."
         )
     # Encoder-decoder models are never structurally pruned: nothing to pad.
-    uniform = model if is_encoder_decoder(model) else pad_heads_to_uniform(model)
+    uniform = model if has_several_attention_types(model) else pad_heads_to_uniform(model)
     state = {k: v.detach() for k, v in uniform.state_dict().items()}
     fields, tensors = converter.export(uniform.cfg, state)
     hf = _source_config(cfg)

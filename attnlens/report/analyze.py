@@ -22,7 +22,7 @@ from attnlens.checkpointing import AnalysisCheckpoint
 from attnlens.data.batch import Batch
 from attnlens.distributed import SINGLE, DistContext, run_sharded
 from attnlens.io import atomic_open, check_output_dir
-from attnlens.model.encoder_decoder import is_encoder_decoder
+from attnlens.model.protocol import has_several_attention_types
 from attnlens.model.transformer import HookedTransformer
 from attnlens.report.asymmetry_section import AsymmetrySection
 from attnlens.report.collapse_section import CollapseSection
@@ -129,7 +129,7 @@ def analyze(
         command, invoked = invoked_command()
         options = options or invoked
     sections = list(default_sections() if sections is None else sections)
-    if is_encoder_decoder(model):  # every section per attention type, tables with a column
+    if has_several_attention_types(model):  # every section per attention type, tables with a column
         sections = [by_attention_type(s) for s in sections]
     start = time.perf_counter()
     per_section = [s.analyzers(model, tokenizer) for s in sections]

@@ -10,10 +10,15 @@ import pandas as pd
 from attnlens.analysis.asymmetry import PatternAsymmetry
 from attnlens.analysis.weight_asymmetry import weight_asymmetry_table
 from attnlens.io import save_figure, write_table
+from attnlens.model.protocol import left_out_note, missing_parts
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import layer_head_heatmap
 from attnlens.report.section_docs import ASYMMETRY
 from attnlens.report.sections import Section, SectionOutput
+
+# What the two halves read from the model (attnlens.model.protocol.PARTS).
+WEIGHT_PARTS = ("QK", "norm", "rotary")
+PATTERN_PARTS = ("norm",)
 
 
 def asymmetry_summary_text(
@@ -51,22 +56,32 @@ class AsymmetrySection(Section):
         self.needs_corpus = not weights_only
 
     def analyzers(self, model: HookedTransformer, tokenizer) -> list[PatternAsymmetry]:
-        if self.weights_only or model.cfg.causal:
+        if self.weights_only or model.cfg.causal or missing_parts(model, PATTERN_PARTS):
             return []
         return [PatternAsymmetry.for_model(model, factor=self.factor)]
 
     def write(self, model, analyzers, out_dir: Path, formats) -> SectionOutput:
-        weights = weight_asymmetry_table(model)
-        write_table(weights, out_dir, "weight_asymmetry")
-        output = SectionOutput(self.title, tables={"weight_asymmetry": weights})
-        fig = partial(  # a recipe: built and drawn in a figure worker
-            layer_head_heatmap,
-            weights[weights["measure"] == "antisym_share"],
-            "Antisymmetric share of ||W_Q W_K^T||_F^2",
-            vmin=0,
-            vmax=1,
-        )
-        output.figures += save_figure(fig, out_dir, "asymmetry_weights", formats)
+        output = SectionOutput(self.title)
+        notes = []
+        weights = None
+        missing = missing_parts(model, WEIGHT_PARTS)
+        if missing:
+            notes.append(left_out_note("the weight asymmetry of W_Q W_K^T", missing))
+        else:
+            weights = weight_asymmetry_table(model)
+            write_table(weights, out_dir, "weight_asymmetry")
+            output.tables["weight_asymmetry"] = weights
+            fig = partial(  # a recipe: built and drawn in a figure worker
+                layer_head_heatmap,
+                weights[weights["measure"] == "antisym_share"],
+                "Antisymmetric share of ||W_Q W_K^T||_F^2",
+                vmin=0,
+                vmax=1,
+            )
+            output.figures += save_figure(fig, out_dir, "asymmetry_weights", formats)
+        missing = missing_parts(model, PATTERN_PARTS)
+        if missing and not self.weights_only and not model.cfg.causal:
+            notes.append(left_out_note("the pattern asymmetry and its baseline", missing))
         patterns = baseline = None
         found = [a for a in analyzers if isinstance(a, PatternAsymmetry)]
         if found:
@@ -91,5 +106,6 @@ class AsymmetrySection(Section):
                 vmax=1,
             )
             output.figures += save_figure(fig, out_dir, "asymmetry_directed", formats)
-        output.summary = asymmetry_summary_text(weights, patterns, baseline)
+        text = asymmetry_summary_text(weights, patterns, baseline) if weights is not None else ""
+        output.summary = "\n".join(filter(None, [text, *notes]))
         return output

@@ -19,7 +19,8 @@ from attnlens.analysis.attention_types import with_attention_column
 from attnlens.analysis.attention_view import attention_views
 from attnlens.analysis.base import Analyzer
 from attnlens.io import figure_naming, write_table
-from attnlens.model.encoder_decoder import ATTENTION_TYPES, EncoderDecoderTransformer
+from attnlens.model.encoder_decoder import ATTENTION_TYPES
+from attnlens.model.protocol import AttentionModel
 from attnlens.report.catalog import FigureDoc, SectionDoc
 from attnlens.report.sections import Section, SectionOutput
 
@@ -73,7 +74,7 @@ class AttentionTypeSection(Section):
         self.doc = doc_by_attention(section.doc, self.attentions)
         self.views: dict = {}
 
-    def analyzers(self, model: EncoderDecoderTransformer, tokenizer) -> list[Analyzer]:
+    def analyzers(self, model: AttentionModel, tokenizer) -> list[Analyzer]:
         self.views = attention_views(model)
         tagged = []
         for attention in self.attentions:
@@ -84,7 +85,7 @@ class AttentionTypeSection(Section):
 
     def write(
         self,
-        model: EncoderDecoderTransformer,
+        model: AttentionModel,
         analyzers: list[Analyzer],
         out_dir: Path,
         formats: tuple[str, ...],

@@ -63,6 +63,7 @@ def model_record(model) -> dict[str, Any]:
         "path": source.get("path", ""),
         "architecture": source.get("architecture", ""),
         "model_type": source.get("model_type", ""),
+        "backend": getattr(model, "backend", "native"),
         "layers": cfg.n_layers,
         "heads": heads,
         "d_model": cfg.d_model,
@@ -71,6 +72,11 @@ def model_record(model) -> dict[str, Any]:
     }
     if cfg.heads_per_layer:
         record["heads_per_layer"] = list(cfg.heads_per_layer)
+    if source.get("native_refused"):
+        record["native_refused"] = source["native_refused"]
+    problems = model.weight_problems()
+    if problems:
+        record["not_available"] = problems
     return record
 
 

@@ -11,10 +11,14 @@ from attnlens.analysis.circuits import circuit_tables
 from attnlens.analysis.shared_subspace import shared_subspace_tables
 from attnlens.analysis.spectrum import SpectrumAnalyzer
 from attnlens.io import save_figure, write_table
+from attnlens.model.protocol import left_out_note, missing_parts
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import cumulative_curves_by_layer, layer_head_heatmap, shared_subspace_curves
 from attnlens.report.section_docs import SPECTRUM
 from attnlens.report.sections import Section, SectionOutput
+
+# What the weight spectra read from the model (attnlens.model.protocol.PARTS).
+WEIGHT_PARTS = ("QK", "OV", "norm")
 
 
 def _range_line(table: pd.DataFrame, measure: str, label: str) -> str:
@@ -63,7 +67,15 @@ def weight_summary_text(dims: pd.DataFrame, d_model: int) -> str:
 def write_weight_spectra(
     model: HookedTransformer, out_dir: Path, formats: tuple[str, ...], output: SectionOutput
 ) -> None:
-    """Circuit spectra (QK/OV) and shared-subspace tables and figure (no corpus needed)."""
+    """Circuit spectra (QK/OV) and shared-subspace tables and figure (no corpus needed).
+
+    Left out, with a note saying why, when the model cannot give its per-head weights.
+    """
+    missing = missing_parts(model, WEIGHT_PARTS)
+    if missing:
+        note = left_out_note("the QK/OV circuit spectra and shared subspaces", missing)
+        output.summary = "\n".join(filter(None, [output.summary, note]))
+        return
     tables = {**circuit_tables(model), **shared_subspace_tables(model)}
     for name, table in tables.items():
         write_table(table, out_dir, name)

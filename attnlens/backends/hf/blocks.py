@@ -52,7 +52,8 @@ class HookAttention(nn.Module, PerHeadViews):
     # Per-head weights ----------------------------------------------------------------------
     def problem(self, part: str) -> str | None:
         """Why ``part`` ("QK", "OV", "norm", "rotary") cannot be read, or None."""
-        if part == "rotary" and self.entry.rotary.status == "unknown":
+        if part == "rotary" and "QK" not in self.entry.problems and (
+                self.entry.rotary.status == "unknown"):
             return "the rotary embedding is not attnlens' own (scaled, interleaved or per-layer)"
         return self.entry.problems.get(part)
 

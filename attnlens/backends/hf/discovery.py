@@ -77,7 +77,9 @@ def _tolerance(reference: torch.Tensor) -> float:
 
 
 def close(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and float((a.float() - b.float()).abs().max()) <= _tolerance(b)
+    if a.shape != b.shape:
+        return False
+    return b.numel() == 0 or float((a.float() - b.float()).abs().max()) <= _tolerance(b)
 
 
 def _block_of(modules: dict[str, nn.Module], name: str) -> tuple[str, nn.Module | None]:
@@ -232,6 +234,26 @@ def _kv_input(inputs: list[torch.Tensor], x: torch.Tensor, key_len: int) -> torc
     return next((t for t in inputs if t.shape[0] == key_len), None)
 
 
+def _scales(q_hat: torch.Tensor, q: torch.Tensor) -> list[float]:
+    """Scales to try between projected and received queries: 1, then the norm ratio (OPT
+    multiplies its queries by d_head ** -0.5; YaRN scales cos and sin), snapped to
+    d_head ** -0.5 when it is that."""
+    norm = float(q_hat.double().norm())
+    if norm == 0.0:
+        return [1.0]
+    ratio = float(q.double().norm()) / norm
+    exact = q.shape[-1] ** -0.5
+    return [1.0, exact if abs(ratio - exact) <= 1e-4 * exact else ratio]
+
+
+def _match_scaled(q_hat: torch.Tensor, q: torch.Tensor, config) -> tuple[Rotary | None, float]:
+    for scale in _scales(q_hat, q):
+        rotary = _match_rotary(q_hat * scale, q, config)
+        if rotary is not None:
+            return rotary, scale
+    return None, 1.0
+
+
 def _read_qkv(entry: LayerMap, call: CallRecord, x: torch.Tensor, x_kv: torch.Tensor | None,
               config) -> None:
     for layout in QKV_LAYOUTS:
@@ -246,9 +268,12 @@ def _read_qkv(entry: LayerMap, call: CallRecord, x: torch.Tensor, x_kv: torch.Te
             continue
         if not close(project(x_kv, weights.W_V, weights.b_V), call.value):
             continue
-        rotary_q = _match_rotary(project(x, weights.W_Q, weights.b_Q), call.query, config)
-        rotary_k = _match_rotary(project(x_kv, weights.W_K, weights.b_K), call.key, config)
-        entry.recipe = recipe
+        rotary_q, q_scale = _match_scaled(project(x, weights.W_Q, weights.b_Q), call.query,
+                                          config)
+        rotary_k, k_scale = _match_scaled(project(x_kv, weights.W_K, weights.b_K), call.key,
+                                          config)
+        entry.recipe = WeightRecipe(entry.module, entry.shapes, layout, None,
+                                    q_scale=q_scale, k_scale=k_scale)
         if rotary_q is None or rotary_k is None:
             entry.problems["QK"] = (
                 f"{'queries' if rotary_q is None else 'keys'} are not a linear map of the "
@@ -273,8 +298,10 @@ def _read_out(entry: LayerMap, call: CallRecord, capture: _Capture, parent: nn.M
     for name, module in out_candidates(entry.module, parent):
         seen = capture.inputs.get(module, [])
         if call_index < len(seen) and seen[call_index] and close(seen[call_index][0], z):
-            entry.recipe = WeightRecipe(entry.module, entry.shapes,
-                                        entry.recipe.qkv if entry.recipe else None, module, name)
+            previous = entry.recipe
+            entry.recipe = WeightRecipe(
+                entry.module, entry.shapes, previous.qkv if previous else None, module, name,
+                previous.q_scale if previous else 1.0, previous.k_scale if previous else 1.0)
             entry.d_out = entry.recipe.read().W_O.shape[-1]
             return
     entry.problems.setdefault("OV", "no output projection in the table receives this layer's "

@@ -60,9 +60,13 @@ def load_hf_model(
 
     ``use_safetensors=False`` only when the caller allowed pickle weights.
     """
+    from transformers.utils import logging as hf_logging
+
     register()
     config = read_config(path)
     cls, architecture = model_class(config)
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # attnlens prints its own progress
     try:
         hf = cls.from_pretrained(
             path, attn_implementation=IMPLEMENTATION, local_files_only=True,
@@ -72,6 +76,9 @@ def load_hf_model(
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelLoadError(f"transformers could not load {path} as {architecture}: {first}"
                              ) from exc
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     check_parameters(hf)
     source = {**source, "backend": "hf", "model_type": getattr(config, "model_type", ""),
               "architecture": architecture}

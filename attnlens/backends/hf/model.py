@@ -27,7 +27,8 @@ from attnlens.backends.hf.slots import AttentionSlot, bind, binding_of, unbind
 from attnlens.errors import ConfigError
 from attnlens.hooks import HookedModule, HookPoint
 from attnlens.model.config import TransformerConfig
-from attnlens.model.encoder_decoder import AttentionLayer, shift_right
+from attnlens.model.encoder_decoder import shift_right
+from attnlens.model.protocol import AttentionLayer
 
 _HEADS_BY_SUFFIX = (
     ("ForCausalLM", "lm"), ("LMHeadModel", "lm"), ("ForConditionalGeneration", "lm"),
@@ -318,16 +319,33 @@ class HFAttentionModel(HookedModule):
         return [row.hook_prefix + "hook_z" for row in self.attention_layers]
 
     def weight_problems(self) -> dict[str, str]:
-        """Part ("QK", "OV", "norm", "rotary") -> why it cannot be read, with its layers."""
+        """Part ("QK", "OV", "norm", "rotary", "blocks") -> why it cannot be given."""
         found: dict[str, list[str]] = defaultdict(list)
-        reasons: dict[str, str] = {}
+        reasons: dict[str, str] = {"blocks": "the hf backend runs the Hugging Face modules "
+                                             "themselves (--backend native, where a converter "
+                                             "exists, builds attnlens' own)"}
+        found["blocks"] = []
         for row in self.attention_layers:
             for part in ("QK", "OV", "norm", "rotary"):
                 reason = row.attn.problem(part)
                 if reason is not None:
                     found[part].append(row.hook_prefix.rstrip("."))
                     reasons.setdefault(part, reason)
-        return {part: f"{reasons[part]} ({', '.join(layers)})" for part, layers in found.items()}
+        return {part: f"{reasons[part]}" + (f" ({', '.join(layers)})" if layers else "")
+                for part, layers in found.items()}
+
+    def decoder_token_ids(self) -> tuple[int, int | None]:
+        """(decoder start id, pad id) of an encoder-decoder model's config."""
+        config = self.hf.config
+        start = getattr(config, "decoder_start_token_id", None)
+        pad = getattr(config, "pad_token_id", None)
+        return (start if start is not None else (pad if pad is not None else 0)), pad
+
+    def decoder_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher-forcing decoder inputs: ``input_ids`` shifted right (as the native model)."""
+        start, pad = self.decoder_token_ids()
+        return shift_right(input_ids, attention_mask, start, pad)
 
     def set_use_sdpa(self, enabled: bool) -> None:
         """Accepted for the protocol: the hf backend always runs the hooked eager path."""
@@ -371,12 +389,8 @@ class HFAttentionModel(HookedModule):
             if decoder_input_ids is None:
                 if input_ids is None:
                     raise ConfigError("an encoder-decoder model needs input_ids.")
-                config = self.hf.config
-                start = getattr(config, "decoder_start_token_id", None)
-                pad = getattr(config, "pad_token_id", None)
-                start = start if start is not None else (pad if pad is not None else 0)
-                decoder_input_ids, decoder_attention_mask = shift_right(
-                    input_ids, attention_mask, start, pad)
+                decoder_input_ids, decoder_attention_mask = self.decoder_inputs(
+                    input_ids, attention_mask)
             inputs["decoder_input_ids"] = decoder_input_ids
             if decoder_attention_mask is not None:
                 inputs["decoder_attention_mask"] = decoder_attention_mask

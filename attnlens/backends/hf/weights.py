@@ -176,6 +176,10 @@ class WeightRecipe:
     qkv: QKVLayout | None
     out: nn.Module | None
     out_name: str = ""
+    # Factors the module applies to its projected queries / keys (OPT: d_head ** -0.5),
+    # folded into W_Q, b_Q / W_K, b_K so that they give the queries the attention receives.
+    q_scale: float = 1.0
+    k_scale: float = 1.0
 
     def read(self) -> HeadWeights:
         s = self.shapes
@@ -184,6 +188,10 @@ class WeightRecipe:
         if parts is not None:
             (wq, bq), (wk, bk), (wv, bv) = parts
             n_kv_read = wk.shape[0] // s.d_head
+            if self.q_scale != 1.0:
+                wq, bq = wq * self.q_scale, None if bq is None else bq * self.q_scale
+            if self.k_scale != 1.0:
+                wk, bk = wk * self.k_scale, None if bk is None else bk * self.k_scale
             weights.W_Q, weights.b_Q = to_heads(wq, s.n_heads), _bias_heads(bq, s.n_heads)
             weights.W_K = _kv_heads(to_heads(wk, n_kv_read), s.n_kv_heads)
             weights.W_V = _kv_heads(to_heads(wv, n_kv_read), s.n_kv_heads)
