@@ -92,3 +92,12 @@ def save_checkpoint(path: Path, model_type: str, seed: int = 0) -> Path:
     model = tiny_hf(model_type, seed=seed, base=False, attn="eager", vocab_size=vocab)
     model.save_pretrained(path)
     return path
+
+
+def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest absolute difference; NaN where both are NaN counts as equal (ModernBERT's
+    fully masked padded query rows in float64 are NaN in eager too), NaN on one side as inf."""
+    a, b = a.double(), b.double()
+    both = a.isnan() & b.isnan()
+    diff = (a - b).abs().masked_fill(both, 0.0)
+    return float(diff.nan_to_num(nan=float("inf")).max())

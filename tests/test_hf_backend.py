@@ -19,7 +19,7 @@ from attnlens.backends.hf.attention import (
 )
 from attnlens.backends.hf.model import HFAttentionModel
 from attnlens.errors import AttnlensError
-from tests.hf_utils import padded_batch, tiny_hf
+from tests.hf_utils import max_diff, padded_batch, tiny_hf
 
 SINGLE = ["llama", "qwen3", "mistral", "gemma2", "gpt_oss", "gpt_neox", "opt", "modernbert",
           "bert", "gpt2"]
@@ -41,15 +41,6 @@ def eager(model: HFAttentionModel, **inputs):
             return hf(**inputs, output_attentions=True)
     finally:
         hf.set_attn_implementation("attnlens")
-
-
-def max_diff(a, b) -> float:
-    """Largest absolute difference; NaN where both are NaN counts as equal (ModernBERT's
-    fully masked padded query rows in float64 are NaN in eager too), NaN on one side as inf."""
-    a, b = a.double(), b.double()
-    both = a.isnan() & b.isnan()
-    diff = (a - b).abs().masked_fill(both, 0.0)
-    return float(diff.nan_to_num(nan=float("inf")).max())
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
