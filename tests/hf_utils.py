@@ -78,8 +78,9 @@ def padded_batch(vocab_size: int = 64, batch: int = 3, length: int = 9, seed: in
     return ids, mask
 
 
-WORDS = ("the keeper climbed stairs because old lamp at top had to be lit before dark a cat "
-         "sat on mat dog ran under big red house").split()
+WORDS = ["the", "keeper", "climbed", "stairs", "because", "old", "lamp", "at", "top", "had", "to",
+         "be", "lit", "before", "dark", "a", "cat", "sat", "on", "mat", "dog", "ran", "under",
+         "big", "red", "house"]
 TEXT = ["the keeper climbed the stairs", "a cat sat on the mat", "the old lamp had to be lit "
         "before dark", "the dog ran under the big red house"]
 

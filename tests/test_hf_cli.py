@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from attnlens.cli.app import app
 from typer.testing import CliRunner
 
 import attnlens
-from attnlens.cli.app import app
 from tests.hf_utils import TEXT, max_diff, save_checkpoint
 
 FAMILIES = ["llama", "qwen3", "gemma2", "gpt_neox", "opt", "modernbert"]
