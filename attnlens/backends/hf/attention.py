@@ -32,7 +32,8 @@ EFFECTS = {
     "dropout": "must be 0: attnlens analyses models in eval mode",
     "softcap": "scores -> softcap * tanh(scores / softcap) (Gemma 2)",
     "position_bias": "added to the scores before the mask (T5 relative position bias)",
-    "s_aux": "per-head sink logits: an extra softmax column, dropped after (gpt-oss)",
+    "s_aux": "per-head sink logits: an extra softmax column, dropped after (gpt-oss), or "
+             "as the model's eager does it, a sigmoid(logsumexp - sink) output factor",
     "sinks": "the same as s_aux, under the name other models use",
     "sliding_window": "carried by the eager mask the model builds for that layer",
     "is_causal": "carried by the eager mask the model builds (eager ignores the flag)",
@@ -161,13 +162,21 @@ def attnlens_attention(
         scores = scores + attention_mask[:, :, :, : key_states.shape[-2]]
     if slot is not None:
         scores = slot.fire("scores", scores)  # [batch, head, query_pos, key_pos]
+    output_scale = None
+    if sink_logits is not None and conventions.sink_scales_output:
+        lse = torch.logsumexp(scores, dim=-1)  # [batch, head, query_pos]
+        output_scale = (lse - sink_logits.view(1, -1, 1)).to(torch.float32).sigmoid()
+        sink_logits = None
     if sink_logits is not None:
         pattern = _sink_softmax(scores, sink_logits, conventions.float32_softmax, value.dtype)
     else:
         pattern = _softmax(scores, conventions.float32_softmax, value.dtype)
     if slot is not None:
         pattern = slot.fire("pattern", pattern)  # [batch, head, query_pos, key_pos]
-    z = torch.matmul(pattern, value_states).transpose(1, 2)  # [batch, query_pos, head, d_v]
+    z = torch.matmul(pattern, value_states)  # [batch, head, query_pos, d_head_v]
+    if output_scale is not None:  # the sinks' share, taken from the output (Granite SWA)
+        z = z * output_scale.unsqueeze(-1).to(z.dtype)
+    z = z.transpose(1, 2)  # [batch, query_pos, head, d_head_v]
     if slot is not None:
         z = slot.fire("z", z)
         z = slot.gate(z)

@@ -31,6 +31,10 @@ class EagerConventions:
     float32_softmax: bool = True  # softmax(..., dtype=torch.float32)
     float32_scores: bool = False  # q k^T formed from float32 copies (GPT-J, CodeGen)
     module_sinks: bool = False  # sink logits read from module.sinks, not a keyword
+    # Sinks as a sigmoid(logsumexp(scores) - sink) factor on the output, the pattern a plain
+    # softmax (Granite SWA), instead of an extra softmax column (gpt-oss); equal in exact
+    # arithmetic, not in floating point.
+    sink_scales_output: bool = False
     # The keywords the function names (it swallows any other into **kwargs and ignores it);
     # None when no source was found: then only attention.NO_EFFECT keywords are accepted.
     parameters: frozenset[str] | None = None
@@ -45,8 +49,8 @@ def _is_float32(node: ast.AST) -> bool:
             and node.func.attr == "float")
 
 
-def _read(function: ast.FunctionDef) -> tuple[bool, bool, bool]:
-    float32_softmax = float32_scores = module_sinks = False
+def _read(function: ast.FunctionDef) -> tuple[bool, bool, bool, bool]:
+    float32_softmax = float32_scores = module_sinks = scales_output = False
     for node in ast.walk(function):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             if node.func.attr == "softmax":
@@ -57,10 +61,11 @@ def _read(function: ast.FunctionDef) -> tuple[bool, bool, bool]:
                 )
             if node.func.attr == "matmul" and node.args:
                 float32_scores |= _is_float32(node.args[0])
+            scales_output |= node.func.attr == "logsumexp"
         if (isinstance(node, ast.Attribute) and node.attr == "sinks"
                 and isinstance(node.value, ast.Name) and node.value.id == "module"):
             module_sinks = True
-    return float32_softmax, float32_scores, module_sinks
+    return float32_softmax, float32_scores, module_sinks, module_sinks and scales_output
 
 
 @cache
@@ -76,10 +81,10 @@ def _conventions_of(module_name: str) -> EagerConventions:
             break
         definition = tree.body[0]
         if isinstance(definition, ast.FunctionDef):
-            softmax32, scores32, sinks = _read(definition)
+            softmax32, scores32, sinks, scales = _read(definition)
             arguments = definition.args
             named = frozenset(a.arg for a in [*arguments.args, *arguments.kwonlyargs])
-            return EagerConventions(softmax32, scores32, sinks, named,
+            return EagerConventions(softmax32, scores32, sinks, scales, named,
                                     f"{function.__module__}.{function.__name__}")
     return EagerConventions()
 

@@ -95,7 +95,13 @@ def _block_of(modules: dict[str, nn.Module], name: str) -> tuple[str, nn.Module 
 
 
 def classify(records: list[CallRecord], encoder_length: int | None) -> list[tuple[str, int]]:
-    """(attention type, layer) of each recorded call (module docstring)."""
+    """(attention type, layer) of each recorded call (module docstring).
+
+    ``encoder_length`` None: a single stack; 0: an encoder-decoder model whose encoder length
+    is that of the first call (the encoder runs first).
+    """
+    if encoder_length == 0 and records:
+        encoder_length = records[0].query.shape[0]
     counters: dict[str, int] = defaultdict(int)
     kinds = []
     for call in records:

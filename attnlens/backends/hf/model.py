@@ -139,9 +139,8 @@ class HFAttentionModel(HookedModule):
         self.hf = hf.eval()
         self.encoder_decoder = bool(getattr(hf.config, "is_encoder_decoder", False))
         probe = probe or text_probe(hf.config, self.encoder_decoder)
-        with torch.no_grad():
-            rows = map_layers(hf, lambda: probe(hf),
-                              ENCODER_PROBE if self.encoder_decoder else None)
+        with torch.no_grad():  # the encoder runs first: its length is the first call's
+            rows = map_layers(hf, lambda: probe(hf), 0 if self.encoder_decoder else None)
         self.layer_maps = rows
         self.tokenizer = None
         by_type: dict[str, list[LayerMap]] = defaultdict(list)
