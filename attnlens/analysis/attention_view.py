@@ -38,7 +38,7 @@ from attnlens.errors import ConfigError
 from attnlens.hooks import HookPoint
 from attnlens.model.attention import MultiHeadAttention
 from attnlens.model.encoder_decoder import ATTENTION_TYPES
-from attnlens.model.protocol import AttentionModel
+from attnlens.model.protocol import AttentionLayer, AttentionModel
 
 _CROSS_BLOCK_HOOKS = {
     "hook_resid_pre": "hook_resid_mid",
@@ -121,6 +121,20 @@ class AttentionView:
     @property
     def n_layers(self) -> int:
         return len(self.blocks)
+
+    @property
+    def backend(self) -> str:
+        return self.model.backend
+
+    @property
+    def attention_layers(self) -> list[AttentionLayer]:
+        """The view's layers as a single stack's gate rows (``AttentionModel``)."""
+        return [AttentionLayer("self", i, b.attn, f"blocks.{i}.attn.")
+                for i, b in enumerate(self.blocks)]
+
+    def weight_problems(self) -> dict[str, str]:
+        """What the model cannot give (``AttentionModel``), for any of its attention types."""
+        return self.model.weight_problems()
 
     @property
     def heads_per_layer(self) -> list[int]:

@@ -12,6 +12,18 @@ from einops import rearrange
 
 from attnlens.model.factored import FactoredMatrix
 
+QUERY_SIDE = ("W_Q", "b_Q", "W_O")  # indexed by query head
+KV_SIDE = ("W_K", "b_K", "W_V", "b_V")  # indexed by key/value head
+
+
+def per_head_count(weights, group_size: int) -> float:
+    """Parameters per query head of an object holding the per-head tensors (see above)."""
+    q_side = sum(getattr(weights, n)[0].numel() for n in QUERY_SIDE
+                 if getattr(weights, n) is not None)
+    kv_side = sum(getattr(weights, n)[0].numel() for n in KV_SIDE
+                  if getattr(weights, n) is not None)
+    return q_side + kv_side / group_size
+
 
 class PerHeadViews:
     """``QK``/``OV`` factored circuits and grouped-query helpers over per-head weights."""
@@ -38,6 +50,11 @@ class PerHeadViews:
 
     def _kv_per_query_head(self, W: torch.Tensor) -> torch.Tensor:
         return W.repeat_interleave(self.group_size, dim=0) if self.group_size > 1 else W
+
+    def head_parameter_count(self) -> float:
+        """Parameters that go with one query head: its W_Q, b_Q and W_O rows, plus its share
+        of its key/value head's W_K, b_K, W_V, b_V (grouped-query heads share them)."""
+        return per_head_count(self, self.group_size)
 
     @property
     def QK(self) -> FactoredMatrix:

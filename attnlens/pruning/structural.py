@@ -13,10 +13,8 @@ import copy
 import torch
 
 from attnlens.errors import ConfigError
+from attnlens.model.head_views import KV_SIDE, QUERY_SIDE
 from attnlens.model.transformer import HookedTransformer
-
-QUERY_SIDE = ("W_Q", "b_Q", "W_O")  # indexed by query head
-KV_SIDE = ("W_K", "b_K", "W_V", "b_V")  # indexed by key/value head
 
 
 def _kept_heads(model: HookedTransformer, head_mask: torch.Tensor) -> list[tuple[list, list]]:
@@ -87,12 +85,7 @@ def head_parameter_counts(model: HookedTransformer) -> torch.Tensor:
     """
     counts = torch.zeros(model.n_layers, max(model.heads_per_layer), dtype=torch.float64)
     for layer, block in enumerate(model.blocks):
-        attn = block.attn
-        q_side = sum(getattr(attn, n)[0].numel() for n in QUERY_SIDE if getattr(attn, n)
-                     is not None)
-        kv_side = sum(getattr(attn, n)[0].numel() for n in KV_SIDE if getattr(attn, n)
-                      is not None)
-        counts[layer, : attn.n_heads] = q_side + kv_side / attn.group_size
+        counts[layer, : block.attn.n_heads] = block.attn.head_parameter_count()
     return counts
 
 

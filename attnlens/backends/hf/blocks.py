@@ -15,7 +15,7 @@ from attnlens.backends.hf.discovery import LayerMap
 from attnlens.errors import AttnlensError
 from attnlens.hooks import HookPoint
 from attnlens.model.folding import NormParams
-from attnlens.model.head_views import PerHeadViews
+from attnlens.model.head_views import PerHeadViews, per_head_count
 
 
 class WeightsUnavailable(AttnlensError):
@@ -101,6 +101,15 @@ class HookAttention(nn.Module, PerHeadViews):
     @property
     def b_O(self) -> torch.Tensor | None:
         return self._weights("OV").b_O
+
+    def head_parameter_count(self) -> float:
+        """Parameters per query head (``PerHeadViews``), counted from the projections the
+        layout found even where a norm keeps them from being this layer's bilinear form."""
+        recipe = self.entry.recipe
+        if recipe is None:
+            raise WeightsUnavailable(f"the projections of {self.entry.module_name} were not "
+                                     "found; its heads' parameters cannot be counted.")
+        return per_head_count(recipe.read(), self.group_size)
 
     @property
     def d_in(self) -> int:

@@ -397,9 +397,12 @@ class HFAttentionModel(HookedModule):
             if not self.encoder_decoder:
                 raise ConfigError("return_type='encoder' needs an encoder-decoder model.")
             target = self.hf.get_encoder()
+        options = call_options(target)
+        if not want_logits and head is not None and target is self.hf:
+            options["output_hidden_states"] = True  # a head model without a base (T5)
         self._set_gates(head_mask)
         try:
-            out = target(**inputs, **call_options(target))
+            out = target(**inputs, **options)
         finally:
             self._set_gates(None)
         if want_logits:
@@ -411,6 +414,9 @@ def _hidden(out: Any) -> torch.Tensor:
     if isinstance(out, torch.Tensor):
         return out
     hidden = getattr(out, "last_hidden_state", None)
+    for states in ("decoder_hidden_states", "hidden_states"):
+        if hidden is None and getattr(out, states, None):
+            hidden = getattr(out, states)[-1]
     if hidden is None and isinstance(out, tuple):
         hidden = out[0]
     if hidden is None:
