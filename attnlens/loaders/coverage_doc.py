@@ -65,6 +65,8 @@ def coverage_markdown(rows: list[SweepRow]) -> str:
         "",
     ]
     for pattern, value in FIELD_RULES:
+        if "num_key_value_heads" in pattern:
+            value = "4, 2 or 1: as many as the heads, fewer, or one, as in the default config"
         lines.append(f"- `{pattern}` -> {value}")
     changed = Counter(f.rsplit(".", 1)[-1] for r in rows for f in r.fields)
     lines += ["", "Fields changed most often: " + ", ".join(
