@@ -28,6 +28,8 @@ def view(
         from attnlens.loaders import load
 
         model, tokenizer = load(model, **load_options)
+    elif tokenizer is None and getattr(model, "tokenizer", None) is not None:
+        tokenizer = model.tokenizer  # set by attnlens.load
     elif tokenizer is None:
         from attnlens.errors import ConfigError
 
