@@ -191,6 +191,7 @@ def verify_model_type(model_type: str) -> SweepRow:
             return m(**probe_inputs, **call_options(m))
 
         wrapped = HFAttentionModel(model, {"architecture": cls.__name__}, probe=probe)
+        wrapped.set_use_sdpa(False)  # the hooked eager computation, compared bit for bit
         row.layers = wrapped.n_layers
         ours = _run(model, inputs)
         model.set_attn_implementation("eager")

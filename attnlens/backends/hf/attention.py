@@ -147,6 +147,10 @@ def attnlens_attention(
         key = slot.fire("k", key.transpose(1, 2)).transpose(1, 2)
         value = slot.fire("v", value.transpose(1, 2)).transpose(1, 2)
     groups = query.shape[1] // key.shape[1]
+    if (slot is not None and slot.fast and softcap is None and sink_logits is None
+            and not conventions.float32_scores):
+        return _fast_path(slot, query, key, value, attention_mask, position_bias, scaling,
+                          groups), None
     key_states = repeat_kv(key, groups)  # [batch, head, key_pos, d_head]
     value_states = repeat_kv(value, groups)  # [batch, head, key_pos, d_head_v]
 
@@ -182,6 +186,24 @@ def attnlens_attention(
         z = slot.gate(z)
     record(module, query, key, value, attention_mask, z, kwargs, scaling)
     return z.contiguous(), pattern
+
+
+def _fast_path(slot, query, key, value, attention_mask, position_bias, scaling, groups):
+    """``F.scaled_dot_product_attention`` (no pattern is formed: no hook needs one).
+
+    Equal to the eager computation up to the kernels' rounding (not bitwise); the model's
+    ``set_use_sdpa(False)`` turns it off, and any hook on scores or patterns does.
+    """
+    mask = attention_mask
+    if mask is not None:
+        mask = mask[:, :, :, : key.shape[-2]]
+    if position_bias is not None:
+        mask = position_bias if mask is None else position_bias + mask
+    z = F.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, scale=scaling, enable_gqa=groups > 1,
+    )  # [batch, head, query_pos, d_head_v]
+    z = slot.gate(slot.fire("z", z.transpose(1, 2)))  # [batch, query_pos, head, d_head_v]
+    return z.contiguous()
 
 
 def register() -> None:

@@ -347,7 +347,14 @@ class HFAttentionModel(HookedModule):
         return shift_right(input_ids, attention_mask, start, pad)
 
     def set_use_sdpa(self, enabled: bool) -> None:
-        """Accepted for the protocol: the hf backend always runs the hooked eager path."""
+        """Allow (True, the default) or forbid the SDPA fast path of every attention layer.
+
+        The fast path runs ``F.scaled_dot_product_attention`` where no hook reads scores or
+        patterns and the layer has no soft-capping or sinks: equal to eager attention up to
+        the kernels' rounding. False: always the hooked eager computation (bitwise eager).
+        """
+        for slot in self._slots:
+            slot.use_sdpa = enabled
 
     # Forward -------------------------------------------------------------------------------
     def _set_gates(self, head_mask: torch.Tensor | None) -> None:

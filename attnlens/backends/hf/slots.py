@@ -29,6 +29,13 @@ class AttentionSlot:
     row: int  # gate row: the index in the model's attention_layers
     points: dict[str, HookPoint]
     gate_value: torch.Tensor | None = None  # [head] or None
+    use_sdpa: bool = True  # the fast path, when no hook reads scores or patterns
+
+    @property
+    def fast(self) -> bool:
+        """True when the SDPA fast path may run: allowed and no hook needs the pattern."""
+        return self.use_sdpa and not (self.points["scores"].has_hooks
+                                      or self.points["pattern"].has_hooks)
 
     def fire(self, kind: str, x: torch.Tensor) -> torch.Tensor:
         point = self.points[kind]
