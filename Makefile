@@ -79,6 +79,7 @@ clean-venv:
 verify-models: setup
 	$(BIN)/attnlens models --verify --all --markdown > docs/model-coverage.md.tmp
 	mv docs/model-coverage.md.tmp docs/model-coverage.md
+	$(BIN)/python -m attnlens.loaders.coverage_doc README.md docs/model-coverage.md
 
 # Performance figures (docs/performance.md): each script prints ratios against a baseline it
 # measures in the same run. Takes 15-30 min on 2 cores; run it on a quiet machine.

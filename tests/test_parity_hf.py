@@ -42,3 +42,38 @@ def test_hf_backend_equals_eager(model_type: str) -> None:
     assert row.layers >= 2
     assert row.attention is not None and row.attention <= TOLERANCE
     assert row.hidden is not None and row.hidden <= TOLERANCE
+
+
+@pytest.mark.parametrize(("model_type", "reason"), [
+    ("bloom", "never called the attention interface"),  # attention written inline
+    ("falcon", "fixed table by name"),  # picks its attention class from its own table
+    ("segformer", "in a single-stack model"),  # pooled keys: not square self-attention
+])
+def test_models_outside_the_interface_are_refused_with_the_reason(model_type, reason) -> None:
+    row = verify_model_type(model_type)
+    assert row.status == "refused" and reason in row.reason
+    assert row.attention is None
+
+
+def test_the_command_prints_the_table_and_the_readme_takes_its_count(tmp_path) -> None:
+    from attnlens.cli.app import app
+    from typer.testing import CliRunner
+
+    from attnlens.loaders.coverage_doc import update_readme
+
+    result = CliRunner().invoke(app, ["models", "--verify", "--all", "--family",
+                                      "llama,bloom", "--markdown"])
+    assert result.exit_code == 0, result.output
+    page = tmp_path / "coverage.md"
+    page.write_text(result.output)
+    assert "**1 of 2 model types verified**" in result.output
+    assert "| llama | LlamaModel | hf | 0 | 0 | verified |" in result.output
+    assert "| bloom | BloomModel | hf | - | - | refused: ConfigError: BloomModel never" in \
+        result.output
+    readme = tmp_path / "README.md"
+    readme.write_text("x <!-- coverage -->old<!-- /coverage --> y\n")
+    update_readme(readme, page)
+    assert readme.read_text() == ("x <!-- coverage -->1 of the installed transformers' 2 model "
+                                  "types verified<!-- /coverage --> y\n")
+    bad = CliRunner().invoke(app, ["models", "--all"])  # main() prints it as one Error: line
+    assert bad.exit_code == 1 and "--all goes with --verify" in str(bad.exception)

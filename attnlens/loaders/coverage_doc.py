@@ -1,9 +1,12 @@
-"""docs/model-coverage.md from a sweep (``attnlens models --verify --all --markdown``)."""
+"""docs/model-coverage.md from a sweep (``attnlens models --verify --all --markdown``), and
+the README's count taken from it (``python -m attnlens.loaders.coverage_doc README DOC``)."""
 
 from __future__ import annotations
 
 import re
+import sys
 from collections import Counter
+from pathlib import Path
 
 from attnlens.loaders.shrink import FIELD_RULES
 from attnlens.loaders.verify_hf import TOLERANCE, SweepRow
@@ -32,6 +35,25 @@ def reason_kind(reason: str) -> str:
     )
     return next((kind for key, kind in kinds if key in reason), "the model failed on the tiny "
                 "config or inputs (error in its own code)")
+
+
+COUNT = re.compile(r"\*\*(\d+) of (\d+) model types verified\*\*")
+README_MARK = re.compile(r"<!-- coverage -->.*?<!-- /coverage -->", re.S)
+
+
+def update_readme(readme: Path, coverage: Path) -> str:
+    """Put the verified count of ``coverage`` (the generated page) into ``readme``."""
+    found = COUNT.search(coverage.read_text(encoding="utf-8"))
+    if found is None:
+        raise ValueError(f"{coverage} has no '**N of M model types verified**' line.")
+    text = readme.read_text(encoding="utf-8")
+    line = (f"<!-- coverage -->{found[1]} of the installed transformers' {found[2]} model "
+            "types verified<!-- /coverage -->")
+    new, count = README_MARK.subn(line, text)
+    if count != 1:
+        raise ValueError(f"{readme} needs exactly one <!-- coverage --> ... marker.")
+    readme.write_text(new, encoding="utf-8")
+    return line
 
 
 def coverage_markdown(rows: list[SweepRow]) -> str:
@@ -82,3 +104,7 @@ def coverage_markdown(rows: list[SweepRow]) -> str:
         lines.append(f"| {r.model_type} | {r.architecture} | {r.backend} | {_fmt(r.attention)} | "
                      f"{_fmt(r.hidden)} | {status} |")
     return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # make verify-models: the README's count from the page
+    print(update_readme(Path(sys.argv[1]), Path(sys.argv[2])))
