@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 from attnlens.loaders.shrink import FIELD_RULES
-from attnlens.loaders.verify_hf import TOLERANCE, SweepRow
+from attnlens.loaders.verify_hf import MODEL_FAILS, TOLERANCE, SweepRow
 
 
 def _fmt(value: float | None) -> str:
@@ -23,6 +23,8 @@ def _cell(text: str) -> str:
 def reason_kind(reason: str) -> str:
     """A short category of a refusal reason, for the summary."""
     kinds = (
+        (MODEL_FAILS, "the tiny model fails in its own code, eager attention too (config, "
+                      "inputs or sub-model the sweep cannot make up)"),
         ("no base model class", "no base model class (AutoModel)"),
         ("cannot be imported", "an optional dependency is not installed"),
         ("never called the attention interface", "attention not through the interface"),
@@ -33,8 +35,8 @@ def reason_kind(reason: str) -> str:
         ("max difference", "difference above the tolerance"),
         ("generic shrink", "config not shrunk by the generic rules"),
     )
-    return next((kind for key, kind in kinds if key in reason), "the model failed on the tiny "
-                "config or inputs (error in its own code)")
+    return next((kind for key, kind in kinds if key in reason), "an error with attnlens' "
+                "attention only (eager attention runs)")
 
 
 COUNT = re.compile(r"\*\*(\d+) of (\d+) model types verified\*\*")
