@@ -67,10 +67,12 @@ def test_loaded_patterns_equal_hf_eager(model_type: str, tmp_path: Path) -> None
         assert max_diff(cache["pattern", layer], expected) <= 1e-6, layer
 
 
-@pytest.mark.parametrize("model_type", ["llama", "t5"])
+@pytest.mark.parametrize("model_type", ["llama", "t5", "bart"])
 def test_both_backends_give_the_same_tables(model_type: str, tmp_path: Path) -> None:
-    """A converter family through either backend: the same head statistics and spectra."""
+    """A converter family through either backend: the same head statistics, spectra and
+    weight circuits (pre-norm folding in Llama and T5, none in post-norm BART)."""
     from attnlens.analysis.attention_view import AttentionView
+    from attnlens.analysis.circuits import circuit_tables
     from attnlens.analysis.head_stats import HeadStats
     from attnlens.analysis.runner import run_analyzers
     from attnlens.analysis.spectrum import SpectrumAnalyzer
@@ -91,7 +93,12 @@ def test_both_backends_give_the_same_tables(model_type: str, tmp_path: Path) -> 
                 analyzers.append(analyzer)
         run_analyzers(model, text_batches(tokenizer, TEXT, batch_size=2), analyzers,
                       show_progress=False)
-        results.append([table for a in analyzers for table in a.result().values()])
+        tables = [table for a in analyzers for table in a.result().values()]
+        for attention in attention_types(model):
+            view = AttentionView(model, attention) if has_several_attention_types(model) \
+                else model
+            tables += list(circuit_tables(view).values())
+        results.append(tables)
     for native, hf in zip(*results, strict=True):
         numbers = native.select_dtypes("number").columns
         assert list(native.columns) == list(hf.columns)

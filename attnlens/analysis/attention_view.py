@@ -50,10 +50,19 @@ _NAME_RE = re.compile(r"^blocks\.(\d+)\.(.+)$")
 
 @dataclass(frozen=True)
 class ViewBlock:
-    """What analyzers read from ``model.blocks[i]``: the attention and the norm before it."""
+    """What analyzers read from ``model.blocks[i]``: the attention and the norm before it
+    (read when asked: an hf-backed block raises there when its norm is not reproducible)."""
 
-    attn: MultiHeadAttention
-    ln1: nn.Module
+    block: nn.Module
+    cross: bool = False
+
+    @property
+    def attn(self) -> MultiHeadAttention:
+        return self.block.cross_attn if self.cross else self.block.attn
+
+    @property
+    def ln1(self) -> nn.Module:
+        return self.block.ln_cross if self.cross else self.block.ln1
 
 
 def shift_batch(batch: Batch, start_id: int, pad_id: int | None) -> Batch:
@@ -110,10 +119,7 @@ class AttentionView:
         self.cfg = dataclasses.replace(
             stack.cfg, causal=attention == "decoder", cross_attention=False, source=source
         )
-        if attention == "cross":
-            self.blocks = [ViewBlock(b.cross_attn, b.ln_cross) for b in stack.blocks]
-        else:
-            self.blocks = [ViewBlock(b.attn, b.ln1) for b in stack.blocks]
+        self.blocks = [ViewBlock(b, cross=attention == "cross") for b in stack.blocks]
 
     def __repr__(self) -> str:
         return f"AttentionView({self.attention}, {self.n_layers} layers)"

@@ -405,7 +405,19 @@ def map_layers(model: nn.Module, run, encoder_length: int | None) -> list[LayerM
             _read_out(entry, call, capture, _parent(model, names[module]), index)
             _read_norm(entry, x, block_input, capture, norms_of.get(module, []))
         layers.append(entry)
+    _cross_norms_follow_the_decoder(layers)
     return layers
+
+
+def _cross_norms_follow_the_decoder(layers: list[LayerMap]) -> None:
+    """A post-norm decoder's cross-attention reads the residual stream itself (the norm whose
+    output it matches is the previous sub-layer's, which ends that residual step)."""
+    decoder = [e for e in layers if e.attention == "decoder"]
+    if decoder and all(e.norm_status == "none" for e in decoder):
+        for entry in layers:
+            if entry.attention == "cross":
+                entry.norm, entry.norm_status = None, "none"
+                entry.problems.pop("norm", None)
 
 
 def _parent(model: nn.Module, name: str) -> nn.Module | None:
