@@ -58,8 +58,9 @@ def load_model(
             if backend == "native":
                 raise
             refused = str(exc)
-    from attnlens.backends.hf.loading import load_hf_model
+    from attnlens.backends.hf.loading import check_model_type, load_hf_model
 
+    check_model_type(hf)
     use_safetensors = check_weight_files(path, allow_pickle)
     source = {"path": str(path), "name": name}
     if refused is not None:

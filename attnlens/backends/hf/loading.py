@@ -35,6 +35,23 @@ def model_class(config) -> tuple[type, str]:
     return cls, cls.__name__
 
 
+def check_model_type(hf: dict) -> None:
+    """Refuse a config.json whose ``model_type`` the installed transformers does not know."""
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    model_type = hf.get("model_type")
+    if model_type in CONFIG_MAPPING_NAMES:
+        return
+    own_code = " and names its own code (auto_map)" if hf.get("auto_map") else ""
+    raise UnsupportedArchitectureError(
+        f"model_type {model_type!r} has no native converter and is not known to transformers "
+        f"{transformers.__version__}{own_code}; attnlens never runs a checkpoint's own code "
+        "(trust_remote_code). What loads: `attnlens models` (native converters) and "
+        "`attnlens models --verify --all` (the hf backend)."
+    )
+
+
 def read_config(path: Path):
     """The checkpoint's transformers config (local files only, no remote code)."""
     from transformers import AutoConfig
