@@ -34,6 +34,7 @@ def reason_kind(reason: str) -> str:
         ("cannot make", "inputs the sweep cannot make"),
         ("max difference", "difference above the tolerance"),
         ("generic shrink", "config not shrunk by the generic rules"),
+        ("returns neither", "outputs the sweep cannot compare"),
     )
     return next((kind for key, kind in kinds if key in reason), "an error with attnlens' "
                 "attention only (eager attention runs)")

@@ -189,7 +189,8 @@ def verify_model_type(model_type: str) -> SweepRow:
         inputs = make_inputs(cls, config)
         probe_inputs = make_inputs(cls, config, batch=1)
     except Exception as exc:
-        row.reason = f"{MODEL_FAILS}: {_reason(exc)}"
+        own = "" if _picks_by_name(exc) else f"{MODEL_FAILS}: "
+        row.reason = own + _reason(exc)
         return row
 
     def probe(m):
@@ -236,8 +237,13 @@ def verify_model_type(model_type: str) -> SweepRow:
     return row
 
 
+def _picks_by_name(exc: Exception) -> bool:
+    """The model looked ``attnlens`` up in its own table of attention classes (Falcon)."""
+    return isinstance(exc, KeyError) and exc.args == ("attnlens",)
+
+
 def _reason(exc: Exception) -> str:
-    if isinstance(exc, KeyError) and exc.args == ("attnlens",):
+    if _picks_by_name(exc):
         return ("the model picks its attention class from a fixed table by name: it does not "
                 "route attention through the interface")
     text = str(exc).strip().splitlines()
