@@ -1,8 +1,9 @@
 """The hf backend: Hugging Face models run through transformers' attention interface.
 
 ``attention`` (the registered function), ``conventions`` (each model's eager precision),
-``slots`` (which layer a call is), ``discovery`` (mapping a model by probing it), ``weights``
-(per-head weights by naming convention), ``blocks`` and ``model`` (the hooked wrapper),
+``slots`` (which layer a call is), ``discovery`` (mapping a model by probing it), ``checks``
+(what reproduces each layer), ``layer_map`` (what is known of a layer), ``weights`` (per-head
+weights by naming convention), ``blocks``, ``wiring`` and ``model`` (the hooked wrapper),
 ``loading`` (checkpoints). Names are imported on first use: importing the package loads
 neither torch nor transformers.
 """

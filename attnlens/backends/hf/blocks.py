@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attnlens.backends.hf.discovery import LayerMap
+from attnlens.backends.hf.layer_map import LayerMap
 from attnlens.errors import AttnlensError
 from attnlens.hooks import HookPoint
 from attnlens.model.folding import NormParams

@@ -10,76 +10,27 @@ the encoder's length), decoder self-attention (the decoder's length) or cross-at
 The second pass captures what the weight readers are checked against, on batch row 0: the
 input of each attention module, the input of each candidate output projection, the input and
 output of each norm in the layer, and the layer's own input. From these ``map_layers`` picks,
-per layer, the ``weights`` layout that reproduces the queries, keys and values the attention
-function received, the output projection that received its output, the rotary embedding that
-turns the projected queries into the received ones, and the norm in front of the attention.
-Whatever cannot be reproduced is recorded with the reason instead of being guessed.
+per layer (``checks``), the ``weights`` layout that reproduces the queries, keys and values
+the attention function received, the output projection that received its output, the rotary
+embedding that turns the projected queries into the received ones, and the norm in front of
+the attention. Whatever cannot be reproduced is recorded with the reason instead of being
+guessed.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
+from attnlens.backends.hf.checks import read_norm, read_out, read_qkv
+from attnlens.backends.hf.layer_map import LayerMap, Rotary
 from attnlens.backends.hf.slots import CallRecord, recording
-from attnlens.backends.hf.weights import (
-    QKV_LAYOUTS,
-    Shapes,
-    WeightRecipe,
-    out_candidates,
-    project,
-)
+from attnlens.backends.hf.weights import Shapes, out_candidates
 from attnlens.errors import ConfigError
-from attnlens.model.attention import apply_rotary, rotary_cos_sin
-from attnlens.model.folding import NormParams
 
-
-@dataclass
-class Rotary:
-    """The rotary embedding a layer applies to queries and keys (``status`` says how known)."""
-
-    status: str  # "none", "standard" (attnlens' RoPE reproduces it) or "unknown"
-    rotary_dim: int = 0
-    base: float = 10000.0
-
-
-@dataclass
-class LayerMap:
-    """One attention layer of a Hugging Face model, as attnlens numbers it."""
-
-    attention: str  # "self" (single stack), "encoder", "decoder" or "cross"
-    layer: int
-    module: nn.Module
-    module_name: str
-    shapes: Shapes
-    causal: bool
-    block: nn.Module | None  # the layer module holding the attention (residual hooks)
-    block_name: str
-    recipe: WeightRecipe | None = None
-    rotary: Rotary = field(default_factory=lambda: Rotary("unknown"))
-    norm: NormParams | None = None  # the verified input norm (pre-norm layers)
-    norm_status: str = "unknown"  # "none" (reads the residual), "pre" (norm), "unknown"
-    problems: dict[str, str] = field(default_factory=dict)  # part ("QK", "OV") -> reason
-    keywords: tuple[str, ...] = ()
-    scaling: float = 0.0
-    d_in: int = 0  # width of the queries' input
-    d_kv_in: int = 0  # width of the keys' and values' input
-    d_out: int = 0  # width of the output projection's output
-
-
-def _tolerance(reference: torch.Tensor) -> float:
-    """Recognition, not parity: a few hundred ulps of the tensor's scale."""
-    eps = torch.finfo(reference.dtype).eps
-    return 256 * eps * max(1.0, float(reference.abs().max()))
-
-
-def close(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.shape != b.shape:
-        return False
-    return b.numel() == 0 or float((a.float() - b.float()).abs().max()) <= _tolerance(b)
+__all__ = ["LayerMap", "Rotary", "classify", "is_causal", "map_layers"]
 
 
 def _block_of(modules: dict[str, nn.Module], name: str) -> tuple[str, nn.Module | None]:
@@ -166,173 +117,11 @@ class _Capture:
             handle.remove()
 
 
-def _norm_candidates(module: nn.Module) -> list[NormParams]:
-    weight = getattr(module, "weight", None)
-    if not isinstance(weight, torch.Tensor) or weight.dim() != 1:
-        return []
-    eps = next((float(getattr(module, n)) for n in ("eps", "variance_epsilon", "epsilon")
-                if isinstance(getattr(module, n, None), (int, float))), 1e-5)
-    bias = getattr(module, "bias", None)
-    bias = bias.detach() if isinstance(bias, torch.Tensor) else None
-    w = weight.detach()
-    return [NormParams("layernorm", w, bias, eps), NormParams("rmsnorm", w, None, eps),
-            NormParams("rmsnorm", 1.0 + w, None, eps)]
-
-
-def _rotary_options(config) -> list[tuple[float | None, float]]:
-    """(fraction of d_head or None for absolute dims, base) pairs read from the config."""
-    bases, fractions, dims = {10000.0}, {1.0}, set()
-
-    def walk(value, key=""):
-        if isinstance(value, dict):
-            for k, v in value.items():
-                walk(v, str(k))
-        elif isinstance(value, (list, tuple)):
-            for v in value:
-                walk(v, key)
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            low = key.lower()
-            if ("theta" in low or low.endswith("base") or "base_freq" in low) and value > 1:
-                bases.add(float(value))
-            if low in ("partial_rotary_factor", "rotary_pct") and 0 < value <= 1:
-                fractions.add(float(value))
-            if low == "rotary_dim" and value > 0:
-                dims.add(int(value))
-
-    walk(config.to_dict())
-    options = [(f, b) for f in sorted(fractions) for b in sorted(bases)]
-    options += [(-float(d), b) for d in sorted(dims) for b in sorted(bases)]
-    return options
-
-
-def _match_rotary(q_hat: torch.Tensor, q: torch.Tensor, config) -> Rotary | None:
-    """Which rotary embedding turns projected ``q_hat [pos, head, d]`` into received ``q``."""
-    if close(q_hat, q):
-        return Rotary("none")
-    d_head = q.shape[-1]
-    positions = torch.arange(q.shape[0], device=q.device)[None]  # [1, pos]
-    for fraction, base in _rotary_options(config):
-        dim = int(-fraction) if fraction < 0 else int(d_head * fraction)
-        if dim < 2 or dim % 2 or dim > d_head:
-            continue
-        cos, sin = rotary_cos_sin(positions, dim, base, q_hat.dtype)
-        if close(apply_rotary(q_hat[None], cos, sin)[0], q):
-            return Rotary("standard", dim, base)
-    # A rotation of feature pairs (i, i + d/2) keeps each pair's norm: the weights are right,
-    # the rotary variant (scaled, interleaved, per-layer) is not attnlens' own.
-    half = d_head // 2
-    for a, b in ((q_hat, q),):
-        pair_a = a[..., :half].pow(2) + a[..., half: 2 * half].pow(2)
-        pair_b = b[..., :half].pow(2) + b[..., half: 2 * half].pow(2)
-        if close(pair_a, pair_b) and close(a[..., 2 * half:], b[..., 2 * half:]):
-            return Rotary("unknown")
-    inter_a = a[..., 0::2].pow(2) + a[..., 1::2].pow(2)
-    inter_b = b[..., 0::2].pow(2) + b[..., 1::2].pow(2)
-    if close(inter_a, inter_b):
-        return Rotary("unknown")
-    return None
-
-
 def _kv_input(inputs: list[torch.Tensor], x: torch.Tensor, key_len: int) -> torch.Tensor | None:
     """The attention module's key/value input: its input of the keys' length."""
     if x.shape[0] == key_len:
         return x
     return next((t for t in inputs if t.shape[0] == key_len), None)
-
-
-def _scales(q_hat: torch.Tensor, q: torch.Tensor) -> list[float]:
-    """Scales to try between projected and received queries: 1, then the norm ratio (OPT
-    multiplies its queries by d_head ** -0.5; YaRN scales cos and sin), snapped to
-    d_head ** -0.5 when it is that."""
-    norm = float(q_hat.double().norm())
-    if norm == 0.0:
-        return [1.0]
-    ratio = float(q.double().norm()) / norm
-    exact = q.shape[-1] ** -0.5
-    return [1.0, exact if abs(ratio - exact) <= 1e-4 * exact else ratio]
-
-
-def _match_scaled(q_hat: torch.Tensor, q: torch.Tensor, config) -> tuple[Rotary | None, float]:
-    for scale in _scales(q_hat, q):
-        rotary = _match_rotary(q_hat * scale, q, config)
-        if rotary is not None:
-            return rotary, scale
-    return None, 1.0
-
-
-def _read_qkv(entry: LayerMap, call: CallRecord, x: torch.Tensor, x_kv: torch.Tensor | None,
-              config) -> None:
-    for layout in QKV_LAYOUTS:
-        recipe = WeightRecipe(entry.module, entry.shapes, layout, None)
-        try:
-            weights = recipe.read()
-        except (RuntimeError, ValueError):  # a fused layout whose sizes do not divide
-            continue
-        if weights.W_Q is None or x_kv is None:
-            continue
-        if weights.W_V.shape != (entry.shapes.n_kv_heads, x_kv.shape[-1], entry.shapes.d_head_v):
-            continue
-        if not close(project(x_kv, weights.W_V, weights.b_V), call.value):
-            continue
-        rotary_q, q_scale = _match_scaled(project(x, weights.W_Q, weights.b_Q), call.query,
-                                          config)
-        rotary_k, k_scale = _match_scaled(project(x_kv, weights.W_K, weights.b_K), call.key,
-                                          config)
-        entry.recipe = WeightRecipe(entry.module, entry.shapes, layout, None,
-                                    q_scale=q_scale, k_scale=k_scale)
-        if rotary_q is None or rotary_k is None:
-            entry.problems["QK"] = (
-                f"{'queries' if rotary_q is None else 'keys'} are not a linear map of the "
-                "attention input (a norm or another step sits between the projection and the "
-                "attention, as q_norm/k_norm do)"
-            )
-            return
-        if rotary_q.status == "unknown" or rotary_k.status == "unknown":
-            entry.rotary = Rotary("unknown")
-        else:
-            entry.rotary = rotary_q
-        return
-    entry.problems["QK"] = entry.problems["OV"] = (
-        "no entry of the projection table reproduces this layer's values "
-        f"({type(entry.module).__name__}: names not in the table, or another layout)"
-    )
-
-
-def _read_out(entry: LayerMap, call: CallRecord, capture: _Capture, parent: nn.Module | None,
-              call_index: int) -> None:
-    z = call.z.reshape(call.z.shape[0], -1)  # [pos, head * d_head_v]
-    for name, module in out_candidates(entry.module, parent):
-        seen = capture.inputs.get(module, [])
-        if call_index < len(seen) and seen[call_index] and close(seen[call_index][0], z):
-            previous = entry.recipe
-            entry.recipe = WeightRecipe(
-                entry.module, entry.shapes, previous.qkv if previous else None, module, name,
-                previous.q_scale if previous else 1.0, previous.k_scale if previous else 1.0)
-            entry.d_out = entry.recipe.read().W_O.shape[-1]
-            return
-    entry.problems.setdefault("OV", "no output projection in the table receives this layer's "
-                                    "attention output")
-
-
-def _read_norm(entry: LayerMap, x: torch.Tensor, block_input: torch.Tensor | None,
-               capture: _Capture, norms: list[nn.Module]) -> None:
-    if entry.attention != "cross" and block_input is not None and close(block_input, x):
-        entry.norm_status = "none"
-        return
-    for module in norms:
-        outputs, inputs = capture.outputs.get(module, []), capture.inputs.get(module, [])
-        for out, ins in zip(outputs, inputs, strict=False):
-            if not ins or not close(out, x):
-                continue
-            if entry.attention != "cross" and block_input is not None and not close(
-                    ins[0], block_input):
-                continue
-            for params in _norm_candidates(module):
-                if close(params.apply(ins[0]), x):
-                    entry.norm, entry.norm_status = params, "pre"
-                    return
-    entry.problems.setdefault("norm", "the norm in front of this attention is not a LayerNorm "
-                                      "or RMSNorm attnlens can reproduce")
 
 
 def map_layers(model: nn.Module, run, encoder_length: int | None) -> list[LayerMap]:
@@ -401,9 +190,9 @@ def map_layers(model: nn.Module, run, encoder_length: int | None) -> list[LayerM
             x_kv = _kv_input(inputs, x, call.key.shape[0])
             entry.d_in = entry.d_out = x.shape[-1]
             entry.d_kv_in = x_kv.shape[-1] if x_kv is not None else x.shape[-1]
-            _read_qkv(entry, call, x, x_kv, model.config)
-            _read_out(entry, call, capture, _parent(model, names[module]), index)
-            _read_norm(entry, x, block_input, capture, norms_of.get(module, []))
+            read_qkv(entry, call, x, x_kv, model.config)
+            read_out(entry, call, capture, _parent(model, names[module]), index)
+            read_norm(entry, x, block_input, capture, norms_of.get(module, []))
         layers.append(entry)
     _cross_norms_follow_the_decoder(layers)
     return layers

@@ -5,10 +5,11 @@ function registered on transformers' attention interface (``attention.py``) comp
 firing the hook points of ``blocks.py``. Residual hooks come from forward hooks on the layer
 modules (``hook_resid_pre`` = the layer's input, ``hook_resid_post`` = its output,
 ``hook_embed`` = the first layer's input); ``hook_attn_out`` and ``hook_result`` from the
-verified output projection. Names follow attnlens' own models: ``blocks.L.attn.hook_pattern``
-for a single stack, ``encoder.`` / ``decoder.`` prefixes and ``decoder.blocks.L.cross_attn.``
-for encoder-decoder models. Gate rows (``head_mask [row, head]``, ``attention_layers``) come in
-the order encoder or single stack, decoder self-attention, cross-attention.
+verified output projection (``wiring.py``). Names follow attnlens' own models:
+``blocks.L.attn.hook_pattern`` for a single stack, ``encoder.`` / ``decoder.`` prefixes and
+``decoder.blocks.L.cross_attn.`` for encoder-decoder models. Gate rows (``head_mask [row,
+head]``, ``attention_layers``) come in the order encoder or single stack, decoder
+self-attention, cross-attention.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnlens.backends.hf.blocks import HookAttention, HookBlock
-from attnlens.backends.hf.discovery import LayerMap, map_layers
-from attnlens.backends.hf.slots import AttentionSlot, bind, binding_of, unbind
+from attnlens.backends.hf.blocks import HookBlock
+from attnlens.backends.hf.discovery import map_layers
+from attnlens.backends.hf.layer_map import LayerMap
+from attnlens.backends.hf.wiring import Wiring
 from attnlens.errors import ConfigError
 from attnlens.hooks import HookedModule, HookPoint
 from attnlens.model.config import TransformerConfig
@@ -170,118 +172,18 @@ class HFAttentionModel(HookedModule):
             self.blocks = nn.ModuleList(HookBlock(r) for r in by_type["self"])
             self.stacks = {"": self}
         self.setup_hooks()
-        self._handles: list = []
-        self._bind()
+        self._wiring = Wiring(self)
+        self._slots = self._wiring.slots
 
-    # Wiring --------------------------------------------------------------------------------
-    def _bind(self) -> None:
-        """Attach slots to the HF attention modules and residual hooks to its layer modules."""
-        slots_of: dict[nn.Module, list[AttentionSlot]] = defaultdict(list)
-        self._slots: list[AttentionSlot] = []
-        block_layers: dict[nn.Module, list[tuple[HookBlock, HookPoint | None]]] = defaultdict(
-            list)
-        slot_of: dict[int, AttentionSlot] = {}
-        for row_index, layer in enumerate(self.attention_layers):
-            hook_attention: HookAttention = layer.attn
-            slot = AttentionSlot(row_index, hook_attention.points())
-            self._slots.append(slot)
-            slot_of[id(hook_attention.entry)] = slot
-            self._wire_output(hook_attention, layer)
-        for entry in self.layer_maps:  # call order: a shared module serves its slots in turn
-            slots_of[entry.module].append(slot_of[id(entry)])
-        for module, slots in slots_of.items():
-            bind(module, slots)
-        for stack in self.stacks.values():
-            for index, block in enumerate(stack.blocks):
-                entry = block.attn.entry
-                if entry.block is not None:
-                    embed = stack.hook_embed if index == 0 else None
-                    block_layers[entry.block].append((block, embed))
-        self._block_calls = {module: 0 for module in block_layers}
-        for module, blocks in block_layers.items():
-            self._handles.append(module.register_forward_pre_hook(
-                self._resid_pre_hook(blocks), with_kwargs=True))
-            self._handles.append(module.register_forward_hook(self._resid_post_hook(blocks)))
-        for top in {self.hf, self.hf.base_model}:
-            self._handles.append(top.register_forward_pre_hook(self._reset_calls))
-
-    def _reset_calls(self, *_: Any) -> None:
-        for row in self.layer_maps:
-            binding = binding_of(row.module)
-            if binding is not None:
-                binding.calls = 0
-        for module in self._block_calls:
-            self._block_calls[module] = 0
-
-    def _resid_pre_hook(self, blocks):
-        def hook(module, args, kwargs):
-            call = self._block_calls[module]
-            if call >= len(blocks):
-                return None
-            block, embed = blocks[call]
-            hidden, replace = _first_tensor(args, kwargs)
-            if hidden is None:
-                return None
-            if embed is not None and embed.has_hooks:
-                hidden = embed(hidden)
-            if block.hook_resid_pre.has_hooks:
-                hidden = block.hook_resid_pre(hidden)
-            return replace(hidden)
-
-        return hook
-
-    def _resid_post_hook(self, blocks):
-        def hook(module, args, output):
-            call = self._block_calls[module]
-            self._block_calls[module] = call + 1
-            if call >= len(blocks):
-                return None
-            block, _ = blocks[call]
-            if not block.hook_resid_post.has_hooks:
-                return None
-            if isinstance(output, torch.Tensor):
-                return block.hook_resid_post(output)
-            if isinstance(output, tuple) and output and isinstance(output[0], torch.Tensor):
-                return (block.hook_resid_post(output[0]), *output[1:])
-            if hasattr(output, "last_hidden_state"):
-                output.last_hidden_state = block.hook_resid_post(output.last_hidden_state)
-                return output
-            return None
-
-        return hook
-
-    def _wire_output(self, hook_attention: HookAttention, layer: AttentionLayer) -> None:
-        """``hook_attn_out`` and ``hook_result`` from the verified output projection."""
-        recipe = hook_attention.entry.recipe
-        if recipe is None or recipe.out is None:
-            return
-        block = self._block_of(layer)
-        attn_out = block.hook_cross_attn_out if layer.attention == "cross" else block.hook_attn_out
-
-        def hook(module, args, output):
-            if hook_attention.hook_result.has_hooks:
-                z = args[0]  # [batch, pos, head * d_head_v]
-                z = z.reshape(*z.shape[:2], hook_attention.n_heads, -1)
-                result = torch.einsum("bphv,hvo->bpho", z, hook_attention.W_O)
-                output = hook_attention.hook_result(result).sum(dim=2)
-                if hook_attention.b_O is not None:
-                    output = output + hook_attention.b_O
-            return attn_out(output) if attn_out.has_hooks else output
-
-        self._handles.append(recipe.out.register_forward_hook(hook))
-
-    def _block_of(self, layer: AttentionLayer) -> HookBlock:
+    def block_of(self, layer: AttentionLayer) -> HookBlock:
+        """The hook block holding ``layer`` (its stack's block of that number)."""
         stack = self if not self.encoder_decoder else (
             self.encoder if layer.attention == "encoder" else self.decoder)
         return stack.blocks[layer.layer]
 
     def detach_backend(self) -> None:
         """Remove every hook and slot from the HF model (it runs as plain HF again)."""
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
-        for row in self.layer_maps:
-            unbind(row.module)
+        self._wiring.remove()
 
     # Facts ---------------------------------------------------------------------------------
     @property
@@ -430,12 +332,3 @@ def _hidden(out: Any) -> torch.Tensor:
         raise ConfigError(f"{type(out).__name__} has no last_hidden_state; use return_type="
                           "'logits'.")
     return hidden
-
-
-def _first_tensor(args: tuple, kwargs: dict):
-    """The hidden states a layer receives, and a function returning the call with them replaced."""
-    if args and isinstance(args[0], torch.Tensor):
-        return args[0], lambda new: ((new, *args[1:]), kwargs)
-    if isinstance(kwargs.get("hidden_states"), torch.Tensor):
-        return kwargs["hidden_states"], lambda new: (args, {**kwargs, "hidden_states": new})
-    return None, lambda new: None
