@@ -1,6 +1,6 @@
 """Build step for the one C extension; the project's metadata lives in pyproject.toml.
 
-``attnlens.analysis._spectral_kernel`` (eigenvalues of many small Gram matrices, the CPU
+``attnlens.measures.spectrum._spectral_kernel`` (eigenvalues of many small Gram matrices, the CPU
 spectral path) is optional: without a C compiler the package installs without it and the
 spectrum falls back to LAPACK (slower, same results within 1e-9 on the curve).
 """
@@ -12,8 +12,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "attnlens.analysis._spectral_kernel",
-            sources=["attnlens/analysis/_spectral_kernel.c"],
+            "attnlens.measures.spectrum._spectral_kernel",
+            sources=["attnlens/measures/spectrum/_spectral_kernel.c"],
             extra_compile_args=[] if os.name == "nt" else ["-O3", "-std=c99"],
             optional=True,
         )

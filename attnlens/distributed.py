@@ -210,7 +210,7 @@ def run_sharded(model, batches: Sequence, analyzers: Sequence, ctx: DistContext,
     batches) and, while they still want sentences, over the batches after it, so they see
     the same sentences as in one process. Returns ``analyzers`` (merged on rank 0).
     """
-    from attnlens.analysis.runner import run_analyzers
+    from attnlens.stream.runner import run_analyzers
 
     if not ctx.active:
         return run_analyzers(model, batches, analyzers, **kwargs)

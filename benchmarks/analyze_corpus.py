@@ -77,8 +77,8 @@ def command_seconds(treebank: Path | None, threads: int) -> float:
 
 
 def breakdown(model, tokenizer, batches) -> None:
-    from attnlens.analysis.runner import run_analyzers
     from attnlens.report.analyze import default_sections
+    from attnlens.stream.runner import run_analyzers
 
     names = [f"blocks.{i}.attn.hook_pattern" for i in range(model.n_layers)]
 

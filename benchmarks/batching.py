@@ -61,8 +61,8 @@ def hf_seconds(hf, batches) -> float:
 
 
 def analyzer_seconds(model, tokenizer, batches) -> float:
-    from attnlens.analysis.runner import run_analyzers
     from attnlens.report.analyze import default_sections
+    from attnlens.stream.runner import run_analyzers
 
     start = time.perf_counter()
     analyzers = [a for s in default_sections() for a in s.analyzers(model, tokenizer)]

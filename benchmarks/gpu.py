@@ -104,8 +104,8 @@ def analyze_pass(device: torch.device, sentences: int) -> None:
     from transformers import AutoModel
 
     import attnlens
-    from attnlens.analysis.runner import run_analyzers
     from attnlens.report.analyze import default_sections
+    from attnlens.stream.runner import run_analyzers
 
     model, tokenizer = attnlens.load(device=device)
     batches, seen, name = corpus_batches(tokenizer, sentences)
@@ -136,7 +136,11 @@ def analyze_pass(device: torch.device, sentences: int) -> None:
 
 
 def spectrum(device: torch.device, rounds: int, quick: bool) -> None:
-    from attnlens.analysis.spectral import cumulative_curve, singular_values, top_singular_values
+    from attnlens.measures.spectrum.singular_values import (
+        cumulative_curve,
+        singular_values,
+        top_singular_values,
+    )
 
     gen = torch.Generator().manual_seed(0)
     for count, n in ((1152, 24), (1152, 128)):
@@ -159,11 +163,11 @@ def spectrum(device: torch.device, rounds: int, quick: bool) -> None:
 def depth_memory(device: torch.device, quick: bool) -> None:
     """Peak device memory of the analyze pass, deep / shallow tiny Llama (same tokens)."""
     cuda = device.type == "cuda"  # elsewhere the pass runs (a script check), unmeasured
-    from attnlens.analysis.runner import run_analyzers
     from attnlens.data.corpus import load_corpus
     from attnlens.loaders import load
+    from attnlens.measures.spectrum.section import SpectrumSection
     from attnlens.report.analyze import default_sections
-    from attnlens.report.spectrum_section import SpectrumSection
+    from attnlens.stream.runner import run_analyzers
     from benchmarks.memory import toy_llama
 
     tokens = 512 if quick else 2048

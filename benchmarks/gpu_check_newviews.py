@@ -16,11 +16,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from attnlens.analysis.linear_attention import LinearAttentionView
-from attnlens.analysis.rollout import RolloutAnalyzer
-from attnlens.analysis.runner import run_analyzers
-from attnlens.analysis.sparse import SparseCoverage
 from attnlens.data.batch import Batch
+from attnlens.measures.linear.linear_attention import LinearAttentionView
+from attnlens.measures.rollout.rollout import RolloutAnalyzer
+from attnlens.measures.sparse.sparse import SparseCoverage
+from attnlens.stream.runner import run_analyzers
 from tests.helpers import tiny_model
 
 CAUSAL_ROTARY = {"causal": True, "positional": "rotary", "rotary_dim": 4, "n_kv_heads": 2,

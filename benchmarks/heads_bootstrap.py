@@ -47,11 +47,11 @@ def main() -> None:
     torch.set_num_threads(2)
 
     import attnlens
-    from attnlens.analysis.bootstrap import Inference
-    from attnlens.analysis.runner import run_analyzers
     from attnlens.data.conllu import read_conllu, sample_treebank
     from attnlens.data.words import treebank_batches
-    from attnlens.report.heads_section import HeadRolesSection
+    from attnlens.measures.heads.section import HeadRolesSection
+    from attnlens.stats.bootstrap import Inference
+    from attnlens.stream.runner import run_analyzers
 
     model, tokenizer = attnlens.load()
     sentences = read_conllu(SHARED_UD) if SHARED_UD.is_file() else sample_treebank()

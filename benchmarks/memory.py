@@ -66,8 +66,8 @@ def run_child(kind: str, size: int, tokens: int = 2048) -> dict:
 
     from attnlens.data.corpus import load_corpus
     from attnlens.loaders import load
+    from attnlens.measures.spectrum.section import SpectrumSection
     from attnlens.report.analyze import analyze, default_sections
-    from attnlens.report.spectrum_section import SpectrumSection
 
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory() as tmp:

@@ -26,7 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere
 
-from attnlens.analysis.base import Analyzer, pattern_hook_names
+from attnlens.stream.base import Analyzer, pattern_hook_names
 from benchmarks.analyze_corpus import SHARED_UD, corpus_batches, hf_forward_seconds
 
 REPORT = {"per_batch": 4, "max_sentences": 512}  # what `attnlens analyze` runs
@@ -63,7 +63,7 @@ class ReadPatterns(Analyzer):
 
 
 def timed(model, batches, analyzers) -> float:
-    from attnlens.analysis.runner import run_analyzers
+    from attnlens.stream.runner import run_analyzers
 
     start = time.perf_counter()
     run_analyzers(model, batches, analyzers, show_progress=False)
@@ -74,7 +74,7 @@ def timed(model, batches, analyzers) -> float:
 
 def flow_seconds_per_sentence(model, tokenizer, batches) -> tuple[float, int]:
     """Attention flow over the first batch whose sentences all have 20 to 40 tokens."""
-    from attnlens.analysis.flow import FlowAnalyzer
+    from attnlens.measures.rollout.flow import FlowAnalyzer
 
     for batch in batches:
         lengths = batch.lengths
@@ -93,9 +93,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     import attnlens
-    from attnlens.analysis.linear_attention import LinearAttentionView
-    from attnlens.analysis.rollout import RolloutAnalyzer
-    from attnlens.analysis.sparse import SparseCoverage
+    from attnlens.measures.linear.linear_attention import LinearAttentionView
+    from attnlens.measures.rollout.rollout import RolloutAnalyzer
+    from attnlens.measures.sparse.sparse import SparseCoverage
 
     model, tokenizer = attnlens.load()
     batches, name, count = corpus(tokenizer, args.sentences)

@@ -17,10 +17,10 @@ import time
 import torch
 
 import attnlens
+from attnlens.measures.pruning import prune_heads
+from attnlens.measures.pruning.importance import random_scores
+from attnlens.measures.pruning.loop import select_heads
 from attnlens.model.gates import full_mask
-from attnlens.pruning import prune_heads
-from attnlens.pruning.importance import random_scores
-from attnlens.pruning.loop import select_heads
 
 
 def median_seconds(fn, rounds: int) -> float:

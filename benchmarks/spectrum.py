@@ -1,8 +1,9 @@
 """Speed and accuracy of the spectral path against torch.linalg.svdvals, in one process.
 
-Target (DESIGN.md): the spectral path (``attnlens.analysis.spectral.singular_values``) is
->= 3x faster than ``torch.linalg.svdvals`` on the same matrices at every sentence length of
-the corpus, with a cumulative-curve error <= 1e-4 against float64 SVD.
+Target (DESIGN.md): the spectral path
+(``attnlens.measures.spectrum.singular_values.singular_values``) is >= 3x faster than
+``torch.linalg.svdvals`` on the same matrices at every sentence length of the corpus, with a
+cumulative-curve error <= 1e-4 against float64 SVD.
 
 Matrices: the real-token attention blocks of all-MiniLM-L6-v2 (every layer and head) over
 UD English EWT dev (the sample treebank when ../shared/data is absent), gathered as the
@@ -14,7 +15,7 @@ over its lengths, the worst curve error, and the top-k option for long inputs (n
 random softmax attention) against the full spectrum.
 
 Where the time goes: svdvals is LAPACK (float32 ``gesdd``) one matrix at a time, on one core.
-The spectral path uses attnlens' C kernel (``attnlens/analysis/_spectral_kernel.c``): the
+The spectral path uses attnlens' C kernel (``attnlens/measures/spectrum/_spectral_kernel.c``): the
 float64 Gram matrix, its Householder reduction and square-root-free QR sweeps, on 8 matrices
 at once with their entries interleaved so every loop vectorises across matrices, one thread
 per core. Per matrix on one core (printed last; the project's idle machine, random softmax
@@ -39,8 +40,12 @@ from pathlib import Path
 
 import torch
 
-from attnlens.analysis.real_tokens import gather_square, length_groups
-from attnlens.analysis.spectral import cumulative_curve, singular_values, top_singular_values
+from attnlens.measures.spectrum.singular_values import (
+    cumulative_curve,
+    singular_values,
+    top_singular_values,
+)
+from attnlens.stream.real_tokens import gather_square, length_groups
 
 SHARED_UD = Path(__file__).resolve().parents[2] / "shared/data/ud-ewt/en_ewt-ud-dev.conllu"
 
@@ -111,7 +116,7 @@ def long_inputs(n: int, k: int, rounds: int) -> None:
 
 def per_matrix(rounds: int) -> None:
     """One thread: time per matrix of the kernel and of svdvals on random softmax matrices."""
-    from attnlens.analysis.spectral import kernel_available
+    from attnlens.measures.spectrum.singular_values import kernel_available
 
     previous = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -90,7 +90,7 @@ def _on_signal(signum: int, frame) -> None:
 
 def interrupted_message(args: list[str]) -> str:
     """One line: what the interrupted run kept, and the exact command to resume or rerun."""
-    outputs = sys.modules.get("attnlens.outputs")
+    outputs = sys.modules.get("attnlens.runs.outputs")
     note = outputs.interrupt_note() if outputs is not None else None
     if note and note.startswith("kept"):
         again = shlex.join(["attnlens", *args, *([] if "--resume" in args else ["--resume"])])

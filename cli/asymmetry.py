@@ -27,7 +27,7 @@ def asymmetry(run: CommandRun, weights_only: bool = WeightsOnlyOpt,
     if weights_only and run.corpus.given:
         raise ConfigError("--weights-only reads no corpus; drop --text/--treebank or "
                           "--weights-only.")
-    from attnlens.report.asymmetry_section import AsymmetrySection
+    from attnlens.measures.asymmetry.section import AsymmetrySection
 
     run.write_report([AsymmetrySection(weights_only=weights_only, factor=factor)],
                      use_corpus=not weights_only, corpus_name="none (--weights-only)")

@@ -42,9 +42,9 @@ def _synthetic(run: CommandRun, variants: list[str], given: dict[str, float]) ->
     if run.model.name is not None or run.corpus.given:
         raise ConfigError("--synthetic builds random stacks; drop MODEL, --text, --treebank, "
                           "--paths and --max-sentences.")
-    from attnlens.analysis.synthetic import SyntheticSpec, run_synthetic
     from attnlens.device import resolve_device
-    from attnlens.report.collapse_section import write_synthetic_collapse
+    from attnlens.measures.collapse.section import write_synthetic_collapse
+    from attnlens.measures.collapse.synthetic import SyntheticSpec, run_synthetic
 
     spec = SyntheticSpec(**given)
     tables = run_synthetic(spec, variants, device=resolve_device(run.model.device),
@@ -77,8 +77,8 @@ def collapse(
 
     Variants: san (pure attention), san+skip, san+mlp, san+ln, full (the unmodified block).
     """
-    from attnlens.analysis.variants import parse_variants
     from attnlens.errors import ConfigError
+    from attnlens.measures.collapse.variants import parse_variants
 
     chosen = parse_variants(variants)
     synthetic_opts = {"depth": depth, "seeds": seeds, "width": width, "heads": heads,
@@ -93,7 +93,7 @@ def collapse(
         used = ", ".join("--" + k.replace("_", "-") for k in given)
         raise ConfigError(f"{used} only apply to --synthetic stacks; a pretrained model's "
                           "depth and widths are its own.")
-    from attnlens.report.collapse_section import CollapseSection
+    from attnlens.measures.collapse.section import CollapseSection
 
     section = CollapseSection(variants=chosen, n_paths=32 if paths is None else paths,
                               per_batch=None, max_sentences=max_sentences, path_sentences=None)

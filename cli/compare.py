@@ -23,7 +23,7 @@ def compare(run: CommandRun, dir_a: Path = ReportA, dir_b: Path = ReportB,
     """
     from attnlens.errors import ConfigError
     from attnlens.report.compare import compare as run_compare
-    from attnlens.report.compare import write_comparison
+    from attnlens.report.compare_page import write_comparison
     from attnlens.report.folder import Report
 
     out = run.output.folder

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from attnlens.cli.runner import CommandRun, command
 
-from attnlens.io import check_input_file
+from attnlens.runs.io import check_input_file
 
 eval_app = typer.Typer(
     help="Score a model on a real task through attnlens.",

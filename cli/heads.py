@@ -98,14 +98,14 @@ def heads(
     """
     inference = _statistics(bootstrap, seed, alpha, correction, pooling, rare_self,
                             select_fraction)
-    from attnlens.io import check_input_file
+    from attnlens.runs.io import check_input_file
 
     check_input_file(select_on, "--select-on", "CoNLL-U treebank")
     check_input_file(rarity_corpus, "--rarity-corpus", "text, one sentence per line")
     from attnlens.data.corpus import load_corpus
     from attnlens.data.rarity import WordRarity
     from attnlens.data.text import read_text_file
-    from attnlens.report.heads_section import HeadRolesSection
+    from attnlens.measures.heads.section import HeadRolesSection
 
     corpus = run.read_corpus()
     chooser = load_corpus(treebank=select_on) if select_on else None
@@ -134,8 +134,8 @@ def heads(
 def _statistics(bootstrap: int, seed: int, alpha: float, correction: str, pooling: str,
                 rare_self: str, select_fraction: float):
     """The statistics options as an ``Inference``, checked before anything is loaded."""
-    from attnlens.analysis.bootstrap import Inference
     from attnlens.errors import ConfigError
+    from attnlens.stats.bootstrap import Inference
 
     if rare_self not in ("include", "exclude"):
         raise ConfigError(f"--rare-self must be include or exclude, not {rare_self!r}.")

@@ -17,7 +17,7 @@ def linear(run: CommandRun, max_sentences: int | None = MaxSentencesOpt) -> None
     """Per head: key interference (mean |cos| of distinct keys), effective orthogonal keys
     against length and d_head, and the output error of linear attention (elu+1, Katharopoulos
     et al. 2020) and of the unnormalised (Q K^T) V; most and least linearisable heads."""
-    from attnlens.report.linear_section import LinearSection
+    from attnlens.measures.linear.section import LinearSection
 
     run.write_report([LinearSection(per_batch=None, max_sentences=max_sentences)])
 

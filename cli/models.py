@@ -74,7 +74,7 @@ def _print(rows: list[dict[str, str]], markdown: bool, title: str) -> None:
     if markdown:
         import pandas as pd
 
-        from attnlens.io import markdown_table
+        from attnlens.runs.io import markdown_table
 
         typer.echo(markdown_table(pd.DataFrame(rows)), nl=False)
         return

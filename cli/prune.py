@@ -84,7 +84,7 @@ def _export(model, curve, order: str, step: int | None, folder, force: bool) -> 
     """Structurally prune by one curve's mask, export it, and describe what was written."""
     from attnlens.errors import ConfigError
     from attnlens.loaders.export import export_hf
-    from attnlens.pruning import final_mask, prune_heads
+    from attnlens.measures.pruning import final_mask, prune_heads
 
     last = int(curve[(curve["order"] == order) & (curve["seed"] == 0)]["step"].max())
     if step is not None and step > last:
@@ -107,7 +107,7 @@ def _check_data(metric: str, path: Path | None, option: str, score_range) -> Non
     from attnlens.data.files import read_utf8
     from attnlens.data.pairs import read_pairs
     from attnlens.data.text import read_text_file
-    from attnlens.io import check_input_file
+    from attnlens.runs.io import check_input_file
 
     if path is None:
         return
@@ -158,7 +158,7 @@ def _export_folder(run: CommandRun, export: Path | None):
     if export is None:
         return None
     from attnlens.errors import ConfigError
-    from attnlens.outputs import OutputFolder
+    from attnlens.runs.outputs import OutputFolder
 
     exp, out = Path(export).resolve(), Path(run.output.folder).resolve()
     if exp == out or out in exp.parents or exp in out.parents:
@@ -173,8 +173,8 @@ def _export_folder(run: CommandRun, export: Path | None):
 def _check_options(metric: str, data: Path, importance_data: Path | None) -> None:
     """The metric name and data paths (before anything heavy is imported)."""
     from attnlens.errors import ConfigError
-    from attnlens.io import check_input_file
     from attnlens.metrics import METRIC_NAMES
+    from attnlens.runs.io import check_input_file
 
     if metric not in ("auto", *METRIC_NAMES):
         raise ConfigError(f"unknown --metric {metric!r}; choose auto or one of "
@@ -278,7 +278,7 @@ def _settings(order: str | None, step: float, max_fraction: float, rescore: bool
     """The pruning options as checked ``PruneSettings`` (orders default to importance until
     the model is known), and the evaluation fraction checked beside them."""
     from attnlens.errors import ConfigError
-    from attnlens.pruning.settings import PruneSettings
+    from attnlens.measures.pruning.settings import PruneSettings
 
     settings = PruneSettings(orders=[o.strip() for o in (order or "importance").split(",")
                                      if o.strip()],
@@ -307,7 +307,7 @@ def _description(run: CommandRun, model, name: str, metrics, data: Path,
 def _evaluate_for_rank_0(run: CommandRun, ctx, model, metrics, settings,
                          description: dict) -> None:
     """A torchrun rank other than 0: evaluate its share of every step; rank 0 writes."""
-    from attnlens.pruning import prune as run_prune
+    from attnlens.measures.pruning import prune as run_prune
 
     run_prune(model, metrics.importance, metrics.evaluation, settings, None,
               resume=run.output.resumes, description=description, show_progress=False,
@@ -323,10 +323,10 @@ def _run_curves(run: CommandRun, work: Path, ctx, model, metrics, settings, desc
 
     from attnlens.cli import prune_extras as extras
 
-    from attnlens.io import atomic_open, save_figure, write_table
+    from attnlens.measures.pruning import prune as run_prune
     from attnlens.model.protocol import has_several_attention_types
     from attnlens.plots import pruning_curves
-    from attnlens.pruning import prune as run_prune
+    from attnlens.runs.io import atomic_open, save_figure, write_table
 
     target, resume = run.output.target, run.output.resumes
 

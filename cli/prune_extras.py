@@ -29,7 +29,7 @@ def l0_options(method: str, lambdas: str, temperature: float, stretch: str, step
         raise ConfigError(f"unknown --method {method!r}; choose {' or '.join(METHODS)}.")
     if method != "l0":
         return None
-    from attnlens.pruning.l0 import L0Settings
+    from attnlens.measures.pruning.l0 import L0Settings
 
     try:
         values = tuple(float(x) for x in lambdas.split(",") if x.strip())
@@ -76,12 +76,12 @@ def check_model_options(model, orders: list[str], export: Path | None) -> None:
 
 def write_attention_tables(run: CommandRun, model, result, out: Path) -> None:
     """Which attention type's heads go first (encoder-decoder models)."""
-    from attnlens.io import write_table
-    from attnlens.pruning.attention_tables import (
+    from attnlens.measures.pruning.attention_tables import (
         attention_first,
         describe_rows,
         removed_by_attention,
     )
+    from attnlens.runs.io import write_table
 
     write_table(describe_rows(model), out, "prune_rows")
     write_table(removed_by_attention(model, result.curve), out, "prune_by_attention")
@@ -96,9 +96,9 @@ def write_attention_tables(run: CommandRun, model, result, out: Path) -> None:
 def write_l0(run: CommandRun, model, metrics, settings, result, out: Path, resume: bool,
              description: dict, metric_name: str):
     """Train the L0 gates for every lambda; tables and the chart beside the curves."""
-    from attnlens.io import save_figure, write_table
+    from attnlens.measures.pruning.l0_run import compare_with_curves, run_l0
     from attnlens.plots import l0_against_curves, l0_training_curves
-    from attnlens.pruning.l0_run import compare_with_curves, run_l0
+    from attnlens.runs.io import save_figure, write_table
 
     summary, heads, curve = run_l0(model, metrics.importance, metrics.evaluation, settings,
                                    result.baseline, out, resume, description, run.show_progress)

@@ -25,7 +25,7 @@ def report(run: CommandRun, folder: Path = FolderArg, prune: Path | None = Prune
 
     opened = Report(folder)
     if prune is not None:
-        from attnlens.report.prune_section import add_prune_run
+        from attnlens.measures.pruning.section import add_prune_run
 
         add_prune_run(opened, prune)
     path = opened.render()

@@ -76,8 +76,8 @@ def rollout(
     sentence, layer, query, key, query_token, key_token, value; positions from 0, special
     tokens included), tables/rollout_layers.csv, per-sentence figures and index.html.
     """
-    from attnlens.analysis.rollout import check_rollout_options
     from attnlens.errors import ConfigError
+    from attnlens.measures.rollout.rollout import check_rollout_options
 
     check_rollout_options(residual, head_fusion)
     if method not in ("rollout", "flow"):
@@ -87,13 +87,13 @@ def rollout(
         given = "--text" if run.corpus.text else "--treebank" if run.corpus.treebank else "--parse"
         raise ConfigError(f"give sentences one way, not TEXT and {given}.")
     if method == "flow":
-        from attnlens.analysis.flow import maximum_flow_solver
+        from attnlens.measures.rollout.flow import maximum_flow_solver
 
         maximum_flow_solver()  # scipy missing: fail before loading the model
     run.model.name = model
     run.model.check()
     from attnlens.data.corpus import Corpus
-    from attnlens.report.rollout_section import RolloutSection
+    from attnlens.measures.rollout.section import RolloutSection
 
     corpus = (Corpus(f"{len(texts)} sentences from the command line", texts=texts)
               if texts else run.read_corpus())

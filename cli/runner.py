@@ -92,7 +92,7 @@ class OutputOptions:
     """--out, (for commands that draw) --format, --force and (for runs that can continue)
     --resume and --checkpoint-every.
 
-    The folder is an ``attnlens.outputs.OutputFolder``: checked before anything loads (new or
+    The folder is an ``attnlens.runs.outputs.OutputFolder``: checked before anything loads (new or
     empty unless --force; never the source model or a folder holding an input; --resume only
     of the same run, compared through the run's manifest), written beside and published whole
     when the command ends, so it holds a complete run or what it held before.
@@ -109,8 +109,8 @@ class OutputOptions:
     manifest: dict | None = None
 
     def check(self, protected: Sequence[tuple[str, Path]] = ()) -> None:
-        from attnlens.io import figure_formats
-        from attnlens.outputs import OutputFolder
+        from attnlens.runs.io import figure_formats
+        from attnlens.runs.outputs import OutputFolder
 
         if self.format_text is not None:
             self.formats = figure_formats(self.format_text)
@@ -123,7 +123,7 @@ class OutputOptions:
         if not self.resumable:
             return
         from attnlens.loaders.checkpoint import checkpoint_fingerprint
-        from attnlens.manifest import build_manifest
+        from attnlens.runs.manifest import build_manifest
 
         fingerprint = checkpoint_fingerprint(model.name) if model is not None else None
         self.manifest = build_manifest(command, options, inputs, fingerprint)
@@ -160,8 +160,8 @@ class CommandRun:
         """Every shared option, path and output folder; imports nothing heavy."""
         if self.corpus is not None:
             self.corpus.check()
-        from attnlens.io import check_input_file
-        from attnlens.manifest import option_label
+        from attnlens.runs.io import check_input_file
+        from attnlens.runs.manifest import option_label
 
         for name, path in self.inputs.items():
             check_input_file(path, option_label(name), self.input_kinds.get(name, "input"))
@@ -173,7 +173,7 @@ class CommandRun:
     def _protected(self) -> list[tuple[str, Path]]:
         """What --out may neither be nor hold: the input files and the source model."""
         from attnlens.errors import AttnlensError
-        from attnlens.manifest import option_label
+        from attnlens.runs.manifest import option_label
 
         protected = [(f"the input file {option_label(name)}", Path(path))
                      for name, path in self.inputs.items() if path is not None]
@@ -236,7 +236,7 @@ class CommandRun:
                 raise ConfigError("--checkpoint-every and --resume work in one process; run "
                                   "without torchrun to checkpoint.")
             return None
-        from attnlens.checkpointing import AnalysisCheckpoint
+        from attnlens.runs.checkpointing import AnalysisCheckpoint
 
         return AnalysisCheckpoint(work, self.output.checkpoint_every, resume=self.output.resumes)
 

@@ -46,7 +46,7 @@ def sparse(
     pattern, the smallest window keeping --coverage of it, and the output error
     ||(P - P_S) V|| / ||P V|| of the restricted, renormalised pattern."""
     chosen = parse_windows(windows)
-    from attnlens.report.sparse_section import SparseSection
+    from attnlens.measures.sparse.section import SparseSection
 
     section = SparseSection(per_batch=None, max_sentences=max_sentences, windows=chosen,
                             n_global=global_tokens, coverage=coverage, seed=seed)

@@ -18,7 +18,7 @@ def spectrum(run: CommandRun, no_low_rank_cost: bool = NoCostOpt) -> None:
 
     Also the spectra of each head's QK/OV circuits and the layers' shared query/key subspaces.
     """
-    from attnlens.report.spectrum_section import SpectrumSection
+    from attnlens.measures.spectrum.section import SpectrumSection
 
     run.write_report([SpectrumSection(low_rank_cost=not no_low_rank_cost)])
 

@@ -2,7 +2,7 @@
 
 A head is syntactic for a relation when the one-sided test of ``accuracy - baseline >
 margin`` passes after correction. This prints the test's power (normal approximation,
-``attnlens.analysis.multiple_testing.margin_test_power``) for a head right on 60 % of the
+``attnlens.stats.multiple_testing.margin_test_power``) for a head right on 60 % of the
 arcs against a 30 % offset baseline, margin 0.10, at three per-test levels: one test alone
 (5 %), the Benjamini-Hochberg threshold seen on MiniLM / UD EWT dev (about 19 discoveries
 among 4,176 tests: 19 x 0.05 / 4176 = 2.3e-4), and Holm's first step over those 4,176
@@ -11,7 +11,7 @@ tests (0.05 / 4176).
     python examples/heads_power.py
 """
 
-from attnlens.analysis.multiple_testing import margin_test_power
+from attnlens.stats.multiple_testing import margin_test_power
 
 LEVELS = {"one test (0.05)": 0.05, "BH seen (2.3e-4)": 19 * 0.05 / 4176,
           "Holm first (1.2e-5)": 0.05 / 4176}

@@ -7,7 +7,7 @@ interval has width 0; the normal test of earlier versions gave p = 0 whenever th
 above 0.9, the t test has no degree of freedom there), so the test says more than the data
 can. This simulates data sets whose true share is exactly the threshold
 (0.9; a positional head must not be declared) and runs the library's own bootstrap and
-test (``attnlens.analysis.bootstrap``: Poisson weights, percentile interval, p from the
+test (``attnlens.stats.bootstrap``: Poisson weights, percentile interval, p from the
 bootstrap standard error and Student's t with n - 1 degrees of freedom, n the sentences) on
 each, and beside it the normal tail of earlier versions (``df = inf``).
 
@@ -27,7 +27,7 @@ import math
 
 import torch
 
-from attnlens.analysis.bootstrap import Inference, estimate_shares, p_above
+from attnlens.stats.bootstrap import Inference, estimate_shares, p_above
 
 TOKENS, THRESHOLD, SETS, CHUNKS = 10, 0.9, 1000, 5  # 5,000 data sets per cell
 

@@ -28,11 +28,11 @@ import torch
 import torch.nn.functional as F
 
 from attnlens.data.tokenizer import Tokenizer
+from attnlens.measures.pruning import PruneSettings, prune
+from attnlens.measures.pruning.attention_tables import attention_first, removed_by_attention
 from attnlens.metrics.seq2seq import Seq2SeqMetric, decoder_inputs
 from attnlens.model.config import TransformerConfig
 from attnlens.model.encoder_decoder import EncoderDecoderConfig, EncoderDecoderTransformer
-from attnlens.pruning import PruneSettings, prune
-from attnlens.pruning.attention_tables import attention_first, removed_by_attention
 
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")  # ids 0-3; digits are 4-13
 TYPES = ("encoder", "decoder", "cross")

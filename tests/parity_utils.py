@@ -1,24 +1,26 @@
 """Helpers shared by the parity, loader and export tests: tiny random HF models and comparisons.
 
-The building and measuring live in ``attnlens.loaders.verify`` (`attnlens models --verify`
-uses them too); this module adds the assertions the tests make.
+The building and measuring live in ``attnlens.loaders.verify`` and ``parity_inputs``
+(`attnlens models --verify` uses them too); this module adds the assertions the tests make.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from attnlens.loaders.parity_inputs import (  # noqa: F401 (re-exported for the tests)
+    VOCAB,
+    PaddedBatch,
+    padded_batch,
+    save_tiny,
+)
 from attnlens.loaders.verify import (  # noqa: F401 (re-exported for the tests)
     TINY,
     TINY_TOL,
-    VOCAB,
     Outputs,
-    PaddedBatch,
     attnlens_outputs,
     hf_outputs,
     max_differences,
-    padded_batch,
-    save_tiny,
 )
 
 

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from attnlens.io import write_table
+from attnlens.measures.asymmetry.section import ASYMMETRY
+from attnlens.measures.heads.section import HEADS
+from attnlens.measures.spectrum.section import SPECTRUM
 from attnlens.report.folder import SectionRecord
-from attnlens.report.section_docs import ASYMMETRY, HEADS, SPECTRUM
+from attnlens.runs.io import write_table
 
 LAYERS, HEADS_PER_LAYER = 2, 3
 XSS_SCRIPT = "<script>alert(1)</script>"

@@ -8,13 +8,14 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from attnlens.analysis.base import Analyzer
-from attnlens.analysis.head_stats import HeadStats
-from attnlens.analysis.runner import _LayerFeeder, run_analyzers
 from attnlens.data.batch import Batch
 from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
+from attnlens.measures.heads.head_stats import HeadStats
 from attnlens.model import HookedTransformer, TransformerConfig
+from attnlens.stream.base import Analyzer
+from attnlens.stream.feeder import LayerFeeder
+from attnlens.stream.runner import run_analyzers
 
 CLS, SEP = 1, 2
 
@@ -92,7 +93,7 @@ def test_runner_feeds_layers_in_order_and_holds_one_layer_at_a_time() -> None:
     cfg = TransformerConfig(d_model=16, n_heads=2, n_layers=3, d_mlp=32, vocab_size=20, n_ctx=8)
     model = HookedTransformer(cfg).eval()
     recorder = _Recorder()
-    feeder = _LayerFeeder(model, [recorder])
+    feeder = LayerFeeder(model, [recorder])
     recorder.feeder = feeder
     ids = torch.randint(3, 20, (2, 6))
     batch = Batch(input_ids=ids, attention_mask=torch.ones_like(ids))

@@ -12,21 +12,21 @@ import pandas as pd
 import pytest
 import torch
 
-from attnlens.analysis.asymmetry import PatternAsymmetry
-from attnlens.analysis.base import Analyzer, model_fingerprint
-from attnlens.analysis.collapse import ResidualCollapse
-from attnlens.analysis.flow import FlowAnalyzer
-from attnlens.analysis.head_stats import HeadStats
-from attnlens.analysis.linear_attention import LinearAttentionView
-from attnlens.analysis.paths import PathCollapse
-from attnlens.analysis.rollout import RolloutAnalyzer
-from attnlens.analysis.runner import run_analyzers
-from attnlens.analysis.sparse import SparseCoverage
-from attnlens.analysis.state import load_state, save_state, split_state
-from attnlens.analysis.variant_collapse import VariantCollapse
 from attnlens.data.batch import Batch
 from attnlens.errors import ConfigError
+from attnlens.measures.asymmetry.pattern_asymmetry import PatternAsymmetry
+from attnlens.measures.collapse.paths import PathCollapse
+from attnlens.measures.collapse.residual import ResidualCollapse
+from attnlens.measures.collapse.variant_collapse import VariantCollapse
+from attnlens.measures.heads.head_stats import HeadStats
+from attnlens.measures.linear.linear_attention import LinearAttentionView
+from attnlens.measures.rollout.flow import FlowAnalyzer
+from attnlens.measures.rollout.rollout import RolloutAnalyzer
+from attnlens.measures.sparse.sparse import SparseCoverage
 from attnlens.model import HookedTransformer, TransformerConfig
+from attnlens.stream.base import Analyzer, model_fingerprint
+from attnlens.stream.runner import run_analyzers
+from attnlens.stream.state import load_state, save_state, split_state
 
 
 def tiny_model(seed: int = 0, **overrides) -> HookedTransformer:

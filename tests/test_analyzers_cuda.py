@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
-from attnlens.analysis.runner import run_analyzers
+from attnlens.stream.runner import run_analyzers
 from tests.test_analyzer_states import CASES, batches, model_for
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -8,24 +8,24 @@ import numpy as np
 import pytest
 import torch
 
-from attnlens.analysis.asymmetry import (
+from attnlens.errors import ConfigError
+from attnlens.measures.asymmetry.pattern_asymmetry import (
     PatternAsymmetry,
     dominance_violations,
     pattern_asymmetry,
     unweighted_attention,
 )
-from attnlens.analysis.base import Batch
-from attnlens.analysis.runner import run_analyzers
-from attnlens.analysis.weight_asymmetry import (
+from attnlens.measures.asymmetry.weight_asymmetry import (
     bilinear_shares,
     head_weight_asymmetry,
     weight_asymmetry_table,
 )
-from attnlens.errors import ConfigError
 from attnlens.model.attention import MultiHeadAttention
 from attnlens.model.config import TransformerConfig
 from attnlens.model.folding import attention_weights
 from attnlens.model.transformer import HookedTransformer
+from attnlens.stream.base import Batch
+from attnlens.stream.runner import run_analyzers
 
 
 def explicit_shares(M: np.ndarray) -> tuple[float, float]:

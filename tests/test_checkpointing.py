@@ -11,14 +11,14 @@ import pandas as pd
 import pytest
 import torch
 
-from attnlens.analysis.base import Analyzer
-from attnlens.analysis.head_stats import HeadStats
-from attnlens.analysis.runner import run_analyzers
-from attnlens.checkpointing import AnalysisCheckpoint, decode_states, encode_states
 from attnlens.data.batch import Batch
 from attnlens.errors import ConfigError
+from attnlens.measures.heads.head_stats import HeadStats
 from attnlens.model import HookedTransformer, TransformerConfig
-from attnlens.outputs import CHECKPOINT_DIR
+from attnlens.runs.checkpointing import AnalysisCheckpoint, decode_states, encode_states
+from attnlens.runs.outputs import CHECKPOINT_DIR
+from attnlens.stream.base import Analyzer
+from attnlens.stream.runner import run_analyzers
 
 
 class Tally(Analyzer):

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnlens.analysis.circuits import circuit_spectra, circuit_summary
 from attnlens.errors import ConfigError
+from attnlens.measures.circuits.circuits import circuit_spectra, circuit_summary
 from attnlens.model.config import TransformerConfig
 from attnlens.model.transformer import HookedTransformer
 

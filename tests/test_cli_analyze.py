@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from attnlens.analysis.head_stats import MEASURES
+from attnlens.measures.heads.head_stats import MEASURES
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:

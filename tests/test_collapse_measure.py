@@ -8,8 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from attnlens.analysis.base import Batch
-from attnlens.analysis.collapse import (
+from attnlens.errors import ConfigError
+from attnlens.measures.collapse.paths import (
+    count_paths,
+    path_products,
+    rank1_residual,
+    real_patterns,
+)
+from attnlens.measures.collapse.paths import sample_paths as sample_head_paths
+from attnlens.measures.collapse.residual import (
     ResidualCollapse,
     composite_norm,
     fit_decay,
@@ -17,11 +24,9 @@ from attnlens.analysis.collapse import (
     subsample,
     token_residual,
 )
-from attnlens.analysis.paths import count_paths, path_products, rank1_residual, real_patterns
-from attnlens.analysis.paths import sample_paths as sample_head_paths
-from attnlens.analysis.variants import VARIANTS, parse_variants, variant_config
-from attnlens.errors import ConfigError
+from attnlens.measures.collapse.variants import VARIANTS, parse_variants, variant_config
 from attnlens.model.config import TransformerConfig
+from attnlens.stream.base import Batch
 
 
 def test_composite_norm_by_hand() -> None:
@@ -186,8 +191,8 @@ def test_sampled_paths_are_distinct_increasing_and_counted() -> None:
 
 
 def test_path_collapse_sentence_bounds_use_exactly_the_sampled_rows() -> None:
-    from attnlens.analysis.paths import PathCollapse
     from attnlens.hooks import ActivationCache
+    from attnlens.measures.collapse.paths import PathCollapse
 
     torch.manual_seed(4)
     patterns = {
@@ -217,8 +222,8 @@ def test_path_collapse_memory_bound_keeps_what_fits_and_counts_the_rest() -> Non
     150 entries per sentence, so a bound of 300 keeps 2 of 4 sentences (rows 0 and 3, the
     evenly spaced pair), one of 100 skips the batch and counts its 4 sentences; the products
     then run in chunks of one path, which must not change the sums."""
-    from attnlens.analysis.paths import PathCollapse
     from attnlens.hooks import ActivationCache
+    from attnlens.measures.collapse.paths import PathCollapse
 
     torch.manual_seed(5)
     patterns = {

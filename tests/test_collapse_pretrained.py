@@ -16,17 +16,17 @@ import torch
 from attnlens.cli.app import app
 from typer.testing import CliRunner
 
-from attnlens.analysis.base import Batch
-from attnlens.analysis.collapse import depth_hook_names, relative_residual
-from attnlens.analysis.paths import PathCollapse
-from attnlens.analysis.runner import run_analyzers
-from attnlens.analysis.variant_collapse import VariantCollapse, cast_weights, run_variant
 from attnlens.data.text import sample_sentences, text_batches
 from attnlens.errors import ConfigError
+from attnlens.measures.collapse.paths import PathCollapse
+from attnlens.measures.collapse.residual import depth_hook_names, relative_residual
+from attnlens.measures.collapse.section import CollapseSection
+from attnlens.measures.collapse.variant_collapse import VariantCollapse, cast_weights, run_variant
 from attnlens.model.config import TransformerConfig
 from attnlens.model.transformer import HookedTransformer
 from attnlens.report.analyze import analyze, default_sections
-from attnlens.report.collapse_section import CollapseSection
+from attnlens.stream.base import Batch
+from attnlens.stream.runner import run_analyzers
 
 
 @pytest.fixture(scope="module")

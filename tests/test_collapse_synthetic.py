@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 import torch
 
-from attnlens.analysis.synthetic import (
+from attnlens.errors import ConfigError
+from attnlens.measures.collapse.synthetic import (
     SyntheticSpec,
     run_synthetic,
     seed_curves,
@@ -24,8 +25,7 @@ from attnlens.analysis.synthetic import (
     synthetic_inputs,
     synthetic_model,
 )
-from attnlens.analysis.variants import VARIANTS
-from attnlens.errors import ConfigError
+from attnlens.measures.collapse.variants import VARIANTS
 
 
 @pytest.fixture(scope="module")

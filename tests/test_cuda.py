@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 import torch
 
-from attnlens.analysis.head_stats import HeadStats
-from attnlens.analysis.runner import run_analyzers
-from attnlens.analysis.spectrum import SpectrumAnalyzer
 from attnlens.data.batch import Batch
+from attnlens.measures.heads.head_stats import HeadStats
+from attnlens.measures.spectrum.spectrum import SpectrumAnalyzer
+from attnlens.stream.runner import run_analyzers
 from tests.helpers import tiny_inputs, tiny_model
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")

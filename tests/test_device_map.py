@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from attnlens.analysis.head_stats import HeadStats
-from attnlens.analysis.runner import run_analyzers
-from attnlens.analysis.spectrum import SpectrumAnalyzer
 from attnlens.data.batch import Batch
 from attnlens.errors import ConfigError
 from attnlens.loaders.device_map import dispatch, parse_max_memory, plan
+from attnlens.measures.heads.head_stats import HeadStats
+from attnlens.measures.spectrum.spectrum import SpectrumAnalyzer
+from attnlens.stream.runner import run_analyzers
 from tests.helpers import tiny_inputs, tiny_model
 
 pytest.importorskip("accelerate")

@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 import torch
 
-from attnlens.analysis.spectrum import SpectrumAnalyzer
 from attnlens.distributed import DistContext, prefix_bound, shard
 from attnlens.errors import ConfigError
+from attnlens.measures.spectrum.spectrum import SpectrumAnalyzer
 
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 
@@ -88,11 +88,11 @@ def compare_tables(one: Path, many: Path, atol: float) -> int:
 def test_sharded_head_roles_merge_to_the_single_process_tables(minilm, world):
     """Head-role analyzers keep per-sentence rows keyed by corpus index; shards merged in
     rank order must give the same sentences, bootstrap intervals, tests and held-out split."""
-    from attnlens.analysis.runner import run_analyzers
     from attnlens.data.conllu import read_conllu
     from attnlens.data.words import treebank_batches
     from attnlens.distributed import batch_tokens, merge_states, shipped_states
-    from attnlens.report.heads_section import HeadRolesSection
+    from attnlens.measures.heads.section import HeadRolesSection
+    from attnlens.stream.runner import run_analyzers
     from tests.conftest import shared_file
 
     model, tokenizer = minilm

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlens.analysis.attention_view import AttentionView, shift_batch
 from attnlens.data.batch import Batch
 from attnlens.errors import ConfigError
 from attnlens.model.config import TransformerConfig
@@ -14,6 +13,7 @@ from attnlens.model.encoder_decoder import (
     EncoderDecoderTransformer,
     shift_right,
 )
+from attnlens.stream.attention_view import AttentionView, shift_batch
 from tests.parity_utils import padded_batch
 
 # The stable public list of hook names (module order) of a 1-layer encoder-decoder model.

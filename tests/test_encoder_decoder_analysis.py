@@ -9,14 +9,14 @@ import pandas as pd
 import pytest
 import torch
 
-from attnlens.analysis.attention_types import run_by_attention, with_attention_column
-from attnlens.analysis.attention_view import AttentionView
-from attnlens.analysis.head_stats import HeadStats
-from attnlens.analysis.positional import PositionalHeads
-from attnlens.analysis.runner import run_analyzers
 from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
+from attnlens.measures.heads.head_stats import HeadStats
+from attnlens.measures.heads.positional import PositionalHeads
 from attnlens.model.encoder_decoder import ATTENTION_TYPES
+from attnlens.stream.attention_types import run_by_attention, with_attention_column
+from attnlens.stream.attention_view import AttentionView
+from attnlens.stream.runner import run_analyzers
 from tests.seq2seq_utils import tiny_bart_with_tokenizer
 
 

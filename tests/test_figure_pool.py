@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 from attnlens.errors import DataError
-from attnlens.io import save_figure
 from attnlens.plots import layer_head_heatmap
 from attnlens.report.figure_pool import figure_pool
+from attnlens.runs.io import save_figure
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -6,10 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlens.analysis.circuits import circuit_spectra, circuit_summary, rotary_qk_singular_values
-from attnlens.analysis.shared_subspace import shared_subspace_tables
-from attnlens.analysis.spectrum import cumulative_curve, entropy_effective_rank, numerical_rank
-from attnlens.analysis.weight_asymmetry import (
+from attnlens.measures.asymmetry.weight_asymmetry import (
     OFFSETS_SUFFIX,
     bilinear_shares,
     head_weight_asymmetry,
@@ -17,6 +14,17 @@ from attnlens.analysis.weight_asymmetry import (
     rotary_offset_measures,
     rotary_tables,
     weight_asymmetry_table,
+)
+from attnlens.measures.circuits.circuits import (
+    circuit_spectra,
+    circuit_summary,
+    rotary_qk_singular_values,
+)
+from attnlens.measures.circuits.shared_subspace import shared_subspace_tables
+from attnlens.measures.spectrum.spectrum import (
+    cumulative_curve,
+    entropy_effective_rank,
+    numerical_rank,
 )
 from attnlens.model import HookedTransformer, TransformerConfig
 from attnlens.model.attention import apply_rotary, rotary_cos_sin

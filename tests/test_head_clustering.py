@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from attnlens.analysis.behaviour import HeadBehaviour, broad_threshold
-from attnlens.analysis.bootstrap import Inference
-from attnlens.analysis.clustering import HeadClustering, classical_mds
 from attnlens.data.batch import Batch
 from attnlens.hooks import ActivationCache
+from attnlens.measures.heads.behaviour import HeadBehaviour, broad_threshold
+from attnlens.measures.heads.clustering import HeadClustering, classical_mds
+from attnlens.stats.bootstrap import Inference
 
 CLS, SEP = 101, 102
 

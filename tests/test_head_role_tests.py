@@ -9,23 +9,24 @@ import numpy as np
 import pytest
 import torch
 
-from attnlens.analysis.bootstrap import (
+from attnlens.errors import ConfigError
+from attnlens.hooks import ActivationCache
+from attnlens.measures.heads.syntactic import SyntacticHeads
+from attnlens.measures.heads.syntactic_arcs import DEFAULT_MIN_EXAMPLES
+from attnlens.measures.heads.syntactic_tables import held_out_selection, split_sentences
+from attnlens.stats.bootstrap import (
     Inference,
     estimate_shares,
     p_above,
     poisson_weights,
     pooled,
 )
-from attnlens.analysis.multiple_testing import (
+from attnlens.stats.multiple_testing import (
     adjust,
     benjamini_hochberg,
     holm,
     margin_test_power,
 )
-from attnlens.analysis.syntactic import DEFAULT_MIN_EXAMPLES, SyntacticHeads
-from attnlens.analysis.syntactic_tables import held_out_selection, split_sentences
-from attnlens.errors import ConfigError
-from attnlens.hooks import ActivationCache
 from tests.heads_planted import make_batch, planted_patterns, planted_treebank
 
 
@@ -223,7 +224,7 @@ def test_the_default_min_examples_gives_the_reference_effect_80_percent_power():
 
 
 def test_percentile_interval_matches_numpy_nanquantile():
-    from attnlens.analysis.bootstrap import percentile_interval
+    from attnlens.stats.bootstrap import percentile_interval
 
     reps = torch.randn(1000, 40, dtype=torch.float64)
     reps[:100, 3] = torch.nan  # some replicates without an example

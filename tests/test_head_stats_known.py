@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
-from attnlens.analysis.base import Batch
-from attnlens.analysis.head_stats import HeadStats
 from attnlens.hooks import ActivationCache
-from attnlens.io import atomic_open, write_table
+from attnlens.measures.heads.head_stats import HeadStats
+from attnlens.runs.io import atomic_open, write_table
+from attnlens.stream.base import Batch
 
 CLS, SEP = 101, 102
 
@@ -90,9 +90,9 @@ def test_atomic_writes_leave_no_temporary_files_and_normal_permissions(tmp_path)
 
 def test_structurally_pruned_model_lists_only_existing_heads() -> None:
     """No phantom rows for heads a layer no longer has (issue 13)."""
-    from attnlens.analysis.runner import run_analyzers
     from attnlens.data.batch import Batch
     from attnlens.model import HookedTransformer, TransformerConfig
+    from attnlens.stream.runner import run_analyzers
 
     torch.manual_seed(0)
     cfg = TransformerConfig(d_model=16, n_layers=3, n_heads=4, d_mlp=32, vocab_size=30,

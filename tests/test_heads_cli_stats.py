@@ -84,11 +84,11 @@ def test_minilm_statistics_on_ud_subset(minilm):
     accuracies do not depend on the bootstrap, MiniLM's previous-token head is positional."""
     import torch
 
-    from attnlens.analysis.bootstrap import Inference
-    from attnlens.analysis.runner import run_analyzers
     from attnlens.data.conllu import read_conllu
     from attnlens.data.words import treebank_batches
-    from attnlens.report.heads_section import HeadRolesSection
+    from attnlens.measures.heads.section import HeadRolesSection
+    from attnlens.stats.bootstrap import Inference
+    from attnlens.stream.runner import run_analyzers
     from tests.conftest import shared_file
 
     model, tokenizer = minilm

@@ -7,15 +7,15 @@ import pandas as pd
 import pytest
 import torch
 
-from attnlens.analysis.behaviour import HeadBehaviour
-from attnlens.analysis.clustering import HeadClustering
-from attnlens.analysis.positional import PositionalHeads
-from attnlens.analysis.rare_words import RareWordHeads
-from attnlens.analysis.runner import run_analyzers
-from attnlens.analysis.syntactic import SyntacticHeads
 from attnlens.data.rarity import WordRarity
 from attnlens.data.words import WordAttentionContext
+from attnlens.measures.heads.behaviour import HeadBehaviour
+from attnlens.measures.heads.clustering import HeadClustering
+from attnlens.measures.heads.positional import PositionalHeads
+from attnlens.measures.heads.rare_words import RareWordHeads
+from attnlens.measures.heads.syntactic import SyntacticHeads
 from attnlens.model import HookedTransformer, TransformerConfig
+from attnlens.stream.runner import run_analyzers
 from tests.heads_planted import make_batch, planted_treebank
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

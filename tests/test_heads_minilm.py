@@ -11,11 +11,11 @@ import torch
 from attnlens.cli.app import app, main
 from typer.testing import CliRunner
 
-from attnlens.analysis.runner import run_analyzers
-from attnlens.analysis.syntactic import SyntacticHeads
 from attnlens.data.conllu import read_conllu
 from attnlens.data.words import treebank_batches
 from attnlens.hooks import ActivationCache
+from attnlens.measures.heads.syntactic import SyntacticHeads
+from attnlens.stream.runner import run_analyzers
 from tests.conftest import shared_file
 
 UD_DEV = "ud-ewt/en_ewt-ud-dev.conllu"

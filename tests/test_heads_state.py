@@ -10,17 +10,17 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from attnlens.analysis.behaviour import HeadBehaviour
-from attnlens.analysis.bootstrap import Inference
-from attnlens.analysis.positional import PositionalHeads
-from attnlens.analysis.rare_words import RareWordHeads
-from attnlens.analysis.syntactic import SyntacticHeads
 from attnlens.data import words as words_module
 from attnlens.data.conllu import sample_treebank
 from attnlens.data.rarity import WordRarity
 from attnlens.data.words import WordAttentionContext
 from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
+from attnlens.measures.heads.behaviour import HeadBehaviour
+from attnlens.measures.heads.positional import PositionalHeads
+from attnlens.measures.heads.rare_words import RareWordHeads
+from attnlens.measures.heads.syntactic import SyntacticHeads
+from attnlens.stats.bootstrap import Inference
 from tests.heads_planted import make_batch
 
 RARITY = WordRarity.from_counts({"the": 50, "a": 40, "dog": 3, "cat": 2, "zebra": 1})
@@ -186,10 +186,10 @@ def test_rare_self_decides_whether_a_word_may_pick_itself():
 
 
 def test_a_structurally_pruned_model_has_no_phantom_heads():
-    from attnlens.analysis.clustering import HeadClustering
-    from attnlens.analysis.runner import run_analyzers
+    from attnlens.measures.heads.clustering import HeadClustering
+    from attnlens.measures.pruning.structural import prune_heads
     from attnlens.model import HookedTransformer, TransformerConfig
-    from attnlens.pruning.structural import prune_heads
+    from attnlens.stream.runner import run_analyzers
 
     torch.manual_seed(0)
     cfg = TransformerConfig(d_model=32, n_heads=4, n_layers=2, d_mlp=64, vocab_size=1200,

@@ -8,15 +8,16 @@ import pandas as pd
 import pytest
 import torch
 
-from attnlens.analysis.base import Batch
-from attnlens.analysis.head_stats import HeadStats, is_punctuation
-from attnlens.analysis.positional import PositionalHeads
-from attnlens.analysis.rare_words import RareWordHeads
-from attnlens.analysis.roles import classify_heads, role_evidence
-from attnlens.analysis.syntactic import ALL_RELATIONS, SyntacticHeads
 from attnlens.data.conllu import ROOT, DepSentence, sample_treebank
 from attnlens.data.rarity import WordRarity
 from attnlens.hooks import ActivationCache
+from attnlens.measures.heads.head_stats import HeadStats, is_punctuation
+from attnlens.measures.heads.positional import PositionalHeads
+from attnlens.measures.heads.rare_words import RareWordHeads
+from attnlens.measures.heads.roles import classify_heads, role_evidence
+from attnlens.measures.heads.syntactic import SyntacticHeads
+from attnlens.measures.heads.syntactic_arcs import ALL_RELATIONS
+from attnlens.stream.base import Batch
 
 CLS, SEP, PAD = 101, 102, 0
 
@@ -312,8 +313,8 @@ def test_too_few_words_declare_no_rare_word_head():
     """A head whose every word attends to the rarest word, on 2 sentences (5 attending
     words): the share is reported, but below MIN_WORDS (100) no head is tested or granted
     the role, with or without the bootstrap (its replicates hardly vary on 2 sentences)."""
-    from attnlens.analysis.bootstrap import Inference
-    from attnlens.analysis.rare_words import MIN_WORDS
+    from attnlens.measures.heads.rare_words import MIN_WORDS
+    from attnlens.stats.bootstrap import Inference
 
     rarity = WordRarity.from_counts({"the": 9, "dog": 3, "barks": 1, "a": 9, "big": 3,
                                      "cat": 2, "sleeps": 1})
@@ -341,9 +342,9 @@ def test_too_few_sentences_or_tokens_declare_no_positional_head(planted):
     positional, with or without the bootstrap, and the summary and the role map say so. On
     the 43 sample sentences (and >= MIN_TOKENS tokens) the head is found; with
     --min-examples above the corpus's tokens, again not tested."""
-    from attnlens.analysis.bootstrap import Inference
-    from attnlens.analysis.positional import MIN_SENTENCES, MIN_TOKENS
-    from attnlens.report.heads_section import HeadRolesSection
+    from attnlens.measures.heads.positional import MIN_SENTENCES, MIN_TOKENS
+    from attnlens.measures.heads.section import HeadRolesSection
+    from attnlens.stats.bootstrap import Inference
 
     sentences, rarity, data = planted
     two = sentences[:2]

@@ -71,13 +71,13 @@ def test_loaded_patterns_equal_hf_eager(model_type: str, tmp_path: Path) -> None
 def test_both_backends_give_the_same_tables(model_type: str, tmp_path: Path) -> None:
     """A converter family through either backend: the same head statistics, spectra and
     weight circuits (pre-norm folding in Llama and T5, none in post-norm BART)."""
-    from attnlens.analysis.attention_view import AttentionView
-    from attnlens.analysis.circuits import circuit_tables
-    from attnlens.analysis.head_stats import HeadStats
-    from attnlens.analysis.runner import run_analyzers
-    from attnlens.analysis.spectrum import SpectrumAnalyzer
     from attnlens.data.text import text_batches
+    from attnlens.measures.circuits.circuits import circuit_tables
+    from attnlens.measures.heads.head_stats import HeadStats
+    from attnlens.measures.spectrum.spectrum import SpectrumAnalyzer
     from attnlens.model.protocol import attention_types, has_several_attention_types
+    from attnlens.stream.attention_view import AttentionView
+    from attnlens.stream.runner import run_analyzers
 
     folder = save_checkpoint(tmp_path / model_type, model_type)
     results = []

@@ -39,7 +39,7 @@ def test_weights_equal_the_native_converters(folders, model_type: str) -> None:
 
 
 def test_circuit_tables_equal_the_native_ones(folders) -> None:
-    from attnlens.analysis.circuits import circuit_tables
+    from attnlens.measures.circuits.circuits import circuit_tables
 
     native = circuit_tables(attnlens.load_model(folders["llama"], backend="native"))
     hf = circuit_tables(attnlens.load_model(folders["llama"], backend="hf"))

@@ -79,7 +79,7 @@ def test_tables_and_figures_named_from_data_cannot_leave_their_folder(tmp_path):
     import pytest
 
     from attnlens.errors import ConfigError
-    from attnlens.io import safe_filename, save_figure, write_table
+    from attnlens.runs.io import safe_filename, save_figure, write_table
 
     out = tmp_path / "out"
     out.mkdir()

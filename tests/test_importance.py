@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from attnlens.errors import ConfigError
+from attnlens.measures.pruning.importance import gradient_importance, random_scores, score_heads
 from attnlens.metrics.fidelity import FidelityMetric
 from attnlens.metrics.sts_task import StsMetric
 from attnlens.model.gates import full_mask
-from attnlens.pruning.importance import gradient_importance, random_scores, score_heads
 from tests.helpers import tiny_model
 from tests.pruning_toys import sentences, vocab_size, word_tokenizer, write_pairs
 

@@ -142,9 +142,9 @@ def test_sigterm_is_handled_like_ctrl_c(tmp_path):
 def _not_checkpointable(command: str) -> list[str]:
     """Analyzers of ``command`` that do not declare their state (protocol v2)."""
     import attnlens
-    from attnlens.checkpointing import declares_state
+    from attnlens.measures.heads.section import HeadRolesSection
     from attnlens.report.analyze import default_sections
-    from attnlens.report.heads_section import HeadRolesSection
+    from attnlens.runs.checkpointing import declares_state
 
     model, tokenizer = attnlens.load()
     sections = default_sections() if command == "analyze" else [HeadRolesSection()]
@@ -184,8 +184,8 @@ def test_resume_in_another_folder_refuses_a_changed_corpus(tmp_path):
     partial = tmp_path / ".out.partial"
     (partial / "checkpoint").mkdir(parents=True)  # progress: a partial run, not an empty start
     (partial / "checkpoint" / "latest.json").write_text("{}")
-    from attnlens.io import atomic_write_json
-    from attnlens.manifest import build_manifest
+    from attnlens.runs.io import atomic_write_json
+    from attnlens.runs.manifest import build_manifest
 
     options = {"text": str(corpus)}
     atomic_write_json(partial / "manifest.json",
@@ -193,7 +193,7 @@ def test_resume_in_another_folder_refuses_a_changed_corpus(tmp_path):
                        "complete": False})
     corpus.write_text("The cat sat on the mat.\nA dog ran far.\n")
     from attnlens.errors import ConfigError
-    from attnlens.outputs import OutputFolder
+    from attnlens.runs.outputs import OutputFolder
 
     folder = OutputFolder(tmp_path / "out", resume=True, resumable=True).check()
     with pytest.raises(ConfigError, match=r"the contents of --text \(.*corpus.txt\) changed"):

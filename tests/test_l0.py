@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from attnlens.errors import ConfigError
+from attnlens.measures.pruning.l0 import TEMPERATURES, HardConcreteGates, L0Settings, train_gates
+from attnlens.measures.pruning.l0_run import run_l0
 from attnlens.metrics.base import LossBatch, Metric
 from attnlens.model.gates import gated_forward
-from attnlens.pruning.l0 import TEMPERATURES, HardConcreteGates, L0Settings, train_gates
-from attnlens.pruning.l0_run import run_l0
 from tests.helpers import tiny_model
 from tests.pruning_toys import sentences, vocab_size, word_tokenizer
 
@@ -143,7 +143,7 @@ def test_runs_are_seeded_and_resumable(toy, tmp_path):
 
 
 def test_comparison_interpolates_the_curves_at_the_same_head_count():
-    from attnlens.pruning.l0_run import compare_with_curves
+    from attnlens.measures.pruning.l0_run import compare_with_curves
 
     curve = pd.DataFrame({
         "order": ["importance"] * 3 + ["random"] * 6 + ["importance:cross"],

@@ -1,9 +1,12 @@
-"""Imports flow one way: a module may import only its own package or lower layers.
+"""Imports flow one way: a module may import only its own unit or lower layers.
 
 Every ``import`` and ``from ... import`` in attnlens/ and cli/ (top level, inside functions and
 under ``TYPE_CHECKING`` alike) is read from the source with ``ast`` and checked against
-``LAYERS``, lowest first (docs/architecture.md explains each). A new top-level module or
-package must be placed in ``LAYERS`` before it can be imported.
+``LAYERS``, lowest first (docs/architecture.md explains each). A unit is a package or module
+path below ``attnlens`` (``*`` matches one name); a module belongs to the most specific unit
+that contains it, so ``measures.*.section`` (each measure's report section) sits above
+``report`` while the rest of ``measures`` sits below it. A new top-level module or package
+must be placed in ``LAYERS`` before it can be imported.
 """
 
 from __future__ import annotations
@@ -20,34 +23,46 @@ ROOT = Path(__file__).resolve().parents[1]
 # Lowest first. A module may import modules of its own unit and of lower layers; units sharing
 # a layer are independent of each other.
 LAYERS: list[set[str]] = [
-    {"errors", "lazy"},
-    {"io"},
-    {"manifest"},
-    {"outputs"},
-    {"hooks", "progress", "device"},
+    {"errors", "lazy", "runs"},
+    {"runs.io"},
+    {"runs.manifest"},
+    {"runs.outputs"},
+    {"hooks", "progress", "device", "stats", "plots"},
     {"model"},
     {"backends"},
     {"data"},
     {"loaders"},
-    {"analysis"},
-    {"checkpointing"},
+    {"stream"},
+    {"runs.checkpointing"},
     {"distributed"},
     {"metrics"},
-    {"pruning"},
-    {"plots"},
+    {"measures"},  # analyzers and tables: never report code
     {"report"},
+    {"measures.*.section"},  # a measure's report section
+    {"report.analyze"},  # the report pipeline: runs every section
+    {"report.api"},
     {"viewer"},
     {"cli"},
 ]
 RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
 
 
+def _contains(unit: str, parts: list[str]) -> bool:
+    pattern = unit.split(".")
+    return len(parts) >= len(pattern) and all(
+        p in ("*", name) for p, name in zip(pattern, parts, strict=False))
+
+
 def unit_of(module: str) -> str | None:
-    """``attnlens.model.gates`` -> ``model``; the package root ``attnlens`` -> None."""
+    """``attnlens.model.gates`` -> ``model``, ``attnlens.measures.heads.section`` ->
+    ``measures.*.section``; the package root ``attnlens`` -> None."""
     parts = module.split(".")
     if parts[0] != "attnlens" or len(parts) < 2 or parts[1].startswith("__"):
         return None  # outside attnlens, or the package root itself (attnlens.__version__)
-    return parts[1]
+    units = [u for u in RANK if _contains(u, parts[1:])]
+    if not units:
+        return parts[1]  # not placed: reported as a unit missing from LAYERS
+    return max(units, key=lambda u: len(u.split(".")))
 
 
 def source_files() -> list[tuple[str, Path]]:
@@ -108,7 +123,7 @@ def test_imports_flow_one_way() -> None:
 # Figures are drawn in the plots package only. Outside it, matplotlib is imported by io (which
 # saves a Figure) and by the report's figure pool (which loads fonts before forking workers);
 # report sections and cli commands ask plots for figures.
-FIGURE_MODULES = {"attnlens.io", "attnlens.report.figure_pool"}
+FIGURE_MODULES = {"attnlens.runs.io", "attnlens.report.figure_pool"}
 
 
 def test_figures_are_drawn_in_plots_only() -> None:
@@ -158,20 +173,59 @@ def test_the_checker_catches_an_upward_import(tmp_path, monkeypatch) -> None:
     (tmp_path / "attnlens" / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
     (pkg / "bad.py").write_text(
-        "def f():\n    from attnlens.pruning.loop import prune\n"
+        "def f():\n    from attnlens.measures.pruning.loop import prune\n"
         "from ..report import html\nfrom . import base\nfrom attnlens.model import gates\n"
     )
     (tmp_path / "cli").mkdir()
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert violations() == [
-        "attnlens/metrics/bad.py:2 imports attnlens.pruning.loop.prune: 'pruning' is not "
-        "below 'metrics'",
+        "attnlens/metrics/bad.py:2 imports attnlens.measures.pruning.loop.prune: 'measures' is "
+        "not below 'metrics'",
         "attnlens/metrics/bad.py:3 imports attnlens.report.html: 'report' is not below "
         "'metrics'",
     ]
 
 
-LAZY_ROOTS = ("attnlens", "attnlens.loaders", "attnlens.pruning")
+def test_the_checker_places_sections_between_report_and_its_pipeline(tmp_path, monkeypatch):
+    """A measure's section may import report code; its analyzers and tables may not, and a
+    section may not import the pipeline that runs it."""
+    topic = tmp_path / "attnlens" / "measures" / "mine"
+    topic.mkdir(parents=True)
+    for init in (tmp_path / "attnlens", topic.parent, topic):
+        (init / "__init__.py").write_text("")
+    (topic / "section.py").write_text(
+        "from attnlens.report.sections import Section\nfrom attnlens.measures.mine import tables\n"
+        "def f():\n    from attnlens.report.analyze import analyze_model\n"
+    )
+    (topic / "tables.py").write_text("from attnlens.report.catalog import SectionDoc\n")
+    (tmp_path / "attnlens" / "newthing.py").write_text("")
+    (tmp_path / "cli").mkdir()
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert violations() == [
+        "attnlens/measures/mine/section.py:4 imports attnlens.report.analyze.analyze_model: "
+        "'report.analyze' is not below 'measures.*.section'",
+        "attnlens/measures/mine/tables.py:1 imports attnlens.report.catalog.SectionDoc: "
+        "'report' is not below 'measures'",
+        "attnlens/newthing.py: unit 'newthing' is not in LAYERS",
+    ]
+
+
+def test_analyzers_and_tables_never_import_report_code() -> None:
+    """Only a measure's ``section.py`` talks to the report (also implied by ``LAYERS``)."""
+    measure_modules = [(m, p) for m, p in source_files()
+                       if unit_of(m) == "measures" and m != "attnlens.measures"]
+    assert len(measure_modules) > 30
+    found = [
+        f"{path.relative_to(ROOT)}:{line} imports {target}"
+        for module, path in measure_modules
+        for line, target in imported_modules(path, module)
+        if target.startswith("attnlens.report.") or target == "attnlens.report"
+        or unit_of(target) == "measures.*.section"
+    ]
+    assert found == []
+
+
+LAZY_ROOTS = ("attnlens", "attnlens.loaders", "attnlens.measures.pruning")
 
 
 @pytest.mark.parametrize("module", ["attnlens", "attnlens.cli.app"])

@@ -8,16 +8,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlens.analysis.linear_attention import (
+from attnlens.data.batch import Batch
+from attnlens.errors import ConfigError
+from attnlens.hooks import ActivationCache
+from attnlens.measures.linear.linear_attention import (
     LinearAttentionView,
     key_geometry,
     linear_outputs,
     per_query_head,
 )
-from attnlens.analysis.runner import run_analyzers
-from attnlens.data.batch import Batch
-from attnlens.errors import ConfigError
-from attnlens.hooks import ActivationCache
+from attnlens.stream.runner import run_analyzers
 from tests.helpers import tiny_model
 
 # Cosines, participation ratios and relative errors of float32 tensors with n, d <= 16:

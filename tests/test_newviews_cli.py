@@ -13,10 +13,10 @@ from attnlens.cli.app import app
 from attnlens.cli.rollout import split_model_and_texts
 from typer.testing import CliRunner
 
+from attnlens.measures.linear.section import LinearSection
+from attnlens.measures.rollout.section import RolloutSection
+from attnlens.measures.sparse.section import SparseSection
 from attnlens.report.analyze import default_sections
-from attnlens.report.linear_section import LinearSection
-from attnlens.report.rollout_section import RolloutSection
-from attnlens.report.sparse_section import SparseSection
 from tests.parity_utils import TINY, save_tiny
 from tests.pruning_toys import vocab_size, word_tokenizer
 

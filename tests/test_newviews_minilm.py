@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlens.analysis.linear_attention import LinearAttentionView, linear_outputs
-from attnlens.analysis.rollout import RolloutAnalyzer, rollout_matrices
-from attnlens.analysis.runner import run_analyzers
-from attnlens.analysis.sparse import SparseCoverage
 from attnlens.data.text import sample_sentences, text_batches
+from attnlens.measures.linear.linear_attention import LinearAttentionView, linear_outputs
+from attnlens.measures.rollout.rollout import RolloutAnalyzer, rollout_matrices
+from attnlens.measures.sparse.sparse import SparseCoverage
+from attnlens.stream.runner import run_analyzers
 
 # Float32 activations of MiniLM (|values| < ~10, n < 40): a sentence run alone and inside a
 # padded batch differ by ~1e-6 (different kernel blocking), and the measures below are sums

@@ -9,9 +9,9 @@ import os
 import pytest
 
 from attnlens.errors import ConfigError, DataError
-from attnlens.io import atomic_write_bytes, path_inside, safe_filename
-from attnlens.manifest import build_manifest, manifest_differences, sha256_file
-from attnlens.outputs import MANIFEST_FILE, OutputFolder, interrupt_note, publish_folder
+from attnlens.runs.io import atomic_write_bytes, path_inside, safe_filename
+from attnlens.runs.manifest import build_manifest, manifest_differences, sha256_file
+from attnlens.runs.outputs import MANIFEST_FILE, OutputFolder, interrupt_note, publish_folder
 
 
 def _files(folder) -> dict[str, bytes]:
@@ -207,7 +207,7 @@ def test_path_inside_refuses_escapes(tmp_path):
 
 # Manifests -----------------------------------------------------------------------------------
 def test_sha256_matches_hashlib_and_the_cache_follows_changes(tmp_path, monkeypatch):
-    import attnlens.manifest as manifest
+    import attnlens.runs.manifest as manifest
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(manifest, "_CACHE_MIN_BYTES", 0)  # cache even small files
@@ -269,7 +269,7 @@ def test_export_over_a_sharded_checkpoint_leaves_no_old_index(tmp_path):
 
     from attnlens.loaders import load_model
     from attnlens.loaders.export import export_hf
-    from attnlens.pruning import prune_heads
+    from attnlens.measures.pruning import prune_heads
     from tests.parity_utils import TINY, VOCAB
 
     model = _tiny_bert(tmp_path / "src")
@@ -343,3 +343,45 @@ def test_an_interruption_while_the_work_folder_is_made_leaves_nothing(
         stop.set()
     assert list(tmp_path.iterdir()) == []
     assert interrupt_note() == "nothing was written (" + str(tmp_path / "rep") + " is unchanged)"
+
+
+def _python(code: str) -> str:
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    return result.stdout.strip()
+
+
+def test_importing_the_writers_leaves_the_umask_alone():
+    """No module sets the process's umask when it is imported (it used to flip it to 0 and
+    back at import time, a window in which another thread's new files were world-writable)."""
+    calls = _python(
+        "import os\n"
+        "calls, real = [], os.umask\n"
+        "os.umask = lambda mask: (calls.append(mask), real(mask))[1]\n"
+        "import attnlens.runs.io, attnlens.runs.outputs, attnlens.runs.checkpointing\n"
+        "print(calls)\n"
+    )
+    assert calls == "[]"
+
+
+def test_files_and_folders_follow_the_umask_at_the_time_they_are_written(tmp_path):
+    """Permissions are those of a plain open()/mkdir() under the umask in force when the file is
+    written, also when the umask changed after import."""
+    modes = _python(
+        "import os, stat\n"
+        "from pathlib import Path\n"
+        "os.umask(0o022)\n"
+        "from attnlens.runs.io import atomic_write_text\n"
+        "from attnlens.runs.outputs import OutputFolder\n"
+        "os.umask(0o077)\n"
+        f"root = Path({str(tmp_path)!r})\n"
+        "atomic_write_text(root / 'table.csv', 'x\\n')\n"
+        "with OutputFolder(root / 'out').writing() as work:\n"
+        "    (work / 'a.csv').write_text('x')\n"
+        "print(oct(stat.S_IMODE((root / 'table.csv').stat().st_mode)),"
+        " oct(stat.S_IMODE((root / 'out').stat().st_mode)))\n"
+    )
+    assert modes == "0o600 0o700"

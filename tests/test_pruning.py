@@ -14,11 +14,11 @@ import torch
 from attnlens.errors import ConfigError
 from attnlens.loaders import load_model
 from attnlens.loaders.export import export_hf
+from attnlens.measures.pruning import PruneSettings, final_mask, prune, prune_heads
+from attnlens.measures.pruning.loop import select_heads
+from attnlens.measures.pruning.structural import pruned_parameter_count
 from attnlens.metrics.sts_task import StsMetric
 from attnlens.model.gates import full_mask
-from attnlens.pruning import PruneSettings, final_mask, prune, prune_heads
-from attnlens.pruning.loop import select_heads
-from attnlens.pruning.structural import pruned_parameter_count
 from tests.helpers import tiny_inputs, tiny_model
 from tests.parity_utils import TINY, save_tiny
 from tests.pruning_toys import vocab_size, word_tokenizer, write_pairs
@@ -332,7 +332,7 @@ def test_cli_errors_are_one_line(tiny_checkpoint, pairs_csv, tmp_path, extra, me
 def test_a_kill_between_the_two_tables_loses_no_scores(pairs_csv, tmp_path):
     """The scores file is written before the curve: cut after the scores of a step, the
     resumed run reuses them and both tables equal an uninterrupted run's."""
-    import attnlens.pruning.loop as loop
+    import attnlens.measures.pruning.loop as loop
 
     model = toy_model()
     importance, evaluation = sts_metrics(pairs_csv)

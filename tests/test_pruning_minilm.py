@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attnlens.measures.pruning import prune_heads
+from attnlens.measures.pruning.importance import gradient_importance, random_scores
+from attnlens.measures.pruning.loop import select_heads
 from attnlens.metrics.factory import build_metrics
 from attnlens.metrics.sts import read_pairs, sts_spearman
 from attnlens.model.gates import full_mask
-from attnlens.pruning import prune_heads
-from attnlens.pruning.importance import gradient_importance, random_scores
-from attnlens.pruning.loop import select_heads
 from tests.conftest import shared_file
 
 

@@ -18,10 +18,10 @@ from attnlens.cli.app import app, main
 from typer.testing import CliRunner
 
 from attnlens.errors import DataError
+from attnlens.measures.pruning.section import head_importance
 from attnlens.report.catalog import CardItem, Paper, SectionDoc, TableDoc
 from attnlens.report.folder import Report
 from attnlens.report.payload import encode_column, encode_table, script_json
-from attnlens.report.prune_section import head_importance
 from tests.report_fixtures import XSS_IMG, XSS_SCRIPT, known_tables, write_report
 
 runner = CliRunner()

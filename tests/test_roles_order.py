@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from attnlens.errors import ConfigError, DataError
+from attnlens.measures.pruning import PruneSettings, prune
+from attnlens.measures.pruning.roles_order import read_role_heads, role_mask, role_scores
 from attnlens.model.gates import parse_heads
-from attnlens.pruning import PruneSettings, prune
-from attnlens.pruning.roles_order import read_role_heads, role_mask, role_scores
 from tests.test_pruning import sts_metrics, toy_model
 
 

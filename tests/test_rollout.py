@@ -7,22 +7,22 @@ import numpy as np
 import pytest
 import torch
 
-from attnlens.analysis.flow import (
+from attnlens.data.batch import Batch
+from attnlens.errors import ConfigError
+from attnlens.hooks import ActivationCache
+from attnlens.measures.rollout.flow import (
     FLOW_SCALE,
     FlowAnalyzer,
     attention_flow,
     flow_values,
     normalise_rows,
 )
-from attnlens.analysis.rollout import (
+from attnlens.measures.rollout.rollout import (
     LAYER_MEASURES,
     RolloutAnalyzer,
     residual_attention,
     rollout_matrices,
 )
-from attnlens.data.batch import Batch
-from attnlens.errors import ConfigError
-from attnlens.hooks import ActivationCache
 
 CLS, SEP, PAD = 1, 2, 0
 # Rollout runs in float64: a product of L row-stochastic n x n matrices is exact to about

@@ -1,4 +1,4 @@
-"""`attnlens view` shows attention rollout as an overlay (``attnlens.analysis.rollout``)."""
+"""`attnlens view` shows attention rollout as an overlay (``attnlens.measures.rollout.rollout``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 from attnlens.cli.app import app
 from typer.testing import CliRunner
 
-from attnlens.analysis.rollout import rollout_matrices
+from attnlens.measures.rollout.rollout import rollout_matrices
 from attnlens.viewer import ViewData, rollout_overlay
 from attnlens.viewer.data import unpack_matrices
 from tests.browser_utils import browser, console_errors, require_browser

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlens.analysis.shared_subspace import (
+from attnlens.measures.circuits.shared_subspace import (
     dims_for_energy,
     energy_curve,
     gram_singular_values,

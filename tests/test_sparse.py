@@ -7,15 +7,15 @@ import math
 import pytest
 import torch
 
-from attnlens.analysis.sparse import (
+from attnlens.data.batch import Batch
+from attnlens.errors import ConfigError
+from attnlens.hooks import ActivationCache
+from attnlens.measures.sparse.sparse import (
     BIGBIRD,
     SparseCoverage,
     hash_scores,
     restricted_output_error,
 )
-from attnlens.data.batch import Batch
-from attnlens.errors import ConfigError
-from attnlens.hooks import ActivationCache
 
 CLS, SEP, PAD = 1, 2, 0
 # Shares are sums of a few float32 pattern entries accumulated in float64: each row sums to 1
@@ -276,10 +276,10 @@ def test_per_batch_and_max_sentences_sample_evenly_spaced_sentences():
 
 def test_a_structurally_pruned_model_has_no_phantom_heads():
     """Sparse and linear-attention tables list only the heads each layer still has."""
-    from attnlens.analysis.linear_attention import LinearAttentionView
-    from attnlens.analysis.runner import run_analyzers
+    from attnlens.measures.linear.linear_attention import LinearAttentionView
+    from attnlens.measures.pruning.structural import prune_heads
     from attnlens.model import HookedTransformer, TransformerConfig
-    from attnlens.pruning.structural import prune_heads
+    from attnlens.stream.runner import run_analyzers
 
     torch.manual_seed(0)
     cfg = TransformerConfig(d_model=32, n_heads=4, n_layers=2, d_mlp=64, vocab_size=50,

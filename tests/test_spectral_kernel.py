@@ -1,4 +1,4 @@
-"""The C kernel of the spectral path (attnlens/analysis/_spectral_kernel.c) against float64
+"""The C kernel of the spectral path (attnlens/measures/spectrum/_spectral_kernel.c) against float64
 SVD, on matrices whose singular values are known, and its interleaving of matrices.
 
 Tolerances: the kernel is backward stable in float64 (Gram matrix, Householder reduction,
@@ -15,9 +15,13 @@ import numpy as np
 import pytest
 import torch
 
-from attnlens.analysis import spectral
-from attnlens.analysis.spectral import kernel_available, kernel_eigenvalues, singular_values
 from attnlens.errors import ConfigError
+from attnlens.measures.spectrum import singular_values as spectral
+from attnlens.measures.spectrum.singular_values import (
+    kernel_available,
+    kernel_eigenvalues,
+    singular_values,
+)
 
 pytestmark = pytest.mark.skipif(not kernel_available(),
                                 reason="the spectral C kernel is not built (no C compiler)")
@@ -92,7 +96,7 @@ def test_a_matrix_with_nan_comes_back_nan_and_spares_its_neighbours():
 
 
 def test_wrong_buffer_sizes_are_refused():
-    from attnlens.analysis import _spectral_kernel
+    from attnlens.measures.spectrum import _spectral_kernel
 
     src = np.zeros((2, 3, 3), dtype=np.float32)
     with pytest.raises(ValueError, match="src"):

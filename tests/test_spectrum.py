@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnlens.analysis.base import Batch
-from attnlens.analysis.runner import run_analyzers
-from attnlens.analysis.spectrum import (
+from attnlens.errors import ConfigError
+from attnlens.measures.spectrum.spectrum import (
     SpectrumAnalyzer,
     cumulative_curve,
     curve_at,
@@ -23,9 +22,10 @@ from attnlens.analysis.spectrum import (
     singular_values,
     truncation_errors,
 )
-from attnlens.errors import ConfigError
 from attnlens.model.config import TransformerConfig
 from attnlens.model.transformer import HookedTransformer
+from attnlens.stream.base import Batch
+from attnlens.stream.runner import run_analyzers
 
 
 def random_patterns(batch: int, n: int, seed: int = 0, sharpness: float = 3.0) -> torch.Tensor:

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from attnlens.analysis.base import Batch
-from attnlens.analysis.real_tokens import block_groups, gather_block
-from attnlens.analysis.spectral import singular_values, top_singular_values
-from attnlens.analysis.spectrum import SpectrumAnalyzer
 from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
+from attnlens.measures.spectrum.singular_values import singular_values, top_singular_values
+from attnlens.measures.spectrum.spectrum import SpectrumAnalyzer
+from attnlens.stream.base import Batch
+from attnlens.stream.real_tokens import block_groups, gather_block
 
 
 def softmax_rows(*shape: int, seed: int = 0, sharpness: float = 3.0) -> torch.Tensor:

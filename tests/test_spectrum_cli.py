@@ -8,9 +8,9 @@ from attnlens.cli.app import app
 from typer.testing import CliRunner
 
 from attnlens.errors import ConfigError
+from attnlens.measures.asymmetry.section import AsymmetrySection
+from attnlens.measures.spectrum.section import SpectrumSection
 from attnlens.report.analyze import default_sections
-from attnlens.report.asymmetry_section import AsymmetrySection
-from attnlens.report.spectrum_section import SpectrumSection
 
 runner = CliRunner()
 

@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from attnlens.analysis.asymmetry import PatternAsymmetry
-from attnlens.analysis.runner import run_analyzers
-from attnlens.analysis.spectrum import (
+from attnlens.data.text import sample_sentences, text_batches
+from attnlens.measures.asymmetry.pattern_asymmetry import PatternAsymmetry
+from attnlens.measures.spectrum.spectrum import (
     SpectrumAnalyzer,
     cumulative_curve,
     singular_values,
     truncation_errors,
 )
-from attnlens.data.text import sample_sentences, text_batches
+from attnlens.stream.runner import run_analyzers
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 UD_SENTENCES = 200

@@ -1,5 +1,5 @@
-"""Student's t tail of the role tests (``attnlens.analysis.student_t``) and the false-positive
-rate of the bootstrap test it serves (``attnlens.analysis.bootstrap.p_above``)."""
+"""Student's t tail of the role tests (``attnlens.stats.student_t``) and the false-positive
+rate of the bootstrap test it serves (``attnlens.stats.bootstrap.p_above``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnlens.analysis.bootstrap import Inference, estimate_shares, p_above
-from attnlens.analysis.student_t import log_gamma_ratio_half, t_sf
+from attnlens.stats.bootstrap import Inference, estimate_shares, p_above
+from attnlens.stats.student_t import log_gamma_ratio_half, t_sf
 
 DFS = [1, 1.5, 2, 3, 4, 7, 19, 29, 49, 100, 333, 1000, 1e4, 1e5, 1e6]
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlens.analysis.runner import run_analyzers
 from attnlens.data.corpus import load_corpus
 from attnlens.report.analyze import default_sections
+from attnlens.stream.runner import run_analyzers
 from tests.sync_utils import count_host_reads
 
 

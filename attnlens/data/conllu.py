@@ -17,7 +17,7 @@ from pathlib import Path
 
 from attnlens.data.files import read_utf8
 from attnlens.errors import DataError
-from attnlens.io import check_input_file
+from attnlens.runs.io import check_input_file
 
 ROOT = -1  # head index of the root word
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnlens.errors import DataError
-from attnlens.io import check_input_file
+from attnlens.runs.io import check_input_file
 
 if TYPE_CHECKING:
     from attnlens.data.batch import Batch

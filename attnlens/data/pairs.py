@@ -19,7 +19,7 @@ import numpy as np
 
 from attnlens.data.files import has_real_text, read_utf8
 from attnlens.errors import ConfigError, DataError
-from attnlens.io import check_input_file
+from attnlens.runs.io import check_input_file
 
 STS_RANGE = (0.0, 5.0)  # STS Benchmark gold scores
 MIN_PAIRS = 3  # Spearman's rho of fewer pairs is undefined or meaningless

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from attnlens.data.files import read_utf8, text_lines
 from attnlens.errors import DataError
-from attnlens.io import check_input_file
+from attnlens.runs.io import check_input_file
 
 if TYPE_CHECKING:  # reading files needs no torch: commands check them before loading it
     import torch

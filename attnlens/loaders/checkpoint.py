@@ -144,7 +144,7 @@ def model_files(folder: Path) -> list[Path]:
 
 def checkpoint_fingerprint(name_or_path: str | os.PathLike | None) -> dict:
     """``{"name", "path", "files": {name: sha256}, "sha256"}`` of a checkpoint (run manifests)."""
-    from attnlens.manifest import files_fingerprint
+    from attnlens.runs.manifest import files_fingerprint
 
     folder = resolve_checkpoint(name_or_path)
     name = None if name_or_path is None else str(name_or_path)

@@ -3,7 +3,7 @@
 Each family's inverse converter (``Converter.export`` in the registry) maps attnlens' weights
 back to the checkpoint's names; this module pads structurally pruned layers back to a uniform
 head count, merges the config with the source checkpoint's one and writes the folder whole
-(``attnlens.outputs.OutputFolder``: never over the source model, never mixed with old files).
+(``attnlens.runs.outputs.OutputFolder``: never over the source model, never mixed with old files).
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from pathlib import Path
 import torch
 
 from attnlens.errors import ConfigError
-from attnlens.io import atomic_write_json
 from attnlens.loaders.checkpoint import TOKENIZER_FILES
 from attnlens.loaders.registry import CONVERTERS
 from attnlens.model.config import TransformerConfig
 from attnlens.model.empty import empty_modules
 from attnlens.model.protocol import has_several_attention_types
 from attnlens.model.transformer import HookedTransformer
+from attnlens.runs.io import atomic_write_json
 
 # Source config.json fields not carried over (transformers writes its own).
 _DROP_FROM_SOURCE = ("_name_or_path", "transformers_version", "torch_dtype")
@@ -161,7 +161,7 @@ def export_hf(
     """
     from safetensors.torch import save_file
 
-    from attnlens.outputs import OutputFolder
+    from attnlens.runs.outputs import OutputFolder
 
     source = model.cfg.source.get("path")
     folder = OutputFolder(out_dir, force=overwrite, option="export folder",

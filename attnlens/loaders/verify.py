@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from attnlens.loaders.parity_inputs import VOCAB, PaddedBatch, padded_batch, save_tiny
+
 # Absolute tolerance of the tiny-model parity (fp32). Attention rows are <= 1, logits <= ~6,
 # hidden states <= ~4 (post-norm) and <= ~25 (pre-norm residual streams of GPT-2/Llama, ulp
 # 1.9e-6): other kernels and op orders than transformers' give a few ulps, measured <= 4.8e-6
@@ -30,7 +32,6 @@ TINY = {
     "num_attention_heads": 4,
     "intermediate_size": 64,
 }
-VOCAB = 101
 _LLAMA_STYLE = dict(vocab_size=VOCAB, bos_token_id=1, eos_token_id=2, num_key_value_heads=2,
                     max_position_embeddings=64, **TINY)
 # config.json fields of each family's tiny model (model_type -> keyword arguments).
@@ -49,58 +50,6 @@ TINY_CONFIGS: dict[str, dict] = {
 PAD_IDS = {"roberta": 1}
 # Architectures of the encoder-decoder families that hold one stack only.
 ENCODER_ONLY = ("T5EncoderModel",)  # padding token of the family's tiny batch (default 0)
-
-
-def save_tiny(model_cls, config, path: Path, seed: int = 0):
-    """Build ``model_cls(config)`` with random weights (eager attention), save it, return it."""
-    torch.manual_seed(seed)
-    config._attn_implementation = "eager"
-    model = model_cls(config).eval()
-    randomise(model)
-    model.save_pretrained(str(path))
-    return model
-
-
-def randomise(model) -> None:
-    """Weights large enough to make every part matter.
-
-    HF initialises matrices with std 0.02, norms to 1 and biases to 0: activations then stay
-    so small that, for example, GELU and its tanh approximation agree to 1e-7 and a wrong
-    activation would pass. With std 0.3 matrices and perturbed norms and biases, attention
-    patterns are far from uniform and every non-linearity works in its curved range.
-    """
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            is_norm = "norm" in name.lower() or "ln_" in name
-            if is_norm and name.endswith("weight"):
-                param.copy_(1.0 + 0.1 * torch.randn_like(param))
-            elif param.dim() >= 2:
-                param.normal_(0.0, 0.3)
-            else:  # biases
-                param.normal_(0.0, 0.1)
-
-
-@dataclass
-class PaddedBatch:
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-
-    def inputs(self) -> dict[str, torch.Tensor]:
-        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask}
-
-
-def padded_batch(
-    lengths=(9, 6, 3), pad_id: int = 0, vocab: int = VOCAB, low: int = 5, seed: int = 1
-) -> PaddedBatch:
-    """Random ids in ``[low, vocab)``; right padding with ``pad_id`` to the longest length."""
-    gen = torch.Generator().manual_seed(seed)
-    width = max(lengths)
-    ids = torch.randint(low, vocab, (len(lengths), width), generator=gen)
-    mask = torch.zeros(len(lengths), width, dtype=torch.long)
-    for b, n in enumerate(lengths):
-        mask[b, :n] = 1
-    ids = ids.masked_fill(mask == 0, pad_id)
-    return PaddedBatch(ids, mask)
 
 
 @dataclass

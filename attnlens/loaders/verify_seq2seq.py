@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from attnlens.errors import ModelLoadError
-from attnlens.loaders.verify import VOCAB, padded_batch, randomise
+from attnlens.loaders.parity_inputs import VOCAB, padded_batch, randomise
 
 SOURCE_LENGTHS = (9, 6, 3)
 TARGET_LENGTHS = (5, 7, 2)

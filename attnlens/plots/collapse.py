@@ -1,5 +1,5 @@
-"""Rank-collapse figures (``attnlens.analysis.collapse``, synthetic, paths): residual against
-depth, the doubly exponential fit, head-path products.
+"""Rank-collapse figures (``attnlens.measures.collapse``: residual, synthetic, paths): residual
+against depth, the doubly exponential fit, head-path products.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Head behaviour classes and head clustering (``attnlens.analysis.behaviour``,
+"""Head behaviour classes and head clustering (``attnlens.measures.heads.behaviour``,
 ``clustering``): behaviour panels, the heads' MDS embedding, their JS-divergence matrix.
 """
 

@@ -1,4 +1,4 @@
-"""Head roles (``attnlens.analysis.roles``): the layer x head role map, its colours, and the
+"""Head roles (``attnlens.measures.heads.roles``): the layer x head role map, its colours, and the
 per-relation syntactic accuracy heatmaps.
 """
 

@@ -17,25 +17,25 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from attnlens.analysis.base import Analyzer
-from attnlens.checkpointing import AnalysisCheckpoint
 from attnlens.data.batch import Batch
 from attnlens.distributed import SINGLE, DistContext, run_sharded
-from attnlens.io import atomic_open, check_output_dir
+from attnlens.measures.asymmetry.section import AsymmetrySection
+from attnlens.measures.collapse.section import CollapseSection
+from attnlens.measures.heads.section import HeadRolesSection
+from attnlens.measures.linear.section import LinearSection
+from attnlens.measures.rollout.section import RolloutSection
+from attnlens.measures.sparse.section import SparseSection
+from attnlens.measures.spectrum.section import SpectrumSection
 from attnlens.model.protocol import has_several_attention_types
 from attnlens.model.transformer import HookedTransformer
-from attnlens.report.asymmetry_section import AsymmetrySection
-from attnlens.report.collapse_section import CollapseSection
 from attnlens.report.encoder_decoder import by_attention_type
 from attnlens.report.figure_pool import figure_pool
 from attnlens.report.folder import FIGURES_DIR, RUN_FILE, TABLES_DIR, Report, SectionRecord
-from attnlens.report.heads_section import HeadRolesSection
-from attnlens.report.linear_section import LinearSection
 from attnlens.report.provenance import invoked_command, model_record, package_versions
-from attnlens.report.rollout_section import RolloutSection
 from attnlens.report.sections import Section, SectionOutput
-from attnlens.report.sparse_section import SparseSection
-from attnlens.report.spectrum_section import SpectrumSection
+from attnlens.runs.checkpointing import AnalysisCheckpoint
+from attnlens.runs.io import atomic_open, check_output_dir
+from attnlens.stream.base import Analyzer
 
 TIMED_METHODS = ("begin_batch", "update_layer", "end_batch", "update")
 
@@ -149,7 +149,7 @@ def analyze(
         return []
     outputs, records = _write_sections(model, sections, per_section, out, formats, seconds)
     if prune_dir is not None:
-        from attnlens.report.prune_section import attach_prune_run
+        from attnlens.measures.pruning.section import attach_prune_run
 
         records.append(attach_prune_run(prune_dir, out / TABLES_DIR, out / FIGURES_DIR))
     total = time.perf_counter() - start

@@ -78,7 +78,7 @@ def compare(a: str | Path | Report, b: str | Path | Report, out: str | Path | No
     measure_differences, head_differences, differences).
     """
     from attnlens.report.compare import compare as run_compare
-    from attnlens.report.compare import write_comparison
+    from attnlens.report.compare_page import write_comparison
 
     comparison = run_compare(a, b, top=top)
     if out is not None:

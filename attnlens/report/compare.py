@@ -8,7 +8,6 @@ when the head counts differ).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +17,7 @@ import numpy as np
 import pandas as pd
 
 from attnlens.errors import DataError
-from attnlens.io import atomic_open, write_table
-from attnlens.report.folder import RUN_FILE, TABLES_DIR, Report
+from attnlens.report.folder import Report
 from attnlens.report.heads_grid import head_shape
 
 # Columns that count or bound rather than measure: never compared.
@@ -244,24 +242,3 @@ def compare(a: Report | str | Path, b: Report | str | Path, top: int = 50) -> Co
     }
     comparison.grids = _grids(diffs, layers, heads)
     return comparison
-
-
-def write_comparison(comparison: Comparison, out_dir: str | Path) -> Path:
-    """Tables (CSV + Markdown), run.json and index.html into ``out_dir``; returns the page."""
-    from attnlens.io import check_output_dir
-    from attnlens.report.compare_page import compare_page
-
-    out = check_output_dir(out_dir)
-    for name, table in comparison.tables.items():
-        formats = ("csv",) if name == "differences" else ("csv", "md")
-        write_table(table, out / TABLES_DIR, name, formats=formats)
-    record = {"kind": "comparison", "a": str(comparison.a.path), "b": str(comparison.b.path),
-              "model_a": comparison.a.run.get("model"), "model_b": comparison.b.run.get("model"),
-              "warnings": comparison.warnings, "layers_and_heads_numbered_from": 0}
-    with atomic_open(out / RUN_FILE) as handle:
-        json.dump(record, handle, indent=2, default=str)
-        handle.write("\n")
-    page = out / "index.html"
-    with atomic_open(page) as handle:
-        handle.write(compare_page(comparison))
-    return page

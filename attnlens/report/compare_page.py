@@ -1,17 +1,21 @@
-"""The comparison page: difference heatmaps, role changes, largest differences."""
+"""The comparison page (difference heatmaps, role changes, largest differences) and the
+comparison folder: its tables, run.json and index.html (``write_comparison``)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from attnlens.report.compare import Comparison
 from attnlens.report.findings import Head, num
-from attnlens.report.folder import TABLES_DIR
+from attnlens.report.folder import RUN_FILE, TABLES_DIR
 from attnlens.report.html import CSS, JS, _head_link, _table_html
 from attnlens.report.page import assemble_page, escape, static_text
 from attnlens.report.payload import encode_table
+from attnlens.runs.io import atomic_open, check_output_dir, write_table
 
 PAGE_TABLES = {
     "largest_differences": "The largest differences B - A, ranked by the difference over the "
@@ -106,3 +110,21 @@ def compare_page(comparison: Comparison) -> str:
         js=[static_text("attnlens.report", n) for n in JS],
         body_class="report compare",
     )
+
+
+def write_comparison(comparison: Comparison, out_dir: str | Path) -> Path:
+    """Tables (CSV + Markdown), run.json and index.html into ``out_dir``; returns the page."""
+    out = check_output_dir(out_dir)
+    for name, table in comparison.tables.items():
+        formats = ("csv",) if name == "differences" else ("csv", "md")
+        write_table(table, out / TABLES_DIR, name, formats=formats)
+    record = {"kind": "comparison", "a": str(comparison.a.path), "b": str(comparison.b.path),
+              "model_a": comparison.a.run.get("model"), "model_b": comparison.b.run.get("model"),
+              "warnings": comparison.warnings, "layers_and_heads_numbered_from": 0}
+    with atomic_open(out / RUN_FILE) as handle:
+        json.dump(record, handle, indent=2, default=str)
+        handle.write("\n")
+    page = out / "index.html"
+    with atomic_open(page) as handle:
+        handle.write(compare_page(comparison))
+    return page

@@ -15,14 +15,14 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from attnlens.analysis.attention_types import with_attention_column
-from attnlens.analysis.attention_view import attention_views
-from attnlens.analysis.base import Analyzer
-from attnlens.io import figure_naming, write_table
 from attnlens.model.encoder_decoder import ATTENTION_TYPES
 from attnlens.model.protocol import AttentionModel
 from attnlens.report.catalog import FigureDoc, SectionDoc
 from attnlens.report.sections import Section, SectionOutput
+from attnlens.runs.io import figure_naming, write_table
+from attnlens.stream.attention_types import with_attention_column
+from attnlens.stream.attention_view import attention_views
+from attnlens.stream.base import Analyzer
 
 # Which attention types each section describes (others: all three). Query/key asymmetry
 # compares P with P^T, meaningless when queries and keys are different sequences; rank

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from attnlens import io
+from attnlens.runs import io
 
 
 class _Pool:
@@ -35,7 +35,7 @@ class _Pool:
         self.futures: list[Future] = []
 
     def submit(self, figure: Any, write: Callable[[Any, Path, str], None], jobs: list) -> None:
-        """Queue one figure (``attnlens.io.FIGURE_QUEUES`` calls this from save_figure)."""
+        """Queue one figure (``attnlens.runs.io.FIGURE_QUEUES`` calls this from save_figure)."""
         self.futures.append(self.executor.submit(io.draw_figure, figure, write, jobs))
 
     def finish(self) -> None:

@@ -18,50 +18,20 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from attnlens.errors import DataError
-from attnlens.report.catalog import SectionDoc
-
-TABLES_DIR = "tables"
-FIGURES_DIR = "figures"
-RUN_FILE = "run.json"
-INDEX_FILE = "index.html"
-FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
-
-
-@dataclass
-class SectionRecord:
-    """One section as run.json records it."""
-
-    name: str
-    title: str
-    doc: SectionDoc = field(default_factory=SectionDoc)
-    tables: list[str] = field(default_factory=list)
-    figures: list[str] = field(default_factory=list)  # file names without suffix
-    notes: list[str] = field(default_factory=list)
-    seconds: float | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "title": self.title, "doc": self.doc.to_json(),
-                "tables": self.tables, "figures": self.figures, "notes": self.notes,
-                "seconds": self.seconds}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> SectionRecord:
-        return cls(
-            name=str(data.get("name", "section")),
-            title=str(data.get("title", data.get("name", "Section"))),
-            doc=SectionDoc.from_json(data.get("doc")),
-            tables=[str(t) for t in data.get("tables", [])],
-            figures=[str(f) for f in data.get("figures", [])],
-            notes=[str(n) for n in data.get("notes", [])],
-            seconds=data.get("seconds"),
-        )
+from attnlens.report.records import (  # re-exported: the folder's layout and section records
+    FIGURE_SUFFIXES,
+    FIGURES_DIR,
+    INDEX_FILE,
+    RUN_FILE,
+    TABLES_DIR,
+    SectionRecord,
+)
 
 
 class Tables(Mapping[str, pd.DataFrame]):

@@ -16,10 +16,10 @@ import pandas as pd
 from attnlens.report.catalog import SectionDoc
 from attnlens.report.embedded_png import embedded_png
 from attnlens.report.findings import Finding, Head
-from attnlens.report.folder import FIGURES_DIR, TABLES_DIR, Report, SectionRecord
 from attnlens.report.heads_grid import head_grids, head_shape, role_cells
 from attnlens.report.page import assemble_page, escape, iframe, safe_url, static_text
 from attnlens.report.payload import encode_table
+from attnlens.report.records import FIGURES_DIR, TABLES_DIR, ReportFiles, SectionRecord
 
 CSS = ("common.css", "report.css")
 JS = ("common.js", "tables.js", "report.js")
@@ -38,7 +38,7 @@ def _finding_html(finding: Finding) -> str:
     return f"<li>{text}{source}</li>"
 
 
-def _figure_html(report: Report, name: str, caption: str, embed: bool) -> str:
+def _figure_html(report: ReportFiles, name: str, caption: str, embed: bool) -> str:
     files = {p.suffix: p for p in report.figure_files(name)}
     if not files:
         return ""
@@ -79,7 +79,7 @@ def _papers_html(doc: SectionDoc) -> str:
     return f'<p class="papers">{"; ".join(items)}</p>' if items else ""
 
 
-def _section_html(report: Report, section: SectionRecord, embed: bool) -> str:
+def _section_html(report: ReportFiles, section: SectionRecord, embed: bool) -> str:
     doc = section.doc
     parts = [f'<section class="report-section" id="sec-{escape(section.name)}">',
              f"<h2>{escape(section.title)}</h2>"]
@@ -197,7 +197,7 @@ def _toc_html(sections: list[SectionRecord], has_grid: bool) -> str:
     return '<nav class="toc"><div class="toc-title">Contents</div>' + "".join(links) + "</nav>"
 
 
-def report_payload(report: Report, sections: list[SectionRecord],
+def report_payload(report: ReportFiles, sections: list[SectionRecord],
                    only_tables: set[str] | None = None) -> dict[str, Any]:
     """The JSON the page's scripts read: tables, how to show them, card items, head grids."""
     tables: dict[str, Any] = {}
@@ -231,7 +231,7 @@ def report_payload(report: Report, sections: list[SectionRecord],
     }
 
 
-def report_page(report: Report, embed_figures: bool = True) -> str:
+def report_page(report: ReportFiles, embed_figures: bool = True) -> str:
     """The whole page as a string."""
     run = report.run
     sections = report.sections()
@@ -256,16 +256,16 @@ def report_page(report: Report, embed_figures: bool = True) -> str:
     )
 
 
-def write_report_page(report: Report) -> Path:
+def write_report_page(report: ReportFiles) -> Path:
     """Write ``index.html`` into the report folder (atomically)."""
-    from attnlens.io import atomic_open
+    from attnlens.runs.io import atomic_open
 
     with atomic_open(report.index) as handle:
         handle.write(report_page(report))
     return report.index
 
 
-def notebook_html(report: Report) -> str:
+def notebook_html(report: ReportFiles) -> str:
     """Summary, head map and cards in an iframe (figures and full tables stay in the folder)."""
     run = report.run
     sections = report.sections()

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from attnlens.analysis.base import Analyzer
 from attnlens.model.transformer import HookedTransformer
 from attnlens.report.catalog import SectionDoc
+from attnlens.stream.base import Analyzer
 
 
 @dataclass

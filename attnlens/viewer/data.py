@@ -15,7 +15,7 @@ holds each row's ``k`` largest weights (uint16 key positions, uint16 codes). Bot
 endian. The packer picks the most precise form that fits ``budget_bytes``: 16-bit dense
 for short texts, top-k rows for long ones (a 512-token MiniLM text keeps ~40 keys per row).
 An overlay is any extra stack of [query_pos, key_pos] matrices per layer; attention rollout
-is added when ``attnlens.analysis.rollout`` is installed (``rollout_overlay``), and
+is added when ``attnlens.measures.rollout.rollout`` is installed (``rollout_overlay``), and
 ``ViewData.add_overlay`` adds others.
 """
 
@@ -132,7 +132,7 @@ def text_attention(model, tokenizer, text: str, pair: str | None = None,
 def rollout_overlay(data: ViewData) -> bool:
     """Add attention rollout (Abnar & Zuidema 2020) when the library provides it."""
     try:
-        from attnlens.analysis.rollout import rollout_matrices
+        from attnlens.measures.rollout.rollout import rollout_matrices
     except ImportError:
         return False
     rolled = rollout_matrices([torch.from_numpy(p) for p in data.patterns])

@@ -54,7 +54,7 @@ class AttentionView:
         return viewer_page(self.data, self.budget_bytes, self.initial)
 
     def save(self, path: str | Path) -> Path:
-        from attnlens.io import atomic_open
+        from attnlens.runs.io import atomic_open
 
         path = Path(path)
         with atomic_open(path) as handle:

@@ -1,0 +1,1 @@
+"""How asymmetric attention is: of the patterns (streamed) and of the query/key weights."""

@@ -1,0 +1,214 @@
+"""How asymmetric are attention patterns? Each head's pattern as a directed graph.
+
+(The weights' side, the query/key bilinear form, is ``weight_asymmetry``.)
+
+**Patterns** (streaming, real tokens only). Per head and sentence, ``P [n, n]``:
+
+- ``asym_ratio = ||P - P^T||_F / ||P||_F`` averaged over sentences (in ``[0, sqrt(2)]`` for
+  non-negative ``P``; 0 for a symmetric pattern);
+- the attention graph has an *edge* ``i -> j`` (``i != j``) when ``p_ij >= edge_level / n``
+  (by default: at least uniform attention);
+- ``directed_share``: among unordered pairs ``{i, j}`` with at least one edge, the share where
+  the stronger direction carries at least ``factor`` (default 2) times the weaker one;
+- ``reciprocity``: the share of edges whose reverse is also an edge (Newman's reciprocity).
+  Both pooled over the corpus (ratio of total counts).
+
+**Baseline**: unweighted self-attention ``alpha = softmax(X X^T / sqrt(C))`` on the attention
+layer's own input ``X [n, C]`` (``hook_resid_pre`` for post-norm models such as BERT,
+``ln1(hook_resid_pre)`` for pre-norm models, with ``ln1`` taken as plain tensors at
+construction), with the same measures. Its logits are
+symmetric, which implies ``alpha_ij alpha_ji <= alpha_ii alpha_jj`` (``product_violations``:
+share of pairs breaking it, 0 up to rounding); the stronger claim ``alpha_ij <= max(alpha_ii,
+alpha_jj)`` is checked too (``dominance_violations``: share of ordered pairs ``i != j``
+breaking it, pooled).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from attnlens.errors import ConfigError
+from attnlens.hooks import ActivationCache
+from attnlens.model.folding import NormParams, attention_input_norm
+from attnlens.model.transformer import HookedTransformer
+from attnlens.stream.base import Analyzer, Batch
+from attnlens.stream.real_tokens import LengthGroup, gather_square, gather_tokens, length_groups
+
+PATTERN_MEASURES = ("asym_ratio", "directed_share", "reciprocity")
+BASELINE_MEASURES = (*PATTERN_MEASURES, "product_violations", "dominance_violations")
+# Count slots kept per layer/head: edges, reciprocated edges, pairs with an edge, directed pairs.
+_COUNTS = 4
+RELATIVE_TOL = 1e-9
+
+
+# --- patterns -----------------------------------------------------------------------------
+def pattern_asymmetry(
+    P: torch.Tensor, factor: float = 2.0, edge_level: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-matrix ``asym_ratio [...]`` and graph counts ``[..., 4]`` of ``P [..., n, n]``.
+
+    Counts: edges, reciprocated edges, unordered pairs with at least one edge, and those of
+    them that are directed (stronger direction >= ``factor`` x weaker).
+    """
+    # Norms in float32 are accurate to ~1e-7 relative; the ratio is reported in float64.
+    n = P.shape[-1]
+    Pt = P.mT
+    norm = torch.linalg.matrix_norm(P).double().clamp_min(torch.finfo(torch.float64).tiny)
+    ratio = torch.linalg.matrix_norm(P - Pt).double() / norm
+    edge = edge_level / n <= P  # [..., n, n]
+    edge.diagonal(dim1=-2, dim2=-1).fill_(False)
+    edge_t = edge.mT
+    mutual = edge & edge_t
+    upper = torch.ones(n, n, dtype=torch.bool, device=P.device).triu(1)
+    any_edge = (edge | edge_t) & upper
+    directed = any_edge & (torch.maximum(P, Pt) >= factor * torch.minimum(P, Pt))
+    counts = torch.stack(
+        [m.sum(dim=(-1, -2)) for m in (edge, mutual, any_edge, directed)], dim=-1
+    ).double()
+    return ratio, counts
+
+
+def dominance_violations(alpha: torch.Tensor) -> torch.Tensor:
+    """Counts ``[..., 3]``: ordered pairs ``i != j``, product and max-diagonal violations."""
+    n = alpha.shape[-1]
+    diag = alpha.diagonal(dim1=-2, dim2=-1)  # [..., n]
+    off = ~torch.eye(n, dtype=torch.bool, device=alpha.device)
+    tol = 1 + RELATIVE_TOL
+    product = (alpha * alpha.mT > tol * diag[..., :, None] * diag[..., None, :]) & off
+    dominance = (alpha > tol * torch.maximum(diag[..., :, None], diag[..., None, :])) & off
+    pairs = torch.full(alpha.shape[:-2], n * (n - 1), dtype=torch.float64, device=alpha.device)
+    return torch.stack(
+        [pairs, product.sum(dim=(-1, -2)).double(), dominance.sum(dim=(-1, -2)).double()], -1
+    )
+
+
+def unweighted_attention(X: torch.Tensor) -> torch.Tensor:
+    """``softmax(X X^T / sqrt(C))`` for ``X [..., n, C]`` in float64: ``[..., n, n]``."""
+    X = X.double()
+    return torch.softmax(X @ X.mT / X.shape[-1] ** 0.5, dim=-1)
+
+
+class PatternAsymmetry(Analyzer):
+    """Streaming asymmetry of attention patterns per head, plus the unweighted baseline.
+
+    Layerwise: each layer's patterns (and residual input, for the baseline) are folded in as
+    the forward pass produces them; the running sums stay on the activations' device.
+    ``input_norms[layer]`` is the norm between the residual stream and that layer's attention
+    (pre-norm models; ``NormParams``, plain tensors) or None.
+    """
+
+    name = "pattern_asymmetry"
+    layerwise = True
+    state_fields = ("sentences", "ratio_sum", "counts", "base_ratio_sum", "base_counts",
+                    "base_violations")
+
+    def __init__(
+        self,
+        heads_per_layer: list[int],
+        factor: float = 2.0,
+        edge_level: float = 1.0,
+        baseline: bool = True,
+        input_norms: list[NormParams | None] | None = None,
+    ) -> None:
+        if factor < 1:
+            raise ConfigError(f"the direction factor must be at least 1, not {factor}.")
+        if edge_level <= 0:
+            raise ConfigError(f"the edge level must be positive, not {edge_level}.")
+        self.heads_per_layer = list(heads_per_layer)
+        self.n_layers, self.n_heads = len(heads_per_layer), max(heads_per_layer)
+        self.factor, self.edge_level, self.baseline = factor, edge_level, baseline
+        self.input_norms = list(input_norms or [None] * self.n_layers)
+        f64 = torch.float64
+        self.sentences = 0
+        self.ratio_sum = torch.zeros(self.n_layers, self.n_heads, dtype=f64)
+        self.counts = torch.zeros(self.n_layers, self.n_heads, _COUNTS, dtype=f64)
+        self.base_ratio_sum = torch.zeros(self.n_layers, dtype=f64)
+        self.base_counts = torch.zeros(self.n_layers, _COUNTS, dtype=f64)
+        self.base_violations = torch.zeros(self.n_layers, 3, dtype=f64)
+        self._groups: list[LengthGroup] = []
+
+    @classmethod
+    def for_model(cls, model: HookedTransformer, **kwargs) -> PatternAsymmetry:
+        if model.cfg.causal:
+            raise ConfigError("pattern asymmetry needs a bidirectional (encoder) model.")
+        norms = [attention_input_norm(model, layer) for layer in range(model.n_layers)]
+        analyzer = cls(model.heads_per_layer, input_norms=norms, **kwargs)
+        analyzer.identify_model(model)
+        return analyzer
+
+    def settings(self) -> dict:
+        return {
+            "heads_per_layer": self.heads_per_layer, "factor": self.factor,
+            "edge_level": self.edge_level, "baseline": self.baseline,
+            "input_norms": [None if n is None else n.kind for n in self.input_norms],
+        }
+
+    def hook_names(self, model: HookedTransformer) -> list[str]:
+        names = [f"blocks.{i}.attn.hook_pattern" for i in range(model.n_layers)]
+        if self.baseline:
+            names += [f"blocks.{i}.hook_resid_pre" for i in range(model.n_layers)]
+        return names
+
+    def begin_batch(self, batch: Batch) -> None:
+        self.move_state(batch.attention_mask.device)
+        self._groups = length_groups(batch.attention_mask)  # one host read of the lengths
+        self.sentences += sum(len(group.rows) for group in self._groups)
+
+    def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
+        heads = self.heads_per_layer[layer]
+        patterns = cache["pattern", layer]  # [batch, head, query_pos, key_pos]
+        norm = self.input_norms[layer]
+        if self.baseline:
+            X_all = cache["resid_pre", layer]  # [batch, pos, d_model]
+            if norm is not None:
+                X_all = norm.to(X_all.device).apply(X_all)  # the attention's own input
+        for group in self._groups:
+            P = gather_square(patterns, group)  # [group, head, n, n]
+            ratio, counts = pattern_asymmetry(P, self.factor, self.edge_level)
+            self.ratio_sum[layer, :heads] += ratio.sum(0)  # [head]
+            self.counts[layer, :heads] += counts.sum(0)  # [head, 4]
+            if not self.baseline:
+                continue
+            alpha = unweighted_attention(gather_tokens(X_all, group))  # [group, n, n]
+            ratio, counts = pattern_asymmetry(alpha, self.factor, self.edge_level)
+            self.base_ratio_sum[layer] += ratio.sum(0)
+            self.base_counts[layer] += counts.sum(0)
+            self.base_violations[layer] += dominance_violations(alpha).sum(0)
+
+    def end_batch(self, batch: Batch) -> None:
+        self._groups = []
+
+    @staticmethod
+    def _graph_measures(ratio_sum, counts, sentences) -> list[np.ndarray]:
+        def share(num, den):
+            return torch.where(den > 0, num / den.clamp_min(1), torch.full_like(num, float("nan")))
+
+        ratio = ratio_sum / max(sentences, 1)
+        directed = share(counts[..., 3], counts[..., 2])
+        reciprocity = share(counts[..., 1], counts[..., 0])
+        return [m.cpu().numpy() for m in (ratio, directed, reciprocity)]
+
+    def result(self) -> dict[str, pd.DataFrame]:
+        if self.sentences == 0:
+            raise ConfigError("the asymmetry analyzer saw no sentences; pass a non-empty corpus.")
+        values = self._graph_measures(self.ratio_sum, self.counts, self.sentences)
+        records = [
+            {"layer": layer, "head": head, "measure": measure, "value": float(v[layer, head])}
+            for measure, v in zip(PATTERN_MEASURES, values, strict=True)
+            for layer, h in enumerate(self.heads_per_layer)
+            for head in range(h)
+        ]
+        tables = {"pattern_asymmetry": pd.DataFrame.from_records(records)}
+        if self.baseline:
+            base = self._graph_measures(self.base_ratio_sum, self.base_counts, self.sentences)
+            violations = self.base_violations.cpu()
+            pairs = violations[:, 0].clamp_min(1)
+            base += [(violations[:, 1] / pairs).numpy(), (violations[:, 2] / pairs).numpy()]
+            tables["asymmetry_baseline"] = pd.DataFrame.from_records(
+                {"layer": layer, "measure": measure, "value": float(v[layer])}
+                for measure, v in zip(BASELINE_MEASURES, base, strict=True)
+                for layer in range(self.n_layers)
+            )
+        return tables

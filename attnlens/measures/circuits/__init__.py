@@ -1,0 +1,1 @@
+"""Spectra of each head's factored QK and OV circuits, and the query/key subspaces heads share."""

@@ -1,0 +1,187 @@
+"""Rank collapse of a pretrained model's block variants (Dong et al. 2021), on a corpus.
+
+A variant (``variants.VARIANTS``) runs the model's own blocks with parts switched off: the
+skip connections, the MLPs, the norms. ``variant_depths`` runs it on the loaded weights: no
+model is rebuilt or copied (in float64 the weights are cast once per batch and shared by all
+variants, through ``torch.func.functional_call``). ``VariantCollapse`` folds the relative
+residual at every depth, per variant; it keeps plain tensors only and gets the model as an
+argument of ``model_pass`` for each batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+import torch
+from torch import nn
+
+from attnlens.hooks import ActivationCache
+from attnlens.measures.collapse.residual import (
+    collapse_dtype,
+    collapse_table,
+    depth_residuals,
+    fit_table,
+    subsample,
+)
+from attnlens.measures.collapse.variants import VARIANTS, parse_variants
+from attnlens.model.attention import additive_attention_mask
+from attnlens.model.transformer import HookedTransformer, TransformerBlock
+from attnlens.stream.base import Analyzer, Batch
+
+
+def block_variant(
+    block: TransformerBlock,
+    resid: torch.Tensor,
+    mask: torch.Tensor | None,
+    positions: torch.Tensor,
+    switches: tuple[bool, bool, bool],
+) -> torch.Tensor:
+    """``TransformerBlock.forward`` with the (skip, MLP, norm) ``switches``; ``[batch, pos, d]``.
+
+    The same operations in the same order as the block's own forward (the ``full`` variant
+    reproduces it exactly, which a test checks); a removed norm is the identity.
+    """
+    use_skip, use_mlp, use_norm = switches
+    pre = block.cfg.norm_position == "pre"
+
+    def ln1(x: torch.Tensor) -> torch.Tensor:
+        return block.ln1(x) if use_norm else x
+
+    def ln2(x: torch.Tensor) -> torch.Tensor:
+        return block.ln2(x) if use_norm else x
+
+    attn_out = block.attn(ln1(resid) if pre else resid, mask=mask, positions=positions)
+    mid = resid + attn_out if use_skip else attn_out
+    mid = mid if pre else ln1(mid)
+    if not use_mlp:
+        return mid
+    mlp_out = block.mlp(ln2(mid) if pre else mid)
+    post = mid + mlp_out if use_skip else mlp_out
+    return post if pre else ln2(post)
+
+
+def variant_depths(
+    model: HookedTransformer, inputs: dict[str, torch.Tensor], variant: str
+) -> list[torch.Tensor]:
+    """Hidden states at depths ``0 .. n_layers`` of ``model`` run as ``variant``.
+
+    ``inputs``: ``input_ids`` and ``attention_mask`` ``[batch, pos]`` (``token_type_ids``
+    optional). Depth 0 is the embedding output, depth ``l`` the output of block ``l - 1``.
+    """
+    switches = VARIANTS[parse_variants([variant])[0]]
+    ids, attention_mask = inputs["input_ids"], inputs.get("attention_mask")
+    positions = model.positions(ids, tuple(ids.shape), ids.device)
+    resid = model.embed_tokens(ids, inputs.get("token_type_ids"), positions)
+    n = ids.shape[1]
+    mask = additive_attention_mask(attention_mask, n, n, model.cfg.causal, resid.dtype,
+                                   resid.device)
+    depths = [resid]
+    for block in model.blocks:
+        resid = block_variant(block, resid, mask, positions, switches)
+        depths.append(resid)
+    return depths
+
+
+class _OnWeights(nn.Module):
+    """``variant_depths`` as a module, so ``functional_call`` can run it on other weights."""
+
+    def __init__(self, model: HookedTransformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, inputs: dict[str, torch.Tensor], variant: str) -> list[torch.Tensor]:
+        return variant_depths(self.model, inputs, variant)
+
+
+def cast_weights(model: HookedTransformer, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The model's parameters cast to ``dtype`` (a temporary set, named for ``_OnWeights``)."""
+    return {f"model.{name}": p.detach().to(dtype) for name, p in model.named_parameters()}
+
+
+@torch.no_grad()
+def run_variant(
+    model: HookedTransformer,
+    inputs: dict[str, torch.Tensor],
+    variant: str,
+    weights: dict[str, torch.Tensor] | None = None,
+) -> list[torch.Tensor]:
+    """``variant_depths`` on the model's own weights, or on ``weights`` (``cast_weights``)."""
+    if weights is None:
+        return variant_depths(model, inputs, variant)
+    return torch.func.functional_call(_OnWeights(model), weights, (inputs, variant))
+
+
+class VariantCollapse(Analyzer):
+    """Relative residual per depth of block variants of a pretrained model, on a corpus.
+
+    The variants run in ``dtype`` (``"float64"`` by default, so residuals resolve down to
+    ~1e-16; None: the model's own dtype). The cost is bounded by ``per_batch`` (at most that
+    many sentences of each batch, evenly spaced) and ``max_sentences`` (in all). State: every
+    sentence's residuals per variant, as in ``ResidualCollapse``.
+    """
+
+    name = "collapse_variants"
+    needs_model_pass = True
+    state_fields = ("values", "sentences")
+
+    def __init__(
+        self,
+        n_layers: int,
+        variants: str | Sequence[str] = tuple(VARIANTS),
+        dtype: str | None = "float64",
+        per_batch: int | None = None,
+        max_sentences: int | None = None,
+    ) -> None:
+        self.n_layers = n_layers
+        self.variants = parse_variants(variants)
+        self.dtype = dtype
+        self.per_batch, self.max_sentences = per_batch, max_sentences
+        self.values: dict[str, list[torch.Tensor]] = {v: [] for v in self.variants}
+        self.sentences = 0
+
+    @classmethod
+    def for_model(cls, model: HookedTransformer, **kwargs) -> VariantCollapse:
+        """Variants of ``model``; float64 unless the model is too large (``collapse_dtype``)."""
+        if "dtype" not in kwargs:
+            dtype = collapse_dtype(model)
+            kwargs["dtype"] = None if dtype is None else str(dtype).removeprefix("torch.")
+        analyzer = cls(model.n_layers, **kwargs)
+        analyzer.identify_model(model)
+        return analyzer
+
+    def settings(self) -> dict:
+        return {"n_layers": self.n_layers, "variants": self.variants, "dtype": self.dtype,
+                "per_batch": self.per_batch, "max_sentences": self.max_sentences}
+
+    def hook_names(self, model: HookedTransformer) -> list[str]:
+        return []  # the variants run forward passes of their own (model_pass)
+
+    def update(self, batch: Batch, cache: ActivationCache) -> None:
+        """Nothing to read from the main forward pass."""
+
+    def model_pass(self, model: HookedTransformer, batch: Batch) -> None:
+        if self.per_batch is not None:
+            batch = subsample(batch, self.per_batch)
+        if self.max_sentences is not None:
+            batch = subsample(batch, self.max_sentences - self.sentences)
+        n = batch.size
+        if n == 0:
+            return
+        inputs = {k: v.to(model.device) for k, v in batch.model_inputs().items()}
+        dtype = None if self.dtype is None else getattr(torch, self.dtype)
+        weights = cast_weights(model, dtype) if dtype not in (None, model.dtype) else None
+        for variant in self.variants:
+            hidden = run_variant(model, inputs, variant, weights)
+            per_depth = [depth_residuals(h, inputs["attention_mask"]) for h in hidden]
+            self.values[variant].append(torch.stack(per_depth, dim=1))  # [norm, depth, batch]
+        self.sentences += n
+
+    def result(self) -> dict[str, pd.DataFrame]:
+        tables = []
+        for variant in self.variants:
+            parts = [v.cpu() for v in self.values[variant]]
+            values = torch.cat(parts, dim=-1) if parts else torch.zeros(2, self.n_layers + 1, 0)
+            tables.append(collapse_table(values.numpy(), variant))
+        curves = pd.concat(tables, ignore_index=True)
+        return {"collapse_variants": curves, "collapse_fits": fit_table(curves)}

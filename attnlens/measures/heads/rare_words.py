@@ -1,0 +1,217 @@
+"""Rare-word heads (Voita et al. 2019): heads whose most-attended word is the rarest one.
+
+Word level (``attnlens.data.words``). Per sentence, words are ranked by frequency
+(``WordRarity``: wordfreq English by default, or counts from a user corpus). Only words
+containing a letter or a digit can be the rarest: punctuation has zero frequency in
+wordfreq and would otherwise always win. Sentences need more word-like words than the
+ranks asked for (at least 2 for the rarest, 3 for the two rarest).
+
+``share_rarest``: share of attending words (every word except the rarest) whose
+maximum-attention word is the rarest word; ``share_two_rarest``: share of the words outside
+the two rarest whose maximum lands on one of them. Ties share the credit. ``rare_self``
+says whether the attending word itself competes for its row's maximum (``include``, the
+default and Voita's reading: a word may attend most to itself) or not (``exclude``, as the
+syntactic directions do). ``chance_*`` is the same share for a head that picks a word
+uniformly at random (k / n words, or k / (n - 1) with ``exclude``).
+
+Counts are kept per sentence, so every share has a bootstrap interval over sentences. A head
+is a rare-word head when ``share_rarest`` is above ``threshold`` (default 0.5; Voita's
+head: 66 %) by a one-sided test from the bootstrap, corrected over every head
+(``q_value < alpha``); ``above_threshold`` keeps the untested point-estimate rule.
+Heads are tested (and can be rare-word heads) only when the corpus has at least
+``min_words`` attending words (``MIN_WORDS``, 100; `attnlens heads --min-examples`): on 6
+words one sentence decides, and the bootstrap over 2 sentences hardly varies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from attnlens.data.rarity import WordRarity
+from attnlens.data.words import WordAttentionContext
+from attnlens.errors import ConfigError
+from attnlens.hooks import ActivationCache
+from attnlens.model.transformer import HookedTransformer
+from attnlens.stats.bootstrap import Inference, estimate_shares, pooled, threshold_tests
+from attnlens.stream.base import Analyzer, Batch, pattern_hook_names
+from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
+
+RANKS = {"rarest": 1, "two_rarest": 2}
+RARE_SELF = ("include", "exclude")
+# Attending words needed before any head is tested. Power of the one-sided test of
+# share_rarest > 0.5 for Voita's head (share 0.66), words taken as independent, level 0.05:
+# 0.21 at 6 words, 0.77 at 50, 0.96 at 100 (docs/heads.md); the same 100 as --min-examples.
+MIN_WORDS = 100
+
+
+class RareWordHeads(PerSentenceRows, Analyzer):
+    """Streaming per-sentence counts of maximum attention landing on the rarest word(s)."""
+
+    name = "rare_words"
+    layerwise = True
+    state_fields = ("sentences", "sentence_hits", "sentence_rows", "sentence_chance",
+                    "skipped_batches")
+    row_fields = ("sentence_hits", "sentence_rows", "sentence_chance")
+
+    def __init__(
+        self,
+        n_layers: int,
+        n_heads: int,
+        rarity: WordRarity | None = None,
+        threshold: float = 0.5,
+        rare_self: str = "include",
+        heads_per_layer: Sequence[int] | None = None,
+        inference: Inference | None = None,
+        words: WordAttentionContext | None = None,
+        min_words: int = MIN_WORDS,
+    ) -> None:
+        if rare_self not in RARE_SELF:
+            raise ConfigError(f"--rare-self must be include or exclude, not {rare_self!r}.")
+        self.n_layers, self.n_heads, self.threshold = n_layers, n_heads, threshold
+        self.heads_per_layer = list(heads_per_layer or [n_heads] * n_layers)
+        self.rarity = rarity if rarity is not None else WordRarity.wordfreq("en")
+        self.rare_self, self.min_words = rare_self, min_words
+        self.inference = inference or Inference()
+        self.words = words or WordAttentionContext()
+        self.sentences: list[int] = []  # corpus index of every sentence with words
+        self.sentence_hits: list[torch.Tensor] = []  # per batch [sentence, rank, layer, head]
+        self.sentence_rows: list[torch.Tensor] = []  # per batch [sentence, rank] attending words
+        self.sentence_chance: list[torch.Tensor] = []  # per batch [sentence, rank]
+        self.skipped_batches = 0  # batches without words (word_ids), e.g. from text_batches
+        self._scratch: torch.Tensor | None = None
+
+    @classmethod
+    def for_model(cls, model: HookedTransformer, **kwargs) -> RareWordHeads:
+        return cls(model.n_layers, max(model.heads_per_layer),
+                   heads_per_layer=model.heads_per_layer, **kwargs)
+
+    def hook_names(self, model: HookedTransformer) -> list[str]:
+        return pattern_hook_names(model)
+
+    def row_width(self, field: str) -> tuple[int, ...]:
+        if field == "sentence_hits":
+            return (len(RANKS), self.n_layers, self.n_heads)
+        return (len(RANKS),)
+
+    def settings(self) -> dict:
+        return {"n_layers": self.n_layers, "heads_per_layer": self.heads_per_layer,
+                "rarity": self.rarity.source, "threshold": self.threshold,
+                "rare_self": self.rare_self, "min_words": self.min_words,
+                **self.inference.settings()}
+
+    def _rows(self, batch: Batch) -> list[torch.Tensor]:
+        """Per rank k: ``[row, 2 + k]`` (sentence, attending word, the k rarest words)."""
+        per_rank: list[list[list[int]]] = [[] for _ in RANKS]
+        rows = torch.zeros(batch.size, len(RANKS), dtype=torch.float64)
+        chance = torch.zeros(batch.size, len(RANKS), dtype=torch.float64)
+        others = 1 if self.rare_self == "exclude" else 0  # the attending word cannot win
+        for b, words in enumerate(batch.words):
+            kept = words[: batch.extra["n_words"][b]]
+            order = self.rarity.rarest(kept, k=max(RANKS.values()) + 1)
+            for r, k in enumerate(RANKS.values()):
+                if len(order) <= k:
+                    continue
+                targets = order[:k]
+                attending = [i for i in range(len(kept)) if i not in targets]
+                per_rank[r] += [[b, i, *targets] for i in attending]
+                rows[b, r] = len(attending)
+                chance[b, r] = len(attending) * k / (len(kept) - others)
+        self.sentence_rows.append(rows)
+        self.sentence_chance.append(chance)
+        return [torch.tensor(examples, dtype=torch.long).reshape(-1, 2 + k)
+                for examples, k in zip(per_rank, RANKS.values(), strict=True)]
+
+    def begin_batch(self, batch: Batch) -> None:
+        self._scratch = None
+        if batch.word_ids is None or batch.words is None:
+            self.skipped_batches += 1  # token-only corpus (text_batches): nothing to count
+            return
+        self.sentences += sentence_ids_of(batch, self.next_sentence_id())
+        device = batch.word_ids.device
+        self._examples = [r.to(device) for r in self._rows(batch)]
+        self._scratch = torch.zeros(batch.size, len(RANKS), self.n_layers, self.n_heads,
+                                    device=device)  # [sentence, rank, layer, head]
+
+    def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
+        if self._scratch is None:
+            return
+        wa = self.words.get(batch, layer, cache["pattern", layer])
+        n_padding = (~wa.valid).sum(-1)  # [batch] word slots beyond the sentence
+        w = wa.weights  # [batch, head, query_word, key_word]
+        n_heads = w.shape[1]
+        if self.rare_self == "exclude":
+            w = w.clone()
+            w.diagonal(dim1=-2, dim2=-1).fill_(-1.0)  # a word never picks itself
+        row_max = w.amax(-1)  # [batch, head, query_word]
+        is_max = w == row_max[..., None]
+        # padding words hold exactly 0: they tie only with a zero maximum; uncount them
+        ties = is_max.sum(-1) - (row_max == 0) * n_padding[:, None, None]
+        credit = 1.0 / ties.clamp_min(1)  # [batch, head, query_word]
+        for r, ex in enumerate(self._examples):
+            if not len(ex):
+                continue
+            sent, query = ex[:, 0], ex[:, 1]
+            hits = sum(is_max[sent, :, query, ex[:, 2 + t]] for t in range(ex.shape[1] - 2))
+            got = hits * credit[sent, :, query]  # [row, head]
+            per_sentence = torch.zeros(batch.size, n_heads, device=w.device)
+            per_sentence.index_add_(0, sent, got.to(torch.float32))  # [sentence, head]
+            self._scratch[:, r, layer, :n_heads] = per_sentence
+
+    def end_batch(self, batch: Batch) -> None:
+        if self._scratch is not None:
+            self.sentence_hits.append(self._scratch)  # stays on the model's device
+        self._scratch = None
+        self.words.clear()
+
+    @property
+    def used_sentences(self) -> int:
+        """Sentences with enough word-like words for the rarest word."""
+        return int((self.field_rows("sentence_rows")[:, 0] > 0).sum())
+
+    def head_exists(self) -> np.ndarray:
+        exists = np.zeros((self.n_layers, self.n_heads), dtype=bool)
+        for layer, n in enumerate(self.heads_per_layer):
+            exists[layer, :n] = True
+        return exists
+
+    def result(self) -> dict[str, pd.DataFrame]:
+        shape = (len(RANKS), self.n_layers, self.n_heads)
+        hits = self.field_rows("sentence_hits")
+        rows = self.field_rows("sentence_rows")
+        chance_sum = self.field_rows("sentence_chance")
+        n = len(rows)
+        dens = rows[:, :, None].expand(n, len(RANKS), self.n_layers * self.n_heads)
+        ids = torch.tensor(self.sentences, dtype=torch.long)
+        est = estimate_shares(hits.reshape(n, -1), dens.reshape(n, -1), ids, self.inference,
+                              keep_replicates=True)
+        value = torch.nan_to_num(est.value.reshape(shape), nan=0.0)  # no words: share 0
+        low, high = est.low.reshape(shape), est.high.reshape(shape)
+        chance = torch.nan_to_num(pooled(chance_sum, rows, self.inference.pooling), nan=0.0)
+        layer, head = np.nonzero(self.head_exists())
+        words = int(rows[:, 0].sum())
+        reps = None
+        if est.reps is not None:
+            reps = est.reps.reshape(-1, *shape)[:, 0, layer, head]  # [replicate, head]
+        rarest = value[0, layer, head]
+        enough = words >= max(self.min_words, 1)  # too few words: nothing is tested
+        df = est.df.reshape(shape)[0, layer, head]  # sentences with attending words - 1
+        p, q, passed = threshold_tests(rarest, reps, self.threshold, self.inference, df,
+                                       testable=enough)
+        table = pd.DataFrame({
+            "layer": layer, "head": head, "share_rarest": rarest.numpy(),
+            "ci_low": low[0, layer, head].numpy(), "ci_high": high[0, layer, head].numpy(),
+            "share_two_rarest": value[1, layer, head].numpy(),
+            "two_rarest_ci_low": low[1, layer, head].numpy(),
+            "two_rarest_ci_high": high[1, layer, head].numpy(),
+            "chance_rarest": float(chance[0]), "chance_two_rarest": float(chance[1]),
+            "words": words, "sentences": int((rows[:, 0] > 0).sum()),
+            "threshold": self.threshold,
+            "tested": ~np.isnan(p.numpy()), "p_value": p.numpy(), "q_value": q.numpy(),
+            "above_threshold": (rarest >= self.threshold).numpy() & (words > 0),
+            "rare_word": passed.numpy(),
+        })
+        return {"rare_words": table}

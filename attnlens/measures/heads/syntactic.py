@@ -1,0 +1,211 @@
+"""Syntactic heads (Clark et al. 2019, Voita et al. 2019) from a dependency treebank.
+
+Word level (``attnlens.data.words``). For every arc ``dependent -> head`` with relation r:
+
+- ``dep->head``: the dependent's row puts its maximum (excluding the dependent itself) on
+  its head;
+- ``head->dep``: the head word's own row puts its maximum (excluding the head itself) on the
+  dependent;
+- ``head->dep (clark code)``: the word attending most to the dependent (the dependent's own
+  row excluded) is its head: the question Clark et al.'s released code asks, reported
+  separately.
+
+A head's accuracy for (r, direction) is the share of arcs it gets right; tied maxima share
+the credit. The baseline is the best fixed relative offset for r and the direction, counted
+from the same arcs ("always predict the word k positions away"). "all relations" pools every
+arc. The analyzer keeps its hits **per sentence and relation** (summed over the sentence's
+arcs), so ``attnlens.measures.heads.syntactic_tables`` can give every accuracy a bootstrap interval
+over sentences, test each head against its baseline and select heads on held-out sentences.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+import pandas as pd
+import torch
+
+from attnlens.data.conllu import base_relation
+from attnlens.data.words import WordAttentionContext
+from attnlens.hooks import ActivationCache
+from attnlens.measures.heads.syntactic_arcs import (
+    DEFAULT_MIN_EXAMPLES,
+    DIRECTIONS,
+    SentenceArcs,
+)
+from attnlens.measures.heads.syntactic_tables import syntactic_tables
+from attnlens.model.transformer import HookedTransformer
+from attnlens.stats.bootstrap import Inference
+from attnlens.stream.base import Analyzer, Batch, pattern_hook_names
+from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
+
+
+class SyntacticHeads(PerSentenceRows, Analyzer):
+    """Streaming per-sentence, per-relation hit counts of every head, and arc offsets."""
+
+    name = "syntactic"
+    layerwise = True
+    state_fields = ("sentences", "offsets", "pair_sentence", "pair_relation", "pair_arcs",
+                    "pair_hits", "arc_sentence", "arc_relation", "arc_offset")
+    row_fields = ("pair_hits",)
+    sentence_fields = ("sentences", "pair_sentence", "arc_sentence")
+
+    def __init__(
+        self,
+        n_layers: int,
+        n_heads: int,
+        min_examples: int = DEFAULT_MIN_EXAMPLES,
+        margin: float = 0.10,
+        base_relations: bool = False,
+        heads_per_layer: Sequence[int] | None = None,
+        inference: Inference | None = None,
+        words: WordAttentionContext | None = None,
+    ) -> None:
+        self.n_layers, self.n_heads = n_layers, n_heads
+        self.heads_per_layer = list(heads_per_layer or [n_heads] * n_layers)
+        self.min_examples, self.margin, self.base_relations = min_examples, margin, base_relations
+        self.inference = inference or Inference()
+        self.words = words or WordAttentionContext()
+        self.sentences: list[int] = []  # corpus index of every sentence with a tree
+        self.offsets: dict[str, Counter[int]] = {}  # relation -> Counter(head - dependent)
+        self.pair_sentence: list[int] = []  # one entry per (sentence, relation) pair
+        self.pair_relation: list[str] = []
+        self.pair_arcs: list[int] = []
+        self.pair_hits: list[torch.Tensor] = []  # per batch [pair, direction, layer, head]
+        self.arc_sentence: list[int] = []  # one entry per arc
+        self.arc_relation: list[str] = []
+        self.arc_offset: list[int] = []
+        self._scratch: torch.Tensor | None = None
+
+    @classmethod
+    def for_model(cls, model: HookedTransformer, **kwargs) -> SyntacticHeads:
+        return cls(model.n_layers, max(model.heads_per_layer),
+                   heads_per_layer=model.heads_per_layer, **kwargs)
+
+    def hook_names(self, model: HookedTransformer) -> list[str]:
+        return pattern_hook_names(model)
+
+    def row_width(self, field: str) -> tuple[int, ...]:
+        return (len(DIRECTIONS), self.n_layers, self.n_heads)  # pair_hits
+
+    def settings(self) -> dict:
+        return {"n_layers": self.n_layers, "heads_per_layer": self.heads_per_layer,
+                "min_examples": self.min_examples, "margin": self.margin,
+                "base_relations": self.base_relations, **self.inference.settings()}
+
+    # Feeding --------------------------------------------------------------------------
+    def begin_batch(self, batch: Batch) -> None:
+        self._scratch = None
+        if "heads" not in batch.extra or batch.word_ids is None:
+            return  # a corpus without dependency trees: nothing to count
+        ids = sentence_ids_of(batch, self.next_sentence_id())
+        self.sentences += ids
+        pairs: dict[tuple[int, str], int] = {}
+        rows = []  # (sentence in batch, dependent, head, pair)
+        trees = zip(batch.extra["heads"], batch.extra["relations"], strict=True)
+        for b, (heads, labels) in enumerate(trees):
+            n_words = batch.extra["n_words"][b]
+            for dep, (head, label) in enumerate(zip(heads, labels, strict=True)):
+                if head < 0 or dep >= n_words or head >= n_words:
+                    continue  # the root, or a word cut by truncation
+                rel = base_relation(label) if self.base_relations else label
+                pair = pairs.setdefault((b, rel), len(pairs))
+                rows.append((b, dep, head, pair))
+                self.offsets.setdefault(rel, Counter())[head - dep] += 1
+                self.arc_sentence.append(ids[b])
+                self.arc_relation.append(rel)
+                self.arc_offset.append(head - dep)
+        arcs_per_pair = Counter(row[3] for row in rows)
+        for (b, rel), pair in pairs.items():
+            self.pair_sentence.append(ids[b])
+            self.pair_relation.append(rel)
+            self.pair_arcs.append(arcs_per_pair[pair])
+        if not pairs:
+            return
+        device = batch.word_ids.device
+        self._arcs = torch.tensor(rows, dtype=torch.long).to(device)  # [arc, 4]
+        self._scratch = torch.zeros(len(pairs), len(DIRECTIONS), self.n_layers, self.n_heads,
+                                    device=device)  # [pair, direction, layer, head]
+
+    def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
+        if self._scratch is None:
+            return
+        sent, dep, head, pair = self._arcs.unbind(1)  # each [arc]
+        wa = self.words.get(batch, layer, cache["pattern", layer])
+        w = wa.weights  # [batch, head, query_word, key_word]
+        n_heads = w.shape[1]
+        n_padding = (~wa.valid).sum(-1)[:, None, None]  # [batch, 1, 1]
+        masked = w.clone()
+        masked.diagonal(dim1=-2, dim2=-1).fill_(-1.0)  # a word never picks itself
+        top_row = masked.amax(-1, keepdim=True)  # [batch, head, query_word, 1]
+        top_col = masked.amax(-2, keepdim=True)  # [batch, head, 1, key_word]
+        row_max = masked == top_row  # maxima of each query's row
+        col_max = masked == top_col  # maxima of each key's column
+        # padding words hold exactly 0: they tie only with a zero maximum; uncount them
+        row_n = (row_max.sum(-1) - (top_row[..., 0] == 0) * n_padding).clamp_min(1)
+        col_n = (col_max.sum(-2) - (top_col[..., 0, :] == 0) * n_padding).clamp_min(1)
+        credits = [
+            row_max[sent, :, dep, head] / row_n[sent, :, dep],  # dependent's row -> head
+            row_max[sent, :, head, dep] / row_n[sent, :, head],  # head's row -> dependent
+            col_max[sent, :, head, dep] / col_n[sent, :, dep],  # dependent's column -> head
+        ]  # each [arc, head]; tied maxima share the credit
+        for d, credit in enumerate(credits):
+            summed = torch.zeros(len(self._scratch), n_heads, device=w.device)
+            summed.index_add_(0, pair, credit.to(torch.float32))  # [pair, head]
+            self._scratch[:, d, layer, :n_heads] = summed
+
+    def end_batch(self, batch: Batch) -> None:
+        if self._scratch is not None:
+            self.pair_hits.append(self._scratch)  # stays on the model's device
+        self._scratch = None
+        self.words.clear()
+
+    # Reading --------------------------------------------------------------------------
+    def examples(self, relation: str) -> int:
+        return sum(self.offsets[relation].values())
+
+    def relations(self) -> list[str]:
+        """Relations with at least ``min_examples`` arcs, most frequent first."""
+        kept = [r for r in self.offsets if self.examples(r) >= self.min_examples]
+        return sorted(kept, key=lambda r: (-self.examples(r), r))
+
+    def head_exists(self) -> torch.Tensor:
+        """``[layer, head]`` True for heads the model has (pruned layers have fewer)."""
+        exists = torch.zeros(self.n_layers, self.n_heads, dtype=torch.bool)
+        for layer, n in enumerate(self.heads_per_layer):
+            exists[layer, :n] = True
+        return exists
+
+    def per_sentence(self) -> SentenceArcs:
+        """The running state consolidated on the CPU (see ``SentenceArcs``)."""
+        names = sorted(set(self.pair_relation))
+        index = {r: i for i, r in enumerate(names)}
+        return SentenceArcs(
+            relations=names,
+            sentences=torch.unique(torch.tensor(self.sentences, dtype=torch.long)),
+            pair_sentence=torch.tensor(self.pair_sentence, dtype=torch.long),
+            pair_relation=torch.tensor([index[r] for r in self.pair_relation], dtype=torch.long),
+            pair_arcs=torch.tensor(self.pair_arcs, dtype=torch.float64),
+            pair_hits=self.field_rows("pair_hits", torch.float32),
+            arc_sentence=torch.tensor(self.arc_sentence, dtype=torch.long),
+            arc_relation=torch.tensor([index[r] for r in self.arc_relation], dtype=torch.long),
+            arc_offset=torch.tensor(self.arc_offset, dtype=torch.long),
+        )
+
+    @staticmethod
+    def baseline(offsets: Counter[int], direction: str) -> tuple[int, float]:
+        """(best offset, its accuracy) of the fixed-offset guess for one direction.
+
+        ``offsets`` counts ``head - dependent``. From the dependent (dep->head, and Clark's
+        code, which predicts the head from the dependent) the guess is that offset; from the
+        head (head->dep) it is its negation. Ties: the offset closest to 0, then negative.
+        """
+        total = sum(offsets.values())
+        if not total:
+            return 0, float("nan")
+        offset, count = max(offsets.items(), key=lambda kv: (kv[1], -abs(kv[0]), -kv[0]))
+        return (-offset if direction == "head->dep" else offset), count / total
+
+    def result(self) -> dict[str, pd.DataFrame]:
+        return syntactic_tables(self)

@@ -1,0 +1,1 @@
+"""The linear-attention (fast-weight) view of each head."""

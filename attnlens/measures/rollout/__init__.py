@@ -1,0 +1,1 @@
+"""Attention rollout and attention flow (Abnar & Zuidema 2020)."""

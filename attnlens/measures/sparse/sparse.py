@@ -1,0 +1,364 @@
+"""Sparse-pattern coverage: how much of each head's attention a sparse pattern would keep.
+
+Sparse transformers attend to a fixed subset of keys per query: a local window (Longformer,
+Beltagy et al. 2020), a few global tokens, and in BigBird (Zaheer et al. 2020) also a few
+random keys. For every head, over the real query rows of a corpus (special tokens included):
+
+- ``mass``: mean share of a row's attention inside the sparse set ``S_i`` of query ``i``:
+  ``window`` ``|i - j| <= w`` (``w`` in ``windows``), ``global`` (special tokens plus the
+  first ``n_global`` positions), ``window+global`` (their union), ``bigbird`` (window of 3
+  keys ``|i - j| <= 1``, 2 global tokens: special tokens plus the first 2 positions, and 3
+  random other visible keys per row, seeded), and
+  ``random``: what ``|S_i|`` uniformly random visible keys keep, i.e. its exact expectation
+  ``|S_i| / n_i`` (``n_i`` visible keys: ``n`` in encoders, ``i + 1`` in causal models),
+  with ``|S_i|`` the size of the BigBird set;
+- ``output_error``: ``||(P - P_S) V||_F / ||P V||_F`` per sentence and head (real query rows;
+  ``P_S`` is ``P`` restricted to ``S`` with rows renormalised; ``V`` the layer's values,
+  query head ``h`` reading key/value head ``h // group``), averaged over sentences;
+- per head: ``window90``, the smallest ``w`` of ``windows`` whose window keeps 90 %
+  (``coverage``) of the mass on average (NaN: none does), ``window90_exact``, the smallest
+  integer window that does (from the mass at each distance, NaN beyond ``max_distance``),
+  ``window90_global`` the same with the global tokens added, and the mass and output error
+  at ``window90``.
+
+The random keys of BigBird come from an integer hash of ``(seed, sentence index, query,
+key)``: the same on every device and for any batching, so merged partial runs equal one run.
+They are drawn once per sentence and query row and shared by every layer and head (BigBird
+draws per head; the mean mass kept is the same in expectation). Every set is evaluated from
+gathered columns plus one ``n x n`` product per window, so the cost stays a few times that
+of the attention itself.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import torch
+
+from attnlens.errors import ConfigError
+from attnlens.hooks import ActivationCache
+from attnlens.measures.linear.linear_attention import per_query_head
+from attnlens.measures.rollout.rollout import _sentence_ids
+from attnlens.model.transformer import HookedTransformer
+from attnlens.stream.base import Analyzer, Batch
+from attnlens.stream.sentence_sample import check_sample_options, sample_batch
+
+WINDOWS = (1, 2, 4, 8, 16)
+BIGBIRD = {"window": 1, "n_global": 2, "n_random": 3}  # window 1 each side = 3 keys
+MAX_DISTANCE = 128
+PATTERNS = ("window", "window+global", "global", "bigbird", "random")
+
+
+def hash_scores(seed: int, sentences: torch.Tensor, n: int) -> torch.Tensor:
+    """Pseudo-random integers ``[batch, query_pos, key_pos]`` in ``[0, 2**32)`` from
+    ``(seed, sentence index, query, key)`` (exact integer arithmetic on any device)."""
+    device = sentences.device
+
+    def mix(x: torch.Tensor) -> torch.Tensor:  # x < 2**32; products < 2**59 fit int64
+        x = ((x >> 16) ^ x) * 0x45D9F3B % 2**32
+        x = ((x >> 16) ^ x) * 0x45D9F3B % 2**32
+        return (x >> 16) ^ x
+
+    pos = torch.arange(n, device=device, dtype=torch.int64)
+    x = mix(torch.full((), seed % 2**32, dtype=torch.int64, device=device))
+    x = mix(x ^ (sentences.to(torch.int64) % 2**32))[:, None, None]  # [batch, 1, 1]
+    x = mix(x ^ pos[None, :, None])  # [batch, query_pos, 1]
+    return mix(x ^ pos[None, None, :])  # [batch, query_pos, key_pos]
+
+
+def restricted_output_error(
+    pattern: torch.Tensor,
+    keep: torch.Tensor,
+    values: torch.Tensor,
+    rows: torch.Tensor,
+) -> torch.Tensor:
+    """``||(P - P_S) V||_F / ||P V||_F`` per sentence and head: ``[batch, head]``.
+
+    ``pattern [batch, head, query_pos, key_pos]``; ``keep`` (broadcastable to it) is the
+    sparse set; ``values [batch, head, key_pos, d_head_v]``; ``rows [batch, query_pos]`` the
+    real query rows. ``P_S`` is ``P`` on ``S`` with rows renormalised. (The analyzer computes
+    the same quantity from gathered columns; this is the plain definition.)
+    """
+    kept = pattern * keep
+    return relative_row_error(pattern @ values, kept @ values, kept.sum(-1), rows)
+
+
+def relative_row_error(
+    full: torch.Tensor,
+    kept_product: torch.Tensor,
+    kept_mass: torch.Tensor,
+    rows: torch.Tensor,
+    full_norm: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``||full - kept_product / kept_mass||_F / ||full||_F`` over real rows, ``[batch, head]``.
+
+    ``full = P V`` and ``kept_product = (P ⊙ S) V`` are ``[batch, head, query_pos, d_head_v]``;
+    ``kept_mass [batch, head, query_pos]`` the row sums of ``P ⊙ S``; ``full_norm`` the
+    denominator when already computed (``output_norm``).
+    """
+    tiny = torch.finfo(full.dtype).tiny
+    weight = rows[:, None, :, None].to(full.dtype)  # [batch, 1, query_pos, 1]
+    approx = kept_product / kept_mass.clamp_min(tiny)[..., None]
+    diff = torch.linalg.vector_norm((full - approx) * weight, dim=(-2, -1))
+    if full_norm is None:
+        full_norm = output_norm(full, rows)
+    return diff / full_norm.clamp_min(tiny)
+
+
+def output_norm(full: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``||P V||_F`` over the real query rows: ``[batch, head]``."""
+    return torch.linalg.vector_norm(full * rows[:, None, :, None].to(full.dtype), dim=(-2, -1))
+
+
+def _columns(mask: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The marked keys of ``mask [batch, key_pos]`` as a few columns: (``select [batch,
+    key_pos, c]`` one-hot float, ``valid [batch, c]``, ``|query - key| [batch, query_pos, c]``),
+    ``c`` the most marked keys of a sentence (one host sync per batch)."""
+    c = int(mask.sum(1).max()) if mask.numel() else 0
+    order = torch.sort((~mask).to(torch.int8), dim=1, stable=True).indices[:, :c]  # [batch, c]
+    valid = mask.gather(1, order)
+    pos = torch.arange(n, device=mask.device)
+    select = (pos[None, :, None] == order[:, None, :]).float()  # [batch, key_pos, c]
+    distance = (pos[None, :, None] - order[:, None, :]).abs()  # [batch, query_pos, c]
+    return select, valid, distance
+
+
+class SparseCoverage(Analyzer):
+    """Streaming sparse-pattern coverage per head (see the module docstring)."""
+
+    name = "sparse"
+    layerwise = True
+    state_fields = ("by_distance", "nonglobal_by_distance", "masses", "errors", "rows",
+                    "sentences")
+
+    def __init__(
+        self,
+        n_layers: int,
+        n_heads: int,
+        causal: bool = False,
+        windows: tuple[int, ...] = WINDOWS,
+        n_global: int = 2,
+        coverage: float = 0.9,
+        seed: int = 0,
+        max_distance: int = MAX_DISTANCE,
+        per_batch: int | None = None,
+        max_sentences: int | None = None,
+        device: torch.device | str = "cpu",
+        heads_per_layer: list[int] | None = None,
+    ) -> None:
+        check_sample_options(per_batch, max_sentences)
+        self.per_batch, self.max_sentences = per_batch, max_sentences
+        # heads each layer really has (structurally pruned models): only those are listed
+        self.heads_per_layer = list(heads_per_layer or [n_heads] * n_layers)
+        windows = tuple(sorted(set(int(w) for w in windows)))
+        if not windows or windows[0] < 0:
+            raise ConfigError("windows must be non-negative integers, e.g. 1,2,4,8,16.")
+        if n_global < 0:
+            raise ConfigError(f"the number of global tokens must be at least 0, not {n_global}.")
+        if not 0.0 < coverage <= 1.0:
+            raise ConfigError(f"coverage must lie in (0, 1], not {coverage}.")
+        self.n_layers, self.n_heads, self.causal = n_layers, n_heads, causal
+        self.windows, self.n_global, self.coverage, self.seed = windows, n_global, coverage, seed
+        self.max_distance = max(max_distance, windows[-1])
+        shape = (n_layers, n_heads)
+        kwargs = {"dtype": torch.float64, "device": device}
+        # mass at distance d = |i - j| summed over rows; the last bucket holds d > max_distance
+        self.by_distance = torch.zeros(*shape, self.max_distance + 2, **kwargs)
+        self.nonglobal_by_distance = torch.zeros(*shape, self.max_distance + 2, **kwargs)
+        self.masses = torch.zeros(*shape, 3, **kwargs)  # global, bigbird, random (row sums)
+        # output errors summed over sentences: [window | window+global], then global, bigbird
+        self.errors = torch.zeros(*shape, 2 * len(windows) + 2, **kwargs)
+        self.rows = 0
+        self.sentences = 0
+
+    @classmethod
+    def for_model(cls, model: HookedTransformer, **options) -> SparseCoverage:
+        analyzer = cls(model.n_layers, max(model.heads_per_layer), causal=model.cfg.causal,
+                       device=model.device, heads_per_layer=model.heads_per_layer, **options)
+        analyzer.identify_model(model)
+        return analyzer
+
+    def hook_names(self, model: HookedTransformer) -> list[str]:
+        return [f"blocks.{i}.attn.hook_{kind}" for i in range(model.n_layers)
+                for kind in ("v", "pattern")]
+
+    def settings(self) -> dict:
+        return {"n_layers": self.n_layers, "n_heads": self.n_heads, "causal": self.causal,
+                "windows": list(self.windows), "n_global": self.n_global,
+                "coverage": self.coverage, "seed": self.seed, "max_distance": self.max_distance,
+                "per_batch": self.per_batch, "max_sentences": self.max_sentences,
+                "heads_per_layer": self.heads_per_layer}
+
+    # Feeding --------------------------------------------------------------------------
+    def begin_batch(self, batch: Batch) -> None:
+        remaining = None if self.max_sentences is None else self.max_sentences - self.sentences
+        batch, self._rows = sample_batch(batch, self.per_batch, remaining)
+        self._skip = batch.size == 0
+        if self._skip:
+            return
+        real = batch.attention_mask.bool()  # [batch, pos]
+        n = real.shape[1]
+        pos = torch.arange(n, device=real.device)
+        distance = (pos[:, None] - pos[None, :]).abs()  # [query_pos, key_pos]
+        visible = real[:, None, :] & real[:, :, None]  # [batch, query_pos, key_pos]
+        if self.causal:
+            visible = visible & (pos[None, :] <= pos[:, None])
+        special = (batch.special_mask.bool() if batch.special_mask is not None
+                   else torch.zeros_like(real))
+        is_global = (special | (pos < self.n_global)[None, :]) & real  # [batch, key_pos]
+        self._real, self._distance = real, distance
+        self._global = is_global[:, None, :]  # [batch, 1, key_pos]
+        self._bucket = distance.clamp(max=self.max_distance + 1).flatten()  # [query*key]
+        self._global_cols = _columns(is_global, n)
+        self._bigbird_sets(batch, special, visible)
+        self.rows += int(real.sum())
+        self.sentences += batch.size
+
+    def _bigbird_sets(self, batch: Batch, special: torch.Tensor, visible: torch.Tensor) -> None:
+        """BigBird's set as a mask ``[batch, 1, query_pos, key_pos]``: window, global tokens and
+        seeded random keys (one draw per sentence and query row, shared by every layer and
+        head), and the sum over real rows of the random baseline ``|S_i| / n_i``."""
+        real, distance = self._real, self._distance
+        n = real.shape[1]
+        pos = torch.arange(n, device=real.device)
+        bb_global = (special | (pos < BIGBIRD["n_global"])[None, :]) & real  # [batch, key_pos]
+        fixed = visible & ((distance <= BIGBIRD["window"]) | bb_global[:, None, :])
+        eligible = visible & ~fixed  # [batch, query_pos, key_pos]
+        ids = torch.tensor(_sentence_ids(batch, self.sentences), device=real.device)
+        scores = torch.where(eligible, hash_scores(self.seed, ids, n), -1)
+        top = scores.topk(min(BIGBIRD["n_random"], n), dim=-1)  # largest hashes among eligible
+        chosen = torch.zeros_like(fixed).scatter_(-1, top.indices, top.values >= 0)
+        keep = fixed | chosen
+        self._bigbird_keep = keep[:, None].float()  # [batch, 1, query_pos, key_pos]
+        share = keep.sum(-1) / visible.sum(-1).clamp_min(1)  # [batch, query_pos]: |S_i| / n_i
+        self._baseline = (share * real).double().sum()
+
+    def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
+        if self._skip:
+            return
+        pattern = self._take(cache["pattern", layer]).float()  # [batch, head, query, key]
+        values = per_query_head(self._take(cache["v", layer]).float(), pattern.shape[1])
+        # values: [batch, head, key_pos, d_head_v]
+        n_heads, n = pattern.shape[1], pattern.shape[-1]
+        rows = self._real
+        row_weight = rows[:, None, :].to(pattern.dtype)  # [batch, 1, query_pos]
+        self._histograms(layer, pattern * row_weight[..., None], n_heads)
+        full = pattern @ values  # [batch, head, query_pos, d_head_v]
+        norm = output_norm(full, rows)  # [batch, head]
+        select, valid, col_distance = self._global_cols
+        global_pattern = pattern @ select[:, None]  # [batch, head, query_pos, c]
+        global_values = select.mT[:, None] @ values  # [batch, head, c, d_head_v]
+
+        def columns(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            taken = global_pattern * weight[:, None].to(pattern.dtype)  # weight [batch, q, c]
+            return taken.sum(-1), taken @ global_values
+
+        global_mass, global_product = columns(valid[:, None, :].expand_as(col_distance))
+        covered = torch.zeros(pattern.shape[:2], dtype=full.dtype, device=full.device)
+        window_errors, union_errors = [], []
+        for w in self.windows:
+            if w >= n - 1:  # the window holds every key: P_S = P, no error
+                window_errors.append(covered)
+                union_errors.append(covered)
+                continue
+            kept = pattern * (self._distance <= w)
+            window_mass, window_product = kept.sum(-1), kept @ values
+            window_errors.append(relative_row_error(full, window_product, window_mass, rows,
+                                                    norm))
+            mass, product = columns(valid[:, None, :] & (col_distance > w))
+            union_errors.append(relative_row_error(full, window_product + product,
+                                                   window_mass + mass, rows, norm))
+        kept = pattern * self._bigbird_keep
+        bigbird_mass, bigbird_product = kept.sum(-1), kept @ values
+        errors = torch.stack([
+            *window_errors, *union_errors,
+            relative_row_error(full, global_product, global_mass, rows, norm),
+            relative_row_error(full, bigbird_product, bigbird_mass, rows, norm),
+        ], -1)  # [batch, head, set]
+        self.errors[layer, :n_heads] += errors.double().sum(0)
+        masses = torch.stack([(global_mass * row_weight).sum(-1),
+                              (bigbird_mass * row_weight).sum(-1)], -1)  # [batch, head, 2]
+        self.masses[layer, :n_heads, :2] += masses.double().sum(0)
+        self.masses[layer, :n_heads, 2] += self._baseline.to(self.masses.device)
+
+    def _take(self, x: torch.Tensor) -> torch.Tensor:
+        """The sampled sentences of an activation ``[batch, ...]``."""
+        return x if self._rows is None else x[self._rows.to(x.device)]
+
+    def _histograms(self, layer: int, masked: torch.Tensor, n_heads: int) -> None:
+        """Add the mass at each distance (all keys, and non-global keys) of one layer.
+
+        Each sentence's histogram is summed in the pattern's precision, then the sentences
+        in float64 (so a merged split run adds the same per-sentence terms as one run).
+        """
+        batch = masked.shape[0]
+        nonglobal = masked * ~self._global[:, None]
+        index = self._bucket.expand(batch, n_heads, -1)  # [batch, head, query_pos * key_pos]
+        for target, source in ((self.by_distance, masked), (self.nonglobal_by_distance, nonglobal)):
+            hist = torch.zeros(batch, n_heads, self.max_distance + 2, dtype=source.dtype,
+                               device=source.device)
+            hist.scatter_add_(2, index, source.flatten(2))  # [batch, head, distance]
+            target[layer, :n_heads] += hist.double().sum(0)
+
+    # Results --------------------------------------------------------------------------
+    def _window_curves(self) -> tuple[np.ndarray, np.ndarray]:
+        """Mean share within ``|i - j| <= w`` for ``w = 0..max_distance``: (window, +global)."""
+        rows = max(self.rows, 1)
+        window = (self.by_distance.cumsum(-1) / rows).cpu().numpy()[..., :-1]
+        glob = (self.masses[..., 0] / rows).cpu().numpy()[..., None]
+        plus = glob + (self.nonglobal_by_distance.cumsum(-1) / rows).cpu().numpy()[..., :-1]
+        return window, plus
+
+    def _smallest(self, curve: np.ndarray, candidates) -> float:
+        for w in candidates:
+            if curve[w] >= self.coverage:
+                return float(w)
+        return math.nan
+
+    def result(self) -> dict[str, pd.DataFrame]:
+        window, plus = self._window_curves()
+        sentences, rows = max(self.sentences, 1), max(self.rows, 1)
+        errors = (self.errors / sentences).cpu().numpy()
+        masses = (self.masses / rows).cpu().numpy()
+        n_w = len(self.windows)
+        coverage, heads, curve = [], [], []
+        for layer in range(self.n_layers):
+            for head in range(self.heads_per_layer[layer]):  # only heads the model has
+                rows_of = []
+                for k, w in enumerate(self.windows):
+                    rows_of.append(("window", w, window[layer, head, w], errors[layer, head, k]))
+                    rows_of.append(("window+global", w, plus[layer, head, w],
+                                    errors[layer, head, n_w + k]))
+                rows_of.append(("global", math.nan, masses[layer, head, 0],
+                                errors[layer, head, 2 * n_w]))
+                rows_of.append(("bigbird", BIGBIRD["window"], masses[layer, head, 1],
+                                errors[layer, head, 2 * n_w + 1]))
+                rows_of.append(("random", math.nan, masses[layer, head, 2], math.nan))
+                for pattern, w, mass, error in rows_of:
+                    for measure, value in (("mass", mass), ("output_error", error)):
+                        coverage.append({"layer": layer, "head": head, "pattern": pattern,
+                                         "window": w, "measure": measure, "value": float(value)})
+                heads += self._head_rows(layer, head, window, plus, errors)
+                curve += [{"layer": layer, "head": head, "window": w,
+                           "window_mass": float(window[layer, head, w]),
+                           "window_global_mass": float(plus[layer, head, w])}
+                          for w in range(self.max_distance + 1)]
+        return {"sparse_coverage": pd.DataFrame.from_records(coverage),
+                "sparse_heads": pd.DataFrame.from_records(heads),
+                "sparse_window_curve": pd.DataFrame.from_records(curve)}
+
+    def _head_rows(self, layer, head, window, plus, errors) -> list[dict]:
+        all_w = range(self.max_distance + 1)
+        grid = self._smallest(window[layer, head], self.windows)
+        k = self.windows.index(int(grid)) if not math.isnan(grid) else None
+        measures = {
+            "window90": grid,
+            "window90_exact": self._smallest(window[layer, head], all_w),
+            "window90_global": self._smallest(plus[layer, head], all_w),
+            "mass_at_window90": math.nan if k is None else window[layer, head, int(grid)],
+            "error_at_window90": math.nan if k is None else errors[layer, head, k],
+        }
+        return [{"layer": layer, "head": head, "measure": m, "value": float(v)}
+                for m, v in measures.items()]

@@ -1,0 +1,426 @@
+/* Eigenvalues of the float64 Gram matrices of many small attention matrices.
+ *
+ * The spectral path of attnlens/measures/spectrum/singular_values.py: for each matrix
+ * P [m, n] (float32 or float64) the eigenvalues of G = X^T X in float64, where X is P [m, n]
+ * when m > n and P^T otherwise, so G is r x r with r = min(m, n) and its eigenvalues are the
+ * squared singular values of P. Three steps, each textbook:
+ *
+ *   1. the Gram matrix, accumulated in float64;
+ *   2. Householder reduction of G to a symmetric tridiagonal matrix (Golub & Van Loan,
+ *      Matrix Computations, 4th ed., Alg. 8.3.1), eigenvalues only, no vectors kept;
+ *   3. the eigenvalues of that tridiagonal matrix by implicit QR sweeps with Wilkinson's
+ *      shift in the square-root-free form of Pal, Walker and Kahan (Parlett, The Symmetric
+ *      Eigenvalue Problem, sec. 8.15), on the squared off-diagonal entries.
+ *
+ * Speed comes from the layout, not the algorithm: LANES matrices of the same shape are
+ * processed together, their entries interleaved (``a[i][j][lane]``), so every loop runs
+ * over the lanes with independent data: the compiler vectorises them and the long
+ * dependency chains of step 3 (two divisions per rotation) overlap across lanes. LAPACK
+ * solves one small matrix at a time and pays call and latency overheads per matrix.
+ *
+ * Accuracy: each step is backward stable in float64, so every eigenvalue is within a few
+ * eps64 * trace(G) of the exact one (Weyl); a converged sweep is declared when an
+ * off-diagonal entry is negligible relative to its neighbours or to eps64 * trace(G).
+ *
+ * Python interface: gram_eigenvalues(src, out, count, m, n, double_input) -> failures.
+ * ``src`` holds count * m * n floats (float32, or float64 when double_input), C order;
+ * ``out`` receives count * r float64 eigenvalues, unsorted. The return value is the number
+ * of matrices whose step 3 did not converge (their rows of ``out`` are NaN). The GIL is
+ * released while computing, so threads can split a batch.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef LANES
+#define LANES 8
+#endif
+#define MAX_SWEEPS_PER_EIGENVALUE 40
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+/* One build runs the AVX2/FMA code where the CPU has it, plain x86-64 code elsewhere. */
+#define MULTIVERSION __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define MULTIVERSION
+#endif
+
+typedef struct {
+    int m, n, r, samples; /* samples: the length of the sums forming G (max(m, n)) */
+    double *x;            /* [r][samples][LANES]: column i of X, per lane */
+    double *g;            /* [r][r][LANES]: lower triangle used */
+    double *d, *e2;       /* [r][LANES]: diagonal, squared off-diagonal */
+    double *v, *w;        /* [r][LANES]: Householder vector, rank-2 update vector */
+    double *v2, *w2;      /* [r][LANES]: the same for the next step */
+    double *trace;        /* [LANES] */
+} Work;
+
+#define AT(p, i) ((p) + (size_t)(i) * LANES)
+
+/* Interleave matrices first .. first + count - 1 of src into w->x as float64 columns of X.
+ * Lanes past count repeat the last matrix (their results are not written out). */
+static void load_group(Work *w, const void *src, int double_input, Py_ssize_t first, int count) {
+    const int m = w->m, n = w->n, r = w->r, s = w->samples;
+    for (int q = 0; q < LANES; q++) {
+        Py_ssize_t t = first + (q < count ? q : count - 1);
+        for (int i = 0; i < r; i++) {
+            double *xi = w->x + ((size_t)i * s) * LANES + q;
+            for (int k = 0; k < s; k++) {
+                /* X = P (m > n): X[k][i] = P[k][i]; X = P^T (m <= n): X[k][i] = P[i][k], read
+                 * along P's rows (a square P has the same eigenvalues either way) */
+                size_t at = (size_t)t * m * n + (m > n ? (size_t)k * n + i : (size_t)i * n + k);
+                xi[(size_t)k * LANES] = double_input ? ((const double *)src)[at]
+                                                     : (double)((const float *)src)[at];
+            }
+        }
+    }
+}
+
+/* g[i][j] = sum_k X[k][i] X[k][j] for j <= i; trace = sum_i g[i][i]. */
+static inline void gram(Work *w) {
+    const int r = w->r, s = w->samples;
+    for (int q = 0; q < LANES; q++) w->trace[q] = 0;
+    for (int i = 0; i < r; i++) {
+        const double *xi = w->x + (size_t)i * s * LANES;
+        for (int j = 0; j <= i; j++) {
+            const double *xj = w->x + (size_t)j * s * LANES;
+            double acc[LANES] = {0};
+            for (int k = 0; k < s; k++)
+                for (int q = 0; q < LANES; q++) acc[q] += xi[k * LANES + q] * xj[k * LANES + q];
+            double *gij = w->g + ((size_t)i * r + j) * LANES;
+            for (int q = 0; q < LANES; q++) gij[q] = acc[q];
+        }
+        for (int q = 0; q < LANES; q++) w->trace[q] += w->g[((size_t)i * r + i) * LANES + q];
+    }
+}
+
+/* The reflector of column k (rows k+1 .. r-1 of g, already updated): d[k] = g[k][k],
+ * e2[k] = the squared off-diagonal left after it, v[k+1 ..] the Householder vector and
+ * beta = 2 / (v . v) (0 for a column already reduced, which then needs no reflection). */
+static inline void reflector(Work *w, int k, double *restrict v, double *restrict beta) {
+    const int r = w->r;
+    const double *g = w->g;
+    double tail[LANES] = {0};
+    for (int i = k + 2; i < r; i++) {
+        const double *restrict gik = g + ((size_t)i * r + k) * LANES;
+        for (int q = 0; q < LANES; q++) tail[q] += gik[q] * gik[q];
+    }
+    const double *restrict x = g + ((size_t)(k + 1) * r + k) * LANES;
+    const double *restrict gkk = g + ((size_t)k * r + k) * LANES;
+    for (int q = 0; q < LANES; q++) {
+        double norm = sqrt(x[q] * x[q] + tail[q]);
+        double alpha = x[q] > 0 ? -norm : norm;
+        double v0 = x[q] - alpha;
+        beta[q] = tail[q] > 0 ? 2.0 / (v0 * v0 + tail[q]) : 0.0;
+        AT(v, k + 1)[q] = v0;
+        AT(w->d, k)[q] = gkk[q];
+        AT(w->e2, k)[q] = tail[q] > 0 ? alpha * alpha : x[q] * x[q];
+    }
+    for (int i = k + 2; i < r; i++) {
+        const double *restrict gik = g + ((size_t)i * r + k) * LANES;
+        for (int q = 0; q < LANES; q++) AT(v, i)[q] = gik[q];
+    }
+}
+
+/* u = beta * A v - (beta^2 / 2) (v . A v) v over rows b .. r-1, from u = A v (the vector
+ * of the symmetric rank-2 update A -= v u^T + u v^T). */
+static inline void finish_update_vector(int b, int r, const double *restrict v,
+                                        double *restrict u, const double *restrict beta) {
+    double half[LANES] = {0};
+    for (int i = b; i < r; i++)
+        for (int q = 0; q < LANES; q++) {
+            AT(u, i)[q] *= beta[q];
+            half[q] += AT(u, i)[q] * AT(v, i)[q];
+        }
+    for (int q = 0; q < LANES; q++) half[q] *= 0.5 * beta[q];
+    for (int i = b; i < r; i++)
+        for (int q = 0; q < LANES; q++) AT(u, i)[q] -= half[q] * AT(v, i)[q];
+}
+
+/* next = A nv over rows/columns from..r-1 (A symmetric, lower triangle stored). */
+static inline void multiply(Work *w, int from, const double *restrict nv,
+                            double *restrict next) {
+    const int r = w->r;
+    for (int i = from; i < r; i++)
+        for (int q = 0; q < LANES; q++) AT(next, i)[q] = 0;
+    for (int i = from; i < r; i++) {
+        const double *restrict gi = w->g + (size_t)i * r * LANES;
+        const double *restrict nvi = AT(nv, i);
+        double row_sum[LANES] = {0};
+        for (int j = from; j < i; j++) {
+            const double *restrict a = gi + (size_t)j * LANES;
+            const double *restrict nvj = AT(nv, j);
+            double *restrict nj = AT(next, j);
+            for (int q = 0; q < LANES; q++) {
+                row_sum[q] += a[q] * nvj[q];
+                nj[q] += a[q] * nvi[q];
+            }
+        }
+        const double *restrict aii = gi + (size_t)i * LANES;
+        for (int q = 0; q < LANES; q++) AT(next, i)[q] += row_sum[q] + aii[q] * nvi[q];
+    }
+}
+
+/* One pass over rows/columns from..r-1 of the lower triangle: apply the pending update
+ * A -= v u^T + u v^T and, when nv is given, accumulate next = A' nv with the updated
+ * entries, so each entry is read and written once per step. */
+static inline void update_and_multiply(Work *w, int from, const double *restrict v,
+                                       const double *restrict u, const double *restrict nv,
+                                       double *restrict next) {
+    const int r = w->r;
+    if (nv)
+        for (int i = from; i < r; i++)
+            for (int q = 0; q < LANES; q++) AT(next, i)[q] = 0;
+    for (int i = from; i < r; i++) {
+        double *restrict gi = w->g + (size_t)i * r * LANES;
+        const double *restrict vi = AT(v, i), *restrict ui = AT(u, i);
+        if (nv) {
+            const double *restrict nvi = AT(nv, i);
+            double row_sum[LANES] = {0};
+            for (int j = from; j < i; j++) {
+                double *restrict a = gi + (size_t)j * LANES;
+                const double *restrict vj = AT(v, j), *restrict uj = AT(u, j);
+                const double *restrict nvj = AT(nv, j);
+                double *restrict nj = AT(next, j);
+                for (int q = 0; q < LANES; q++) {
+                    double x = a[q] - (vi[q] * uj[q] + ui[q] * vj[q]);
+                    a[q] = x;
+                    row_sum[q] += x * nvj[q];
+                    nj[q] += x * nvi[q];
+                }
+            }
+            double *restrict aii = gi + (size_t)i * LANES;
+            for (int q = 0; q < LANES; q++) {
+                aii[q] -= 2 * vi[q] * ui[q];
+                AT(next, i)[q] += row_sum[q] + aii[q] * nvi[q];
+            }
+        } else {
+            for (int j = from; j <= i; j++) {
+                double *restrict a = gi + (size_t)j * LANES;
+                const double *restrict vj = AT(v, j), *restrict uj = AT(u, j);
+                for (int q = 0; q < LANES; q++) a[q] -= vi[q] * uj[q] + ui[q] * vj[q];
+            }
+        }
+    }
+}
+
+/* Householder tridiagonalisation of g (lower triangle): diagonal to d, squared
+ * off-diagonal to e2 (e2[k] couples k and k + 1). Step k reflects rows/columns k+1..r-1;
+ * its rank-2 update is fused with the matrix-vector product of step k + 1. */
+static inline void tridiagonalise(Work *w) {
+    const int r = w->r;
+    double *v = w->v, *u = w->w, *nv = w->v2, *nu = w->w2;
+    double beta[LANES], next_beta[LANES];
+    if (r >= 3) {
+        reflector(w, 0, v, beta);
+        multiply(w, 1, v, u);
+    }
+    for (int k = 0; k + 2 < r; k++) {
+        const int b = k + 1;
+        finish_update_vector(b, r, v, u, beta);
+        /* column b of the update first: the next reflector is built from it */
+        for (int i = b; i < r; i++)
+            for (int q = 0; q < LANES; q++) {
+                double *a = w->g + ((size_t)i * r + b) * LANES;
+                a[q] -= AT(v, i)[q] * AT(u, b)[q] + AT(u, i)[q] * AT(v, b)[q];
+            }
+        if (k + 3 < r) {
+            reflector(w, b, nv, next_beta);
+            update_and_multiply(w, b + 1, v, u, nv, nu);
+            double *t = v; v = nv; nv = t;
+            t = u; u = nu; nu = t;
+            memcpy(beta, next_beta, sizeof beta);
+        } else {
+            update_and_multiply(w, b + 1, v, u, NULL, NULL);
+        }
+    }
+    const double *g = w->g;
+    for (int q = 0; q < LANES; q++) {
+        if (r >= 2) {
+            AT(w->d, r - 2)[q] = g[((size_t)(r - 2) * r + (r - 2)) * LANES + q];
+            double off = g[((size_t)(r - 1) * r + (r - 2)) * LANES + q];
+            AT(w->e2, r - 2)[q] = off * off;
+        }
+        AT(w->d, r - 1)[q] = g[((size_t)(r - 1) * r + (r - 1)) * LANES + q];
+    }
+}
+
+/* Eigenvalues of the tridiagonal (d, e2) of every lane, into d. Each lane keeps its own
+ * active bottom index; a sweep runs over rows 0 .. bottom of every active lane together
+ * (a lane past its bottom is left unchanged). A negligible interior entry needs no split:
+ * the sweep passes through it as a fresh start. Returns a mask of lanes that failed. */
+static inline int tridiagonal_eigenvalues(Work *w) {
+    const int r = w->r;
+    const double eps = 2.220446049250313e-16, eps2 = eps * eps;
+    double *d = w->d, *e2 = w->e2;
+    int bottom[LANES], failed = 0, sweeps = 0;
+    double floor2[LANES];
+    for (int q = 0; q < LANES; q++) {
+        bottom[q] = r - 1;
+        double tol = eps * fabs(w->trace[q]);
+        floor2[q] = tol * tol;
+    }
+    const int max_sweeps = MAX_SWEEPS_PER_EIGENVALUE * r;
+    for (;;) {
+        int top_bottom = 0;
+        double shift[LANES], active[LANES];
+        for (int q = 0; q < LANES; q++) {
+            int mq = bottom[q];
+            while (mq > 0) { /* deflate converged eigenvalues at the bottom */
+                double e = AT(e2, mq - 1)[q];
+                double dd = fabs(AT(d, mq - 1)[q] * AT(d, mq)[q]);
+                if (e <= eps2 * dd || e <= floor2[q] || !(e == e)) {
+                    if (!(e == e)) failed |= 1 << q;
+                    mq--;
+                } else {
+                    break;
+                }
+            }
+            bottom[q] = mq;
+            if (mq > top_bottom) top_bottom = mq;
+            active[q] = mq > 0;
+            if (mq > 0) { /* Wilkinson's shift from the trailing 2 x 2 block */
+                double a = AT(d, mq - 1)[q], c = AT(d, mq)[q], b2 = AT(e2, mq - 1)[q];
+                double delta = 0.5 * (a - c);
+                double root = sqrt(delta * delta + b2);
+                shift[q] = c - b2 / (delta + (delta >= 0 ? root : -root));
+            } else {
+                shift[q] = 0;
+            }
+        }
+        if (top_bottom == 0) break;
+        if (++sweeps > max_sweeps) {
+            for (int q = 0; q < LANES; q++)
+                if (bottom[q] > 0) failed |= 1 << q;
+            break;
+        }
+        double c2[LANES], s2[LANES], gamma[LANES], p[LANES];
+        for (int q = 0; q < LANES; q++) {
+            c2[q] = 1;
+            s2[q] = 0;
+            gamma[q] = AT(d, 0)[q] - shift[q];
+            p[q] = gamma[q] * gamma[q];
+        }
+        for (int i = 0; i < top_bottom; i++) {
+            double *di = AT(d, i), *dn = AT(d, i + 1), *ei = AT(e2, i);
+            double *eprev = i > 0 ? AT(e2, i - 1) : NULL;
+            for (int q = 0; q < LANES; q++) {
+                /* lanes whose active part ends above row i + 1 keep their values */
+                int live = active[q] != 0 && i < bottom[q];
+                double bb = p[q] + ei[q];
+                double inv = bb != 0 ? 1.0 / bb : 0.0;
+                if (live && eprev) eprev[q] = s2[q] * bb;
+                double old_c2 = c2[q], old_gamma = gamma[q];
+                double nc2 = bb != 0 ? p[q] * inv : 1.0;
+                double ns2 = ei[q] * inv;
+                double a = dn[q] - shift[q];
+                double ng = nc2 * a - ns2 * old_gamma;
+                double np = nc2 != 0 ? ng * ng / nc2 : old_c2 * ei[q];
+                if (live) {
+                    di[q] = old_gamma + (a - ng) + shift[q];
+                    c2[q] = nc2;
+                    s2[q] = ns2;
+                    gamma[q] = ng;
+                    p[q] = np;
+                }
+            }
+        }
+        for (int q = 0; q < LANES; q++) {
+            int mq = bottom[q];
+            if (mq > 0) {
+                AT(e2, mq - 1)[q] = s2[q] * p[q];
+                AT(d, mq)[q] = gamma[q] + shift[q];
+            }
+        }
+    }
+    return failed;
+}
+
+MULTIVERSION
+static Py_ssize_t solve_all(Work *w, const void *src, int double_input, Py_ssize_t count,
+                            double *out) {
+    Py_ssize_t failures = 0;
+    const int r = w->r;
+    for (Py_ssize_t first = 0; first < count; first += LANES) {
+        int here = (int)(count - first < LANES ? count - first : LANES);
+        load_group(w, src, double_input, first, here);
+        gram(w);
+        tridiagonalise(w);
+        int failed = tridiagonal_eigenvalues(w);
+        for (int q = 0; q < here; q++) {
+            double *row = out + (size_t)(first + q) * r;
+            for (int i = 0; i < r; i++) row[i] = (failed >> q) & 1 ? NAN : AT(w->d, i)[q];
+            failures += (failed >> q) & 1;
+        }
+    }
+    return failures;
+}
+
+static PyObject *gram_eigenvalues(PyObject *self, PyObject *args) {
+    Py_buffer src, out;
+    Py_ssize_t count;
+    int m, n, double_input;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*w*niip", &src, &out, &count, &m, &n, &double_input))
+        return NULL;
+    PyObject *result = NULL;
+    const int r = m < n ? m : n;
+    const size_t item = double_input ? sizeof(double) : sizeof(float);
+    if (count < 0 || m < 1 || n < 1) {
+        PyErr_SetString(PyExc_ValueError, "count must be >= 0 and m, n >= 1");
+    } else if ((size_t)src.len != (size_t)count * m * n * item) {
+        PyErr_SetString(PyExc_ValueError, "src holds the wrong number of bytes");
+    } else if ((size_t)out.len != (size_t)count * r * sizeof(double)) {
+        PyErr_SetString(PyExc_ValueError, "out holds the wrong number of bytes");
+    } else {
+        Work w = {.m = m, .n = n, .r = r, .samples = m > n ? m : n};
+        size_t lanes = LANES * sizeof(double);
+        double *block = calloc((size_t)r * w.samples + (size_t)r * r + 6 * (size_t)r + 1, lanes);
+        if (block == NULL) {
+            PyErr_NoMemory();
+        } else {
+            w.x = block;
+            w.g = w.x + (size_t)r * w.samples * LANES;
+            w.d = w.g + (size_t)r * r * LANES;
+            w.e2 = w.d + (size_t)r * LANES;
+            w.v = w.e2 + (size_t)r * LANES;
+            w.w = w.v + (size_t)r * LANES;
+            w.v2 = w.w + (size_t)r * LANES;
+            w.w2 = w.v2 + (size_t)r * LANES;
+            w.trace = w.w2 + (size_t)r * LANES;
+            Py_ssize_t failures = 0;
+            Py_BEGIN_ALLOW_THREADS
+            if (count > 0) failures = solve_all(&w, src.buf, double_input, count, out.buf);
+            Py_END_ALLOW_THREADS
+            free(block);
+            result = PyLong_FromSsize_t(failures);
+        }
+    }
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"gram_eigenvalues", gram_eigenvalues, METH_VARARGS,
+     "gram_eigenvalues(src, out, count, m, n, double_input) -> number of failed matrices"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_spectral_kernel",
+    .m_doc = "Eigenvalues of the float64 Gram matrices of small matrices, many at a time.",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__spectral_kernel(void) {
+    PyObject *mod = PyModule_Create(&module);
+    if (mod != NULL && PyModule_AddIntConstant(mod, "LANES", LANES) < 0) {
+        Py_DECREF(mod);
+        return NULL;
+    }
+    return mod;
+}

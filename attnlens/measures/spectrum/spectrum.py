@@ -1,0 +1,347 @@
+"""How low-rank are attention matrices? Singular-value spectra of every head, streamed.
+
+For every sentence and head only the real tokens are kept (the ``m x n`` block of ``P =
+softmax(Q K^T / sqrt(d))`` without padding rows or columns; [CLS]/[SEP] are real tokens and
+stay; ``m = n`` for self-attention, ``m != n`` for cross-attention, ``r = min(m, n)``).
+Blocks of every layer of a batch are pooled by shape, so each shape is one batched solver
+call (``spectral.singular_values``), never a Python loop over matrices.
+
+Definitions (``s_1 >= ... >= s_r`` are the singular values of one block):
+
+- **cumulative curve** ``C(k) = (s_1 + ... + s_k) / (s_1 + ... + s_r)``, ``C(0) = 0``: the
+  normalised cumulative singular-value curve of Linformer (Wang et al. 2020, Fig. 1).
+  "Energy" here means exactly this share of the *sum of singular values* (not of their
+  squares). Between integers ``C`` is interpolated linearly.
+- **relative curve**: ``C(f r)`` on the grid ``f = 1/20, 2/20, ..., 1``, averaged over
+  sentences (each sentence weighs the same).
+- **curve by length**: ``C(k)`` for absolute ``k = 1 .. hi`` in the length buckets
+  ``1-8, 9-16, 17-32, ...`` of ``r`` (``hi`` a power of two; ``C(k) = 1`` for ``k > r``).
+- ``cum_at_quarter``: ``C(r / 4)``, Linformer's "128 of 512".
+- ``effective_rank``: ``exp(H(s / sum s))`` (Roy & Vetterli 2007); ``effective_rank_frac``
+  is that divided by ``r``.
+- ``rank90`` / ``rank99``: the smallest integer ``k`` with ``C(k) >= 0.90`` / ``0.99``;
+  ``rank90_frac`` / ``rank99_frac`` divide by ``r``.
+
+Low-rank costs (``low_rank_cost=True``; ``p_error``, ``output_error``, ``linformer_error``
+for ``k = ceil(f r)``, ``f`` in ``rank_fractions``) are defined in ``measures.spectrum.low_rank``.
+``linformer_error`` is NaN for causal models (a projection of the context mixes in future
+tokens).
+
+Long inputs: with ``top_k > 0``, blocks with ``r >= top_k_min_n`` get only their top ``k``
+singular values and bounded sums (``spectral.top_singular_values``) in the table
+``spectrum_top_k``; the other tables then cover the shorter sentences only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from attnlens.errors import ConfigError
+from attnlens.hooks import ActivationCache
+from attnlens.measures.spectrum.low_rank import (  # re-exported: tests and benchmarks use them here
+    linformer_rms_error,
+    tail_share,
+    truncation_errors,
+)
+from attnlens.measures.spectrum.singular_values import (  # re-exported: tests use them here
+    METHODS,
+    cumulative_curve,
+    curve_at,
+    entropy_effective_rank,
+    lapack_single_thread,
+    numerical_rank,
+    rank_ks,
+    singular_values,
+    top_singular_values,
+)
+from attnlens.measures.spectrum.spectrum_tables import (  # the measures' names, in table order
+    COST_MEASURES,
+    SUMMARY_MEASURES,
+    TOP_MEASURES,
+    spectrum_tables,
+)
+from attnlens.model.transformer import HookedTransformer
+from attnlens.stream.base import Analyzer, Batch
+from attnlens.stream.real_tokens import (  # re-exported: tests use them here
+    BlockGroup,
+    LengthGroup,
+    block_groups,
+    gather_block,
+    gather_key_tokens,
+    gather_square,
+    gather_tokens,
+    length_groups,
+)
+
+__all__ = [
+    "METHODS", "BlockGroup", "LengthGroup", "SpectrumAnalyzer", "block_groups",
+    "cumulative_curve", "curve_at", "entropy_effective_rank", "gather_block", "gather_square",
+    "gather_tokens", "lapack_single_thread", "length_groups", "linformer_rms_error",
+    "numerical_rank", "rank_ks", "singular_values", "tail_share", "top_singular_values",
+    "truncation_errors",
+]
+
+GRID_POINTS = 20
+RANK_LEVELS = (0.90, 0.99)
+DEFAULT_BUFFER = 1 << 22  # pooled pattern elements (16 MiB of float32) before a solver call
+
+
+@dataclass
+class _Pending:
+    layer: int
+    group: BlockGroup
+    P: torch.Tensor  # [group, head, n_query, n_key]
+    V: torch.Tensor | None  # [group, head, n_key, d_head_v]
+
+
+def length_bucket(n: int) -> int:
+    """Upper end ``hi`` of the bucket ``(hi/2, hi]`` holding length ``n`` (at least 8)."""
+    return max(8, 1 << max(0, n - 1).bit_length())
+
+
+class SpectrumAnalyzer(Analyzer):
+    """Streaming singular-value statistics of every head's attention blocks (module doc).
+
+    State: running float64 sums over sentences, so ``merge`` adds and a streamed or
+    distributed result equals the all-at-once one. ``low_rank_cost=False`` skips the
+    truncation and Linformer errors (they need eigenvectors and the cached values ``v``).
+    On an encoder-decoder model the cross-attention's query rows follow
+    ``batch.extra["query_mask"]`` when given (else every query row is real).
+    """
+
+    name = "spectrum"
+    layerwise = True
+    state_fields = (
+        "sentences", "token_sum", "curve_sum", "summary_sum", "cost_sum", "bucket_sum",
+        "bucket_count", "top_sum", "top_sentences",
+    )
+
+    def __init__(
+        self,
+        heads_per_layer: list[int],
+        rank_fractions: tuple[float, ...] = (0.125, 0.25, 0.5),
+        low_rank_cost: bool = True,
+        method: str = "auto",
+        causal: bool = False,
+        top_k: int = 0,
+        top_k_min_n: int = 1024,
+        buffer_elements: int = DEFAULT_BUFFER,
+    ) -> None:
+        if method not in METHODS:
+            raise ConfigError(f"unknown spectrum method {method!r}; use one of {METHODS}.")
+        if any(not 0 < f <= 1 for f in rank_fractions):
+            raise ConfigError("rank fractions must lie in (0, 1], for example 0.25 for n/4.")
+        if top_k < 0 or top_k_min_n < 1:
+            raise ConfigError("top-k must be >= 0 (0 = off) and its minimum length >= 1.")
+        self.heads_per_layer = list(heads_per_layer)
+        self.n_layers, self.n_heads = len(heads_per_layer), max(heads_per_layer)
+        self.rank_fractions = tuple(rank_fractions)
+        self.low_rank_cost, self.method, self.causal = low_rank_cost, method, causal
+        self.top_k, self.top_k_min_n = top_k, top_k_min_n
+        self.buffer_elements = buffer_elements
+        shape = (self.n_layers, self.n_heads)
+        f64 = torch.float64
+        self.grid = torch.arange(1, GRID_POINTS + 1, dtype=f64) / GRID_POINTS
+        self.sentences = 0
+        self.token_sum = 0
+        self.curve_sum = torch.zeros(*shape, GRID_POINTS, dtype=f64)
+        self.summary_sum = torch.zeros(len(SUMMARY_MEASURES), *shape, dtype=f64)
+        self.cost_sum = torch.zeros(len(COST_MEASURES), *shape, len(rank_fractions), dtype=f64)
+        # Keyed by str(hi) (JSON keeps the keys): "16" -> [layer, head, 16]
+        self.bucket_sum: dict[str, torch.Tensor] = {}
+        self.bucket_count: dict[str, int] = {}
+        self.top_sum = torch.zeros(len(TOP_MEASURES), *shape, dtype=f64)
+        self.top_sentences = 0
+        self._pending: list[_Pending] = []
+        self._groups: dict[tuple[int, int], list[BlockGroup]] = {}
+        self._device = torch.device("cpu")
+        self._grid = self.grid
+
+    @classmethod
+    def for_model(cls, model: HookedTransformer, **kwargs) -> SpectrumAnalyzer:
+        return cls(model.heads_per_layer, causal=model.cfg.causal, **kwargs)
+
+    def hook_names(self, model: HookedTransformer) -> list[str]:
+        kinds = ["pattern", "v"] if self.low_rank_cost else ["pattern"]
+        return [f"blocks.{i}.attn.hook_{kind}" for i in range(model.n_layers) for kind in kinds]
+
+    def settings(self) -> dict:
+        return {
+            "heads_per_layer": self.heads_per_layer, "rank_fractions": self.rank_fractions,
+            "low_rank_cost": self.low_rank_cost, "method": self.method, "causal": self.causal,
+            "top_k": self.top_k, "top_k_min_n": self.top_k_min_n,
+        }
+
+    # Feeding ------------------------------------------------------------------------
+    def begin_batch(self, batch: Batch) -> None:
+        self._groups = {}
+        self._batch_counted = False
+        # Self-attention blocks (queries = keys = the batch's tokens), grouped once per batch:
+        # the grouping reads the mask on the host, which must not happen once per layer.
+        width = batch.attention_mask.shape[1]
+        self._place(batch.attention_mask.device)
+        self._groups_for(batch, width, width)
+
+    def _groups_for(self, batch: Batch, n_query: int, n_key: int) -> list[BlockGroup]:
+        """Block groups of this batch for patterns ``[.., n_query, n_key]`` (cached)."""
+        if (n_query, n_key) not in self._groups:
+            key_mask = batch.attention_mask
+            query_mask = batch.extra.get("query_mask")
+            if query_mask is None:
+                same = n_query == n_key
+                query_mask = key_mask if same else key_mask.new_ones(key_mask.shape[0], n_query)
+            self._groups[(n_query, n_key)] = block_groups(query_mask, key_mask, self._device)
+        return self._groups[(n_query, n_key)]
+
+    def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
+        pattern = cache["pattern", layer]  # [batch, head, query_pos, key_pos]
+        self._place(pattern.device)
+        groups = self._groups_for(batch, pattern.shape[-2], pattern.shape[-1])
+        if not self._batch_counted:
+            self._count(groups)
+        values = cache["v", layer] if self.low_rank_cost else None  # [batch, pos, kv_head, d]
+        if values is not None and values.shape[2] != pattern.shape[1]:  # grouped-query heads
+            values = values.repeat_interleave(pattern.shape[1] // values.shape[2], dim=2)
+        for group in groups:
+            P = gather_block(pattern, group)  # [group, head, n_query, n_key]
+            V = None
+            if values is not None:
+                V = gather_key_tokens(values, group).transpose(1, 2)  # [group, head, n_key, d]
+            self._pending.append(_Pending(layer, group, P, V))
+        if sum(p.P.numel() for p in self._pending) >= self.buffer_elements:
+            self._flush()
+
+    def end_batch(self, batch: Batch) -> None:
+        self._flush()
+        self._groups = {}
+
+    def _count(self, groups: list[BlockGroup]) -> None:
+        self._batch_counted = True
+        for group in groups:
+            g = len(group.rows)
+            if self._is_long(group):
+                self.top_sentences += g
+                continue
+            self.sentences += g
+            self.token_sum += group.rank * g
+            key = str(length_bucket(group.rank))
+            self.bucket_count[key] = self.bucket_count.get(key, 0) + g
+
+    def _place(self, device: torch.device) -> None:
+        """Keep the running sums on the device the patterns come from: adding to them then
+        needs no copy to the host (no synchronisation per layer on a GPU)."""
+        if device == self._device:
+            return
+        self._device = device
+        for field in ("curve_sum", "summary_sum", "cost_sum", "top_sum"):
+            setattr(self, field, getattr(self, field).to(device))
+        self.bucket_sum = {hi: t.to(device) for hi, t in self.bucket_sum.items()}
+        self._grid = self.grid.to(device)
+
+    def _is_long(self, group: BlockGroup) -> bool:
+        return self.top_k > 0 and group.rank >= self.top_k_min_n
+
+    # Solving ------------------------------------------------------------------------
+    def _flush(self) -> None:
+        """Solve every pending block, pooled by shape, and fold the results per layer."""
+        pending, self._pending = self._pending, []
+        by_shape: dict[tuple[int, int], list[_Pending]] = {}
+        for item in pending:
+            if self._is_long(item.group):
+                self._fold_top(item)
+            else:
+                by_shape.setdefault(item.P.shape[-2:], []).append(item)
+        for items in by_shape.values():
+            # [sum of group*head, n_query, n_key]: one solver call for the whole shape
+            P = torch.cat([it.P.flatten(0, 1) for it in items])
+            if self.low_rank_cost:
+                V = torch.cat([it.V.flatten(0, 1) for it in items])
+                ks = rank_ks(items[0].group.rank, self.rank_fractions)
+                s, p_err, out_err = truncation_errors(P, V, ks)
+                lin = linformer_rms_error(P, V, ks)
+                if self.causal:
+                    lin = torch.full_like(lin, float("nan"))
+                costs = torch.stack([p_err, out_err, lin], 1)  # [matrices, measure, K]
+            else:
+                s, costs = singular_values(P, self.method), None
+            self._fold(s, costs, self._slots(items), items[0].group.rank)
+
+    def _slots(self, items: list[_Pending]) -> torch.Tensor:
+        """Each pooled matrix's ``layer * n_heads + head`` (the order of ``flatten(0, 1)``)."""
+        return torch.cat([
+            it.layer * self.n_heads
+            + torch.arange(it.P.shape[1], device=self._device).repeat(it.P.shape[0])
+            for it in items
+        ])
+
+    def _fold(self, s: torch.Tensor, costs: torch.Tensor | None, slots: torch.Tensor,
+              r: int) -> None:
+        """Add per-matrix results (``s [matrices, r]``, one shape, every layer of a batch) to
+        the running sums, each at its ``slots`` entry (``layer * n_heads + head``)."""
+        n_slots = self.n_layers * self.n_heads
+        curve = cumulative_curve(s)  # [matrices, r]
+        quarter = curve_at(curve, torch.full((1,), r / 4, dtype=curve.dtype,
+                                             device=curve.device))[..., 0]
+        eff = entropy_effective_rank(s)
+        r90, r99 = (numerical_rank(curve, level) for level in RANK_LEVELS)
+        summary = torch.stack([quarter, eff, eff / r, r90, r99, r90 / r, r99 / r])  # [7, m]
+        self.summary_sum.view(len(SUMMARY_MEASURES), n_slots).index_add_(1, slots, summary)
+        grid = curve_at(curve, self._grid * r)  # [matrices, grid point]
+        self.curve_sum.view(n_slots, GRID_POINTS).index_add_(0, slots, grid)
+        hi = length_bucket(r)
+        bucket = self.bucket_sum.setdefault(
+            str(hi), torch.zeros(self.n_layers, self.n_heads, hi, dtype=torch.float64,
+                            device=self._device)
+        )
+        padded = torch.nn.functional.pad(curve, (0, hi - r), value=1.0)  # [matrices, hi]
+        bucket.view(n_slots, hi).index_add_(0, slots, padded)
+        if costs is not None:  # [matrices, measure, K] -> [measure, layer * head, K]
+            self.cost_sum.view(len(COST_MEASURES), n_slots, -1).index_add_(
+                1, slots, costs.transpose(0, 1))
+
+    def _fold_top(self, item: _Pending) -> None:
+        """Top-``k`` statistics of one group of long blocks (``spectrum_top_k``)."""
+        h = item.P.shape[1]
+        k = min(self.top_k, item.group.rank)
+        top = top_singular_values(item.P, k)  # batch [group, head]
+        first = top.values[..., 0].clamp_min(1e-300)
+        measures = torch.stack([
+            top.ky_fan_lower / top.nuclear_upper,
+            (top.ky_fan_upper / top.nuclear_lower).clamp(max=1.0),
+            top.nuclear_lower,
+            top.nuclear_upper,
+            top.values[..., 0],
+            (top.residual / first[..., None] ** 2).amax(-1),
+        ])  # [measure, group, head]
+        self.top_sum[:, item.layer, :h] += measures.sum(1)
+
+    # Results ------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        self._flush()  # nothing may stay pending in a shipped state
+        return super().state_dict()
+
+    def result(self) -> dict[str, pd.DataFrame]:
+        self._flush()
+        if self.sentences == 0 and self.top_sentences == 0:
+            raise ConfigError("the spectrum analyzer saw no sentences; pass a non-empty corpus.")
+        return spectrum_tables(self)
+
+    @property
+    def mean_length(self) -> float:
+        return self.token_sum / max(self.sentences, 1)
+
+    def rows(self, values: np.ndarray, extra: dict[str, np.ndarray]) -> pd.DataFrame:
+        """Tidy rows from ``values [layer, head, ...]`` keeping only existing heads."""
+        frames = []
+        for layer, h in enumerate(self.heads_per_layer):
+            for head in range(h):
+                frame = pd.DataFrame(dict(extra))
+                frame.insert(0, "head", head)
+                frame.insert(0, "layer", layer)
+                frame["value"] = values[layer, head].reshape(-1)
+                frames.append(frame)
+        return pd.concat(frames, ignore_index=True)

@@ -1,0 +1,272 @@
+"""Atomic writers for tables and figures: an interrupted run never leaves a half file.
+
+The lowest layer beside ``errors``: anything may import it, it imports nothing of attnlens but
+``errors``, and it needs neither pandas nor matplotlib until a table or figure is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from functools import partial
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from attnlens.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+FIGURE_FORMATS = ("png", "svg", "pdf")
+TABLE_FORMATS = ("csv", "md")
+
+
+def process_umask() -> int:
+    """The process's file-mode creation mask, read when a file is made (not at import).
+
+    Linux reports it in /proc/self/status, which leaves the mask alone; elsewhere it is read by
+    setting a mask and restoring it at once (``os.umask`` has no read-only form).
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+@contextmanager
+def atomic_open(path: str | Path, mode: str = "w", durable: bool = False) -> Iterator[IO]:
+    """Write to a temporary file beside ``path``, then rename it into place.
+
+    ``durable``: flush the file to disk before the rename (checkpoints, manifests), so even a
+    power loss leaves the old file or the whole new one.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.chmod(tmp, 0o666 & ~process_umask())  # mkstemp makes 0600 files; give the usual permissions
+    try:
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
+            yield handle
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """``data`` written durably and atomically (see ``atomic_open``)."""
+    with atomic_open(path, "wb", durable=True) as handle:
+        handle.write(data)
+    return Path(path)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike, value: Any) -> Path:
+    """JSON with sorted keys and a final newline (the same value gives the same bytes)."""
+    return atomic_write_text(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
+
+
+# Names made from data -----------------------------------------------------------------------
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_DOTS = re.compile(r"[._]{2,}")
+
+
+def safe_filename(text: str, fallback: str = "item", max_length: int = 100) -> str:
+    """A file name made from data (a relation, a model name) that stays in its folder.
+
+    Anything but ASCII letters, digits, ``.``, ``_`` and ``-`` becomes ``_`` (so ``/`` and
+    ``\\`` cannot make a path), runs of dots and underscores become one ``_`` (no ``..``),
+    and leading or trailing ``.``/``_``/``-`` go (no hidden files): ``../../x`` -> ``x``.
+    """
+    name = _DOTS.sub("_", _UNSAFE.sub("_", str(text))).strip("._-")[:max_length].strip("._-")
+    return name or fallback
+
+
+def path_inside(folder: str | os.PathLike, name: str) -> Path:
+    """``folder / name``, refused when it would leave ``folder`` (``..``, absolute paths)."""
+    base = Path(folder).resolve()
+    path = (base / name).resolve()
+    if path == base or base not in path.parents:
+        raise ConfigError(f"file name {name!r} would be written outside {folder}; "
+                          "names made from data must be plain file names.")
+    return path
+
+
+def markdown_table(df: pd.DataFrame, float_format: str = "{:.4g}") -> str:
+    """A GitHub-flavoured Markdown table (no extra dependency)."""
+
+    def cell(value) -> str:
+        if isinstance(value, float):
+            return float_format.format(value)
+        return str(value).replace("|", "\\|")
+
+    header = "| " + " | ".join(str(c) for c in df.columns) + " |"
+    rule = "|" + "|".join("---" for _ in df.columns) + "|"
+    rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join([header, rule, *rows]) + "\n"
+
+
+def write_table(
+    df: pd.DataFrame, out_dir: str | Path, name: str, formats: Iterable[str] = ("csv", "md")
+) -> list[Path]:
+    """Write ``df`` as ``name.csv`` and/or ``name.md`` in ``out_dir``; return the paths."""
+    paths = []
+    for fmt in formats:
+        path = path_inside(out_dir, f"{name}.{fmt}")  # a name from data cannot leave out_dir
+        with atomic_open(path) as handle:
+            if fmt == "csv":
+                df.to_csv(handle, index=False)
+            elif fmt == "md":
+                handle.write(markdown_table(df))
+            else:
+                raise DataError(f"unknown table format {fmt!r}; use csv or md.")
+        paths.append(path)
+    return paths
+
+
+def figure_formats(text: str | Iterable[str]) -> tuple[str, ...]:
+    """``"png,svg"`` (or a list) -> validated, lower-case figure formats, in the given order."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    formats = tuple(dict.fromkeys(f.strip().lower() for f in items if f.strip()))
+    unknown = [f for f in formats if f not in FIGURE_FORMATS]
+    if unknown or not formats:
+        raise DataError(
+            f"unknown figure format {', '.join(unknown) or '(none given)'}; "
+            f"use {', '.join(FIGURE_FORMATS)} (comma-separated)."
+        )
+    return formats
+
+
+# Where ``save_figure`` sends drawing work while a figure pool is active: the innermost entry
+# queues ``(figure, write, [(path, format), ...])`` (``report.figure_pool`` installs one and
+# removes it when its block ends); with none, figures are drawn at once.
+FIGURE_QUEUES: list[Callable[[Any, Callable[[Any, Path, str], None], list], None]] = []
+# (name prefix, label) applied by ``save_figure`` while set (see ``figure_naming``).
+_FIGURE_NAMING: ContextVar[tuple[str, str] | None] = ContextVar("figure_naming", default=None)
+
+
+@contextmanager
+def figure_naming(prefix: str = "", label: str = "") -> Iterator[None]:
+    """Inside this block ``save_figure`` writes ``prefix + name`` and writes ``label`` in the
+    top-left corner of every figure (encoder-decoder reports: one copy per attention type)."""
+    token = _FIGURE_NAMING.set((prefix, label))
+    try:
+        yield
+    finally:
+        _FIGURE_NAMING.reset(token)
+
+
+def _add_label(fig, label: str):
+    fig.text(0.005, 0.995, label, ha="left", va="top", fontsize=8, style="italic")
+    return fig
+
+
+def _labelled(recipe: Callable[[], Any], label: str):
+    """A recipe's figure with ``label`` (module level, so the partial pickles)."""
+    return _add_label(recipe(), label)
+
+
+def save_figure(
+    fig, out_dir: str | Path, name: str, formats: Iterable[str] = ("png",)
+) -> list[Path]:
+    """Save a matplotlib Figure atomically in each format, then close it; return the paths.
+
+    ``fig`` may also be a recipe: a picklable zero-argument callable returning the Figure
+    (``functools.partial(layer_head_heatmap, table, title)``). Inside
+    ``report.figure_pool.figure_pool()`` the drawing happens in a worker process and the
+    files exist once the pool block ends.
+    """
+    from matplotlib.figure import Figure
+
+    naming = _FIGURE_NAMING.get()
+    if naming is not None:
+        prefix, label = naming
+        name = prefix + name
+        if label:
+            fig = _add_label(fig, label) if isinstance(fig, Figure) else partial(
+                _labelled, fig, label)
+    try:
+        checked = figure_formats(formats)
+    except DataError:
+        if isinstance(fig, Figure):
+            _close(fig)
+        raise
+    jobs = [(path_inside(out_dir, f"{name}.{fmt}"), fmt) for fmt in checked]  # stays in out_dir
+    if FIGURE_QUEUES:
+        FIGURE_QUEUES[-1](fig, _write_figure, jobs)
+        if isinstance(fig, Figure):
+            _close(fig)  # the worker draws a pickled copy
+    else:
+        draw_figure(fig, _write_figure, jobs)
+    return [path for path, _ in jobs]
+
+
+def draw_figure(figure, write: Callable[[Any, Path, str], None], jobs: list) -> None:
+    """Build ``figure`` if it is a recipe, ``write(fig, path, fmt)`` each job, close it."""
+    from matplotlib.figure import Figure
+
+    fig = figure if isinstance(figure, Figure) else figure()
+    try:
+        for path, fmt in jobs:
+            write(fig, path, fmt)
+    finally:
+        _close(fig)
+
+
+def _write_figure(fig, path: Path, fmt: str) -> None:
+    with atomic_open(path, "wb") as handle:
+        fig.savefig(handle, format=fmt, dpi=110)  # fixed layout (plots/style.py): no tight bbox
+
+
+def _close(fig) -> None:
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def check_input_file(path: str | os.PathLike | None, option: str, what: str) -> Path | None:
+    """``path`` when it is a readable regular file, else a one-line ``DataError`` naming the
+    option that gave it and what a good file holds (``what``: "CoNLL-U treebank")."""
+    if path is None:
+        return None
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise DataError(f"{option} {path} is a folder; pass a file ({what}).")
+    if not path.exists():
+        raise DataError(f"{option} file {path} does not exist; pass a file ({what}).")
+    if not path.is_file():
+        raise DataError(f"{option} {path} is not a regular file; pass a file ({what}).")
+    if not os.access(path, os.R_OK):
+        raise DataError(f"{option} {path} cannot be read (permission denied).")
+    return path
+
+
+def check_output_dir(out_dir: str | Path) -> Path:
+    """Create ``out_dir`` (and parents) or fail with a one-line reason."""
+    path = Path(out_dir)
+    if path.exists() and not path.is_dir():
+        raise DataError(f"output path {path} is a file; pass a folder with --out.")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DataError(f"cannot create output folder {path}: {exc.strerror}.") from exc
+    if not os.access(path, os.W_OK):
+        raise DataError(f"output folder {path} is not writable.")
+    return path

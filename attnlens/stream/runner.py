@@ -1,0 +1,56 @@
+"""One forward pass per batch feeds every analyzer, layer by layer.
+
+Layerwise analyzers receive each layer's activations from inside the forward pass, as soon
+as that layer has produced everything they read, and the runner drops those activations
+right after: memory holds one layer's patterns, not the whole model's. Whole-batch
+analyzers (``layerwise = False``) get a cache of every activation they read once the
+forward pass ends. Analyzers with forward passes of their own (``needs_model_pass``) run
+them after the main pass, on the model without the runner's hooks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import torch
+
+from attnlens.data.batch import Batch
+from attnlens.model.protocol import has_several_attention_types
+from attnlens.model.transformer import HookedTransformer
+from attnlens.progress import progress_bar
+from attnlens.stream.base import Analyzer
+from attnlens.stream.feeder import LayerFeeder
+
+
+@torch.no_grad()
+def run_analyzers(
+    model: HookedTransformer,
+    batches: Iterable[Batch],
+    analyzers: Sequence[Analyzer],
+    total: int | None = None,
+    show_progress: bool = True,
+    description: str = "analysing",
+) -> Sequence[Analyzer]:
+    """Run ``model`` over ``batches`` once, feeding every analyzer what it reads.
+
+    On an encoder-decoder model every analyzer must name its ``attention`` type; it then
+    reads that type as a plain stack (``stream.attention_types``).
+    """
+    if has_several_attention_types(model):
+        from attnlens.stream.attention_types import run_by_attention
+
+        return run_by_attention(model, batches, analyzers, total, show_progress, description)
+    feeder = LayerFeeder(model, analyzers)
+    hooks = [(name, feeder.save) for name in feeder.names]
+    own_passes = [a for a in analyzers if a.needs_model_pass]
+    with progress_bar(description, total=total, enabled=show_progress) as advance:
+        for batch in batches:
+            batch = batch.to(model.device)
+            with model.hooks(fwd_hooks=hooks):
+                feeder.begin(batch)
+                model(**batch.model_inputs(), return_type="hidden")
+                feeder.end()
+            for analyzer in own_passes:
+                analyzer.model_pass(model, batch)
+            advance(batch.size)
+    return analyzers
