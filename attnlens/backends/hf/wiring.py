@@ -11,7 +11,7 @@ resets the call counts at the start of every forward pass. ``remove()`` undoes a
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
@@ -21,14 +21,12 @@ from attnlens.backends.hf.slots import AttentionSlot, bind, binding_of, unbind
 from attnlens.hooks import HookPoint
 from attnlens.model.protocol import AttentionLayer
 
-if TYPE_CHECKING:
-    from attnlens.backends.hf.model import HFAttentionModel
-
 
 class Wiring:
     """Slots, residual hooks and output-projection hooks of one ``HFAttentionModel``."""
 
-    def __init__(self, model: HFAttentionModel) -> None:
+    def __init__(self, model: nn.Module) -> None:
+        """``model``: the ``HFAttentionModel`` being built (its hook modules exist)."""
         self.model = model
         self.handles: list = []
         self.slots: list[AttentionSlot] = []
