@@ -3,7 +3,8 @@
 For every ``model_type`` of the installed transformers that has a base model class
 (``AutoModel``), the sweep builds a tiny random instance (``shrink``: the config's own defaults
 made small by field name, then weights drawn large enough that attention patterns are far from
-uniform, as ``verify.randomise`` does), feeds it the inputs its ``main_input_name`` asks for
+uniform, as ``parity_inputs.randomise`` does), feeds it the inputs its ``main_input_name``
+asks for
 (token ids with a padded row; images; audio features), and runs it twice on the same batch:
 with ``attn_implementation="eager"`` and through attnlens (``HFAttentionModel``, whose mapping
 must succeed). It compares every attention probability the model returns and its final hidden
@@ -165,8 +166,8 @@ def verify_model_type(model_type: str) -> SweepRow:
 
     from attnlens.backends.hf.attention import register
     from attnlens.backends.hf.model import HFAttentionModel, call_options
+    from attnlens.loaders.parity_inputs import randomise
     from attnlens.loaders.shrink import shrink
-    from attnlens.loaders.verify import randomise
 
     row = SweepRow(model_type)
     cls, why = _base_class(model_type)
