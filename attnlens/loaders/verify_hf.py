@@ -4,8 +4,8 @@ For every ``model_type`` of the installed transformers that has a base model cla
 (``AutoModel``), the sweep builds a tiny random instance (``shrink``: the config's own defaults
 made small by field name, then weights drawn large enough that attention patterns are far from
 uniform, as ``parity_inputs.randomise`` does), feeds it the inputs its ``main_input_name``
-asks for
-(token ids with a padded row; images; audio features), and runs it twice on the same batch:
+asks for (token ids with a padded row; images; audio features), and runs it twice on the same
+batch:
 with ``attn_implementation="eager"`` and through attnlens (``HFAttentionModel``, whose mapping
 must succeed). It compares every attention probability the model returns and its final hidden
 states. A model is *verified* when both differ by at most ``TOLERANCE``; otherwise the row says
