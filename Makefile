@@ -48,7 +48,8 @@ SAMPLE_VIEW_TEXT := The keeper climbed the stairs because the old lamp at the to
 sample-report: setup
 	rm -rf reports/minilm
 	$(BIN)/attnlens analyze --out reports/minilm --prune reports/prune --quiet
-	$(BIN)/attnlens view "$(SAMPLE_VIEW_TEXT)" --out reports/minilm/viewer.html --layer 2 --heads 0,8
+	$(BIN)/attnlens view "$(SAMPLE_VIEW_TEXT)" --out reports/minilm/viewer.html --layer 2 --heads 0,8 \
+	  --report reports/minilm
 
 screenshots: setup browser
 	$(BIN)/python docs/img/screenshots.py reports/minilm docs/img
@@ -97,6 +98,7 @@ BENCH_BATCHING := --sentences 32
 BENCH_DISTRIBUTED := --sentences 48
 BENCH_PRUNED := --rounds 3
 BENCH_NEWVIEWS := --sentences 64
+BENCH_VIEWER := --lengths 512,1024
 endif
 BENCH := OMP_NUM_THREADS=$(BENCH_THREADS) $(BIN)/python benchmarks
 bench: setup
@@ -109,3 +111,4 @@ bench: setup
 	$(BENCH)/distributed.py --threads $(BENCH_THREADS) $(BENCH_DISTRIBUTED)
 	$(BENCH)/pruned_speed.py --threads $(BENCH_THREADS) $(BENCH_PRUNED)
 	$(BENCH)/newviews.py --threads $(BENCH_THREADS) $(BENCH_NEWVIEWS)
+	$(BENCH)/viewer.py $(BENCH_VIEWER)

@@ -90,6 +90,9 @@ EOF
 fi
 rm -rf "$out"
 
+step "the attention viewer on the GPU: 2,048 tokens CPU vs GPU, 8,192 and 16,384 tokens, --generate"
+"$PY" benchmarks/gpu_check_viewer.py || status=$?
+
 step "GPU benchmark (benchmarks/gpu.py)"
 "$PY" benchmarks/gpu.py ${GPU_CHECK_QUICK:+--quick} || status=$?
 

@@ -83,7 +83,7 @@ ScoreRangeOpt = typer.Option(
 def _export(model, curve, order: str, step: int | None, folder, force: bool) -> str:
     """Structurally prune by one curve's mask, export it, and describe what was written."""
     from attnlens.errors import ConfigError
-    from attnlens.loaders.export import export_hf
+    from attnlens.loaders.export import export_hf, pad_heads_to_uniform, removed_heads
     from attnlens.measures.pruning import final_mask, prune_heads
 
     last = int(curve[(curve["order"] == order) & (curve["seed"] == 0)]["step"].max())
@@ -94,11 +94,17 @@ def _export(model, curve, order: str, step: int | None, folder, force: bool) -> 
     mask = final_mask(model, curve, order, seed=0, step=step)
     pruned = prune_heads(model, mask)
     export_hf(pruned, folder.given, overwrite=force)
-    n_before = sum(p.numel() for p in model.parameters())
+    n_full = sum(p.numel() for p in pad_heads_to_uniform(pruned).parameters())
     n_after = sum(p.numel() for p in pruned.parameters())
+    removed = removed_heads(pruned)
+    listed = "; ".join(f"L{layer}: {', '.join(map(str, heads))}"
+                       for layer, heads in removed.items()) or "none"
     return (
-        f"exported the {order} curve's model ({sum(pruned.heads_per_layer)} heads, per layer "
-        f"{pruned.heads_per_layer}; {n_after:,} of {n_before:,} parameters) to {folder.given}/"
+        f"exported the {order} curve's model ({sum(pruned.heads_per_layer)} heads kept, per "
+        f"layer {pruned.heads_per_layer}) to {folder.given}/: the folder holds it padded to full "
+        f"size for transformers ({n_full:,} parameters; removed heads are zero heads, listed "
+        f"in config.json's pruned_heads: {listed}); attnlens loads it compact ({n_after:,} "
+        "parameters), each head keeping its number."
     )
 
 

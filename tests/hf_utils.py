@@ -8,6 +8,8 @@ checkpoint of it names.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -102,3 +104,27 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     both = a.isnan() & b.isnan()
     diff = (a - b).abs().masked_fill(both, 0.0)
     return float(diff.nan_to_num(nan=float("inf")).max())
+
+
+@contextmanager
+def float64_softmax() -> Iterator[None]:
+    """transformers' eager attention with a float64 softmax for float64 scores.
+
+    Most eager functions call ``softmax(..., dtype=torch.float32)`` whatever the input dtype;
+    attnlens keeps float64 in float64 (both backends), so its float64 reference is the same
+    eager computation with that one rounding removed. fp32 and half precision are unchanged.
+    """
+    import torch.nn.functional as F
+
+    original = F.softmax
+
+    def softmax(input, dim=None, _stacklevel=3, dtype=None):
+        if dtype is not None:
+            dtype = torch.promote_types(input.dtype, dtype)
+        return original(input, dim=dim, dtype=dtype)
+
+    F.softmax = softmax
+    try:
+        yield
+    finally:
+        F.softmax = original

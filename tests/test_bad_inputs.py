@@ -393,6 +393,41 @@ CASES = [
 ]
 
 
+
+# Issue 23 (fix23a): removed heads recorded in config.json, shards linked out of the folder.
+def _pruned_heads(env: Env, field: object) -> str:
+    model = env.model_copy()
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "pruned_heads": field}))
+    return "model"
+
+
+def _shard_linked_outside(env: Env) -> str:
+    model = env.model_copy()
+    outside = env.tmp / "elsewhere"
+    outside.mkdir()
+    (model / "model.safetensors").rename(outside / "weights.safetensors")
+    (model / "model-00001-of-00001.safetensors").symlink_to(outside / "weights.safetensors")
+    (model / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {"w": "model-00001-of-00001.safetensors"}}))
+    return "model"
+
+
+CASES += [
+    Case("pruned-heads-bad-layer", lambda e: ["analyze", _pruned_heads(e, {"5": [0]}), "--out",
+                                              "out"],
+         "\"pruned_heads\" names layer '5'; the model has layers 0 to 1",
+         "fix or remove \"pruned_heads\" in config.json"),
+    Case("pruned-heads-live-head", lambda e: ["asymmetry", _pruned_heads(e, {"0": [1]}),
+                                              "--weights-only", "--out", "out"],
+         "lists head L0H1, whose weights are not zero", "fix or remove \"pruned_heads\"",
+         before_load=False),
+    Case("index-shard-linked-outside", lambda e: ["analyze", _shard_linked_outside(e), "--out",
+                                                  "out"],
+         "a link to .*outside the model folder", "copy the shard files into the folder"),
+]
+
+
 # Fixtures --------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory) -> tuple[Path, Path, Path]:

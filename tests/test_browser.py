@@ -145,12 +145,14 @@ def test_viewer_hover_changes_the_drawing(viewer_file: Path) -> None:
         canvas = driver.find_element(By.CSS_SELECTOR, "#stage canvas.main")
         before = driver.execute_script("return arguments[0].toDataURL()", canvas)
         width = float(canvas.get_attribute("data-token-width"))
-        # Hover the fourth query token (left column; rows are 20 px below a 46 px header).
-        hover(driver, canvas, 16 + width / 2, 46 + 3 * 20 + 10)
+        top = float(canvas.get_attribute("data-top"))
+        # Hover the fourth query token (left column; rows of 20 px from data-top).
+        hover(driver, canvas, 16 + width / 2, top + 3 * 20 + 10)
         time.sleep(0.2)
         after = driver.execute_script("return arguments[0].toDataURL()", canvas)
         assert after != before
-        assert "attends most to" in driver.find_element(By.ID, "readout").text
+        readout = driver.find_element(By.ID, "readout")
+        assert readout.is_displayed() and "attends most to" in readout.text
         not_blank(driver.get_screenshot_as_png())
         # Model view: every head as a thumbnail; a click enlarges it as a matrix.
         driver.find_element(By.CSS_SELECTOR, '.tab[data-view="model"]').click()
@@ -162,9 +164,9 @@ def test_viewer_hover_changes_the_drawing(viewer_file: Path) -> None:
         thumbs[14].click()  # layer 1, head 2
         assert "matrix" in driver.find_element(By.CSS_SELECTOR, "#stage canvas.main"
                                                ).get_attribute("class")
-        assert "head 1-2" in driver.execute_script("return document.title + ' ' + "
-                                                   "document.querySelector('#heads .chip.on')"
-                                                   ".title")
+        assert driver.execute_script("return document.querySelector('#heads .chip.on')"
+                                     ".title").startswith("L1H2")
+        assert "layer=1&heads=2&view=matrix" in driver.current_url  # the address follows
         png = driver.execute_script(
             "return document.querySelector('#stage canvas.main').toDataURL('image/png')")
         assert png.startswith("data:image/png;base64,") and len(png) > 5000
@@ -172,4 +174,166 @@ def test_viewer_hover_changes_the_drawing(viewer_file: Path) -> None:
         assert driver.execute_script("return window.__alerts") == 0
         assert driver.execute_script("return document.querySelectorAll('script').length") == 2
         assert XSS_SCRIPT in driver.find_element(By.CSS_SELECTOR, "header .text").text
+        assert console_errors(driver) == []
+
+
+def _grid_cells(driver, table: str, choices: dict[str, str]) -> tuple[set[str], int]:
+    """Open ``table``'s layer x head grid, choose ``choices`` (selector -> value); return the
+    grid's selectors and how many cells hold a value."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    css = f'.tablewidget[data-table="{table}"]'
+    driver.find_element(By.CSS_SELECTOR, css).find_element(
+        By.CSS_SELECTOR, 'button[data-view="grid"]').click()
+    for name, value in choices.items():
+        Select(driver.find_element(By.CSS_SELECTOR, f'{css} select[aria-label="{name}"]')
+               ).select_by_value(value)
+    widget = driver.find_element(By.CSS_SELECTOR, css)
+    selectors = {s.get_attribute("aria-label")
+                 for s in widget.find_elements(By.CSS_SELECTOR, ".tw-grid-controls select")}
+    filled = [c for c in widget.find_elements(By.CSS_SELECTOR, ".hg-cell") if c.text.strip()]
+    return selectors, len(filled)
+
+
+RESULT_COLUMNS = {"tested", "above_margin", "syntactic"}
+
+
+def test_syntactic_grid_slices_on_keys_only(report_dir: Path, sample_report: Path) -> None:
+    """The Layer x head grid of syntactic_accuracy slices on relation and direction, never on
+    its yes/no result columns (which hid every head of nsubj dep->head, issue 23 item 7)."""
+    with browser() as driver:
+        open_page(driver, report_dir / "index.html")
+        selectors, filled = _grid_cells(driver, "syntactic_accuracy",
+                                        {"relation": "nsubj", "direction": "dep->head"})
+        assert {"relation", "direction"} <= selectors and not selectors & RESULT_COLUMNS
+        assert filled == 6 * 12
+        assert console_errors(driver) == []
+        open_page(driver, sample_report / "index.html")  # the sample report: all relations
+        selectors, filled = _grid_cells(driver, "syntactic_accuracy",
+                                        {"direction": "dep->head"})
+        assert not selectors & RESULT_COLUMNS and filled == 6 * 12
+        assert console_errors(driver) == []
+
+
+@pytest.fixture(scope="module")
+def causal_page(tmp_path_factory) -> Path:
+    """A tiny random GPT-2 (causal mask, byte-level BPE) on a short text."""
+    from tests.viewer_models import save_tiny_gpt2
+
+    require_browser()
+    folder = tmp_path_factory.mktemp("causal_view")
+    model = save_tiny_gpt2(folder / "gpt2")
+    out = folder / "causal.html"
+    result = runner.invoke(app, ["view", str(model), "the keeper climbed the old stairs",
+                                 "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_the_address_selects_layer_head_view_and_token(causal_page: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    with browser(1300, 1000) as driver:
+        driver.get(causal_page.as_uri() + "#layer=1&head=2&view=text&query=5")
+        wait_ready(driver)
+        assert driver.find_element(By.CSS_SELECTOR, ".tab.on").get_attribute(
+            "data-view") == "text"
+        assert driver.execute_script("return document.getElementById('layer').value") == "1"
+        on = driver.find_elements(By.CSS_SELECTOR, "#heads .chip.on")
+        assert [c.get_attribute("data-head") for c in on] == ["2"]
+        tokens = driver.find_elements(By.CSS_SELECTOR, "#textview .tok")
+        assert "active" in tokens[5].get_attribute("class")  # query 5 pinned
+        assert "masked" in tokens[6].get_attribute("class")  # after it: causal mask
+        assert "masked" not in tokens[4].get_attribute("class")
+        # The text reads as written: pieces with their spaces, not Ġ tokens.
+        assert driver.find_element(By.ID, "textview").text == "the keeper climbed the old stairs"
+        assert console_errors(driver) == []
+
+
+def test_masked_cells_are_hatched_not_drawn_as_zero(causal_page: Path) -> None:
+    with browser(1300, 1000) as driver:
+        driver.get(causal_page.as_uri() + "#view=matrix&layer=0&head=0")
+        wait_ready(driver)
+        pixel = """const c = document.querySelector('#stage canvas.main'), d = c.dataset;
+            const x = Number(d.left) + (arguments[1] + 0.5) * Number(d.cell),
+                  y = Number(d.top) + (arguments[0] + 0.5) * Number(d.cell);
+            return Array.from(c.getContext('2d').getImageData(x, y, 1, 1).data).slice(0, 3);"""
+        n = driver.execute_script("return AL.data.n")
+        masked = [driver.execute_script(pixel, 0, j) for j in range(1, n)]  # query 0: all later
+        zero = [255, 255, 255]  # weight 0 is white (the colour bar's bottom)
+        for rgb in masked:  # the hatch: grey fill and darker grey lines, never white
+            assert rgb != zero and max(rgb) - min(rgb) <= 20 and max(rgb) < 245
+        assert driver.execute_script(pixel, 0, 0) != driver.execute_script(pixel, 0, 1)
+        # The readout names the mask rather than a weight.
+        assert "masked" in driver.execute_script("return cellReadout(0, 3)")
+        assert console_errors(driver) == []
+
+
+def test_notebook_display_takes_the_height_of_its_content(tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    import attnlens
+
+    shown = attnlens.view("The keeper climbed the stairs.")
+    notebook = tmp_path / "notebook.html"  # what Jupyter puts in an output cell
+    notebook.write_text(f"<!doctype html><html><body><p>In [1]:</p>{shown._repr_html_()}"
+                        "</body></html>", encoding="utf-8")
+
+    def inside(driver, frame, script: str):
+        driver.switch_to.frame(frame)
+        try:
+            return driver.execute_script(script)
+        finally:
+            driver.switch_to.default_content()
+
+    def fitted(driver, frame) -> bool:  # the frame's height is its content's, now
+        inner = inside(driver, frame, "return document.documentElement.scrollHeight")
+        return abs(frame.size["height"] - inner) <= 2
+
+    with browser(1300, 1000) as driver:
+        driver.get(notebook.as_uri())
+        frame = driver.find_element(By.TAG_NAME, "iframe")
+        guess = frame.size["height"]
+        WebDriverWait(driver, 60).until(lambda d: inside(
+            d, frame, "return document.body.getAttribute('data-ready')") == "1")
+        WebDriverWait(driver, 60).until(lambda d: fitted(d, frame))
+        inner = frame.size["height"]
+        header = inside(driver, frame, "return document.querySelector('header.top')"
+                        ".getBoundingClientRect().height")
+        print(f"notebook frame: first guess {guess} px, sized to its content {inner} px, "
+              f"header {header:.0f} px")
+        assert header < 0.25 * inner  # a one-line header, not 70 % of the frame
+        # The frame follows its content: the model view (6 x 12 thumbnails) is taller.
+        inside(driver, frame, "document.querySelector('.tab[data-view=\"model\"]').click()")
+        WebDriverWait(driver, 60).until(lambda d: inside(
+            d, frame, "return document.querySelector('.model-grid').getAttribute('data-drawn')"))
+        WebDriverWait(driver, 60).until(lambda d: fitted(d, frame))
+        assert frame.size["height"] > inner + 100
+        assert console_errors(driver) == []
+
+
+def test_role_badges_show_in_model_view_and_head_chips(tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    roles = tmp_path / "head_roles.csv"
+    roles.write_text("layer,head,roles,evidence\n0,2,positional,\"offset -1, q=0\"\n"
+                     "3,5,syntactic; rare-word,\"nsubj\"\n", encoding="utf-8")
+    out = tmp_path / "roles.html"
+    result = runner.invoke(app, ["view", "The cat sat.", "--out", str(out), "--report",
+                                 str(roles), "--no-rollout"])
+    assert result.exit_code == 0, result.output
+    with browser(1300, 1000) as driver:
+        driver.get(out.as_uri())
+        wait_ready(driver)
+        chip = driver.find_element(By.CSS_SELECTOR, '#heads .chip[data-head="2"]')
+        assert "positional" in chip.get_attribute("title")
+        assert driver.find_element(By.CSS_SELECTOR, "#heads .badge").text == "pos"
+        driver.find_element(By.CSS_SELECTOR, '.tab[data-view="model"]').click()
+        WebDriverWait(driver, 30).until(lambda d: d.execute_script(
+            "return document.querySelector('.model-grid').getAttribute('data-drawn')"))
+        badges = [b.text for b in driver.find_elements(By.CSS_SELECTOR, ".model-grid .badge")]
+        assert badges == ["pos", "syn", "rare"]
         assert console_errors(driver) == []

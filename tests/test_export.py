@@ -281,3 +281,74 @@ def test_pruned_gqa_model_exports(tmp_path):
         theirs = hf(**batch.inputs()).logits
     # logits <= ~6 against transformers' Llama, as TINY_TOL (measured <= 4.3e-6)
     assert float((ours - theirs).abs()[real].max()) <= 1e-5
+
+
+def _attention_variant_cases():
+    import transformers as t
+
+    from tests.test_parity_llama import make_config
+    from tests.test_parity_rope_scaling import ROPES
+
+    gpt2 = dict(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=40,
+                bos_token_id=0, eos_token_id=0)
+
+    def llama(family, **overrides):
+        return make_config(family, head_dim=16, max_position_embeddings=8, **overrides)
+
+    return {
+        "llama-llama3": (t.LlamaForCausalLM, llama("llama", rope_parameters=ROPES["llama3"])),
+        "llama-yarn-mscale": (t.LlamaForCausalLM,
+                              llama("llama", rope_parameters=ROPES["yarn-mscale"])),
+        "qwen2-dynamic-alternating": (t.Qwen2ForCausalLM, llama(
+            "qwen2", rope_parameters=ROPES["dynamic"], use_sliding_window=True,
+            sliding_window=3, layer_types=["full_attention", "sliding_attention"])),
+        "mistral-linear-window": (t.MistralForCausalLM,
+                                  llama("mistral", rope_parameters=ROPES["linear"],
+                                        sliding_window=4)),
+        "mistral-no-window": (t.MistralForCausalLM, llama("mistral", sliding_window=None)),
+        "gpt2-flags": (t.GPT2LMHeadModel, t.GPT2Config(
+            scale_attn_by_inverse_layer_idx=True, reorder_and_upcast_attn=True, **gpt2)),
+    }
+
+
+@pytest.mark.parametrize("case", ["llama-llama3", "llama-yarn-mscale",
+                                  "qwen2-dynamic-alternating", "mistral-linear-window",
+                                  "mistral-no-window", "gpt2-flags"])
+def test_attention_variants_round_trip(case, tmp_path):
+    """RoPE scaling, sliding windows and GPT-2's attention flags survive export: transformers
+    computes what attnlens computes (9-token batch, longer than every window and context), and
+    attnlens reads the same configuration back."""
+    from transformers import AutoModelForCausalLM
+
+    model_cls, config = _attention_variant_cases()[case]
+    save_tiny(model_cls, config, tmp_path / "src")
+    model = load_model(tmp_path / "src")
+    out = export_hf(model, tmp_path / "out")
+    hf, info = _hf_load(AutoModelForCausalLM, out)
+    _assert_complete(info)
+    check_parity(hf, model, padded_batch(), label=f"export {case}")
+    again = load_model(out)
+    names = ("rope_scaling", "rotary_base", "sliding_window", "sliding_window_layers",
+             "attn_scale", "attn_scale_by_inverse_layer", "attn_upcast")
+    assert {n: getattr(again.cfg, n) for n in names} == {n: getattr(model.cfg, n) for n in names}
+
+
+def test_export_drops_a_legacy_rope_scaling(tmp_path):
+    """A source config.json with ``rope_scaling`` (which transformers prefers over
+    ``rope_parameters``) exports ``rope_parameters`` only."""
+    from transformers import LlamaForCausalLM
+
+    from tests.test_parity_llama import make_config
+
+    save_tiny(LlamaForCausalLM, make_config("llama"), tmp_path / "src")
+    config_file = tmp_path / "src" / "config.json"
+    hf = json.loads(config_file.read_text())
+    hf["rope_scaling"] = {"type": "linear", "factor": 2.0}
+    hf.pop("rope_parameters")
+    config_file.write_text(json.dumps(hf))
+    model = load_model(tmp_path / "src")
+    assert model.cfg.rope_scaling.rope_type == "linear"
+    model.cfg.rope_scaling = None  # export the plain model: rope_scaling must not come back
+    written = json.loads((export_hf(model, tmp_path / "out") / "config.json").read_text())
+    assert "rope_scaling" not in written
+    assert written["rope_parameters"] == {"rope_type": "default", "rope_theta": 10000.0}

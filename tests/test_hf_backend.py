@@ -1,10 +1,11 @@
 """The hf backend reproduces each family's eager attention and fires attnlens' hooks.
 
 Parity: the same Hugging Face model is run with attnlens' registered attention function and
-with transformers' own ``attn_implementation="eager"`` on one right-padded batch. Where both
-run the same kernels in the same order the results are bitwise equal (measured 0.0 for every
-family here, fp32 and fp64); the bound 1e-6 (fp32) / 1e-12 (fp64) is the issue's target and
-leaves room for a CPU whose kernels reorder a sum differently.
+with transformers' own ``attn_implementation="eager"`` on one right-padded batch (in float64
+with eager's float32 softmax taken in float64, as attnlens does: ``float64_softmax``). Where
+both run the same kernels in the same order the results are bitwise equal; the bound 1e-6
+(fp32) / 1e-12 (fp64) is the issue's target and leaves room for a CPU whose kernels reorder
+a sum differently.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from attnlens.backends.hf.attention import (
 )
 from attnlens.backends.hf.model import HFAttentionModel
 from attnlens.errors import AttnlensError
-from tests.hf_utils import max_diff, padded_batch, tiny_hf
+from tests.hf_utils import float64_softmax, max_diff, padded_batch, tiny_hf
 
 SINGLE = ["llama", "qwen3", "mistral", "gemma2", "gpt_oss", "gpt_neox", "opt", "modernbert",
           "bert", "gpt2"]
@@ -33,7 +34,19 @@ def wrap(model_type: str, **kwargs) -> HFAttentionModel:
 
 
 def eager(model: HFAttentionModel, **inputs):
-    """The same HF model's own eager attention (patterns and final hidden states)."""
+    """The same HF model's own eager attention (patterns and final hidden states); in float64
+    with its softmax in float64 (``float64_softmax``), as attnlens computes float64."""
+    hf = model.hf
+    hf.set_attn_implementation("eager")
+    try:
+        with torch.no_grad(), float64_softmax():
+            return hf(**inputs, output_attentions=True)
+    finally:
+        hf.set_attn_implementation("attnlens")
+
+
+def plain_eager(model: HFAttentionModel, **inputs):
+    """transformers' eager attention exactly as it runs (float32 softmax in float64 too)."""
     hf = model.hf
     hf.set_attn_implementation("eager")
     try:
@@ -59,6 +72,26 @@ def test_patterns_and_hidden_states_equal_eager(model_type: str, dtype) -> None:
         assert cache["pattern", layer].dtype == dtype
         assert max_diff(cache["pattern", layer], expected) <= TOL[dtype], layer
     assert max_diff(hidden, reference.last_hidden_state) <= TOL[dtype]
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gemma2", "bert"])
+def test_float64_runs_the_softmax_in_float64(model_type: str) -> None:
+    """Where the model's eager function takes its softmax in float32 (Llama, Gemma 2), float64
+    attnlens differs from it by float32 rounding and not from the float64 computation; where
+    eager stays in the input dtype (BERT) the two are the same computation."""
+    model = wrap(model_type, dtype=torch.float64)
+    ids, mask = padded_batch()
+    with torch.no_grad():
+        _, cache = model.run_with_cache(ids, mask, names_filter="blocks.0.attn.hook_pattern")
+    rounded = plain_eager(model, input_ids=ids, attention_mask=mask).attentions[0]
+    exact = eager(model, input_ids=ids, attention_mask=mask).attentions[0]
+    assert max_diff(cache["pattern", 0], exact) <= TOL[torch.float64]
+    # float32 rounding of probabilities <= 1: above float64's 1e-12 bound, within 1e-6.
+    gap = max_diff(cache["pattern", 0], rounded)
+    if model_type == "bert":
+        assert gap <= TOL[torch.float64]
+    else:
+        assert TOL[torch.float64] < gap <= 1e-6
 
 
 @pytest.mark.parametrize("model_type", SEQ2SEQ)

@@ -38,6 +38,27 @@ def test_weights_equal_the_native_converters(folders, model_type: str) -> None:
         assert mine.rotary_dim == theirs.rotary_dim
 
 
+@pytest.mark.parametrize("model_type", ["llama", "gpt2", "bert"])
+def test_float64_patterns_and_hidden_states_equal_across_backends(folders, model_type) -> None:
+    """Both backends run float64 in float64 (softmax included; transformers' eager Llama would
+    take it in float32): the same model, two implementations, float64 rounding apart."""
+    ids, mask = padded_batch(vocab_size=30)
+    results = []
+    for backend in ("native", "hf"):
+        model = attnlens.load_model(folders[model_type], backend=backend, dtype=torch.float64)
+        with torch.no_grad():
+            results.append(model.run_with_cache(ids, mask, return_type="hidden"))
+    (native_hidden, native_cache), (hf_hidden, hf_cache) = results
+    real = mask.bool()
+    # float64 sums of at most 64 products of values |x| < ~10 in other orders: <= ~1e-13;
+    # 1e-12 is the float64 bound of the parity tests (float32 rounding would show as ~1e-8).
+    for layer in range(2):
+        pattern_gap = (native_cache["pattern", layer] - hf_cache["pattern", layer]).abs()
+        # [batch, head, query_pos, key_pos] -> real queries' rows
+        assert float(pattern_gap.transpose(1, 2)[real].max()) <= 1e-12, layer
+    assert float((native_hidden - hf_hidden)[real].abs().max()) <= 1e-12
+
+
 def test_circuit_tables_equal_the_native_ones(folders) -> None:
     from attnlens.measures.circuits.circuits import circuit_tables
 

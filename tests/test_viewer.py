@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ from attnlens.cli.app import app, main
 from typer.testing import CliRunner
 
 from attnlens.viewer import AttentionView, ViewData, pack_matrices, text_attention
-from attnlens.viewer.data import display_token, unpack_matrices
+from attnlens.viewer.packing import rest_means, unpack_matrices
 from tests.report_fixtures import XSS_IMG, XSS_SCRIPT
 
 runner = CliRunner()
@@ -26,32 +27,64 @@ def softmax_rows(count: int, n: int, seed: int = 0) -> np.ndarray:
     return weights / weights.sum(-1, keepdims=True)
 
 
-def test_dense_packing_is_exact_to_its_quantisation_step() -> None:
-    matrices = softmax_rows(4, 9)
+def test_dense_packing_is_exact_float32() -> None:
+    matrices = softmax_rows(4, 9).astype(np.float32)
     packed = pack_matrices(matrices)
-    assert (packed["format"], packed["bits"]) == ("dense", 16)
-    # Rounding to the nearest of 65535 steps: at most half a step, 1 / (2 * 65535) = 7.6e-6.
-    assert np.abs(unpack_matrices(packed) - matrices).max() <= 0.5 / 65535 + 1e-12
+    assert (packed["format"], packed["dtype"]) == ("dense", "float32")
+    np.testing.assert_array_equal(unpack_matrices(packed), matrices)  # bit for bit
 
 
-def test_packing_falls_back_to_8_bits_then_top_k() -> None:
-    matrices = softmax_rows(3, 20)
-    eight = pack_matrices(matrices, budget_bytes=3 * 20 * 20)  # room for 1 byte per weight
-    assert (eight["format"], eight["bits"]) == ("dense", 8)
-    assert np.abs(unpack_matrices(eight) - matrices).max() <= 0.5 / 255 + 1e-12
-    top = pack_matrices(matrices, budget_bytes=1100)  # < 1 byte per weight: 4 bytes x 4 keys
-    assert (top["format"], top["k"]) == ("topk", 4)
-    restored = unpack_matrices(top)
+def test_sparse_rows_keep_95_percent_of_each_row_exactly() -> None:
+    matrices = softmax_rows(3, 40).astype(np.float32)
+    packed = pack_matrices(matrices, budget_bytes=3 * 40 * 40 * 4 - 1)  # dense does not fit
+    assert packed["format"] == "sparse" and packed["mass"] == 0.95 and packed["cap"] is None
+    stored = unpack_matrices(packed)
+    rest = rest_means(packed)
     for m in range(3):
-        for i in range(20):
-            kept = np.flatnonzero(restored[m, i])
-            assert set(kept) == set(np.argsort(-matrices[m, i])[:4])
-            np.testing.assert_allclose(restored[m, i, kept], matrices[m, i, kept],
-                                       atol=0.5 / 65535 + 1e-12)
+        for i in range(40):
+            row = matrices[m, i]
+            kept = np.flatnonzero(stored[m, i])
+            # The smallest prefix of the sorted row that holds 95 % of its sum.
+            order = np.argsort(-row, kind="stable")
+            need = int(np.searchsorted(np.cumsum(row[order].astype(np.float64)),
+                                       0.95 * row.astype(np.float64).sum()) + 1)
+            assert set(kept) == set(order[:need])
+            np.testing.assert_array_equal(stored[m, i, kept], row[kept])  # exact values
+            # The rest: its mean over the other keys, from the float64 row sum; the row sum is
+            # taken in fp32 (40 terms: within 40 x 6e-8 relative of the float64 one).
+            others = np.setdiff1d(np.arange(40), kept)
+            np.testing.assert_allclose(rest[m, i], row[others].astype(np.float64).mean(),
+                                       rtol=0, atol=40 * 6e-8 / len(others))
+    assert packed["stats"]["covered"] == 3 * 40
 
 
-def test_display_tokens_drop_byte_level_space_marks() -> None:
-    assert [display_token(t) for t in ("Ġthe", "▁cat", "##s", "Ġ")] == ["the", "cat", "##s", "Ġ"]
+def test_a_small_budget_caps_every_row_and_says_so() -> None:
+    matrices = softmax_rows(2, 50, seed=1).astype(np.float32) * 0 + 1 / 50  # uniform rows
+    packed = pack_matrices(matrices, budget_bytes=2 * 50 * (12 + 6 * 5))  # 5 entries a row
+    assert packed["format"] == "sparse" and packed["cap"] == 5
+    stats = packed["stats"]
+    assert stats["covered"] == 0 and stats["mean_entries"] == 5
+    assert abs(stats["min_stored_mass"] - 5 / 50) < 1e-6
+    # The rest of a uniform row is the uniform weight of the 45 keys not stored.
+    np.testing.assert_allclose(rest_means(packed), 1 / 50, rtol=1e-6)
+
+
+def test_causal_rows_count_only_the_keys_the_mask_allows() -> None:
+    n = 30
+    weights = np.tril(np.ones((n, n), dtype=np.float32))
+    weights /= weights.sum(-1, keepdims=True)  # query i: 1 / (i + 1) on keys 0..i
+    packed = pack_matrices(weights[None], budget_bytes=n * (12 + 6 * 3), causal=True)
+    rest = rest_means(packed)[0]
+    kept = (unpack_matrices(packed)[0] > 0).sum(-1)
+    for i in range(n):
+        allowed = i + 1
+        if allowed > kept[i]:  # the unstored allowed keys share the rest equally
+            assert abs(rest[i] - 1 / allowed) < 1e-6
+
+
+def test_tokens_keep_their_space_markers() -> None:
+    data = ViewData(tokens=["Ġthe", "▁cat", "##s", "Ġ"], patterns=[np.full((1, 4, 4), 0.25)])
+    assert data.payload()["tokens"] == ["Ġthe", "▁cat", "##s", "Ġ"]
 
 
 def test_viewer_data_of_the_real_model(minilm) -> None:
@@ -71,9 +104,14 @@ def test_viewer_data_of_the_real_model(minilm) -> None:
                                         names_filter=lambda n: n.endswith("hook_pattern"))
     np.testing.assert_array_equal(data.patterns[3], cache["pattern", 3][0].numpy())
     payload = data.payload()
-    assert payload["heads"] == [12] * 6 and payload["n"] == n
+    assert payload["heads"] == [12] * 6 and payload["n"] == n and payload["kv_heads"] == [12] * 6
+    assert payload["causal"] is False
     restored = unpack_matrices(payload["patterns"]).reshape(6, 12, n, n)
-    assert np.abs(restored - np.stack(data.patterns)).max() <= 0.5 / 65535 + 1e-7
+    np.testing.assert_array_equal(restored, np.stack(data.patterns))
+    # Each token's piece of the text, with its whitespace: joined they are the text.
+    assert data.pieces[0] is None and data.pieces[-1] is None  # [CLS], [SEP]
+    assert "".join(data.pieces[1:-1]) == "The cat sat on the mat."
+    assert data.trained == {"tokens": 256, "source": "sentence_bert_config.json max_seq_length"}
 
 
 def test_overlay_shape_is_checked() -> None:
@@ -93,19 +131,39 @@ def test_page_escapes_the_text_and_tokens(tmp_path: Path) -> None:
     assert page.count("<script") == 2
     payload = json.loads(re.search(r'id="attnlens-data">(.*?)</script>', page, re.S).group(1))
     assert payload["tokens"][1:3] == [XSS_SCRIPT, XSS_IMG] and payload["text"] == text
-    assert "<iframe srcdoc=" in AttentionView(data)._repr_html_()
+    notebook = AttentionView(data)._repr_html_()
+    assert ' srcdoc="' in notebook and 'sandbox="allow-scripts allow-downloads"' in notebook
+    # The page is escaped inside srcdoc; the only live script is the frame-sizing listener.
+    assert notebook.count("<script") == 1 and "<img src=x" not in notebook
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["   "], "TEXT is empty"),
-    (["hello", "--view", "graph"], "choose head, model or matrix"),
+    (["   "], "the text is empty"),
+    ([], "give the text to look at"),
+    (["hello", "--view", "graph"], "choose head, text, model or matrix"),
     (["hello", "--heads", "a,b"], "give head numbers"),
+    (["hello", "--heads", "L1H2,L2H3"], "belong to one layer"),
     (["hello", "--out", "."], "is a folder"),
     (["hello", "--out", "no/such/dir/v.html"], "does not exist"),
+    (["notes.txt"], "is an existing path, not a text: to look at the text of a file, use "
+                    "--file notes.txt"),
+    (["mymodel"], "mymodel is a model folder, not a text: give the text after it"),
+    (["--file", "missing.txt"], "--file missing.txt does not exist"),
+    (["--file", "mymodel"], "is a folder"),
+    (["--file", "latin1.txt"], "is not UTF-8 text"),
+    (["--file", "notes.txt", "mymodel", "extra text"], "give the text once"),
+    (["hello", "--generate", "3"], "--generate needs a causal language model"),
+    (["hello", "--generate", "3", "--pair", "b"], "leave out --pair"),
+    (["hello", "--report", "nowhere"], "--report nowhere does not exist"),
+    (["hello", "--report", "."], "holds no tables/head_roles.csv"),
 ])
 def test_view_errors_are_one_line_and_come_before_loading(args, message, monkeypatch, capsys,
                                                            tmp_path) -> None:
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("A text in a file.", encoding="utf-8")
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
+    (tmp_path / "mymodel").mkdir()
+    (tmp_path / "mymodel" / "config.json").write_text("{}", encoding="utf-8")
 
     def refuse(*a, **k):
         raise AssertionError("the model must not load for a bad argument")
@@ -143,3 +201,133 @@ def test_view_replaces_an_existing_page_only_with_force(tmp_path: Path) -> None:
     assert forced.exit_code == 0, forced.output
     assert 'id="attnlens-data"' in out.read_text(encoding="utf-8")
     assert [p.name for p in tmp_path.iterdir()] == ["view.html"]  # written beside, renamed
+
+
+def _payload_of(page: Path) -> dict:
+    text = page.read_text(encoding="utf-8")
+    return json.loads(re.search(r'id="attnlens-data">(.*?)</script>', text, re.S).group(1))
+
+
+def test_view_reads_the_text_from_a_file_or_standard_input(tmp_path: Path) -> None:
+    source = tmp_path / "text.txt"
+    source.write_text("The lamp was lit.\n", encoding="utf-8")
+    out = tmp_path / "file.html"
+    result = runner.invoke(app, ["view", "--file", str(source), "--out", str(out),
+                                 "--no-rollout"])
+    assert result.exit_code == 0, result.output
+    assert _payload_of(out)["text"] == "The lamp was lit.\n"
+    for args in (["view", "-"], ["view", "--file", "-"]):
+        out = tmp_path / f"stdin{len(args)}.html"
+        result = runner.invoke(app, [*args, "--out", str(out), "--no-rollout"],
+                               input="It rained all night.")
+        assert result.exit_code == 0, result.output
+        payload = _payload_of(out)
+        assert payload["text"] == "It rained all night."
+        assert "".join(p for p in payload["pieces"] if p) == "It rained all night."
+
+
+def test_default_max_length_is_the_trained_length_and_longer_inputs_warn(tmp_path) -> None:
+    text = " ".join(["the keeper climbed the stairs"] * 80)  # 400 words, 400 tokens
+    out = tmp_path / "default.html"
+    result = runner.invoke(app, ["view", text, "--out", str(out), "--no-rollout"])
+    assert result.exit_code == 0, result.output
+    payload = _payload_of(out)
+    assert payload["n"] == 256  # MiniLM's sentence_bert_config.json max_seq_length
+    assert payload["trained"]["tokens"] == 256
+    assert [w for w in payload["warnings"] if "trained on" in w] == []
+    assert any("only the first 256" in w for w in payload["warnings"])
+    longer = tmp_path / "longer.html"
+    result = runner.invoke(app, ["view", text, "--out", str(longer), "--max-length", "300",
+                                 "--no-rollout"])
+    assert result.exit_code == 0, result.output
+    warning = "the input has 300 tokens, more than the 256 this model was trained on"
+    assert warning in result.stderr
+    assert any(warning in w for w in _payload_of(longer)["warnings"])
+    assert "Warning: " + warning in longer.read_text(encoding="utf-8")  # on the page
+
+
+def test_trained_length_reads_the_checkpoint_files(tmp_path: Path) -> None:
+    from attnlens.loaders.trained_length import trained_length
+
+    def folder(name: str, config: dict, sbert: dict | None = None) -> Path:
+        path = tmp_path / name
+        path.mkdir()
+        (path / "config.json").write_text(json.dumps(config), encoding="utf-8")
+        if sbert is not None:
+            (path / "sentence_bert_config.json").write_text(json.dumps(sbert), "utf-8")
+        return path
+
+    sbert = trained_length(folder("sbert", {"max_position_embeddings": 512},
+                                  {"max_seq_length": 256}))
+    assert (sbert.tokens, sbert.source) == (256, "sentence_bert_config.json max_seq_length")
+    gpt2 = trained_length(folder("gpt2", {"n_positions": 1024, "n_ctx": 1024}))
+    assert (gpt2.tokens, gpt2.source) == (1024, "config.json n_positions")
+    roberta = trained_length(folder("roberta", {"model_type": "roberta", "pad_token_id": 1,
+                                                "max_position_embeddings": 514}))
+    assert roberta.tokens == 512 and "pad_token_id + 1" in roberta.source
+    assert trained_length(folder("t5", {"model_type": "t5"})) is None
+    assert trained_length(tmp_path / "nowhere") is None
+
+
+def test_role_badges_come_from_the_report_table(tmp_path: Path) -> None:
+    report = tmp_path / "report"
+    (report / "tables").mkdir(parents=True)
+    (report / "tables" / "head_roles.csv").write_text(
+        "layer,head,roles,evidence,view\n0,2,positional,\"positional: offset -1\",tested\n"
+        "1,3,none,,tested\n2,8,positional; syntactic,\"both\",tested\n", encoding="utf-8")
+    out = tmp_path / "roles.html"
+    result = runner.invoke(app, ["view", "It rained.", "--out", str(out), "--report",
+                                 str(report), "--heads", "L2H8", "--no-rollout"])
+    assert result.exit_code == 0, result.output
+    payload = _payload_of(out)
+    assert payload["initial"] == {"layer": 2, "heads": [8], "view": "head"}
+    roles = payload["roles"]
+    assert roles["view"] == "tested" and roles["source"].endswith("head_roles.csv")
+    assert roles["heads"] == [
+        {"layer": 0, "head": 2, "roles": ["positional"], "evidence": "positional: offset -1"},
+        {"layer": 2, "head": 8, "roles": ["positional", "syntactic"], "evidence": "both"}]
+    (report / "tables" / "head_roles.csv").write_text("layer,head,roles\n9,0,positional\n",
+                                                      encoding="utf-8")
+    other = runner.invoke(app, ["view", "It rained.", "--out", str(tmp_path / "x.html"),
+                                "--report", str(report)])
+    assert other.exit_code != 0 and "names L9H0, which this model does not have" in str(
+        other.exception)
+
+
+def test_pieces_of_a_pair_and_of_a_slow_tokenizer(minilm) -> None:
+    from transformers import BertTokenizerLegacy  # transformers 5's slow (Python) tokenizer
+
+    from attnlens.data.tokenizer import Tokenizer
+    from attnlens.viewer.data import encode_text
+
+    _, fast = minilm
+    pair = encode_text(fast, "The cat sat.", "It was   tired.", 64)
+    tokens = fast.decode_tokens(pair.ids)
+    assert tokens[0] == "[CLS]" and pair.pieces[0] is None
+    first_sep = tokens.index("[SEP]")
+    assert "".join(pair.pieces[1:first_sep]) == "The cat sat."
+    assert "".join(pair.pieces[first_sep + 1:-1]) == "It was   tired."  # spaces as written
+    # A special token typed in the text is a badge, and the text around it is not repeated.
+    typed = encode_text(fast, "a [SEP] b", None, 32)
+    assert typed.pieces == [None, "a", None, " b", None]
+    # Without offsets (a slow tokenizer), pieces come from decoding each token in context.
+    slow = Tokenizer(BertTokenizerLegacy.from_pretrained(fast.hf.name_or_path,
+                                                         local_files_only=True))
+    assert not slow.hf.is_fast
+    encoded = encode_text(slow, "the lamplighters sat.", None, 64)
+    assert slow.decode_tokens(encoded.ids)[2:5] == ["lamp", "##light", "##ers"]
+    assert encoded.pieces == [None, "the", " lamp", "light", "ers", " sat", ".", None]
+
+
+def test_the_python_api_warns_past_the_trained_length(minilm) -> None:
+    import attnlens
+
+    model, tokenizer = minilm
+    text = " ".join(["the keeper climbed the stairs"] * 60)  # 300 words
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        shown = attnlens.view(text, model, tokenizer, max_length=280, rollout=False)
+    said = [str(w.message) for w in caught if w.category is UserWarning]
+    assert any("more than the 256 this model was trained on" in s for s in said)
+    assert any("only the first 280 are shown" in s for s in said)
+    assert shown.data.n == 280 and "<iframe" in shown._repr_html_()

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from attnlens.data.alignment import join_words, locate
 from attnlens.data.files import read_utf8
 from attnlens.errors import DataError
 from attnlens.runs.io import check_input_file
@@ -36,9 +37,19 @@ class DepSentence:
     relations: tuple[str, ...]  # full labels, subtypes kept (nmod:poss)
     upos: tuple[str, ...]
     sent_id: str = ""
+    # The raw sentence and each word's character span in it (empty: words joined by spaces).
+    text: str = ""
+    spans: tuple[tuple[int, int], ...] = ()
 
     def __len__(self) -> int:
         return len(self.words)
+
+    def surface(self) -> tuple[str, list[tuple[int, int]]]:
+        """The text the model reads and each word's span in it: the sentence's own text
+        when its words were located in it, else the words joined by single spaces."""
+        if self.text and len(self.spans) == len(self.words):
+            return self.text, list(self.spans)
+        return join_words(self.words)
 
     @property
     def base_relations(self) -> tuple[str, ...]:
@@ -74,13 +85,60 @@ def _sentence_from_tokens(tokens, where: str) -> DepSentence:
         heads.append(ROOT if head == 0 else index[head])
         relations.append(str(relation))
     _check_tree(heads, words, where)
+    text, spans = _surface(tokens, words)
     return DepSentence(
         words=tuple(str(t["form"]) for t in words),
         heads=tuple(heads),
         relations=tuple(relations),
         upos=tuple(str(t["upos"] or "_") for t in words),
         sent_id=str(tokens.metadata.get("sent_id", "")),
+        text=text,
+        spans=tuple(spans),
     )
+
+
+def _surface(tokens, words) -> tuple[str, list[tuple[int, int]]]:
+    """The sentence's raw text and each syntactic word's span in it.
+
+    The text is the ``# text`` line when the surface tokens (multiword tokens such as
+    ``didn't`` whole, not their words ``did`` + ``n't``) follow one another in it, else the
+    surface tokens joined with a space unless ``SpaceAfter=No``. A multiword token's words
+    split its span when their forms spell it (``did`` + ``n't``); otherwise they all share
+    it (its first word then holds its tokens, see ``attnlens.data.alignment``).
+    """
+    units: list[tuple[str, list[int], bool]] = []  # (surface form, word positions, space)
+    position = {t["id"]: i for i, t in enumerate(words)}
+    inside: set[int] = set()
+    for t in tokens:
+        ident, misc = t["id"], t["misc"] or {}
+        space = misc.get("SpaceAfter") != "No"
+        if isinstance(ident, tuple) and len(ident) == 3 and ident[1] == "-":
+            members = [position[i] for i in range(ident[0], ident[2] + 1) if i in position]
+            if members:
+                units.append((str(t["form"]), members, space))
+                inside.update(range(ident[0], ident[2] + 1))
+        elif isinstance(ident, int) and ident not in inside:
+            units.append((str(t["form"]), [position[ident]], space))
+    forms = [form for form, _, _ in units]
+    text = str(tokens.metadata.get("text") or "")
+    located = locate(text, forms) if text else None
+    if located is None:
+        text = "".join(form + (" " if space else "") for form, _, space in units).rstrip()
+        located = locate(text, forms)
+    if located is None:  # a form with leading whitespace or empty: words joined by spaces
+        return join_words([str(t["form"]) for t in words])
+    spans: list[tuple[int, int]] = [(0, 0)] * len(words)
+    for (form, members, _), (start, end) in zip(units, located, strict=True):
+        parts = [str(words[m]["form"]) for m in members]
+        spelled = "".join(parts)
+        if len(spelled) == len(form) and spelled.lower() == form.lower():
+            for m, part in zip(members, parts, strict=True):
+                spans[m] = (start, start + len(part))
+                start += len(part)
+        else:
+            for m in members:
+                spans[m] = (start, end)
+    return text, spans
 
 
 def _word(words, i: int) -> str:
@@ -208,6 +266,9 @@ def parse_with_spacy(texts: Sequence[str], pipeline: str = "en_core_web_sm") -> 
             sentences.append(DepSentence(
                 words=tuple(t.text for t in tokens), heads=tuple(heads),
                 relations=tuple(relations), upos=tuple(t.pos_ for t in tokens),
+                text=sent.text, spans=tuple((t.idx - sent.start_char,
+                                             t.idx - sent.start_char + len(t.text))
+                                            for t in tokens),
             ))
     if not sentences:
         raise DataError("spaCy found no sentences in the text.")

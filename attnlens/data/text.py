@@ -17,7 +17,6 @@ from attnlens.errors import DataError
 from attnlens.runs.io import check_input_file
 
 if TYPE_CHECKING:  # reading files needs no torch: commands check them before loading it
-    import torch
 
     from attnlens.data.batch import Batch
     from attnlens.data.tokenizer import Tokenizer
@@ -58,14 +57,6 @@ def length_sorted_chunks(lengths: Sequence[int], batch_size: int) -> list[list[i
     return chunks
 
 
-def special_token_mask(tokenizer: Tokenizer, input_ids: torch.Tensor) -> torch.Tensor:
-    """``[batch, pos]`` True where the token is one of the tokenizer's special tokens."""
-    import torch
-
-    special = torch.tensor(sorted(tokenizer.special_ids), dtype=input_ids.dtype)
-    return torch.isin(input_ids, special)
-
-
 def text_batches(
     tokenizer: Tokenizer,
     texts: Sequence[str],
@@ -86,7 +77,7 @@ def text_batches(
                 input_ids=enc["input_ids"],
                 attention_mask=enc["attention_mask"],
                 token_type_ids=enc.get("token_type_ids"),
-                special_mask=special_token_mask(tokenizer, enc["input_ids"]),
+                special_mask=tokenizer.special_mask(enc["input_ids"]),
                 extra={"index": chunk},
             )
         )

@@ -36,7 +36,8 @@ def check_encoder_config(hf: dict) -> None:
     if position_type != "absolute":
         raise UnsupportedArchitectureError(
             f"position_embedding_type={position_type!r} is not supported; attnlens models "
-            "absolute learned positions only."
+            "absolute learned positions only (transformers 5 dropped relative position "
+            "embeddings from BERT too: it would ignore them and use absolute positions)."
         )
     if hf.get("is_decoder") or hf.get("add_cross_attention"):
         raise UnsupportedArchitectureError(

@@ -20,8 +20,6 @@ ARCHITECTURE_BY_HEAD = {head: arch for arch, head in HEAD_BY_ARCHITECTURE.items(
 IGNORED = (".attn.bias", ".attn.masked_bias")
 # Options that change the computation in ways attnlens does not model.
 UNSUPPORTED_FLAGS = {
-    "scale_attn_by_inverse_layer_idx": "scales each layer's scores by 1 / (layer + 1)",
-    "reorder_and_upcast_attn": "reorders and upcasts the attention computation",
     "add_cross_attention": "adds cross-attention layers",
 }
 
@@ -48,6 +46,9 @@ def gpt2_config(hf: dict, head: str | None) -> TransformerConfig:
         causal=True,
         # scale_attn_weights=false: raw dot products, no 1/sqrt(d_head).
         attn_scale=None if hf.get("scale_attn_weights", True) else 1.0,
+        # Layer l's scores also divided by l + 1; scores in float32 (HF's eager attention).
+        attn_scale_by_inverse_layer=bool(hf.get("scale_attn_by_inverse_layer_idx", False)),
+        attn_upcast=bool(hf.get("reorder_and_upcast_attn", False)),
         pad_token_id=hf.get("pad_token_id"),
         head=head,
         tie_word_embeddings=hf.get("tie_word_embeddings", True),
@@ -110,6 +111,8 @@ def export_gpt2(cfg: TransformerConfig, state: dict) -> tuple[dict, dict]:
         "layer_norm_epsilon": cfg.norm_eps,
         "activation_function": cfg.act,
         "scale_attn_weights": cfg.attn_scale is None,
+        "scale_attn_by_inverse_layer_idx": cfg.attn_scale_by_inverse_layer,
+        "reorder_and_upcast_attn": cfg.attn_upcast,
         "tie_word_embeddings": tied or cfg.head is None,
     }
     out = {

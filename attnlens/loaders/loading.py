@@ -24,10 +24,16 @@ from attnlens.loaders.checkpoint import (
     read_weights,
     resolve_checkpoint,
 )
+from attnlens.loaders.pruned_heads import (
+    apply_pruned_heads,
+    check_pruned_heads,
+    refuse_pruned_heads_on_hf,
+)
 from attnlens.loaders.registry import find_converter
 from attnlens.loaders.weights import WeightReader
 from attnlens.model.empty import empty_modules
 from attnlens.model.encoder_decoder import build_model
+from attnlens.model.protocol import has_several_attention_types
 from attnlens.model.transformer import HookedTransformer
 
 __all__ = ["load", "load_model"]
@@ -61,6 +67,7 @@ def load_model(
     from attnlens.backends.hf.loading import check_model_type, load_hf_model
 
     check_model_type(hf)
+    refuse_pruned_heads_on_hf(hf, str(path / "config.json"))  # before any weight is read
     use_safetensors = check_weight_files(path, allow_pickle)
     source = {"path": str(path), "name": name}
     if refused is not None:
@@ -70,6 +77,7 @@ def load_model(
 
 def _load_native(path, hf: dict, name: str, dev, dt, allow_pickle: bool) -> HookedTransformer:
     converter, architecture = find_converter(hf)
+    check_pruned_heads(hf, str(path / "config.json"))  # before any weight is read
     tensors = read_weights(path, allow_pickle=allow_pickle)
     prefix = converter.prefix if any(k.startswith(converter.prefix) for k in tensors) else ""
     reader = WeightReader(tensors, prefix=prefix, ignore=converter.ignore)
@@ -81,6 +89,8 @@ def _load_native(path, hf: dict, name: str, dev, dt, allow_pickle: bool) -> Hook
         model = build_model(cfg)
     model.load_state_dict(state, strict=True, assign=True)
     model.setup_hooks()
+    if not has_several_attention_types(model):  # removed heads recorded by `prune --export`
+        model = apply_pruned_heads(model, hf, str(path / "config.json"))
     return model.to(device=dev, dtype=dt).eval()
 
 

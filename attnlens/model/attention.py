@@ -32,7 +32,20 @@ from torch import nn
 
 from attnlens.errors import ConfigError
 from attnlens.hooks import HookPoint
+from attnlens.model.config import RopeScaling
 from attnlens.model.head_views import PerHeadViews
+from attnlens.model.rotary import attention_factor, inverse_frequencies
+
+
+def mask_value(dtype: torch.dtype) -> float:
+    """The additive value of a forbidden key: ``finfo(dtype).min``, but at most float32's.
+
+    The hooked path takes its softmax in float32 (as transformers' eager attention); float64's
+    minimum would become -inf there, and a row with every key forbidden (a padding query
+    whose sliding window holds only padding) would turn to NaN and spread to real tokens
+    through the next layer's values. float32's minimum is as final in float64 (exp gives 0).
+    """
+    return max(torch.finfo(dtype).min, torch.finfo(torch.float32).min)
 
 
 def additive_attention_mask(
@@ -48,9 +61,10 @@ def additive_attention_mask(
 
     ``key_padding_mask [batch, key_pos]`` is 1/True for real tokens. Returns
     ``[batch | 1, head | 1, query_pos, key_pos]`` with ``finfo.min`` where attention is
-    forbidden, or None when nothing is masked (which lets SDPA take its fastest kernel).
+    forbidden (``mask_value``), or None when nothing is masked (which lets SDPA take its
+    fastest kernel).
     """
-    neg = torch.finfo(dtype).min
+    neg = mask_value(dtype)
     mask = None
     if key_padding_mask is not None and not bool(key_padding_mask.all()):
         keep = key_padding_mask.bool()[:, None, None, :]  # [batch, 1, 1, key_pos]
@@ -71,6 +85,28 @@ def additive_attention_mask(
     return mask
 
 
+def sliding_window_mask(
+    mask: torch.Tensor | None, query_len: int, key_len: int, window: int
+) -> torch.Tensor | None:
+    """``mask`` with every key more than ``window - 1`` positions before its query forbidden.
+
+    Query ``i`` keeps keys ``j`` with ``i + (key_len - query_len) - j < window`` (bottom-right
+    aligned, as the causal mask; transformers' ``sliding_window_overlay``). Returns ``mask``
+    itself when the window covers every key, so no extra mask is built for short inputs.
+    ``mask [batch | 1, head | 1, query_pos, key_pos]`` is additive; None is not allowed for a
+    window shorter than the input (causal models always have a mask).
+    """
+    if window >= key_len:
+        return mask
+    if mask is None:
+        raise ConfigError("a sliding window needs the model's causal mask.")
+    neg = mask_value(mask.dtype)
+    too_far = torch.ones(query_len, key_len, dtype=torch.bool, device=mask.device).tril(
+        key_len - query_len - window
+    )  # [query_pos, key_pos]
+    return mask.masked_fill(too_far, neg)
+
+
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     """(x1, x2) -> (-x2, x1) on the last axis, the rotation used by Llama-style RoPE."""
     x1, x2 = x.chunk(2, dim=-1)
@@ -78,14 +114,29 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def rotary_cos_sin(
-    positions: torch.Tensor, rotary_dim: int, base: float, dtype: torch.dtype
+    positions: torch.Tensor,
+    rotary_dim: int,
+    base: float,
+    dtype: torch.dtype,
+    scaling: RopeScaling | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin tables for ``positions [batch, pos]``: each ``[batch, pos, 1, rotary_dim]``."""
-    exponents = torch.arange(0, rotary_dim, 2, device=positions.device).float() / rotary_dim
-    inv_freq = 1.0 / (base**exponents)  # [rotary_dim / 2]
+    """cos and sin tables for ``positions [batch, pos]``: each ``[batch, pos, 1, rotary_dim]``.
+
+    Computed in float32 as transformers does, then cast to ``dtype``. ``scaling``: a RoPE
+    scaling variant (``attnlens.model.rotary``); dynamic NTK reads the number of positions
+    (largest position + 1) of this forward.
+    """
+    seq_len = None
+    if scaling is not None and scaling.rope_type == "dynamic":
+        seq_len = int(positions.max()) + 1
+    inv_freq = inverse_frequencies(rotary_dim, base, scaling, seq_len).to(positions.device)
     freqs = positions.float()[..., None] * inv_freq  # [batch, pos, rotary_dim / 2]
     angles = torch.cat((freqs, freqs), dim=-1)[:, :, None, :]  # [batch, pos, 1, rotary_dim]
-    return angles.cos().to(dtype), angles.sin().to(dtype)
+    cos, sin = angles.cos(), angles.sin()
+    factor = attention_factor(scaling)
+    if factor != 1.0:  # YaRN scales cos and sin (so each score by factor ** 2)
+        cos, sin = cos * factor, sin * factor
+    return cos.to(dtype), sin.to(dtype)
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -107,7 +158,8 @@ class MultiHeadAttention(nn.Module, PerHeadViews):
 
     Hook shapes: ``hook_q``/``hook_k``/``hook_v [batch, pos, head, d_head]`` (keys and values
     have ``n_kv_heads`` heads; q and k are taken after rotary embedding), ``hook_scores`` and
-    ``hook_pattern [batch, head, query_pos, key_pos]`` (scores are scaled and masked),
+    ``hook_pattern [batch, head, query_pos, key_pos]`` (scores are scaled and masked; float32
+    or wider with ``upcast_scores``),
     ``hook_z [batch, query_pos, head, d_head_v]`` (before the head gate),
     ``hook_result [batch, query_pos, head, d_out]`` (each head's gated contribution; computed
     only when hooked, since it costs ``n_heads`` times the output's memory).
@@ -129,6 +181,8 @@ class MultiHeadAttention(nn.Module, PerHeadViews):
         scale: float | None = None,
         rotary_dim: int = 0,
         rotary_base: float = 10000.0,
+        rotary_scaling: RopeScaling | None = None,
+        upcast_scores: bool = False,
     ) -> None:
         super().__init__()
         d_out = d_in if d_out is None else d_out
@@ -153,6 +207,9 @@ class MultiHeadAttention(nn.Module, PerHeadViews):
         self.causal = causal
         self.scale = 1.0 / math.sqrt(d_head) if scale is None else scale
         self.rotary_dim, self.rotary_base = rotary_dim, rotary_base
+        self.rotary_scaling = rotary_scaling
+        # Scores in at least float32 whatever the input dtype (GPT-2's reorder_and_upcast_attn).
+        self.upcast_scores = upcast_scores
         self.use_sdpa = True
 
         self.W_Q = nn.Parameter(torch.empty(n_heads, d_in, d_head))
@@ -228,24 +285,32 @@ class MultiHeadAttention(nn.Module, PerHeadViews):
                 kv_positions = positions if kv_input is None else torch.arange(
                     key_len, device=x.device
                 ).expand(batch, key_len)
-            cos, sin = rotary_cos_sin(positions, self.rotary_dim, self.rotary_base, q.dtype)
+            rotary = (self.rotary_dim, self.rotary_base, q.dtype, self.rotary_scaling)
+            cos, sin = rotary_cos_sin(positions, *rotary)
             q = apply_rotary(q, cos, sin)
-            cos, sin = rotary_cos_sin(kv_positions, self.rotary_dim, self.rotary_base, k.dtype)
+            if kv_positions is not positions:
+                cos, sin = rotary_cos_sin(kv_positions, *rotary)
             k = apply_rotary(k, cos, sin)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
 
         q_h = q.transpose(1, 2)  # [batch, head, query_pos, d_head]
         k_h = k.transpose(1, 2)  # [batch, kv_head, key_pos, d_head]
         v_h = v.transpose(1, 2)  # [batch, kv_head, key_pos, d_head_v]
-        if self.needs_manual_path:
+        score_dtype = q.dtype
+        if self.upcast_scores:
+            score_dtype = torch.promote_types(q.dtype, torch.float32)
+        if self.needs_manual_path or score_dtype != q.dtype:
             if self.group_size > 1:
                 k_h = k_h.repeat_interleave(self.group_size, dim=1)  # [batch, head, key_pos, d]
                 v_h = v_h.repeat_interleave(self.group_size, dim=1)
-            scores = torch.matmul(q_h, k_h.transpose(-1, -2)) * self.scale
+            q_s, k_s = q_h.to(score_dtype), k_h.to(score_dtype)  # no-ops unless upcast
+            scores = torch.matmul(q_s, k_s.transpose(-1, -2)) * self.scale
             if mask is not None:
                 scores = scores + mask  # [batch, head, query_pos, key_pos]
             scores = self.hook_scores(scores)
-            pattern = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+            # fp16/bf16: softmax in float32 (as HF eager); float32 and float64 keep their own
+            softmax_dtype = torch.promote_types(scores.dtype, torch.float32)
+            pattern = F.softmax(scores, dim=-1, dtype=softmax_dtype).to(q.dtype)
             pattern = self.hook_pattern(pattern)
             z = torch.matmul(pattern, v_h)  # [batch, head, query_pos, d_head_v]
         else:

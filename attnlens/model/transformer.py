@@ -9,7 +9,11 @@ from torch import nn
 
 from attnlens.errors import ConfigError
 from attnlens.hooks import HookedModule, HookPoint
-from attnlens.model.attention import MultiHeadAttention, additive_attention_mask
+from attnlens.model.attention import (
+    MultiHeadAttention,
+    additive_attention_mask,
+    sliding_window_mask,
+)
 from attnlens.model.config import TransformerConfig
 from attnlens.model.layers import MLP, FirstTokenHead, LMHead, MaskedLMHead, make_norm
 from attnlens.model.protocol import AttentionLayer
@@ -40,9 +44,11 @@ class TransformerBlock(nn.Module):
             qkv_bias=cfg.qkv_bias,
             out_bias=cfg.attn_out_bias,
             causal=cfg.causal,
-            scale=cfg.attn_scale,
+            scale=cfg.layer_attn_scale(layer),
             rotary_dim=(cfg.rotary_dim or cfg.d_head) if cfg.positional == "rotary" else 0,
             rotary_base=cfg.rotary_base,
+            rotary_scaling=cfg.rope_scaling if cfg.positional == "rotary" else None,
+            upcast_scores=cfg.attn_upcast,
         )
         self.cross_attn = None
         if cfg.cross_attention:
@@ -189,6 +195,14 @@ class HookedTransformer(HookedModule):
         """Nothing is missing: attnlens' own modules hold every weight."""
         return {}
 
+    @property
+    def head_ids(self) -> list[list[int]]:
+        """Each layer's heads by their original numbers (a structurally pruned layer keeps
+        its heads' numbers: ``[0, 2, 5]``); tensors index heads by position in the layer."""
+        if self.cfg.head_ids is not None:
+            return [list(row) for row in self.cfg.head_ids]
+        return [list(range(n)) for n in self.heads_per_layer]
+
     def set_use_sdpa(self, enabled: bool) -> None:
         """Force the manual attention path everywhere (False) or allow SDPA (True)."""
         for block in self.blocks:
@@ -231,6 +245,25 @@ class HookedTransformer(HookedModule):
                 )
             x = x + self.pos_embed(positions)
         return self.hook_embed(self.embed_norm(x))
+
+    def layer_masks(self, mask: torch.Tensor | None, length: int) -> list[torch.Tensor | None]:
+        """Each layer's self-attention mask: ``mask``, or with the layer's sliding window.
+
+        One windowed mask is built per distinct window shorter than ``length`` and shared by
+        its layers; layers without a window (and every layer of a short input) get ``mask``
+        itself, so full-attention models build nothing extra.
+        """
+        windowed: dict[int, torch.Tensor | None] = {}
+        masks = []
+        for layer in range(self.cfg.n_layers):
+            window = self.cfg.layer_window(layer)
+            if window is None or window >= length:
+                masks.append(mask)
+                continue
+            if window not in windowed:
+                windowed[window] = sliding_window_mask(mask, length, length, window)
+            masks.append(windowed[window])
+        return masks
 
     def _head_gates(self, head_mask: torch.Tensor | list | None, heads=None) -> list:
         if head_mask is None:
@@ -282,12 +315,6 @@ class HookedTransformer(HookedModule):
             raise ConfigError("pass exactly one of input_ids and inputs_embeds.")
         ref = input_ids if input_ids is not None else inputs_embeds
         batch, length = ref.shape[:2]
-        if self.cfg.sliding_window is not None and length > self.cfg.sliding_window:
-            raise ConfigError(
-                f"input of {length} tokens is longer than the model's sliding attention window "
-                f"({self.cfg.sliding_window}), which attnlens does not implement; use a max "
-                "length of at most the window."
-            )
         if position_ids is None:
             position_ids = self.positions(input_ids, (batch, length), ref.device)
         resid = self.embed_tokens(input_ids, token_type_ids, position_ids, inputs_embeds)
@@ -295,13 +322,16 @@ class HookedTransformer(HookedModule):
         mask = additive_attention_mask(
             attention_mask, length, length, self.cfg.causal, resid.dtype, resid.device, bias
         )
+        masks = self.layer_masks(mask, length)
         cross_mask, cross_gates = self._cross_inputs(
             encoder_hidden_states, encoder_attention_mask, cross_head_mask, length
         )
         gates = self._head_gates(head_mask)
-        for block, gate, cross_gate in zip(self.blocks, gates, cross_gates, strict=True):
-            resid = block(resid, mask, position_ids, gate, encoder_hidden_states, cross_mask,
-                          cross_gate)
+        for block, layer_mask, gate, cross_gate in zip(
+            self.blocks, masks, gates, cross_gates, strict=True
+        ):
+            resid = block(resid, layer_mask, position_ids, gate, encoder_hidden_states,
+                          cross_mask, cross_gate)
         hidden = self.final_norm(resid)
         if return_type == "hidden" or (
             return_type == "auto" and self.cfg.head in (None, "pooler")

@@ -13,6 +13,12 @@ listed in ``NO_EFFECT`` (read only by other kernels), None, or swallowed unread 
 ``**kwargs`` of the model's own eager function (``conventions``: a keyword that function
 names is one it reads). Any other keyword raises ``UnsupportedKeywordError`` naming it: a
 keyword attnlens does not implement could change the attention, and is never dropped silently.
+
+Precision follows the model's own eager function (``conventions``), except that float64 is
+never rounded to float32: where that function takes its softmax (or forms its scores) in
+float32, a float64 model takes them in float64, as attnlens' native attention does (so
+``--dtype float64`` runs the whole attention in float64 on both backends). fp32, fp16 and
+bf16 are computed exactly as the model's eager attention computes them.
 """
 
 from __future__ import annotations
@@ -81,9 +87,15 @@ def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
     )
 
 
+def at_least_float32(dtype: torch.dtype) -> torch.dtype:
+    """float32 for half precision and float32, float64 kept: where a model's eager function
+    rounds to float32, float64 models stay float64 (as attnlens' native attention)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 def _softmax(scores: torch.Tensor, in_float32: bool, dtype: torch.dtype) -> torch.Tensor:
     if in_float32:
-        return F.softmax(scores, dim=-1, dtype=torch.float32).to(dtype)
+        return F.softmax(scores, dim=-1, dtype=at_least_float32(scores.dtype)).to(dtype)
     return F.softmax(scores, dim=-1).to(dtype)
 
 
@@ -96,7 +108,8 @@ def _sink_softmax(
         sinks = sinks.reshape(1, -1, 1, 1).expand(batch, heads, queries, 1)
     combined = torch.cat([scores, sinks.to(scores.dtype)], dim=-1)
     combined = combined - combined.max(dim=-1, keepdim=True).values
-    probs = F.softmax(combined, dim=-1, dtype=torch.float32 if in_float32 else combined.dtype)
+    softmax_dtype = at_least_float32(combined.dtype) if in_float32 else combined.dtype
+    probs = F.softmax(combined, dim=-1, dtype=softmax_dtype)
     return probs[..., :-1].to(dtype)
 
 
@@ -155,7 +168,9 @@ def attnlens_attention(
     value_states = repeat_kv(value, groups)  # [batch, head, key_pos, d_head_v]
 
     if conventions.float32_scores:
-        scores = torch.matmul(query.float(), key_states.float().transpose(2, 3)) * scaling
+        score_dtype = at_least_float32(query.dtype)
+        scores = torch.matmul(query.to(score_dtype),
+                              key_states.to(score_dtype).transpose(2, 3)) * scaling
     else:
         scores = torch.matmul(query, key_states.transpose(2, 3)) * scaling
     if softcap is not None:
@@ -169,7 +184,8 @@ def attnlens_attention(
     output_scale = None
     if sink_logits is not None and conventions.sink_scales_output:
         lse = torch.logsumexp(scores, dim=-1)  # [batch, head, query_pos]
-        output_scale = (lse - sink_logits.view(1, -1, 1)).to(torch.float32).sigmoid()
+        output_scale = (lse - sink_logits.view(1, -1, 1)).to(at_least_float32(lse.dtype))
+        output_scale = output_scale.sigmoid()
         sink_logits = None
     if sink_logits is not None:
         pattern = _sink_softmax(scores, sink_logits, conventions.float32_softmax, value.dtype)

@@ -9,6 +9,7 @@ import pandas as pd
 
 from attnlens.measures.asymmetry.pattern_asymmetry import PatternAsymmetry
 from attnlens.measures.asymmetry.weight_asymmetry import weight_asymmetry_table
+from attnlens.model.head_ids import head_ids_of, renumber_heads, renumber_tables
 from attnlens.model.protocol import left_out_note, missing_parts
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import layer_head_heatmap
@@ -98,7 +99,7 @@ class AsymmetrySection(Section):
         if missing:
             notes.append(left_out_note("the weight asymmetry of W_Q W_K^T", missing))
         else:
-            weights = weight_asymmetry_table(model)
+            weights = renumber_heads(weight_asymmetry_table(model), head_ids_of(model))
             write_table(weights, out_dir, "weight_asymmetry")
             output.tables["weight_asymmetry"] = weights
             fig = partial(  # a recipe: built and drawn in a figure worker
@@ -115,7 +116,7 @@ class AsymmetrySection(Section):
         patterns = baseline = None
         found = [a for a in analyzers if isinstance(a, PatternAsymmetry)]
         if found:
-            tables = found[0].result()
+            tables = renumber_tables(found[0].result(), model)  # original head numbers
             for name, table in tables.items():
                 write_table(table, out_dir, name)
             output.tables.update(tables)

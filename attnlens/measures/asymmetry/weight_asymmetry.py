@@ -21,8 +21,10 @@ input coordinate 1 the logits (up to per-query constants) are the bilinear form 
 for heads with a query bias (after folding, a LayerNorm bias counts as one).
 
 **Rotary models** (RoPE): query ``i`` and key ``j`` meet through ``W_Q R(i - j) W_K^T`` with
-``R(delta)`` the rotation by ``delta`` times each frequency, so the form depends on the
-relative offset. The plain measures are those of offset 0 (``R = I``); ``*_offsets_mean``
+``R(delta)`` the rotation by ``delta`` times each frequency (the model's own: RoPE scaling
+included, dynamic NTK at an input of ``offsets`` tokens; YaRN's attention factor, a constant
+on every score, is left out like ``1 / sqrt(d_head)``), so the form depends on the relative
+offset. The plain measures are those of offset 0 (``R = I``); ``*_offsets_mean``
 measures average them over the offsets ``0 .. offsets - 1`` (causal models; bidirectional
 ones: ``-(offsets - 1) .. offsets - 1``), ``offsets = 128`` by default (the default
 ``--max-length``). Every offset is exact: with ``R = C + J S`` (``C``, ``S`` the diagonal
@@ -36,7 +38,9 @@ import pandas as pd
 import torch
 
 from attnlens.errors import ConfigError
+from attnlens.model.config import RopeScaling
 from attnlens.model.folding import FoldedWeights, folded_attention_weights
+from attnlens.model.rotary import inverse_frequencies
 from attnlens.model.transformer import HookedTransformer
 
 WEIGHT_MEASURES = ("sym_share", "antisym_share", "symmetry")
@@ -93,15 +97,22 @@ def head_weight_asymmetry(weights: FoldedWeights) -> dict[str, torch.Tensor]:
 
 
 def rotary_tables(
-    d_head: int, rotary_dim: int, base: float, offsets: torch.Tensor
+    d_head: int,
+    rotary_dim: int,
+    base: float,
+    offsets: torch.Tensor,
+    scaling: RopeScaling | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(cos [offset, d], sin [offset, d], J [d, d])`` with ``R(delta) = diag(cos) + J diag(sin)``.
 
     Row vectors rotate as ``x R``: ``x R = x * cos + rotate_half(x) * sin`` on the first
-    ``rotary_dim`` features (``attention.apply_rotary``), the identity on the rest.
+    ``rotary_dim`` features (``attention.apply_rotary``), the identity on the rest. The
+    frequencies are the model's own (``scaling``: its RoPE scaling, for dynamic NTK those of
+    an input holding every offset); YaRN's attention factor, a constant on every score like
+    ``1 / sqrt(d_head)``, is left out as that scale is.
     """
-    exponents = torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim
-    inv_freq = 1.0 / (base**exponents)  # [rotary_dim / 2]
+    seq_len = int(offsets.abs().max()) + 1
+    inv_freq = inverse_frequencies(rotary_dim, base, scaling, seq_len, torch.float64)
     angles = offsets.double()[:, None] * torch.cat((inv_freq, inv_freq))  # [offset, rotary_dim]
     cos = torch.ones(len(offsets), d_head, dtype=torch.float64)
     sin = torch.zeros(len(offsets), d_head, dtype=torch.float64)
@@ -167,7 +178,8 @@ def weight_asymmetry_table(
         attn = block.attn
         if attn.rotary_dim:
             cos, sin, J = (t.to(weights.W_Q.device) for t in rotary_tables(
-                attn.d_head, attn.rotary_dim, attn.rotary_base, offsets_for(model, offsets)))
+                attn.d_head, attn.rotary_dim, attn.rotary_base, offsets_for(model, offsets),
+                attn.rotary_scaling))
             per_offset = rotary_offset_measures(weights, cos, sin, J)
             measures |= {f"{k}{OFFSETS_SUFFIX}": v.mean(dim=1) for k, v in per_offset.items()}
         for measure, values in measures.items():

@@ -23,7 +23,8 @@ ones, ``offsets = 128`` by default. Each offset is exact and cheap: with thin QR
 ``W_Q = Q1 R1``, ``W_K = Q2 R2`` the form is ``Q1 (R1 R(delta) R2^T) Q2^T``, so its singular
 values are those of the ``d_head x d_head`` core ``R1 R(delta) R2^T`` (float64, batched over
 offsets, never a ``d_in x d_in`` product). Models without rotary embeddings get no extra
-rows.
+rows. The rotations use the model's own frequencies, RoPE scaling included
+(``weight_asymmetry.rotary_tables``).
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def rotary_qk_singular_values(
     """
     device = weights.W_Q.device
     cos, sin, J = (t.to(device) for t in rotary_tables(
-        attn.d_head, attn.rotary_dim, attn.rotary_base, offsets))
+        attn.d_head, attn.rotary_dim, attn.rotary_base, offsets, attn.rotary_scaling))
     with lapack_single_thread(device):
         _, R1 = torch.linalg.qr(weights.W_Q.double())  # [head, r, d_head]
         _, R2 = torch.linalg.qr(weights.W_K.double())  # [kv_head, r, d_head]

@@ -75,7 +75,8 @@ def write_pretrained_collapse(
     title: str = "Rank collapse",
 ) -> SectionOutput:
     """Tables and figures of the pretrained variants (None: left out) and the head paths."""
-    tables = {**(variants.result() if variants is not None else {}), **paths.result()}
+    variant_tables = variants.result() if variants is not None else {}
+    tables = {**variant_tables, **paths.result()}  # path labels: original head numbers
     output = SectionOutput(title, tables=tables)
     for name, table in tables.items():
         write_table(table, out_dir, name)

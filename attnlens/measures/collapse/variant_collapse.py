@@ -77,8 +77,8 @@ def variant_depths(
     mask = additive_attention_mask(attention_mask, n, n, model.cfg.causal, resid.dtype,
                                    resid.device)
     depths = [resid]
-    for block in model.blocks:
-        resid = block_variant(block, resid, mask, positions, switches)
+    for block, layer_mask in zip(model.blocks, model.layer_masks(mask, n), strict=True):
+        resid = block_variant(block, resid, layer_mask, positions, switches)
         depths.append(resid)
     return depths
 

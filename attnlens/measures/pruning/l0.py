@@ -36,6 +36,7 @@ from attnlens.errors import ConfigError
 from attnlens.measures.pruning.structural import pruned_parameter_count
 from attnlens.metrics.base import Metric
 from attnlens.model.gates import full_mask, heads_text
+from attnlens.model.head_ids import HeadIds, head_ids_of, original_heads, renumber_heads
 from attnlens.progress import progress_bar
 
 TEMPERATURES = {"louizos": 2.0 / 3.0, "voita": 0.33}
@@ -174,8 +175,9 @@ def train_gates(model, metric: Metric, lam: float, settings: L0Settings,
     return L0Result(lam, gates, mask, pd.DataFrame.from_records(records))
 
 
-def heads_table(result: L0Result) -> pd.DataFrame:
-    """Per head: log_alpha, P(open), E[gate] and whether it is kept."""
+def heads_table(result: L0Result, head_ids: HeadIds | None = None) -> pd.DataFrame:
+    """Per head: log_alpha, P(open), E[gate] and whether it is kept (heads by their original
+    numbers: ``head_ids`` of a pruned model)."""
     gates = result.gates
     p_open, expected = gates.prob_open().detach().cpu(), gates.expected_gate().cpu()
     log_alpha, present = gates.log_alpha.detach().cpu(), gates.present.cpu()
@@ -185,7 +187,7 @@ def heads_table(result: L0Result) -> pd.DataFrame:
          "expected_gate": float(expected[layer, head]),
          "kept": bool(result.mask[layer, head] != 0)}
         for layer, head in present.nonzero().tolist()
-    ])
+    ]).pipe(renumber_heads, head_ids)
 
 
 def summary_row(model, result: L0Result, value: float, baseline: float, metric: Metric,
@@ -202,7 +204,7 @@ def summary_row(model, result: L0Result, value: float, baseline: float, metric: 
         "n_pruned": n_heads - int(kept.sum()),
         "fraction_pruned": (n_heads - int(kept.sum())) / n_heads,
         "kept_per_layer": " ".join(str(int(k)) for k in kept.sum(dim=1).tolist()),
-        "heads_removed": heads_text(removed),
+        "heads_removed": heads_text(original_heads(head_ids_of(model), removed)),
         "metric": float(value),
         "change": float(metric.improvement(value, baseline)),
         "params": pruned_parameter_count(model, result.mask),

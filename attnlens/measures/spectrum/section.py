@@ -10,6 +10,7 @@ import pandas as pd
 from attnlens.measures.circuits.circuits import circuit_tables
 from attnlens.measures.circuits.shared_subspace import shared_subspace_tables
 from attnlens.measures.spectrum.spectrum import SpectrumAnalyzer
+from attnlens.model.head_ids import renumber_tables
 from attnlens.model.protocol import left_out_note, missing_parts
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import cumulative_curves_by_layer, layer_head_heatmap, shared_subspace_curves
@@ -124,7 +125,7 @@ def write_weight_spectra(
         note = left_out_note("the QK/OV circuit spectra and shared subspaces", missing)
         output.summary = "\n".join(filter(None, [output.summary, note]))
         return
-    tables = {**circuit_tables(model), **shared_subspace_tables(model)}
+    tables = renumber_tables({**circuit_tables(model), **shared_subspace_tables(model)}, model)
     for name, table in tables.items():
         write_table(table, out_dir, name)
     output.tables.update(tables)
@@ -160,7 +161,7 @@ class SpectrumSection(Section):
 
     def write(self, model, analyzers, out_dir: Path, formats) -> SectionOutput:
         (spectrum,) = [a for a in analyzers if isinstance(a, SpectrumAnalyzer)]
-        tables = spectrum.result()
+        tables = renumber_tables(spectrum.result(), model)  # original head numbers
         for name, table in tables.items():
             write_table(table, out_dir, name)
         output = SectionOutput(self.title, tables=dict(tables))

@@ -1,0 +1,62 @@
+"""The input length a checkpoint was trained on, read from its own files (no torch).
+
+Sources, the smallest wins: ``sentence_bert_config.json`` ``max_seq_length`` (a sentence
+model's training length: all-MiniLM-L6-v2 says 256 although its BERT has 512 positions),
+then ``config.json`` ``n_positions`` / ``n_ctx`` (GPT-2) and ``max_position_embeddings``
+(RoBERTa-style models number positions from ``pad_token_id + 1``, so two fewer are usable).
+None when the checkpoint states no length (T5's relative positions).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+# Models whose position ids start at pad_token_id + 1 (position_offset in their loaders).
+PADDING_OFFSET_TYPES = ("roberta", "xlm-roberta", "camembert", "longformer")
+
+
+@dataclass(frozen=True)
+class TrainedLength:
+    """``tokens`` the model was trained on, and which file and field say so."""
+
+    tokens: int
+    source: str
+
+    def describe(self) -> str:
+        return f"{self.tokens} tokens ({self.source})"
+
+
+def _json(path: Path) -> dict:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _positive_int(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def trained_length(folder: str | Path) -> TrainedLength | None:
+    """The shortest length the checkpoint in ``folder`` states (see the module docstring)."""
+    folder = Path(folder)
+    found: list[TrainedLength] = []
+    sbert = _positive_int(_json(folder / "sentence_bert_config.json").get("max_seq_length"))
+    if sbert:
+        found.append(TrainedLength(sbert, "sentence_bert_config.json max_seq_length"))
+    config = _json(folder / "config.json")
+    for key in ("n_positions", "n_ctx", "max_position_embeddings"):
+        value = _positive_int(config.get(key))
+        if value is None:
+            continue
+        pad = config.get("pad_token_id")
+        if (key == "max_position_embeddings" and config.get("model_type") in PADDING_OFFSET_TYPES
+                and _positive_int(pad) and value > pad + 1):
+            found.append(TrainedLength(value - pad - 1, f"config.json {key} {value} - "
+                                       f"{pad + 1} (positions start at pad_token_id + 1)"))
+        else:
+            found.append(TrainedLength(value, f"config.json {key}"))
+    return min(found, key=lambda t: t.tokens) if found else None
