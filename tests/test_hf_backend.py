@@ -128,6 +128,18 @@ def test_sliding_window_layers_see_only_their_window() -> None:
     assert bool((pattern[:, ~outside] > 0).all())
 
 
+@pytest.mark.parametrize("rope", [{"rope_type": "dynamic", "factor": 4.0},
+                                  {"rope_type": "linear", "factor": 4.0}])
+def test_a_scaled_rotary_embedding_leaves_the_rotary_measures_out(rope) -> None:
+    """Dynamic NTK equals plain RoPE on the probe's short input (not on longer ones): the
+    config's rope type decides, so no measure per offset uses unscaled frequencies."""
+    plain, scaled = wrap("llama"), wrap("llama", rope_scaling=rope)
+    assert plain.blocks[0].attn.rotary_dim == 8 and "rotary" not in plain.weight_problems()
+    assert scaled.blocks[0].attn.rotary_dim == 0
+    assert "not attnlens' own" in scaled.weight_problems()["rotary"]
+    assert "QK" not in scaled.weight_problems()  # the weights themselves are read
+
+
 def test_an_unknown_keyword_is_an_error_naming_it() -> None:
     module = torch.nn.Linear(2, 2).eval()
     q = k = v = torch.zeros(1, 2, 3, 4)

@@ -44,6 +44,7 @@ class HookAttention(nn.Module, PerHeadViews):
         rotary = entry.rotary
         self.rotary_dim = rotary.rotary_dim if rotary.status == "standard" else 0
         self.rotary_base = rotary.base
+        self.rotary_scaling = None  # "standard" is unscaled RoPE (checks._match_rotary)
 
     def points(self) -> dict[str, HookPoint]:
         return {"q": self.hook_q, "k": self.hook_k, "v": self.hook_v,

@@ -70,13 +70,35 @@ def _rotary_options(config) -> list[tuple[float | None, float]]:
     return options
 
 
+def scaled_rope_types(config) -> set[str]:
+    """The rope types other than "default" a config declares (``rope_parameters``, a legacy
+    ``rope_scaling``, or one dict per layer type), e.g. {"llama3"}."""
+    found = set()
+    fields = config.to_dict()
+    for key in ("rope_parameters", "rope_scaling"):
+        value = fields.get(key)
+        if not isinstance(value, dict):
+            continue
+        for p in (value, *(v for v in value.values() if isinstance(v, dict))):
+            kind = p.get("rope_type", p.get("type"))
+            if isinstance(kind, str) and kind != "default":
+                found.add(kind)
+    return found
+
+
 def _match_rotary(q_hat: torch.Tensor, q: torch.Tensor, config) -> Rotary | None:
-    """Which rotary embedding turns projected ``q_hat [pos, head, d]`` into received ``q``."""
+    """Which rotary embedding turns projected ``q_hat [pos, head, d]`` into received ``q``.
+
+    "standard" only for an unscaled rotary embedding: a scaled one (``scaled_rope_types``) may
+    equal it on the probe's few positions (dynamic NTK below its trained length) and not on
+    longer inputs, so it stays "unknown" (the measures per relative offset are left out).
+    """
     if close(q_hat, q):
         return Rotary("none")
     d_head = q.shape[-1]
     positions = torch.arange(q.shape[0], device=q.device)[None]  # [1, pos]
-    for fraction, base in _rotary_options(config):
+    options = [] if scaled_rope_types(config) else _rotary_options(config)
+    for fraction, base in options:
         dim = int(-fraction) if fraction < 0 else int(d_head * fraction)
         if dim < 2 or dim % 2 or dim > d_head:
             continue
