@@ -8,11 +8,11 @@ checkpoint of it names.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+
+from tests.parity_utils import float64_softmax  # noqa: F401 (re-exported for the tests)
 
 TOKEN_IDS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
 DECODER = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
@@ -105,26 +105,3 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     diff = (a - b).abs().masked_fill(both, 0.0)
     return float(diff.nan_to_num(nan=float("inf")).max())
 
-
-@contextmanager
-def float64_softmax() -> Iterator[None]:
-    """transformers' eager attention with a float64 softmax for float64 scores.
-
-    Most eager functions call ``softmax(..., dtype=torch.float32)`` whatever the input dtype;
-    attnlens keeps float64 in float64 (both backends), so its float64 reference is the same
-    eager computation with that one rounding removed. fp32 and half precision are unchanged.
-    """
-    import torch.nn.functional as F
-
-    original = F.softmax
-
-    def softmax(input, dim=None, _stacklevel=3, dtype=None):
-        if dtype is not None:
-            dtype = torch.promote_types(input.dtype, dtype)
-        return original(input, dim=dim, dtype=dtype)
-
-    F.softmax = softmax
-    try:
-        yield
-    finally:
-        F.softmax = original

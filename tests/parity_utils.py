@@ -6,7 +6,11 @@ The building and measuring live in ``attnlens.loaders.verify`` and ``parity_inpu
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import torch
 
 from attnlens.loaders.parity_inputs import (  # noqa: F401 (re-exported for the tests)
     VOCAB,
@@ -51,3 +55,27 @@ def tiny_parity(model_cls, config, path: Path, batch: PaddedBatch, label: str):
     hf, ours = load_pair(model_cls, config, path)
     assert ours.cfg.source["architecture"] == model_cls.__name__
     return hf, ours, check_parity(hf, ours, batch, label=label)
+
+
+@contextmanager
+def float64_softmax() -> Iterator[None]:
+    """transformers' eager attention with a float64 softmax for float64 scores.
+
+    Most eager functions call ``softmax(..., dtype=torch.float32)`` whatever the input dtype;
+    attnlens keeps float64 in float64 (both backends), so its float64 reference is the same
+    eager computation with that one rounding removed. fp32 and half precision are unchanged.
+    """
+    import torch.nn.functional as F
+
+    original = F.softmax
+
+    def softmax(input, dim=None, _stacklevel=3, dtype=None):
+        if dtype is not None:
+            dtype = torch.promote_types(input.dtype, dtype)
+        return original(input, dim=dim, dtype=dtype)
+
+    F.softmax = softmax
+    try:
+        yield
+    finally:
+        F.softmax = original

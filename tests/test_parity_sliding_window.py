@@ -20,6 +20,7 @@ from tests.parity_utils import (
     TINY_TOL,
     assert_parity,
     attnlens_outputs,
+    float64_softmax,
     hf_outputs,
     max_differences,
     padded_batch,
@@ -66,16 +67,17 @@ def test_sliding_window_parity(family, architecture, overrides, window, layers, 
         far = cache["pattern", layer][0][:, too_far]  # first sequence: 9 real tokens
         assert bool((far == 0).all()) == (layer in layers), layer
     ours64 = load_model(tmp_path, dtype=torch.float64)
-    # transformers' eager Llama-family attention takes its softmax in float32 even in float64,
-    # as attnlens' hooked path does; the SDPA path is float64 throughout (~1e-7 apart), so
-    # the comparison runs the hooked path everywhere.
+    # transformers' eager Llama-family attention takes its softmax in float32 even in float64;
+    # attnlens keeps float64, so the reference is that eager computation with a float64
+    # softmax (float64_softmax). The hooked path is the one compared.
     ours64.set_use_sdpa(False)
     # In float64 transformers turns a padding query whose window holds only padding into NaN
     # (float64's finfo.min is -inf in its float32 softmax), which spreads to real tokens; so
     # float64 is compared on a batch where every padding query's window reaches a real key.
     batch64 = padded_batch(lengths=(9, 10 - window))
-    diffs = max_differences(attnlens_outputs(ours64, batch64),
-                            hf_outputs(hf.to(torch.float64), batch64), batch64.attention_mask)
+    with float64_softmax():
+        reference = hf_outputs(hf.to(torch.float64), batch64)
+    diffs = max_differences(attnlens_outputs(ours64, batch64), reference, batch64.attention_mask)
     assert_parity(diffs, FLOAT64_TOL, f"{architecture} window {window} float64")
     # attnlens stays finite where every key of a padding query is masked.
     assert bool(attnlens_outputs(ours64, batch).hidden[-1].isfinite().all())
@@ -150,4 +152,4 @@ def test_unknown_layer_types_are_refused(tmp_path):
     hf["layer_types"] = ["chunked_attention", "full_attention"]
     config_file.write_text(json.dumps(hf))
     with pytest.raises(UnsupportedArchitectureError, match="chunked_attention"):
-        load_model(tmp_path)
+        load_model(tmp_path, backend="native")  # auto would take the hf backend
