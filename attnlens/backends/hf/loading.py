@@ -58,11 +58,16 @@ def read_config(path: Path):
 
     try:
         return AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=False)
-    except ValueError as exc:  # unknown model_type, or a config that needs remote code
+    # A config class's own checks raise what they like (ValueError for an unknown model_type
+    # or remote code, NotImplementedError for XLNet's max_position_embeddings, ...).
+    except Exception as exc:  # transformers' config code, reported in one line
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        remote = (" attnlens never runs a checkpoint's own code (trust_remote_code)."
+                  if isinstance(exc, ValueError) else "")
         raise UnsupportedArchitectureError(
             f"transformers {__import__('transformers').__version__} cannot read the config "
-            f"of {path} ({str(exc).splitlines()[0]}); attnlens never runs a checkpoint's own "
-            "code (trust_remote_code)."
+            f"of {path} ({type(exc).__name__}: {first}); fix config.json or use a "
+            f"checkpoint that transformers reads.{remote}"
         ) from exc
 
 
