@@ -108,11 +108,17 @@ def coverage(chosen: list[str] | None, markdown: bool) -> None:
         from attnlens.loaders.coverage_doc import coverage_markdown
 
         typer.echo(coverage_markdown(rows), nl=False)
-        return
-    table = [coverage_row(r) for r in rows]
-    verified = sum(r.status == "verified" for r in rows)
-    _print(table, False, f"hf backend vs eager attention, fp32, tiny random models: "
-                         f"{verified} of {len(rows)} model types verified")
+    else:
+        table = [coverage_row(r) for r in rows]
+        verified = sum(r.status == "verified" for r in rows)
+        _print(table, False, f"hf backend vs eager attention, fp32, tiny random models: "
+                             f"{verified} of {len(rows)} model types verified")
+    differing = [r.model_type for r in rows if r.status == "differs"]
+    if differing:  # attnlens computed something else than eager: a wrong result, not a refusal
+        from attnlens.errors import ConfigError
+
+        raise ConfigError(f"the hf backend differs from eager attention for "
+                          f"{', '.join(differing)} (figures in the table above); report it.")
 
 
 def coverage_row(row) -> dict[str, str]:
@@ -130,7 +136,8 @@ def models(markdown: bool = MarkdownOpt, verify: bool = VerifyOpt,
     """List the supported architectures; --verify measures their parity with Hugging Face.
 
     --verify --all runs the hf backend's sweep over every model_type of the installed
-    transformers (docs/model-coverage.md is its --markdown output).
+    transformers (docs/model-coverage.md is its --markdown output); it exits with status 1
+    after the table when attnlens differs from eager attention on some model type.
     """
     from attnlens.errors import ConfigError
 
