@@ -148,3 +148,18 @@ def test_load_returns_the_tokenizer_and_refuses_pickles_and_bad_backends(folders
     with pytest.raises(ModelLoadError, match="--allow-pickle"):
         attnlens.load_model(pickled, backend="hf")
     assert attnlens.load_model(pickled, backend="hf", allow_pickle=True).backend == "hf"
+
+
+def test_a_tokenizer_past_the_embedding_is_refused_on_the_hf_backend(tmp_path) -> None:
+    """The check counts the rows of the model's own token embedding (hf: the input
+    embeddings' rows), before any text reaches it."""
+    from attnlens.errors import ModelLoadError
+    from tests.hf_utils import WORDS, tiny_hf
+    from tests.seq2seq_utils import save_word_tokenizer
+
+    vocab = save_word_tokenizer(tmp_path, WORDS)
+    tiny_hf("qwen3", base=False, attn="eager", vocab_size=vocab - 4).save_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError, match=f"gives token ids up to {vocab - 1}, but the model "
+                                             f"has {vocab - 4} embedding rows"):
+        attnlens.load(tmp_path, backend="hf")
+

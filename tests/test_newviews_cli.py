@@ -154,7 +154,7 @@ def _run_main(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     (["rollout", "a b", "--head-fusion", "median"], "unknown head fusion 'median'"),
     (["rollout", "a b", "--method", "paths"], "unknown method 'paths'"),
     (["rollout", "a b", "--text", "corpus.txt"], "not TEXT and --text"),
-    (["sparse", "--windows", "1,x"], "--windows takes integers"),
+    (["sparse", "--windows", "1,x"], "--windows takes whole numbers"),
     (["linear", "--text", "missing.txt"], "missing.txt"),
 ])
 def test_bad_options_are_one_line_errors_before_loading(tmp_path, args, message):

@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from attnlens.data.files import read_utf8, text_lines
+from attnlens.data.files import read_utf8, refuse_conllu, text_lines
 from attnlens.errors import DataError
 from attnlens.runs.io import check_input_file
 
@@ -35,7 +35,9 @@ def read_text_file(path: str | Path, option: str = "--text") -> list[str]:
     whitespace or control characters); a file without any such line is an error.
     """
     path = check_input_file(path, option, "text, one sentence per line")
-    texts = text_lines(read_utf8(path))
+    text = read_utf8(path)
+    refuse_conllu(text, str(path), option, "plain text, one sentence per line")
+    texts = text_lines(text)
     if not texts:
         raise DataError(f"{path} contains no text (only blank lines, whitespace or control "
                         "characters); write one sentence per line.")

@@ -77,6 +77,9 @@ class Tokenizer:
                 fallback = self.hf.convert_ids_to_tokens(0)
             self.hf.pad_token = fallback
         self.hf.padding_side = "right"
+        # transformers warns that a text longer than model_max_length "will result in
+        # indexing errors"; attnlens truncates every input to --max-length itself.
+        self.hf.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
         self.hf.truncation_side = "right"  # word alignment counts on cuts at the end
 
     @classmethod

@@ -233,7 +233,12 @@ def read_weights(path: Path, allow_pickle: bool = False) -> dict[str, torch.Tens
             try:
                 part = load_file(str(file))
             except Exception as exc:  # safetensors raises its own error types
-                raise ModelLoadError(f"cannot read {file}: {exc}; the file is damaged.") from exc
+                reason = " ".join(str(exc).split())[:160] or type(exc).__name__
+                raise ModelLoadError(
+                    f"cannot read {file}: {reason}; the file is damaged or incomplete (an "
+                    "interrupted download or copy is the usual cause): download or copy it "
+                    "again, or re-save the model with save_pretrained."
+                ) from exc
             check_finite(part, file.name)
             tensors.update(part)
         return tensors

@@ -16,7 +16,7 @@ import torch
 
 from attnlens.data.tokenizer import Tokenizer
 from attnlens.device import resolve_device, resolve_dtype
-from attnlens.errors import ConfigError, UnsupportedArchitectureError
+from attnlens.errors import ConfigError, ModelLoadError, UnsupportedArchitectureError
 from attnlens.loaders.backends import check_backend
 from attnlens.loaders.checkpoint import (
     check_weight_files,
@@ -24,6 +24,7 @@ from attnlens.loaders.checkpoint import (
     read_weights,
     resolve_checkpoint,
 )
+from attnlens.loaders.config_checks import check_config
 from attnlens.loaders.pruned_heads import (
     apply_pruned_heads,
     check_pruned_heads,
@@ -55,6 +56,7 @@ def load_model(
     dev, dt = resolve_device(device), resolve_dtype(dtype)  # option errors before any reading
     path = resolve_checkpoint(name_or_path)
     hf = read_config(path)
+    check_config(hf, str(path / "config.json"))  # either backend: the file itself is wrong
     name = str(name_or_path) if name_or_path is not None else "all-MiniLM-L6-v2 (embedded)"
     refused = None
     if backend != "hf":
@@ -125,5 +127,23 @@ def load(
 
         model = dispatch(model, device_map, max_memory, allow_disk=False)
     tokenizer = Tokenizer.from_pretrained(model.cfg.source["path"])
+    check_tokenizer_fits(tokenizer, model)
     model.tokenizer = tokenizer
     return model, tokenizer
+
+
+def check_tokenizer_fits(tokenizer: Tokenizer, model: HookedTransformer) -> None:
+    """Refuse a tokenizer that can give token ids past the model's embedding rows: the
+    lookup would fail mid-run with an ``IndexError`` (a device-side assert on a GPU)."""
+    cfg = model.cfg
+    rows = cfg.encoder.vocab_size if hasattr(cfg, "encoder") else cfg.vocab_size
+    vocab = tokenizer.hf.get_vocab()
+    largest = max(vocab.values(), default=-1)
+    if largest >= rows:
+        beyond = sum(1 for i in vocab.values() if i >= rows)
+        raise ModelLoadError(
+            f"the tokenizer in {cfg.source.get('path')} gives token ids up to {largest}, but "
+            f"the model has {rows} embedding rows (vocab_size in config.json): {beyond} "
+            "token(s) would index past them; use the tokenizer saved with this model, or fix "
+            "vocab_size."
+        )

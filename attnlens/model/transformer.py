@@ -7,7 +7,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from attnlens.errors import ConfigError
+from attnlens.errors import ConfigError, DataError
 from attnlens.hooks import HookedModule, HookPoint
 from attnlens.model.attention import (
     MultiHeadAttention,
@@ -315,6 +315,10 @@ class HookedTransformer(HookedModule):
             raise ConfigError("pass exactly one of input_ids and inputs_embeds.")
         ref = input_ids if input_ids is not None else inputs_embeds
         batch, length = ref.shape[:2]
+        if length == 0:
+            raise DataError("the input has no tokens (the tokenizer gave none for this text: "
+                            "none of its characters are in the vocabulary, and it adds no "
+                            "special tokens); give a text the model's tokenizer covers.")
         if position_ids is None:
             position_ids = self.positions(input_ids, (batch, length), ref.device)
         resid = self.embed_tokens(input_ids, token_type_ids, position_ids, inputs_embeds)

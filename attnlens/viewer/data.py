@@ -189,6 +189,12 @@ def encode_text(tokenizer, text: str, pair: str | None, max_length: int) -> Enco
     enc = hf(text, pair, truncation=True, max_length=max_length,
              return_offsets_mapping=bool(hf.is_fast))
     ids = list(enc["input_ids"])
+    if not ids:
+        from attnlens.errors import DataError
+
+        raise DataError("the input has no tokens (the tokenizer gave none for this text: none "
+                        "of its characters are in the vocabulary, and it adds no special "
+                        "tokens); give a text the model's tokenizer covers.")
     inputs = {"input_ids": torch.tensor([ids]),
               "attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
     if "token_type_ids" in enc:

@@ -90,6 +90,15 @@ def call_options(model: nn.Module) -> dict[str, Any]:
     return {"use_cache": False} if accepts(model, "use_cache") else {}
 
 
+def _embedding_rows(hf: nn.Module) -> int:
+    """Rows of the token embedding (the ids a tokenizer may give), 0 without one."""
+    try:
+        embedding = hf.get_input_embeddings()
+    except (AttributeError, NotImplementedError):
+        return 0
+    return int(embedding.num_embeddings) if isinstance(embedding, nn.Embedding) else 0
+
+
 def _summary(hf: nn.Module, rows: list[LayerMap], causal: bool, source: dict) -> TransformerConfig:
     """The ``TransformerConfig`` fields analyzers read, filled from the mapped layers."""
     first = rows[0]
@@ -105,7 +114,7 @@ def _summary(hf: nn.Module, rows: list[LayerMap], causal: bool, source: dict) ->
         n_layers=len(rows),
         n_heads=n_heads,
         d_mlp=int(getattr(text, "intermediate_size", 0) or 0),
-        vocab_size=int(getattr(text, "vocab_size", 0) or 0),
+        vocab_size=_embedding_rows(hf) or int(getattr(text, "vocab_size", 0) or 0),
         d_head=first.shapes.d_head,
         n_kv_heads=kv_heads[0] if n_heads % kv_heads[0] == 0 else n_heads,
         heads_per_layer=heads,

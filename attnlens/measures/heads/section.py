@@ -317,7 +317,7 @@ class HeadRolesSection(Section):
         if "syntactic_table1" in tables:  # the console gets Table 1; the page shows a table
             output.summary += ("\n\nBest head per relation (Clark et al. Table 1 format; "
                                "held-out: chosen on other sentences, reported here):\n\n"
-                               + markdown_table(tables["syntactic_table1"]))
+                               + markdown_table(tables["syntactic_table1"], markup=False))
         return output
 
     def _notes(self, tables: dict[str, pd.DataFrame]) -> list[str]:

@@ -37,6 +37,7 @@ from attnlens.measures.pruning.structural import pruned_parameter_count
 from attnlens.metrics.base import Metric
 from attnlens.model.gates import full_mask, heads_text
 from attnlens.model.head_ids import HeadIds, head_ids_of, original_heads, renumber_heads
+from attnlens.numeric import check_number
 from attnlens.progress import progress_bar
 
 TEMPERATURES = {"louizos": 2.0 / 3.0, "voita": 0.33}
@@ -116,12 +117,17 @@ class L0Settings:
     seed: int = 0
 
     def validate(self) -> None:
+        """Every number finite and in range (``attnlens.numeric``: NaN gates came from a NaN
+        temperature, learning rate or initial log_alpha), the stretch around [0, 1]."""
         if not self.lambdas or any(not math.isfinite(x) or x < 0 for x in self.lambdas):
             raise ConfigError(f"--lambda needs one or more values >= 0, not {self.lambdas}.")
         if self.steps < 1:
             raise ConfigError("--l0-steps must be at least 1.")
-        if self.learning_rate <= 0:
-            raise ConfigError("--l0-lr must be positive.")
+        check_number("--l0-lr", float(self.learning_rate))
+        check_number("--l0-temperature", float(self.temperature))
+        check_number("--l0-init", float(self.init_log_alpha))
+        for bound in self.stretch:
+            check_number("--l0-stretch", float(bound))
         if self.min_heads_per_layer < 0:
             raise ConfigError("--min-heads-per-layer must be 0 or more.")
         HardConcreteGates(torch.ones(1, 1), self.temperature, tuple(self.stretch))
