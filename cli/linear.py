@@ -23,4 +23,4 @@ def linear(run: CommandRun, max_sentences: int | None = MaxSentencesOpt) -> None
 
 
 def register(app: typer.Typer) -> None:
-    command(app, "linear", corpus=True, out=DEFAULT_OUT)(linear)
+    command(app, "linear", corpus=True, out=DEFAULT_OUT, null=True)(linear)

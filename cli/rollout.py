@@ -105,4 +105,4 @@ def rollout(
 
 def register(app: typer.Typer) -> None:
     command(app, "rollout", model=False, loading=True, corpus=True, out=DEFAULT_OUT,
-            usage="[MODEL] [TEXT]...")(rollout)
+            usage="[MODEL] [TEXT]...", null=True)(rollout)

@@ -48,4 +48,4 @@ def sparse(
 
 
 def register(app: typer.Typer) -> None:
-    command(app, "sparse", corpus=True, out=DEFAULT_OUT)(sparse)
+    command(app, "sparse", corpus=True, out=DEFAULT_OUT, null=True)(sparse)

@@ -37,7 +37,10 @@ def test_analyze_and_view_run_end_to_end(model_type: str, tmp_path: Path, text_f
     assert record["model"]["model_type"] == model_type
     assert (out / "index.html").is_file()
     stats = (out / "tables" / "head_stats.csv").read_text()
-    assert stats.startswith("layer,head,measure,value")
+    header = stats.splitlines()[0].split(",")  # kv_head after head for grouped-query models
+    assert header[:2] == ["layer", "head"] and {"measure", "value"} <= set(header)
+    assert "null_mean" in header  # held to the null model, on the hf backend too
+    assert "run by the hf backend" in record["null"]["initialisation"]
     sections = {s["name"]: s for s in record["sections"]}
     collapse_notes = " ".join(sections["collapse"]["notes"])
     assert "Left out: the block variants" in collapse_notes  # said, not silently dropped

@@ -163,3 +163,22 @@ def test_a_tokenizer_past_the_embedding_is_refused_on_the_hf_backend(tmp_path) -
                                              f"has {vocab - 4} embedding rows"):
         attnlens.load(tmp_path, backend="hf")
 
+
+def test_the_null_model_of_an_hf_model_is_its_class_randomly_initialised(folders) -> None:
+    """The report's null pass (--null random-init) on the hf backend: the same transformers
+    class, seeded, run by the hf backend (qwen3 has no converter; llama is not converted)."""
+    from attnlens.loaders.random_init import random_init_copy
+
+    model = attnlens.load_model(folders["qwen3"], backend="hf")
+    first, again = random_init_copy(model, 3), random_init_copy(model, 3)
+    assert (first.model.backend, first.initialisation) == ("hf", "transformers")
+    assert type(first.model.hf) is type(model.hf)
+    null, same, trained = (m.hf.state_dict() for m in (first.model, again.model, model))
+    assert all(torch.equal(null[k], same[k]) for k in null)  # the seed decides
+    assert any(not torch.equal(null[k], trained[k]) for k in null)  # not the checkpoint's
+    ids, mask = padded_batch(vocab_size=30)
+    _, cache = first.model.run_with_cache(ids, mask, names_filter="blocks.0.attn.hook_pattern")
+    assert cache["pattern", 0].shape == (3, 4, 9, 9)  # [batch, head, query_pos, key_pos]
+    llama = random_init_copy(attnlens.load_model(folders["llama"], backend="hf"), 0)
+    assert llama.model.backend == "hf"
+

@@ -3,7 +3,15 @@
 A finder is a function ``tables -> list[Finding]`` registered for a section name with
 ``@finder("section")``; it reads only the tables (``tables[name]`` raises ``KeyError`` for a
 table the run did not write, and the finder is then skipped). A finding's ``parts`` are text
-and ``Head(layer, head)`` references, which the page turns into links to the head's card.
+and ``Head(layer, head)`` references (written ``L2H8``), which the page turns into links to
+the head's card.
+
+Findings are held to the null model when the tables carry its columns (``null_mean``,
+``null_low``, ``null_high``: a randomly initialised copy of the model, ``--null
+random-init``): a result is stated as "beyond the null" only when it lies beyond the null's
+95 % bound, and otherwise the sentence says that any model of this shape gives as much.
+Results that theory guarantees for every model of the architecture (pure attention
+collapses to rank one without skip connections) are ``kind="theory"`` and shown apart.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ class Head:
     head: int
 
     def __str__(self) -> str:
-        return f"{self.layer}-{self.head}"
+        return f"L{self.layer}H{self.head}"
 
 
 @dataclass
@@ -36,13 +44,15 @@ class Finding:
     section: str
     parts: list[str | Head] = field(default_factory=list)
     table: str = ""
+    kind: str = "finding"  # or "theory": true of any model of the architecture
 
     def text(self) -> str:
         return "".join(str(p) for p in self.parts)
 
     def to_json(self) -> dict[str, Any]:
         parts = [[p.layer, p.head] if isinstance(p, Head) else p for p in self.parts]
-        return {"section": self.section, "parts": parts, "table": self.table}
+        return {"section": self.section, "parts": parts, "table": self.table,
+                "kind": self.kind}
 
 
 Finder = Callable[[Mapping[str, pd.DataFrame]], list[Finding]]
@@ -116,6 +126,46 @@ def offset_role(offset: int) -> str:
     return names.get(offset, f"offset {offset:+d}")
 
 
+SHAPE = "a randomly initialised model of this shape"
+
+
+def has_null(rows: pd.DataFrame | pd.Series) -> bool:
+    """True when the rows carry the null model's columns with values."""
+    if isinstance(rows, pd.Series):
+        return "null_high" in rows.index and not pd.isna(rows["null_high"])
+    return "null_high" in rows.columns and bool(rows["null_high"].notna().any())
+
+
+def versus_null(row: pd.Series, value: float, fmt=None, higher: bool = True,
+                as_share: bool = False) -> tuple[bool | None, str]:
+    """(beyond the null?, a clause saying so) for one row's ``value``; (None, "") without a
+    null. ``higher``: large values are the notable ones (else small ones)."""
+    if not has_null(row):
+        return None, ""
+    show = fmt or (pct if as_share else num)
+    high, low = float(row["null_high"]), float(row.get("null_low", row["null_high"]))
+    if higher:
+        if value > high:
+            return True, f"beyond the null: 95 % of the heads of {SHAPE} stay below {show(high)}"
+        return False, (f"within the null: {SHAPE} gives as much (up to {show(high)}), so this "
+                       "does not show learned structure")
+    if value < low:
+        return True, f"beyond the null: 95 % of the heads of {SHAPE} stay above {show(low)}"
+    return False, (f"within the null: {SHAPE} gives as little (down to {show(low)}), so this "
+                   "does not show learned structure")
+
+
+def untested_reason(table: pd.DataFrame, counts: tuple[tuple[str, str, str], ...]) -> str:
+    """"4 sentences < 20" for the first (count column, minimum column, noun) that falls
+    short, from a table's own columns; "" when none does or the columns are absent."""
+    for count, minimum, noun in counts:
+        if count in table.columns and minimum in table.columns:
+            have, need = int(table[count].iloc[0]), int(table[minimum].iloc[0])
+            if have < need:
+                return f"{have} {noun} < {need}"
+    return ""
+
+
 def trend(first: float, last: float, tolerance: float = 0.02) -> str:
     if last > first + tolerance:
         return "rises"
@@ -139,19 +189,35 @@ def role_counts(tables: Mapping[str, pd.DataFrame]) -> list[Finding]:
 @finder("heads")
 def positional_heads(tables: Mapping[str, pd.DataFrame]) -> list[Finding]:
     table = tables["positional_heads"]
+    best = table.sort_values("share", ascending=False).iloc[0]
+    offset = int(best["best_offset"])
+    if "tested" in table.columns and not table["tested"].astype(bool).any():
+        reason = untested_reason(table, (("n_sentences", "min_sentences", "sentences"),
+                                         ("tokens", "min_tokens", "query tokens")))
+        return [Finding("heads", [
+            f"Positional heads not tested ({reason or 'too little data'}); the largest share, ",
+            head_of(best), f"'s {pct(best['share'])} of tokens attending most to "
+            f"{offset_words(offset)}, is an illustration, not evidence."], "positional_heads")]
     chosen = table[table["positional"].astype(bool)].sort_values("share", ascending=False)
     if chosen.empty:
-        best = table.sort_values("share", ascending=False).iloc[0]
-        offset = int(best["best_offset"])
+        _, clause = versus_null(best, float(best["share"]), as_share=True)
         return [Finding("heads", [
             "No head is positional; the closest is ", head_of(best), f": {pct(best['share'])} "
-            f"of tokens attend most to {offset_words(offset)}."], "positional_heads")]
+            f"of tokens attend most to {offset_words(offset)}"
+            + (f" ({clause})." if clause else ".")], "positional_heads")]
     found = []
     for _, row in chosen.head(3).iterrows():
         offset = int(row["best_offset"])
+        beyond, clause = versus_null(row, float(row["share"]), as_share=True)
+        if beyond is False:
+            found.append(Finding("heads", [
+                "", head_of(row), f" passes the positional test ({pct(row['share'])} of tokens "
+                f"attend most to {offset_words(offset)}), but {clause}."], "positional_heads"))
+            continue
         found.append(Finding("heads", [
-            "Head ", head_of(row), f" is a {offset_role(offset)} head: {pct(row['share'])} of "
-            f"tokens attend most to {offset_words(offset)}."], "positional_heads"))
+            "", head_of(row), f" is a {offset_role(offset)} head: {pct(row['share'])} of "
+            f"tokens attend most to {offset_words(offset)}"
+            + (f" ({clause})." if clause else ".")], "positional_heads"))
     return found
 
 
@@ -162,14 +228,24 @@ def syntactic_heads(tables: Mapping[str, pd.DataFrame]) -> list[Finding]:
     if rows.empty:
         return []
     wins = rows[rows["syntactic"].astype(bool)]
+    if "tested" in rows.columns and not rows["tested"].astype(bool).any():
+        return [Finding("heads", [
+            f"Syntactic heads not tested: no relation-direction pair has enough arcs "
+            f"({int(rows['examples'].max())} at most); accuracies are illustrations, not "
+            "evidence."], "syntactic_best")]
+    beyond = [versus_null(r, float(r["accuracy"]))[0] for _, r in wins.iterrows()]
+    null_part = (f"; {sum(b is True for b in beyond)} of them beyond the null (above the best "
+                 f"head of {SHAPE})" if has_null(rows) else "")
     found = [Finding("heads", [
         f"{len(wins)} of {len(rows)} relation-direction pairs have a syntactic head (clearly "
-        "above the best fixed-offset baseline)."], "syntactic_best")]
+        f"above the best fixed-offset baseline){null_part}."], "syntactic_best")]
     for _, row in wins.sort_values("examples", ascending=False).head(3).iterrows():
+        _, clause = versus_null(row, float(row["accuracy"]), as_share=True)
         found.append(Finding("heads", [
             f"{row['relation']} ({row['direction']}): best head ", head_of(row),
             f", {pct(row['accuracy'])} against a {pct(row['baseline'])} positional baseline "
-            f"({int(row['examples'])} arcs)."], "syntactic_best"))
+            f"({int(row['examples'])} arcs)" + (f"; {clause}." if clause else ".")],
+            "syntactic_best"))
     return found
 
 
@@ -178,11 +254,20 @@ def rare_word_heads(tables: Mapping[str, pd.DataFrame]) -> list[Finding]:
     table = tables["rare_words"]
     best = table.sort_values("share_rarest", ascending=False).iloc[0]
     share = (f"{pct(best['share_rarest'])} of words attend most to the sentence's rarest word "
-             f"(chance {pct(best['chance_rarest'])})")
-    if bool(best["rare_word"]):
-        parts: list[str | Head] = ["Head ", head_of(best), f" is a rare-word head: {share}."]
+             f"(chance under the model's mask {pct(best['chance_rarest'])})")
+    if "tested" in table.columns and not table["tested"].astype(bool).any():
+        reason = untested_reason(table, (("words", "min_words", "attending words"),))
+        return [Finding("heads", [
+            f"Rare-word heads not tested ({reason or 'too little data'}); the closest is ",
+            head_of(best), f": {share}, an illustration, not evidence."], "rare_words")]
+    beyond, clause = versus_null(best, float(best["share_rarest"]), as_share=True)
+    tail = f"; {clause}." if clause else "."
+    if bool(best["rare_word"]) and beyond is not False:
+        parts: list[str | Head] = ["", head_of(best), f" is a rare-word head: {share}{tail}"]
+    elif bool(best["rare_word"]):
+        parts = ["", head_of(best), f" passes the rare-word test ({share}), but {clause}."]
     else:
-        parts = ["No head is a rare-word head; the closest is ", head_of(best), f": {share}."]
+        parts = ["No head is a rare-word head; the closest is ", head_of(best), f": {share}{tail}"]
     return [Finding("heads", parts, "rare_words")]
 
 
@@ -191,17 +276,27 @@ def focus_and_sinks(tables: Mapping[str, pd.DataFrame]) -> list[Finding]:
     stats = tables["head_stats"]
     confidence = measure(stats, "confidence").sort_values("value", ascending=False).iloc[0]
     entropy = measure(stats, "entropy").sort_values("value", ascending=False).iloc[0]
+    _, clause = versus_null(confidence, float(confidence["value"]))
     found = [Finding("heads", [
         "The most focused head is ", head_of(confidence),
-        f" (mean maximum weight {num(confidence['value'])}); the broadest is ",
+        f" (mean maximum weight {num(confidence['value'])}"
+        + (f"; {clause}" if clause else "") + "); the broadest is ",
         head_of(entropy), f" (entropy {num(entropy['value'])} nats)."], "head_stats")]
-    for name, token in (("to_sep", "[SEP]"), ("to_cls", "[CLS]")):
-        by_layer = measure(stats, name).groupby("layer")["value"].mean()
+    for name, token in (("to_sep", "[SEP]"), ("to_cls", "[CLS]"), ("sink", "the first token")):
+        rows = stats[stats["measure"] == name]
+        if rows.empty:  # not computed: 0 by construction for this model
+            continue
+        by_layer = rows.groupby("layer")["value"].mean()
         if by_layer.max() >= 0.3:
-            found.append(Finding("heads", [
-                f"Attention parks on {token} in layer {int(by_layer.idxmax())}: its heads "
-                f"put {pct(by_layer.max())} of their attention there on average."],
-                "head_stats"))
+            layer = by_layer.idxmax()
+            text = (f"Attention parks on {token} in layer {int(layer)}: its heads put "
+                    f"{pct(by_layer.max())} of their attention there on average")
+            if has_null(rows):
+                null_high = rows[rows["layer"] == layer]["null_high"].mean()
+                text += (f" ({SHAPE}: {pct(null_high)} at most; "
+                         + ("beyond the null)" if by_layer.max() > null_high
+                            else "within the null: not learned)"))
+            found.append(Finding("heads", [text + "."], "head_stats"))
     return found
 
 
@@ -217,14 +312,22 @@ def rank_with_depth(tables: Mapping[str, pd.DataFrame]) -> list[Finding]:
             else "Attention is about as low-rank in every layer")
     change = f"{word} from" if word != "stays near" else "is"
     link = "to" if word != "stays near" else "and"
-    found = [Finding("spectrum", [
-        f"{lead}: C(n/4) {change} {num(first)} in layer {int(by_layer.index[0])} {link} "
-        f"{num(last)} in layer {int(by_layer.index[-1])} (mean over heads)."],
-        "spectrum_summary")]
+    text = (f"{lead}: C(n/4) {change} {num(first)} in layer {int(by_layer.index[0])} {link} "
+            f"{num(last)} in layer {int(by_layer.index[-1])} (mean over heads)")
+    if has_null(quarter):
+        null = quarter.groupby("layer")[["null_mean", "null_high"]].mean()
+        n_first, n_last = float(null["null_mean"].iloc[0]), float(null["null_mean"].iloc[-1])
+        above = [layer for layer, v in by_layer.items() if v > null["null_high"].get(layer, 1)]
+        text += (f"; {SHAPE} gives {num(n_first)} and {num(n_last)}: "
+                 + (f"beyond the null in {len(above)} of {len(by_layer)} layers" if above
+                    else "within the null in every layer, so the shape, not training, sets it"))
+    found = [Finding("spectrum", [text + "."], "spectrum_summary")]
     top = quarter.sort_values("value", ascending=False).iloc[0]
+    _, clause = versus_null(top, float(top["value"]), as_share=True)
     found.append(Finding("spectrum", [
         "The most low-rank head is ", head_of(top), f": its top quarter of singular values "
-        f"holds {pct(top['value'])} of their sum."], "spectrum_summary"))
+        f"holds {pct(top['value'])} of their sum" + (f" ({clause})." if clause else ".")],
+        "spectrum_summary"))
     return found
 
 
@@ -232,44 +335,62 @@ def rank_with_depth(tables: Mapping[str, pd.DataFrame]) -> list[Finding]:
 def shared_subspace(tables: Mapping[str, pd.DataFrame]) -> list[Finding]:
     dims = tables["shared_subspace_dims"]
     rows = dims[(dims["matrix"] == "W_QK") & np.isclose(dims["energy"], 0.9)]
-    concat = rows[rows["scope"] == "concat"]["dims"]
+    concat = rows[rows["scope"] == "concat"]
     summed = rows[rows["scope"] == "sum_of_heads"]["dims"]
     if concat.empty or summed.empty:
         return []
     d_model = int(rows["d_model"].iloc[0])
-    return [Finding("spectrum", [
-        f"The heads of a layer share their query/key subspace: 90 % of the stacked "
-        f"W_Q W_K^T energy fits in {int(concat.min())}-{int(concat.max())} of {d_model} "
-        f"dimensions, against {int(summed.min())}-{int(summed.max())} if the heads' subspaces "
-        "were orthogonal."], "shared_subspace_dims")]
+    text = (f"The heads of a layer share their query/key subspace: 90 % of the stacked "
+            f"W_Q W_K^T energy fits in {int(concat['dims'].min())}-{int(concat['dims'].max())} "
+            f"of {d_model} dimensions, against {int(summed.min())}-{int(summed.max())} if the "
+            "heads' subspaces were orthogonal")
+    if has_null(concat):
+        low = concat["null_low"]
+        fewer = int((concat["dims"] < low).sum())
+        text += (f"; {SHAPE} needs {int(low.min())}-{int(concat['null_high'].max())}: "
+                 + (f"beyond the null in {fewer} of {len(concat)} layers" if fewer
+                    else "within the null, so any model of this shape shares as much"))
+    return [Finding("spectrum", [text + "."], "shared_subspace_dims")]
 
 
 # Asymmetry ----------------------------------------------------------------------------------
 @finder("asymmetry")
 def asymmetry(tables: Mapping[str, pd.DataFrame]) -> list[Finding]:
-    weights = measure(tables["weight_asymmetry"], "antisym_share")["value"]
-    found = [Finding("asymmetry", [
-        f"On average {pct(weights.mean())} of each head's ||W_Q W_K^T||² is antisymmetric "
-        f"(heads range {pct(weights.min())} to {pct(weights.max())})."], "weight_asymmetry")]
+    rows = measure(tables["weight_asymmetry"], "antisym_share")
+    weights = rows["value"]
+    text = (f"On average {pct(weights.mean())} of each head's ||W_Q W_K^T||² is antisymmetric "
+            f"(heads range {pct(weights.min())} to {pct(weights.max())})")
+    if has_null(rows):
+        outside = int(((weights > rows["null_high"]) | (weights < rows["null_low"])).sum())
+        text += (f"; {SHAPE}: {pct(rows['null_mean'].mean())} on average, {outside} of "
+                 f"{len(rows)} heads beyond its 95 % range")
+    found = [Finding("asymmetry", [text + "."], "weight_asymmetry")]
     if "pattern_asymmetry" in tables and "asymmetry_baseline" in tables:
-        heads = measure(tables["pattern_asymmetry"], "asym_ratio")["value"].mean()
+        pattern = measure(tables["pattern_asymmetry"], "asym_ratio")
+        heads = pattern["value"].mean()
         base = measure(tables["asymmetry_baseline"], "asym_ratio")["value"].mean()
         ratio = f"{heads / base:.1f} times as" if base > 0 else "more"
-        found.append(Finding("asymmetry", [
-            f"Learned attention is {ratio} asymmetric as symmetric-logit self-attention on the "
-            f"same inputs: ||P - P^T|| / ||P|| is {num(heads)} against {num(base)}."],
-            "pattern_asymmetry"))
-        top = measure(tables["pattern_asymmetry"], "asym_ratio").sort_values(
-            "value", ascending=False).iloc[0]
+        text = (f"Learned attention is {ratio} asymmetric as symmetric-logit self-attention on "
+                f"the same inputs: ||P - P^T|| / ||P|| is {num(heads)} against {num(base)}")
+        if has_null(pattern):
+            text += f"; {SHAPE}: {num(pattern['null_mean'].mean())}"
+        found.append(Finding("asymmetry", [text + "."], "pattern_asymmetry"))
+        top = pattern.sort_values("value", ascending=False).iloc[0]
+        _, clause = versus_null(top, float(top["value"]))
         found.append(Finding("asymmetry", [
             "The most one-way head is ", head_of(top),
-            f" (||P - P^T|| / ||P|| = {num(top['value'])})."], "pattern_asymmetry"))
+            f" (||P - P^T|| / ||P|| = {num(top['value'])}" + (f"; {clause})." if clause
+                                                              else ").")],
+            "pattern_asymmetry"))
     return found
 
 
 # Rank collapse ------------------------------------------------------------------------------
 @finder("collapse")
 def collapse(tables: Mapping[str, pd.DataFrame]) -> list[Finding]:
+    """Both statements are guaranteed by theory for any model of the architecture (Dong et
+    al. 2021: pure self-attention loses rank doubly exponentially with depth; a product of
+    row-stochastic matrices tends to rank one), so they are ``kind="theory"``."""
     curves = tables["collapse_variants"]
     curves = curves[curves["norm"] == "composite"]
     found = []
@@ -283,15 +404,17 @@ def collapse(tables: Mapping[str, pd.DataFrame]) -> list[Finding]:
         tail = (f"; the full model keeps it above {num(full['geo_mean'].min())} at every depth"
                 if not full.empty else "")
         found.append(Finding("collapse", [
-            "Without skip connections the model's attention collapses towards rank one: the "
-            f"relative residual of pure attention {where}{tail}."], "collapse_variants"))
+            "Without skip connections attention collapses towards rank one (Dong et al. 2021: "
+            "true of any model of this shape): the relative residual of pure attention "
+            f"{where}{tail}."], "collapse_variants", kind="theory"))
     if "path_collapse" in tables and not tables["path_collapse"].empty:
         paths = tables["path_collapse"].sort_values("path_length")
         one, last = paths.iloc[0], paths.iloc[-1]
         found.append(Finding("collapse", [
-            "Attention products along paths of heads approach rank one: their rank-1 residual "
+            "Products of attention matrices along paths of heads approach rank one (a product "
+            "of row-stochastic matrices does, whatever the weights): their rank-1 residual "
             f"falls from {num(one['geo_mean'])} (one head) to {num(last['geo_mean'])} "
-            f"({int(last['path_length'])} heads)."], "path_collapse"))
+            f"({int(last['path_length'])} heads)."], "path_collapse", kind="theory"))
     return found
 
 

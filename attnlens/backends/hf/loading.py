@@ -115,3 +115,14 @@ def check_parameters(hf: torch.nn.Module) -> None:
                 f"checkpoint tensor {name!r} holds NaN or infinite values; the weights are "
                 "damaged: re-export or re-download the model."
             )
+
+
+def random_init_model(model: HFAttentionModel, seed: int) -> HFAttentionModel:
+    """The same Hugging Face class and config, initialised by transformers under
+    ``torch.manual_seed(seed)`` (``post_init`` runs the architecture's ``_init_weights``),
+    run through attnlens' attention function: the null model of an hf-backed model."""
+    register()
+    torch.manual_seed(seed)
+    fresh = type(model.hf)._from_config(model.hf.config, attn_implementation=IMPLEMENTATION)
+    fresh = fresh.to(device=model.device, dtype=model.dtype).eval()
+    return HFAttentionModel(fresh, dict(model.cfg.source)).eval()

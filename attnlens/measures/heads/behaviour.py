@@ -10,7 +10,8 @@ real tokens. Per head:
   are not vertical keys (the first word's previous token is [CLS]: that mass is vertical),
   so ``vertical + diagonal <= 1`` and the rest is ``1 - vertical - diagonal``;
 - ``broad``: share of rows whose entropy is above the length-scaled threshold
-  ``tau(n) = (3.8 / ln 128) * ln n`` nats, n the sentence's real tokens (keys). Clark et al.
+  ``tau(n) = (3.8 / ln 128) * ln n`` nats, n the keys the row's mask lets it see (the
+  sentence's real tokens; under a causal mask row i sees i + 1 of them). Clark et al.
   call heads broad above about 3.8 nats on their 128-token inputs; ``3.8 / ln 128 = 0.783``
   is that threshold as a fraction of the largest possible entropy ``ln n`` (uniform
   attention), so ``tau(128) = 3.8`` and a row is broad when its perplexity ``e^H`` exceeds
@@ -63,8 +64,10 @@ class HeadBehaviour(PerSentenceRows, Analyzer):
         broad_entropy: float = BROAD_ENTROPY,
         broad_length: int = BROAD_LENGTH,
         inference: Inference | None = None,
+        causal: bool = False,
     ) -> None:
         self.n_layers, self.n_heads = n_layers, n_heads
+        self.causal = causal  # a row sees keys 0..i only: its threshold counts those
         self.heads_per_layer = list(heads_per_layer or [n_heads] * n_layers)
         self.broad_entropy, self.broad_length = broad_entropy, broad_length
         self.inference = inference or Inference()
@@ -74,6 +77,7 @@ class HeadBehaviour(PerSentenceRows, Analyzer):
 
     @classmethod
     def for_model(cls, model: HookedTransformer, **kwargs) -> HeadBehaviour:
+        kwargs.setdefault("causal", bool(getattr(model.cfg, "causal", False)))
         return cls(model.n_layers, max(model.heads_per_layer),
                    heads_per_layer=model.heads_per_layer, **kwargs)
 
@@ -88,7 +92,7 @@ class HeadBehaviour(PerSentenceRows, Analyzer):
     def settings(self) -> dict:
         return {"n_layers": self.n_layers, "heads_per_layer": self.heads_per_layer,
                 "broad_entropy": self.broad_entropy, "broad_length": self.broad_length,
-                **self.inference.settings()}
+                "causal": self.causal, **self.inference.settings()}
 
     def begin_batch(self, batch: Batch) -> None:
         real = batch.attention_mask.bool()  # [batch, pos]
@@ -99,9 +103,12 @@ class HeadBehaviour(PerSentenceRows, Analyzer):
         self._vertical = vertical.to(torch.float32)[:, None, :, None]  # [batch, 1, key, 1]
         self._diagonal = (near[None] & real[:, None, :] & ~vertical[:, None, :]).to(
             torch.float32)[:, None]  # [batch, 1, query_pos, key_pos]
-        n_keys = real.sum(1)  # [batch]
+        if self.causal:  # the keys each row's mask lets it see
+            n_keys = real.to(torch.int64).cumsum(1)[:, None, :]  # [batch, 1, query_pos]
+        else:
+            n_keys = real.sum(1)[:, None, None]  # [batch, 1, 1]
         self._threshold = broad_threshold(n_keys, self.broad_entropy, self.broad_length).to(
-            real.device)[:, None, None]  # [batch, 1, 1]
+            real.device)
         rows = real & ~special
         self._row_weight = rows.to(torch.float32)[:, None, :]  # [batch, 1, query_pos]
         self.sentences += sentence_ids_of(batch, self.next_sentence_id())
