@@ -79,6 +79,15 @@ def batching(batch_size: int, max_length: int, unit: str) -> list[inspect.Parame
             batch_size, "--batch-size", min=1, help=f"{unit} per forward pass.")),
         _param("max_length", int, typer.Option(
             max_length, "--max-length", min=4, help="Truncate inputs to this many tokens.")),
+        _param("query_block", int | None, typer.Option(
+            None, "--query-block", min=1, show_default=False,
+            help="Long inputs: attention patterns are computed and analysed this many query "
+            "rows at a time (default: from free memory; docs/long-context.md).")),
+        _param("whole_matrix_limit", int, typer.Option(
+            4096, "--whole-matrix-limit", min=0,
+            help="Longest input (tokens) an analysis needing whole attention matrices "
+            "(rollout, flow, pattern asymmetry, head clustering, full spectra) may read; "
+            "longer inputs are refused with the analysis named.")),
     ]
 
 

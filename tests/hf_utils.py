@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from tests.parity_utils import float64_softmax  # noqa: F401 (re-exported for the tests)
+from tests.parity_utils import hf_softmax_in_input_dtype  # noqa: F401 (re-exported for the tests)
 
 TOKEN_IDS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
 DECODER = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,

@@ -58,24 +58,25 @@ def tiny_parity(model_cls, config, path: Path, batch: PaddedBatch, label: str):
 
 
 @contextmanager
-def float64_softmax() -> Iterator[None]:
-    """transformers' eager attention with a float64 softmax for float64 scores.
+def hf_softmax_in_input_dtype() -> Iterator[None]:
+    """Hugging Face eager attention with its softmax in the input's dtype.
 
-    Most eager functions call ``softmax(..., dtype=torch.float32)`` whatever the input dtype;
-    attnlens keeps float64 in float64 (both backends), so its float64 reference is the same
-    eager computation with that one rounding removed. fp32 and half precision are unchanged.
+    transformers' eager Llama-family attention calls ``softmax(..., dtype=torch.float32)``
+    even on float64 scores, so its float64 patterns are float32-precise (~1e-7); attnlens
+    runs a float64 model's softmax in float64 (issue 23). Inside this context a float32
+    softmax requested on float64 input runs in float64, everything else is unchanged: the
+    reference is then the same computation in float64 throughout.
     """
-    import torch.nn.functional as F
-
-    original = F.softmax
+    functional = torch.nn.functional
+    original = functional.softmax
 
     def softmax(input, dim=None, _stacklevel=3, dtype=None):
-        if dtype is not None:
-            dtype = torch.promote_types(input.dtype, dtype)
-        return original(input, dim=dim, dtype=dtype)
+        if input.dtype == torch.float64 and dtype == torch.float32:
+            dtype = None
+        return original(input, dim=dim, _stacklevel=_stacklevel, dtype=dtype)
 
-    F.softmax = softmax
+    functional.softmax = softmax
     try:
         yield
     finally:
-        F.softmax = original
+        functional.softmax = original

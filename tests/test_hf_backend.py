@@ -2,10 +2,10 @@
 
 Parity: the same Hugging Face model is run with attnlens' registered attention function and
 with transformers' own ``attn_implementation="eager"`` on one right-padded batch (in float64
-with eager's float32 softmax taken in float64, as attnlens does: ``float64_softmax``). Where
-both run the same kernels in the same order the results are bitwise equal; the bound 1e-6
-(fp32) / 1e-12 (fp64) is the issue's target and leaves room for a CPU whose kernels reorder
-a sum differently.
+with eager's float32 softmax taken in float64, as attnlens does:
+``hf_softmax_in_input_dtype``). Where both run the same kernels in the same order the results
+are bitwise equal; the bound 1e-6 (fp32) / 1e-12 (fp64) is the issue's target and leaves room
+for a CPU whose kernels reorder a sum differently.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from attnlens.backends.hf.attention import (
 )
 from attnlens.backends.hf.model import HFAttentionModel
 from attnlens.errors import AttnlensError
-from tests.hf_utils import float64_softmax, max_diff, padded_batch, tiny_hf
+from tests.hf_utils import hf_softmax_in_input_dtype, max_diff, padded_batch, tiny_hf
 
 SINGLE = ["llama", "qwen3", "mistral", "gemma2", "gpt_oss", "gpt_neox", "opt", "modernbert",
           "bert", "gpt2"]
@@ -35,11 +35,11 @@ def wrap(model_type: str, **kwargs) -> HFAttentionModel:
 
 def eager(model: HFAttentionModel, **inputs):
     """The same HF model's own eager attention (patterns and final hidden states); in float64
-    with its softmax in float64 (``float64_softmax``), as attnlens computes float64."""
+    with its softmax in float64 (``hf_softmax_in_input_dtype``), as attnlens computes float64."""
     hf = model.hf
     hf.set_attn_implementation("eager")
     try:
-        with torch.no_grad(), float64_softmax():
+        with torch.no_grad(), hf_softmax_in_input_dtype():
             return hf(**inputs, output_attentions=True)
     finally:
         hf.set_attn_implementation("attnlens")

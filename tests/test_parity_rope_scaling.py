@@ -23,8 +23,8 @@ from attnlens.model.rotary import inverse_frequencies
 from tests.parity_utils import (
     assert_parity,
     attnlens_outputs,
-    float64_softmax,
     hf_outputs,
+    hf_softmax_in_input_dtype,
     max_differences,
     padded_batch,
     save_tiny,
@@ -111,10 +111,10 @@ def test_rope_scaling_parity(family, architecture, rope, tmp_path):
     ours64 = load_model(tmp_path, dtype=torch.float64)
     # transformers' eager Llama-family attention takes its softmax in float32 even in float64;
     # attnlens keeps float64, so the reference is that eager computation with a float64
-    # softmax (float64_softmax). The hooked path is the one compared.
+    # softmax (hf_softmax_in_input_dtype). The hooked path is the one compared.
     ours64.set_use_sdpa(False)
     batch = padded_batch()
-    with float64_softmax():
+    with hf_softmax_in_input_dtype():
         reference = hf_outputs(hf.to(torch.float64), batch)
     diffs = max_differences(attnlens_outputs(ours64, batch), reference, batch.attention_mask)
     assert_parity(diffs, FLOAT64_TOL, f"{architecture} {rope} float64")

@@ -20,8 +20,8 @@ from tests.parity_utils import (
     TINY_TOL,
     assert_parity,
     attnlens_outputs,
-    float64_softmax,
     hf_outputs,
+    hf_softmax_in_input_dtype,
     max_differences,
     padded_batch,
     save_tiny,
@@ -67,17 +67,17 @@ def test_sliding_window_parity(family, architecture, overrides, window, layers, 
         far = cache["pattern", layer][0][:, too_far]  # first sequence: 9 real tokens
         assert bool((far == 0).all()) == (layer in layers), layer
     ours64 = load_model(tmp_path, dtype=torch.float64)
-    # transformers' eager Llama-family attention takes its softmax in float32 even in float64;
-    # attnlens keeps float64, so the reference is that eager computation with a float64
-    # softmax (float64_softmax). The hooked path is the one compared.
+    # attnlens runs a float64 model's softmax in float64; transformers' eager attention takes
+    # it in float32 even in float64, so the reference runs with that upcast undone
+    # (hf_softmax_in_input_dtype). The hooked path is compared (the SDPA path is float64 too).
     ours64.set_use_sdpa(False)
-    # In float64 transformers turns a padding query whose window holds only padding into NaN
-    # (float64's finfo.min is -inf in its float32 softmax), which spreads to real tokens; so
-    # float64 is compared on a batch where every padding query's window reaches a real key.
+    # Every padding query's window reaches a real key here: a query whose window holds only
+    # padding has no defined pattern (transformers gives NaN there in float64).
     batch64 = padded_batch(lengths=(9, 10 - window))
-    with float64_softmax():
+    with hf_softmax_in_input_dtype():
         reference = hf_outputs(hf.to(torch.float64), batch64)
-    diffs = max_differences(attnlens_outputs(ours64, batch64), reference, batch64.attention_mask)
+    diffs = max_differences(attnlens_outputs(ours64, batch64), reference,
+                            batch64.attention_mask)
     assert_parity(diffs, FLOAT64_TOL, f"{architecture} window {window} float64")
     # attnlens stays finite where every key of a padding query is masked.
     assert bool(attnlens_outputs(ours64, batch).hidden[-1].isfinite().all())

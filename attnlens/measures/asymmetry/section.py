@@ -11,6 +11,7 @@ from attnlens.measures.asymmetry.pattern_asymmetry import PatternAsymmetry
 from attnlens.measures.asymmetry.weight_asymmetry import weight_asymmetry_table
 from attnlens.model.head_ids import head_ids_of, renumber_heads, renumber_tables
 from attnlens.model.protocol import left_out_note, missing_parts
+from attnlens.model.query_blocks import whole_matrix_note
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import layer_head_heatmap
 from attnlens.report.catalog import CardItem, FigureDoc, SectionDoc, TableDoc
@@ -139,5 +140,7 @@ class AsymmetrySection(Section):
             )
             output.figures += save_figure(fig, out_dir, "asymmetry_directed", formats)
         text = asymmetry_summary_text(weights, patterns, baseline) if weights is not None else ""
+        if found:
+            notes.append(whole_matrix_note("Pattern asymmetry measures", model))
         output.summary = "\n".join(filter(None, [text, *notes]))
         return output

@@ -64,6 +64,9 @@ class HeadExamples(Analyzer):
 
     name = "head_examples"
     layerwise = True
+    # Examples are short excerpts: inputs above the whole-matrix limit are left out (their
+    # statistics still count in head_stats, which reads query blocks).
+    skips_long_inputs = True
     state_fields = ("top_value", "top_sentence", "top_query", "top_key", "top_start",
                     "top_window", "sentence_ids", "sentence_words")
 
