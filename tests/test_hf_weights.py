@@ -182,3 +182,23 @@ def test_the_null_model_of_an_hf_model_is_its_class_randomly_initialised(folders
     llama = random_init_copy(attnlens.load_model(folders["llama"], backend="hf"), 0)
     assert llama.model.backend == "hf"
 
+
+def test_the_whole_matrix_limit_applies_on_the_hf_backend(folders) -> None:
+    """--whole-matrix-limit reaches an hf-backed model (the CLI calls set_query_blocks): an
+    analysis needing whole patterns above it is refused, as on the native backend."""
+    from attnlens.data.text import text_batches
+    from attnlens.measures.asymmetry.pattern_asymmetry import PatternAsymmetry
+    from attnlens.model.query_blocks import QueryBlocks, WholeMatrixError
+    from attnlens.stream.runner import run_analyzers
+    from tests.hf_utils import TEXT
+
+    model, tokenizer = attnlens.load(folders["bert"], backend="hf")
+    batches = list(text_batches(tokenizer, TEXT, batch_size=2))  # 7 to 10 tokens
+    model.set_query_blocks(QueryBlocks(whole_matrix_limit=4))
+    with pytest.raises(WholeMatrixError, match="whole-matrix limit of 4"):
+        run_analyzers(model, batches, [PatternAsymmetry.for_model(model)], show_progress=False)
+    model.set_query_blocks(QueryBlocks())
+    analyzer = PatternAsymmetry.for_model(model)
+    run_analyzers(model, batches, [analyzer], show_progress=False)
+    assert not analyzer.result()["pattern_asymmetry"].empty
+

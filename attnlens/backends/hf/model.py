@@ -31,6 +31,7 @@ from attnlens.hooks import HookedModule, HookPoint
 from attnlens.model.config import TransformerConfig
 from attnlens.model.encoder_decoder import shift_right
 from attnlens.model.protocol import AttentionLayer
+from attnlens.model.query_blocks import DEFAULT_BLOCKS, QueryBlocks
 
 _HEADS_BY_SUFFIX = (
     ("ForCausalLM", "lm"), ("LMHeadModel", "lm"), ("ForConditionalGeneration", "lm"),
@@ -143,6 +144,8 @@ class HFAttentionModel(HookedModule):
     """
 
     backend = "hf"
+    # The whole-matrix limit of the analyses that need whole patterns (stream.feeder reads it).
+    query_blocks: QueryBlocks = DEFAULT_BLOCKS
 
     def __init__(self, hf: nn.Module, source: dict, probe: Callable[[nn.Module], Any] | None = None,
                  ) -> None:
@@ -227,6 +230,11 @@ class HFAttentionModel(HookedModule):
 
     def gate_hook_names(self) -> list[str]:
         return [row.hook_prefix + "hook_z" for row in self.attention_layers]
+
+    def set_query_blocks(self, blocks: QueryBlocks) -> None:
+        """``--whole-matrix-limit`` for analyses that need whole patterns. The model's eager
+        attention forms each layer's whole pattern, so ``--query-block`` has no effect here."""
+        self.query_blocks = blocks
 
     def weight_problems(self) -> dict[str, str]:
         """Part ("QK", "OV", "norm", "rotary", "blocks") -> why it cannot be given."""
