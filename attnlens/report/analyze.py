@@ -28,7 +28,7 @@ from attnlens.measures.lm_heads.section import LmHeadsSection
 from attnlens.measures.rollout.section import RolloutSection
 from attnlens.measures.sparse.section import SparseSection
 from attnlens.measures.spectrum.section import SpectrumSection
-from attnlens.model.encoder_decoder import is_encoder_decoder
+from attnlens.model.protocol import has_several_attention_types
 from attnlens.model.transformer import HookedTransformer
 from attnlens.report.encoder_decoder import by_attention_type
 from attnlens.report.figure_pool import figure_pool
@@ -150,7 +150,7 @@ def analyze(
         command, invoked = invoked_command()
         options = options or invoked
     sections = list(default_sections() if sections is None else sections)
-    if is_encoder_decoder(model):  # every section per attention type, tables with a column
+    if has_several_attention_types(model):  # every section per attention type, tables with a column
         sections = [by_attention_type(s) for s in sections]
     start = time.perf_counter()
     per_section = [s.analyzers(model, tokenizer) for s in sections]
