@@ -130,8 +130,17 @@ def _summary(hf: nn.Module, rows: list[LayerMap], causal: bool, source: dict) ->
         pad_token_id=getattr(text, "pad_token_id", None),
         head=head_of(source.get("architecture", "")),
         n_labels=int(getattr(config, "num_labels", 0) or 0),
+        n_ctx=_positions(text),
         source=source,
     )
+
+
+def _positions(text) -> int:
+    """The longest input the checkpoint declares (``max_position_embeddings``; GPT-2's
+    ``n_positions`` through its attribute map); ``TransformerConfig``'s 512 when it names
+    none. Learned position tables (OPT, BERT, GPT-2) take no more."""
+    value = getattr(text, "max_position_embeddings", None)
+    return value if isinstance(value, int) and value > 0 else TransformerConfig.n_ctx
 
 
 class HFAttentionModel(HookedModule):
