@@ -269,15 +269,15 @@ class HeadStats(PerSentenceRows, Analyzer):
         self._scratch[:, :, layer, : block.n_heads] += per_sentence.transpose(0, 1)
 
     def end_batch(self, batch: Batch) -> None:
-        # one transfer per batch; the per-sentence rows stay on the model's device
-        self.sums += self._scratch.sum(0).double().cpu()
-        self.rows += int(self._plain_rows)
-        self.measure_rows += self.sentence_rows[-1].sum(0).double().cpu()
+        # the running sums and the per-sentence rows stay on the model's device (move_state)
+        self.sums += self._scratch.sum(0)
+        self.rows += int(self._plain_rows)  # one read per batch
+        self.measure_rows += self.sentence_rows[-1].sum(0).to(self.measure_rows.dtype)
         self.sentence_sums.append(self._scratch)
         self._scratch = None
 
     def result(self) -> dict[str, pd.DataFrame]:
-        means = (self.sums / self.measure_rows.clamp_min(1)[:, None, None]).numpy()
+        means = (self.sums.cpu() / self.measure_rows.cpu().clamp_min(1)[:, None, None]).numpy()
         records = [
             {
                 "layer": layer,

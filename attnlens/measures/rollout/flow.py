@@ -160,15 +160,19 @@ class FlowAnalyzer(Analyzer):
         self._real = batch.attention_mask.bool()  # [batch, pos]
         self._ids = _sentence_ids(batch, self._seen)
         self._rows = [b for b, i in enumerate(self._ids) if self.keep is None or i < self.keep]
+        # the kept sentences as an index on the patterns' device, made once per batch (a
+        # Python list as an index is copied to the device on every layer: a synchronisation)
+        self._index = torch.tensor(self._rows, dtype=torch.long, device=self._real.device)
         self._mixed: list[torch.Tensor] = []
 
     def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
         if not self._rows:
             return
-        pattern = cache["pattern", layer][self._rows].double()  # [kept, head, query, key]
+        pattern = cache["pattern", layer].index_select(0, self._index).double()
+        # pattern: [kept, head, query, key]
         self._mixed.append(
             residual_attention(fuse_heads(pattern, self.fusion), self.residual,
-                               self._real[self._rows])
+                               self._real.index_select(0, self._index))
         )
 
     def end_batch(self, batch: Batch) -> None:

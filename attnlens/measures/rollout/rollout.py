@@ -198,6 +198,9 @@ class RolloutAnalyzer(Analyzer):
                     if self.n_layers * int(lengths[b]) ** 2 <= self.max_entries}
             self.skipped += [ids[b] for b in self._keep_rows if b not in fits]
             self._keep_rows = [b for b in self._keep_rows if b in fits]
+        # the kept rows as an index on the device, made once per batch (a Python list as an
+        # index is copied to the device on every layer: a synchronisation)
+        self._keep_index = torch.tensor(self._keep_rows, dtype=torch.long, device=real.device)
         self._kept_layers: list[torch.Tensor] = []
         self._ids = ids
 
@@ -218,7 +221,7 @@ class RolloutAnalyzer(Analyzer):
         self.sums[:, layer] += (per_row * self._row_weight).sum(dim=(1, 2)).to(self.sums.device)
         self._rolled = rolled
         if self._keep_rows:
-            self._kept_layers.append(rolled[self._keep_rows])
+            self._kept_layers.append(rolled.index_select(0, self._keep_index))
 
     def end_batch(self, batch: Batch) -> None:
         self.rows += int(self._real.sum())

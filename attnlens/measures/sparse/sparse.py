@@ -220,6 +220,8 @@ class SparseCoverage(Analyzer):
         if self._skip:
             return
         real = batch.attention_mask.bool()  # [batch, pos]
+        if self._rows is not None:  # the sample's index on the device, moved once per batch
+            self._rows = self._rows.to(real.device)
         n = real.shape[1]
         pos = torch.arange(n, device=real.device)
         special = (batch.special_mask.bool() if batch.special_mask is not None
@@ -325,7 +327,7 @@ class SparseCoverage(Analyzer):
 
     def _take(self, x: torch.Tensor) -> torch.Tensor:
         """The sampled sentences of an activation ``[batch, ...]``."""
-        return x if self._rows is None else x[self._rows.to(x.device)]
+        return x if self._rows is None else x.index_select(0, self._rows)
 
     def _histograms(self, layer: int, masked: torch.Tensor, n_heads: int,
                     block: PatternBlock) -> None:
