@@ -39,6 +39,12 @@ class Section(ABC):
     needs_corpus = True
     doc = SectionDoc()
 
+    @classmethod
+    def for_report(cls) -> Section:
+        """The section as `attnlens analyze` runs it (its report defaults); its own command
+        may pass other options."""
+        return cls()
+
     def analyzers(self, model: HookedTransformer, tokenizer) -> list[Analyzer]:
         return []
 

@@ -30,9 +30,9 @@ import pandas as pd
 import torch
 
 from attnlens.hooks import ActivationCache
-from attnlens.model.transformer import HookedTransformer
 from attnlens.stats.bootstrap import Inference, estimate_shares
-from attnlens.stream.base import Analyzer, Batch, pattern_hook_names
+from attnlens.stream.base import Batch
+from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
 
 BEHAVIOURS = ("vertical", "diagonal", "broad")
@@ -47,11 +47,10 @@ def broad_threshold(n_keys: torch.Tensor | int, entropy: float = BROAD_ENTROPY,
     return entropy / math.log(length) * torch.log(n.clamp_min(1))
 
 
-class HeadBehaviour(PerSentenceRows, Analyzer):
+class HeadBehaviour(PerSentenceRows, HeadPatternAnalyzer):
     """Streaming per-sentence vertical, diagonal and broad attention per head."""
 
     name = "behaviour"
-    layerwise = True
     state_fields = ("sentences", "sentence_sums", "sentence_rows")
     row_fields = ("sentence_sums", "sentence_rows")
 
@@ -64,21 +63,12 @@ class HeadBehaviour(PerSentenceRows, Analyzer):
         broad_length: int = BROAD_LENGTH,
         inference: Inference | None = None,
     ) -> None:
-        self.n_layers, self.n_heads = n_layers, n_heads
-        self.heads_per_layer = list(heads_per_layer or [n_heads] * n_layers)
+        self.set_heads(heads_per_layer, n_layers, n_heads)
         self.broad_entropy, self.broad_length = broad_entropy, broad_length
         self.inference = inference or Inference()
         self.sentences: list[int] = []
         self.sentence_sums: list[torch.Tensor] = []  # per batch [sentence, behaviour, layer, head]
         self.sentence_rows: list[torch.Tensor] = []  # per batch [sentence]
-
-    @classmethod
-    def for_model(cls, model: HookedTransformer, **kwargs) -> HeadBehaviour:
-        return cls(model.n_layers, max(model.heads_per_layer),
-                   heads_per_layer=model.heads_per_layer, **kwargs)
-
-    def hook_names(self, model: HookedTransformer) -> list[str]:
-        return pattern_hook_names(model)
 
     def row_width(self, field: str) -> tuple[int, ...]:
         if field == "sentence_sums":

@@ -29,7 +29,8 @@ import torch.nn.functional as F
 
 from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
-from attnlens.stream.base import Analyzer, Batch, pattern_hook_names
+from attnlens.stream.base import Batch
+from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
 
 MEASURES = (
@@ -69,11 +70,10 @@ def punctuation_ids(tokenizer) -> set[int]:
     }
 
 
-class HeadStats(PerSentenceRows, Analyzer):
+class HeadStats(PerSentenceRows, HeadPatternAnalyzer):
     """Streaming token-level statistics per head (see the module docstring)."""
 
     name = "head_stats"
-    layerwise = True
     state_fields = ("sums", "rows", "sentences", "sentence_sums", "sentence_rows")
     row_fields = ("sentence_sums", "sentence_rows")
 
@@ -86,8 +86,7 @@ class HeadStats(PerSentenceRows, Analyzer):
         punct_ids: set[int],
         heads_per_layer: list[int] | None = None,
     ) -> None:
-        self.n_layers, self.n_heads = n_layers, n_heads
-        self.heads_per_layer = list(heads_per_layer or [n_heads] * n_layers)
+        self.set_heads(heads_per_layer, n_layers, n_heads)
         self.cls_ids, self.sep_ids, self.punct_ids = set(cls_ids), set(sep_ids), set(punct_ids)
         self._id_sets = [  # [CLS], [SEP], punctuation ids as sorted tensors, built once
             torch.tensor(sorted(s), dtype=torch.long)
@@ -100,15 +99,10 @@ class HeadStats(PerSentenceRows, Analyzer):
         self.sentence_rows: list[torch.Tensor] = []  # per batch [sentence] rows counted
 
     @classmethod
-    def for_model(cls, model: HookedTransformer, tokenizer) -> HeadStats:
+    def for_model(cls, model: HookedTransformer, tokenizer, **options) -> HeadStats:
         cls_ids, sep_ids = special_id_sets(tokenizer)
-        stats = cls(model.n_layers, max(model.heads_per_layer), cls_ids, sep_ids,
-                    punctuation_ids(tokenizer), heads_per_layer=model.heads_per_layer)
-        stats.identify_model(model)
-        return stats
-
-    def hook_names(self, model: HookedTransformer) -> list[str]:
-        return pattern_hook_names(model)
+        return super().for_model(model, cls_ids=cls_ids, sep_ids=sep_ids,
+                                 punct_ids=punctuation_ids(tokenizer), **options)
 
     def row_width(self, field: str) -> tuple[int, ...]:
         return (len(MEASURES), self.n_layers, self.n_heads) if field == "sentence_sums" else ()

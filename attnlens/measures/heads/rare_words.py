@@ -35,9 +35,9 @@ from attnlens.data.rarity import WordRarity
 from attnlens.data.words import WordAttentionContext
 from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
-from attnlens.model.transformer import HookedTransformer
 from attnlens.stats.bootstrap import Inference, estimate_shares, pooled, threshold_tests
-from attnlens.stream.base import Analyzer, Batch, pattern_hook_names
+from attnlens.stream.base import Batch
+from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
 
 RANKS = {"rarest": 1, "two_rarest": 2}
@@ -48,11 +48,10 @@ RARE_SELF = ("include", "exclude")
 MIN_WORDS = 100
 
 
-class RareWordHeads(PerSentenceRows, Analyzer):
+class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
     """Streaming per-sentence counts of maximum attention landing on the rarest word(s)."""
 
     name = "rare_words"
-    layerwise = True
     state_fields = ("sentences", "sentence_hits", "sentence_rows", "sentence_chance",
                     "skipped_batches")
     row_fields = ("sentence_hits", "sentence_rows", "sentence_chance")
@@ -71,8 +70,8 @@ class RareWordHeads(PerSentenceRows, Analyzer):
     ) -> None:
         if rare_self not in RARE_SELF:
             raise ConfigError(f"--rare-self must be include or exclude, not {rare_self!r}.")
-        self.n_layers, self.n_heads, self.threshold = n_layers, n_heads, threshold
-        self.heads_per_layer = list(heads_per_layer or [n_heads] * n_layers)
+        self.set_heads(heads_per_layer, n_layers, n_heads)
+        self.threshold = threshold
         self.rarity = rarity if rarity is not None else WordRarity.wordfreq("en")
         self.rare_self, self.min_words = rare_self, min_words
         self.inference = inference or Inference()
@@ -83,14 +82,6 @@ class RareWordHeads(PerSentenceRows, Analyzer):
         self.sentence_chance: list[torch.Tensor] = []  # per batch [sentence, rank]
         self.skipped_batches = 0  # batches without words (word_ids), e.g. from text_batches
         self._scratch: torch.Tensor | None = None
-
-    @classmethod
-    def for_model(cls, model: HookedTransformer, **kwargs) -> RareWordHeads:
-        return cls(model.n_layers, max(model.heads_per_layer),
-                   heads_per_layer=model.heads_per_layer, **kwargs)
-
-    def hook_names(self, model: HookedTransformer) -> list[str]:
-        return pattern_hook_names(model)
 
     def row_width(self, field: str) -> tuple[int, ...]:
         if field == "sentence_hits":
