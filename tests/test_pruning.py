@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from attnlens.measures.pruning.loop import select_heads
 from attnlens.measures.pruning.structural import pruned_parameter_count
 from attnlens.metrics.sts_task import StsMetric
 from attnlens.model.gates import full_mask
+from tests.fixtures import run_cli
 from tests.helpers import tiny_inputs, tiny_model
 from tests.parity_utils import TINY, save_tiny
 from tests.pruning_toys import vocab_size, word_tokenizer, write_pairs
@@ -255,11 +255,6 @@ def test_exported_pruned_bert_reloads_in_transformers_with_the_same_outputs(tmp_
 
 
 # The command line ----------------------------------------------------------------------
-def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "attnlens.cli.app", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
-
-
 @pytest.fixture
 def tiny_checkpoint(tmp_path) -> Path:
     from transformers import BertConfig, BertModel
@@ -276,7 +271,7 @@ def test_cli_prunes_exports_and_resumes(tiny_checkpoint, pairs_csv, tmp_path, mo
             "--order", "importance,random", "--seeds", "2", "--step", "0.25",
             "--max-fraction", "0.75", "--batch-size", "8", "--out", str(out),
             "--export", str(tmp_path / "exported"), "--quiet"]
-    result = run_cli(*args, cwd=tmp_path)
+    result = run_cli(*args, cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr
     curve = pd.read_csv(out / "prune_curve.csv", keep_default_na=False)
     assert len(curve) == 3 * 4 and set(curve["order"]) == {"importance", "random"}
