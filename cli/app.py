@@ -9,9 +9,10 @@ import signal
 import sys
 
 import typer
-from attnlens.cli.runner import Interrupted
+from attnlens.cli.known_errors import known_error
+from attnlens.cli.runner import NUMERIC_DEFAULTS, Interrupted
 
-from attnlens.errors import AttnlensError, RunInterrupted
+from attnlens.errors import RunInterrupted
 from attnlens.measures.registry import measure_commands
 
 app = typer.Typer(
@@ -39,17 +40,32 @@ for _module in COMMAND_MODULES:
     importlib.import_module(f"attnlens.cli.{_module}").register(app)
 
 
-def _known_error(exc: BaseException) -> str | None:
-    """One-line messages for failures that are the environment's, not a bug."""
-    if isinstance(exc, AttnlensError):
-        return str(exc)
-    if isinstance(exc, MemoryError) or "out of memory" in str(exc).lower():
-        return "out of memory; lower --batch-size or --max-length."
-    if isinstance(exc, PermissionError):
-        return f"permission denied: {exc.filename}."
-    if isinstance(exc, OSError) and exc.errno == 28:
-        return "no space left on the device; free space or choose another --out folder."
-    return None
+def _sizes_given(args: list[str]) -> tuple[list[str], bool]:
+    """The numeric options in ``args`` set above their default (``--bootstrap 1000000000
+    (default 1000)``), and whether the command has --batch-size: what an out-of-memory
+    message tells the user to lower."""
+    defaults = NUMERIC_DEFAULTS.get(_command_path(args).split()[-1], {})
+    sizes = []
+    for i, arg in enumerate(args):
+        option, eq, value = arg.partition("=")
+        if option not in defaults or (not eq and i + 1 >= len(args)):
+            continue
+        value = value if eq else args[i + 1]
+        try:
+            number = float(value)
+        except ValueError:
+            continue
+        default = defaults[option]
+        if default is None or number > default:
+            sizes.append(f"{option} {value}" + ("" if default is None else f" (default "
+                                                                         f"{default:g})"))
+    return sizes, "--batch-size" in defaults
+
+
+def _known_error(exc: BaseException, args: list[str]) -> str | None:
+    """One line for failures that are the environment's, not a bug (cli/known_errors.py)."""
+    sizes, has_batching = _sizes_given(args)
+    return known_error(exc, sizes, has_batching)
 
 
 # Click's UsageError (missing, unknown or bad options); typer may vendor click, so it is taken
@@ -126,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
         print(interrupted_message(args), file=sys.stderr)
         code = 130
     except Exception as exc:
-        message = _known_error(exc)
+        message = _known_error(exc, args)
         if message is None or os.environ.get("ATTNLENS_DEBUG"):
             raise
         print(f"Error: {' '.join(message.split())}", file=sys.stderr)
@@ -134,6 +150,9 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         signal.signal(signal.SIGINT, previous[0])
         signal.signal(signal.SIGTERM, previous[1])
+        locks = sys.modules.get("attnlens.runs.folder_lock")
+        if locks is not None:  # a command that failed after checking its --out
+            locks.release_all()
     sys.exit(code or 0)
 
 

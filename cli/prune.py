@@ -83,7 +83,7 @@ ScoreRangeOpt = typer.Option(
 def _export(model, curve, order: str, step: int | None, folder, force: bool) -> str:
     """Structurally prune by one curve's mask, export it, and describe what was written."""
     from attnlens.errors import ConfigError
-    from attnlens.loaders.export import export_hf
+    from attnlens.loaders.export import export_hf, pad_heads_to_uniform, removed_heads
     from attnlens.measures.pruning import final_mask, prune_heads
 
     last = int(curve[(curve["order"] == order) & (curve["seed"] == 0)]["step"].max())
@@ -94,30 +94,18 @@ def _export(model, curve, order: str, step: int | None, folder, force: bool) -> 
     mask = final_mask(model, curve, order, seed=0, step=step)
     pruned = prune_heads(model, mask)
     export_hf(pruned, folder.given, overwrite=force)
-    n_before = sum(p.numel() for p in model.parameters())
+    n_full = sum(p.numel() for p in pad_heads_to_uniform(pruned).parameters())
     n_after = sum(p.numel() for p in pruned.parameters())
+    removed = removed_heads(pruned)
+    listed = "; ".join(f"L{layer}: {', '.join(map(str, heads))}"
+                       for layer, heads in removed.items()) or "none"
     return (
-        f"exported the {order} curve's model ({sum(pruned.heads_per_layer)} heads, per layer "
-        f"{pruned.heads_per_layer}; {n_after:,} of {n_before:,} parameters) to {folder.given}/"
+        f"exported the {order} curve's model ({sum(pruned.heads_per_layer)} heads kept, per "
+        f"layer {pruned.heads_per_layer}) to {folder.given}/: the folder holds it padded to full "
+        f"size for transformers ({n_full:,} parameters; removed heads are zero heads, listed "
+        f"in config.json's pruned_heads: {listed}); attnlens loads it compact ({n_after:,} "
+        "parameters), each head keeping its number."
     )
-
-
-def _check_data(metric: str, path: Path | None, option: str, score_range) -> None:
-    """Read the data file the way its metric will, so a bad file fails before the model."""
-    from attnlens.data.files import read_utf8
-    from attnlens.data.pairs import read_pairs
-    from attnlens.data.text import read_text_file
-    from attnlens.runs.io import check_input_file
-
-    if path is None:
-        return
-    is_csv = str(path).lower().endswith(".csv")
-    if metric == "sts":
-        read_pairs(path, score_range, option=option)
-    elif metric in ("mlm", "lm", "fidelity") or (metric == "auto" and not is_csv):
-        read_text_file(path, option=option)
-    else:  # accuracy, or auto on a CSV: its columns depend on the model's head
-        read_utf8(check_input_file(path, option, "CSV"))
 
 
 def _check_model(model: str | None, settings, export_step: int | None, export: Path | None):
@@ -170,12 +158,17 @@ def _export_folder(run: CommandRun, export: Path | None):
     return folder
 
 
-def _check_options(metric: str, data: Path, importance_data: Path | None) -> None:
-    """The metric name and data paths (before anything heavy is imported)."""
+def _check_options(metric: str, data: Path, importance_data: Path | None,
+                   export: Path | None, export_step: int | None) -> None:
+    """The metric name, data paths and --export-step (before anything heavy is imported)."""
     from attnlens.errors import ConfigError
     from attnlens.metrics import METRIC_NAMES
     from attnlens.runs.io import check_input_file
 
+    if export_step is not None and export is None:
+        raise ConfigError(f"--export-step {export_step} chooses the step --export writes, and "
+                          "no --export folder was given; add --export DIR, or drop "
+                          "--export-step.")
     if metric not in ("auto", *METRIC_NAMES):
         raise ConfigError(f"unknown --metric {metric!r}; choose auto or one of "
                           f"{', '.join(METRIC_NAMES)}.")
@@ -232,15 +225,16 @@ def prune(
     from attnlens.cli import prune_extras as extras
 
     from attnlens.data.pairs import parse_score_range
+    from attnlens.data.shapes import check_metric_data
 
-    _check_options(metric, data, importance_data)
+    _check_options(metric, data, importance_data, export, export_step)
     l0_settings = extras.l0_options(method, lambdas, l0_temperature, l0_stretch, l0_steps,
                                     l0_lr, l0_init, min_heads_per_layer, split_seed)
     settings = _settings(order, step, max_fraction, rescore, min_heads_per_layer, seeds,
                          abs_mode, normalize, roles, eval_fraction)
     scale = parse_score_range(score_range)
-    _check_data(metric, data, "--data", scale)
-    _check_data(metric, importance_data, "--importance-data", scale)
+    check_metric_data(metric, data, "--data", scale)
+    check_metric_data(metric, importance_data, "--importance-data", scale)
     _check_model(run.model.name, settings, export_step, export)
     export_folder = _export_folder(run, export)
     from attnlens.metrics.factory import auto_metric, build_metrics

@@ -29,14 +29,13 @@ def l0_options(method: str, lambdas: str, temperature: float, stretch: str, step
         raise ConfigError(f"unknown --method {method!r}; choose {' or '.join(METHODS)}.")
     if method != "l0":
         return None
+    from attnlens.numeric import parse_numbers
+
+    values = parse_numbers("--lambda", lambdas, integer=False, low=0, example="0.001,0.01")
+    low, high = parse_numbers("--l0-stretch", stretch, integer=False, count=2,
+                              example="-0.1,1.1")
     from attnlens.measures.pruning.l0 import L0Settings
 
-    try:
-        values = tuple(float(x) for x in lambdas.split(",") if x.strip())
-        low, high = (float(x) for x in stretch.split(","))
-    except ValueError:
-        raise ConfigError(f"--lambda takes numbers like 0.001,0.01 and --l0-stretch two "
-                          f"numbers like -0.1,1.1 (got {lambdas!r}, {stretch!r}).") from None
     settings = L0Settings(lambdas=values, temperature=temperature, stretch=(low, high),
                           steps=steps, learning_rate=lr, init_log_alpha=init,
                           min_heads_per_layer=min_heads_per_layer, seed=seed)

@@ -22,8 +22,10 @@ def report(run: CommandRun, folder: Path = FolderArg, prune: Path | None = Prune
     page design for an older report. Layers and heads are numbered from 0.
     """
     from attnlens.report.folder import Report
+    from attnlens.runs.io import WORK_SUFFIX_BYTES, check_writable_target
 
     opened = Report(folder)
+    check_writable_target(Path(folder) / "index.html", "DIR", added=WORK_SUFFIX_BYTES)
     if prune is not None:
         from attnlens.measures.pruning.section import add_prune_run
 

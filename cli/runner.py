@@ -48,13 +48,15 @@ class ModelOptions:
 
     def check(self) -> None:
         from attnlens.device import check_device_name, check_dtype_name
-        from attnlens.loaders.checkpoint import resolve_checkpoint
+        from attnlens.loaders.checkpoint import read_config, resolve_checkpoint
+        from attnlens.loaders.config_checks import check_config
         from attnlens.loaders.device_map import check_device_map
 
         check_device_name(self.device)
         check_dtype_name(self.dtype)
         check_device_map(self.device_map, self.max_memory)
-        resolve_checkpoint(self.name)
+        folder = resolve_checkpoint(self.name)
+        check_config(read_config(folder), str(folder / "config.json"))
 
     def load(self):
         """``(HookedTransformer, Tokenizer)``."""
@@ -282,6 +284,9 @@ class CommandRun:
 
 
 # Registration ------------------------------------------------------------------------------
+# command name -> {--option: default} of its int and float options: the sizes an out-of-memory
+# message names when the command was given more than the default (cli/known_errors.py).
+NUMERIC_DEFAULTS: dict[str, dict[str, Any]] = {}
 _SHARED = ("model", "device", "dtype", "allow_pickle", "device_map", "max_memory", "text",
            "treebank", "parse", "batch_size", "max_length", "out", "fmt", "force", "resume",
            "checkpoint_every", "quiet")
@@ -302,6 +307,51 @@ def _shared_run(values: dict[str, Any], resumable: bool) -> CommandRun:
     return CommandRun(model=model, corpus=corpus, output=output,
                       batch_size=values.get("batch_size", 16),
                       max_length=values.get("max_length", 128), quiet=values.get("quiet", False))
+
+
+@contextmanager
+def _libraries_quiet(quiet: bool) -> Iterator[None]:
+    """Under --quiet, transformers' warnings are silenced too (they would make an ``Error:``
+    line one of several): its verbosity is set to errors for the command, then restored."""
+    import os
+    import sys
+
+    if not quiet:
+        yield
+        return
+    saved_env = os.environ.get("TRANSFORMERS_VERBOSITY")
+    os.environ["TRANSFORMERS_VERBOSITY"] = "error"  # read when transformers is imported
+    logging = sys.modules.get("transformers.utils.logging")
+    saved_level = logging.get_verbosity() if logging is not None else None
+    if logging is not None:
+        logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        if saved_env is None:
+            os.environ.pop("TRANSFORMERS_VERBOSITY", None)
+        else:
+            os.environ["TRANSFORMERS_VERBOSITY"] = saved_env
+        logging = sys.modules.get("transformers.utils.logging")
+        if logging is not None:
+            logging.set_verbosity(saved_level if saved_level is not None else
+                                  logging.WARNING)
+
+
+def _numeric_options(params: Sequence[inspect.Parameter]) -> list[tuple[str, str, bool, Any, Any]]:
+    """(name, --option, integer, declared min, declared max) of every int or float option:
+    what ``attnlens.numeric.check_number`` checks before the command runs."""
+    found = []
+    for p in params:
+        kinds = set(typing.get_args(p.annotation)) or {p.annotation}
+        number = next((k for k in (int, float) if k in kinds), None)
+        info = p.default
+        if number is None or not getattr(info, "param_decls", None):
+            continue
+        spelling = next((d for d in info.param_decls if d.startswith("--")), info.param_decls[0])
+        found.append((p.name, spelling.split("/")[0], number is int, getattr(info, "min", None),
+                      getattr(info, "max", None)))
+    return found
 
 
 def _usage_line(arguments: str) -> type:
@@ -364,9 +414,18 @@ def command(
             *options.quiet(),
         ]
         params = [*shared_front, *own, *shared_back]
+        numeric = _numeric_options(params)
+        NUMERIC_DEFAULTS[name] = {
+            option: getattr(p.default, "default", None)
+            for p in params for key, option, *_ in numeric if key == p.name
+        }
 
         @functools.wraps(body)
         def wrapper(**values: Any) -> None:
+            from attnlens.numeric import check_number
+
+            for key, option, integer, low, high in numeric:  # finite, in range, no overflow
+                check_number(option, values.get(key), integer=integer, low=low, high=high)
             shared = {k: values.pop(k) for k in _SHARED if k in values}
             run = _shared_run(shared, resumable)
             run.inputs = {k: shared[k] for k in ("text", "treebank") if k in shared}
@@ -382,7 +441,8 @@ def command(
                              "nothing to resume.")
                     return
             try:
-                body(run, **values)
+                with _libraries_quiet(run.quiet):
+                    body(run, **values)
             except KeyboardInterrupt as exc:
                 raise Interrupted from exc
 

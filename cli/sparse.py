@@ -23,15 +23,9 @@ SeedOpt = typer.Option(0, "--seed", help="Seed of BigBird's random keys.")
 
 
 def parse_windows(value: str) -> tuple[int, ...]:
-    from attnlens.errors import ConfigError
+    from attnlens.numeric import parse_numbers
 
-    try:
-        windows = tuple(int(part) for part in value.split(",") if part.strip())
-    except ValueError:
-        raise ConfigError(f"--windows takes integers like 1,2,4,8,16, not {value!r}.") from None
-    if not windows or min(windows) < 0:
-        raise ConfigError(f"--windows takes non-negative integers like 1,2,4,8,16, not {value!r}.")
-    return windows
+    return parse_numbers("--windows", value, integer=True, low=0, example="1,2,4,8,16")
 
 
 def sparse(

@@ -56,19 +56,21 @@ def _heads(value: str | None, layer: int | None) -> tuple[list[int] | None, int 
     import re
 
     from attnlens.errors import ConfigError
+    from attnlens.numeric import check_number
 
     if value is None:
         return None, layer
     heads, layers = [], set()
     for item in (v.strip() for v in value.split(",") if v.strip()):
         if item.isdigit():
-            heads.append(int(item))
+            heads.append(check_number("--heads", int(item), integer=True, low=0))
             continue
         match = re.fullmatch(r"[Ll](\d+)[Hh](\d+)|(\d+)[.-](\d+)", item)
         if not match:
             raise ConfigError(f"--heads {value!r}: give head numbers like 0,3,7 or heads like "
                               "L2H8 (layer 2, head 8).")
-        numbers = [int(g) for g in match.groups() if g is not None]
+        numbers = [check_number("--heads", int(g), integer=True, low=0)
+                   for g in match.groups() if g is not None]
         layers.add(numbers[0])
         heads.append(numbers[1])
     if not heads:
@@ -186,12 +188,18 @@ def view(
     Layers and heads are numbered from 0. Without MODEL: all-MiniLM-L6-v2.
     """
     from attnlens.errors import ConfigError
+    from attnlens.runs.io import WORK_SUFFIX_BYTES, check_writable_target
 
     if start_view not in VIEWS:
         raise ConfigError(f"--view {start_view!r}: choose head, text, model or matrix.")
     chosen, layer = _heads(heads, layer)
     if generate is not None and pair is not None:
         raise ConfigError("--generate continues one text; leave out --pair.")
+    if out_file.is_dir():
+        raise ConfigError(f"--out {out_file} is a folder; give a file name such as view.html.")
+    if not out_file.parent.exists() and not out_file.parent.is_symlink():
+        raise ConfigError(f"--out {out_file}: folder {out_file.parent} does not exist.")
+    check_writable_target(out_file, "--out", added=WORK_SUFFIX_BYTES)
     _check_out_file(out_file, overwrite)
     roles = None
     if report is not None:
@@ -227,11 +235,15 @@ def view(
     else:
         data = text_attention(model_obj, tokenizer, text, pair=pair, max_length=text_tokens,
                               budget_bytes=budget)
-    n_heads = data.heads[layer]
-    if chosen and max(chosen) >= n_heads:
-        raise ConfigError(f"--heads: layer {layer} has heads 0..{n_heads - 1}.")
+    numbers = data.head_numbers(layer)  # a pruned layer's heads keep their numbers
+    if chosen and not set(chosen) <= set(numbers):
+        missing = sorted(set(chosen) - set(numbers))
+        raise ConfigError(f"--heads: layer {layer} has no head {missing[0]}; its heads are "
+                          f"{', '.join(map(str, numbers))}.")
+    if chosen:
+        chosen = [numbers.index(h) for h in chosen]  # positions in the page's patterns
     if roles is not None:
-        check_roles_fit(roles, data.heads)
+        check_roles_fit(roles, [data.head_numbers(layer) for layer in range(data.layers)])
         data.roles = roles
     added = rollout and rollout_overlay(data)
     page = AttentionView(data, budget_bytes=budget,

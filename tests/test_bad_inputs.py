@@ -58,6 +58,7 @@ class Env:
     tiny: Path  # a tiny BERT checkpoint with a word tokenizer (outside tmp)
     prune_run: Path  # a finished `prune` run of `tiny` on prune_pairs (outside tmp)
     prune_pairs: Path
+    monkeypatch: pytest.MonkeyPatch | None = None  # for conditions a file cannot set up
 
     def write(self, name: str, content: str | bytes) -> str:
         path = self.tmp / name
@@ -393,6 +394,318 @@ CASES = [
 ]
 
 
+# Issue 23: numbers, config.json, the environment's errors, bad data, locks ------------------
+def _config(env: Env, drop: str | None = None, **changes) -> list[str]:
+    """The tiny model with config.json edited; ``spectrum`` on it (checked before loading)."""
+    model = env.model_copy()
+    config = json.loads((model / "config.json").read_text())
+    config.pop(drop, None)
+    config.update(changes)
+    (model / "config.json").write_text(json.dumps(config))
+    return ["spectrum", "model", "--out", "out"]
+
+
+def _edit_tensors(env: Env, edit: Callable[[dict], None]) -> str:
+    from safetensors.torch import load_file, save_file
+
+    model = env.model_copy()
+    tensors = load_file(model / "model.safetensors")
+    edit(tensors)
+    save_file(tensors, model / "model.safetensors", metadata={"format": "pt"})
+    return "model"
+
+
+def _int8(tensors: dict) -> None:
+    name = "encoder.layer.0.attention.self.query.weight"
+    tensors[name] = tensors[name].mul(100).to(torch.int8)
+
+
+def _small_vocabulary(env: Env) -> str:
+    """A model with 20 embedding rows under the 29-token word tokenizer."""
+    model = _edit_tensors(env, lambda t: t.update({
+        "embeddings.word_embeddings.weight": t["embeddings.word_embeddings.weight"][:20].clone()}))
+    config = json.loads((env.tmp / model / "config.json").read_text())
+    (env.tmp / model / "config.json").write_text(json.dumps({**config, "vocab_size": 20}))
+    return model
+
+
+def _ascii_only_tokenizer(env: Env) -> str:
+    """The tiny model with a word tokenizer that drops every non-ASCII letter and adds no
+    special tokens: a Japanese sentence gives no tokens at all."""
+    from tokenizers import Regex, models, normalizers, pre_tokenizers
+    from tokenizers import Tokenizer as RustTokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    from tests.pruning_toys import SPECIALS, WORDS
+
+    model = env.model_copy()
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        (model / name).unlink(missing_ok=True)
+    rust = RustTokenizer(models.WordLevel({t: i for i, t in enumerate(SPECIALS + WORDS)},
+                                          unk_token="[UNK]"))
+    rust.normalizer = normalizers.Replace(Regex("[^a-z ]"), "")
+    rust.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=rust, unk_token="[UNK]",
+                            pad_token="[PAD]").save_pretrained(str(model))
+    return "model"
+
+
+def _truncated_weights(env: Env) -> str:
+    model = env.model_copy()
+    data = (model / "model.safetensors").read_bytes()
+    (model / "model.safetensors").write_bytes(data[: len(data) // 2])
+    return "model"
+
+
+def _dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def _lock(env: Env, folder: str, pid: int) -> None:
+    """``folder``'s lock as a run with process ``pid`` on this host would leave it."""
+    import socket
+
+    holder = {"pid": pid, "host": socket.gethostname(), "started": "2026-01-01T00:00:00+00:00",
+              "command": f"attnlens analyze --out {folder}", "process_start": None}
+    env.write(f".{folder}.lock", json.dumps(holder))
+
+
+def _report(env: Env, name: str, rows: str, numeric: list[str] | None = None) -> str:
+    """A report folder holding one head_stats table (``rows`` after its header)."""
+    record = {} if numeric is None else {"numeric_columns": {"head_stats": numeric}}
+    env.folder(name, {"run.json": json.dumps(record),
+                      "tables/head_stats.csv": "layer,head,measure,value\n" + rows})
+    return name
+
+
+def _read_only(env: Env) -> None:
+    """The working folder reported read-only, as a read-only mount is (statvfs ST_RDONLY);
+    tests/test_known_errors.py mounts a real one where it may."""
+    import attnlens.runs.io
+
+    tmp = env.tmp.resolve()
+    env.monkeypatch.setattr(attnlens.runs.io, "_read_only",
+                            lambda folder: Path(folder).resolve() == tmp)
+
+
+def _edited_prune_scores(env: Env) -> str:
+    """The finished prune run as ./out, its first score replaced by text."""
+    env.run_copy()
+    path = env.tmp / "out" / "prune_scores.csv"
+    header, first, *rest = path.read_text().splitlines()
+    path.write_text("\n".join([header, first.rsplit(",", 1)[0] + ",big", *rest]) + "\n")
+    return "out"
+
+
+def _with_lines(env: Env, name: str, line: str, n: int) -> str:
+    return env.write(name, (line + "\n") * n)
+
+
+LONG_NAME = "r" * 250  # with the work folder's 14 bytes beside it: over 255
+DUPLICATE_ID = _tree(("1", "a", "0", "root"), ("2", "b", "1", "x"), ("2", "c", "1", "y"))
+L0 = ("--method", "l0", "--order", "importance")
+ISSUE_23_CASES = [
+    # One validator for every number (attnlens/numeric.py) ----------------------------------
+    Case("max-length-overflow", lambda e: ["spectrum", "--max-length", "9" * 20, "--out", "out"],
+         "--max-length 9{20} is out of range", "give a whole number from 4 to 2147483647"),
+    Case("batch-size-overflow", lambda e: ["analyze", "--batch-size", "9" * 20, "--out", "out"],
+         "--batch-size 9{20} is out of range", "give a whole number from 1 to"),
+    Case("checkpoint-every-overflow", lambda e: ["heads", "--checkpoint-every", "9" * 25, "--out",
+                                                 "out"], "--checkpoint-every .* is out of range",
+         "whole number"),
+    Case("windows-overflow", lambda e: ["sparse", "--windows", "1,100000000000000000000", "--out",
+                                        "out"], "--windows 100000000000000000000 is out of range",
+         "give a whole number from 0 to"),
+    Case("windows-exponent", lambda e: ["sparse", "--windows", "1e20", "--out", "out"],
+         "--windows takes whole numbers", "like 1,2,4,8,16"),
+    Case("budget-mb-inf", lambda e: ["view", "Hi there.", "--budget-mb", "inf", "--out",
+                                     "p.html"], "--budget-mb inf is not a finite number",
+         "give a number from 0.5 to 1000000"),
+    Case("view-heads-overflow", lambda e: ["view", "Hi there.", "--heads", "0,99999999999",
+                                           "--out", "p.html"],
+         "--heads 99999999999 is out of range", "give a whole number from 0"),
+    Case("seed-negative", lambda e: ["heads", "--seed", "-1", "--out", "out"],
+         "--seed -1 is out of range", "from 0 to 4294967295"),
+    Case("factor-inf", lambda e: ["asymmetry", "--factor", "inf", "--out", "out"],
+         "--factor inf is not a finite number", "give a number of at least 1"),
+    Case("qk-gain-huge", lambda e: ["collapse", "--synthetic", "--qk-gain", "1e300"],
+         "--qk-gain 1e\\+300 is out of range", "from -1000 to 1000"),
+    Case("l0-temperature-nan", lambda e: _with_pairs(e, *L0, "--l0-temperature", "nan"),
+         "--l0-temperature nan is not a finite number", r"give a number in \(0, 100\]"),
+    Case("l0-temperature-zero", lambda e: _with_pairs(e, *L0, "--l0-temperature", "0"),
+         "--l0-temperature 0 is out of range", r"give a number in \(0, 100\]"),
+    Case("l0-init-inf", lambda e: _with_pairs(e, *L0, "--l0-init", "inf"),
+         "--l0-init inf is not a finite number", "from -100 to 100"),
+    Case("l0-lr-nan", lambda e: _with_pairs(e, *L0, "--l0-lr", "nan"),
+         "--l0-lr nan is not a finite number", "above 0|in \\(0"),
+    Case("lambda-nan", lambda e: _with_pairs(e, *L0, "--lambda", "0.01,nan"),
+         "--lambda nan is not a finite number", "of at least 0"),
+    Case("l0-stretch-inf", lambda e: _with_pairs(e, *L0, "--l0-stretch", "-inf,1.1"),
+         "--l0-stretch -inf is not a finite number", "finite number"),
+    Case("eval-fraction-nan", lambda e: _with_pairs(e, "--eval-fraction", "nan"),
+         "--eval-fraction nan is not a finite number", "give a"),
+    Case("export-step-without-export", lambda e: _with_pairs(e, "--export-step", "2"),
+         "--export-step 2 chooses the step --export writes", "add --export DIR"),
+    # config.json checked per family (attnlens/loaders/config_checks.py) ---------------------
+    Case("config-heads-missing", lambda e: _config(e, drop="num_attention_heads"),
+         "num_attention_heads is missing", "fix it in config.json"),
+    Case("config-width-string", lambda e: _config(e, hidden_size="32"),
+         "hidden_size is '32', a string", "without quotes"),
+    Case("config-width-float", lambda e: _config(e, hidden_size=32.0),
+         "hidden_size is 32.0, a float", "write it as the integer 32"),
+    Case("config-zero-heads", lambda e: _config(e, num_attention_heads=0),
+         "num_attention_heads is 0", "an integer from 1 to"),
+    Case("config-negative-layers", lambda e: _config(e, num_hidden_layers=-2),
+         "num_hidden_layers is -2", "an integer from 1 to 4096"),
+    Case("config-huge-layers", lambda e: _config(e, num_hidden_layers=10**12),
+         "num_hidden_layers is 1000000000000", "an integer from 1 to 4096"),
+    Case("config-width-not-divisible", lambda e: _config(e, num_attention_heads=5),
+         "hidden_size 32 is not divisible by num_attention_heads 5", "fix one of them"),
+    Case("config-negative-epsilon", lambda e: _config(e, layer_norm_eps=-1e-12),
+         "layer_norm_eps is -1e-12", "finite number above 0"),
+    # The environment's errors, in one line with a next step ----------------------------------
+    Case("out-dangling-symlink", lambda e: (e.tmp / "out").symlink_to(e.tmp / "gone") or [
+        "analyze", "--out", "out"], "--out out is a symbolic link to .*gone, which does not exist",
+        "remove the link"),
+    Case("out-name-too-long", lambda e: ["spectrum", "--out", LONG_NAME],
+         "is 264 bytes long with what attnlens adds, over the file system's 255",
+         "choose a shorter name"),
+    Case("view-out-name-too-long", lambda e: ["view", "Hi there.", "--out", LONG_NAME],
+         "over the file system's 255", "choose a shorter name"),
+    Case("out-under-a-file", lambda e: ["spectrum", "--out", e.write("notes", "x") + "/report"],
+         "notes is a file, not a folder", "pass a path inside a folder"),
+    Case("view-out-under-a-file", lambda e: ["view", "Hi there.", "--out",
+                                             e.write("notes", "x") + "/page.html"],
+         "notes is a file, not a folder", "pass a path inside a folder"),
+    Case("out-read-only", lambda e: _read_only(e) or ["spectrum", "--out", "out"],
+         "is on a read-only file system", "choose a folder on a writable disk"),
+    Case("view-out-read-only", lambda e: _read_only(e) or ["view", "Hi there.", "--out",
+                                                           "page.html"],
+         "is on a read-only file system", "choose a folder on a writable disk"),
+    Case("int8-weights", lambda e: ["asymmetry", _edit_tensors(e, _int8), "--weights-only",
+                                    "--out", "out"],
+         "'encoder.layer.0.attention.self.query.weight' holds int8 values",
+         "use the model's unquantized checkpoint", before_load=False),
+    Case("damaged-safetensors", lambda e: ["asymmetry", _truncated_weights(e), "--weights-only",
+                                           "--out", "out"],
+         "cannot read .*model.safetensors: .*damaged or incomplete",
+         "download or copy it again", before_load=False),
+    Case("tokenizer-past-vocabulary", lambda e: ["view", _small_vocabulary(e), "the cat sat",
+                                                 "--out", "p.html"],
+         "gives token ids up to 28, but the model has 20 embedding rows",
+         "use the tokenizer saved with this model", before_load=False),
+    Case("tokenizer-gives-no-tokens", lambda e: [
+        "spectrum", _ascii_only_tokenizer(e), "--text", e.write("t.txt", "the cat\n日本語\n"),
+        "--out", "out", "--quiet"], r"sentence 2 of t.txt .*\('日本語'\) gives no tokens",
+        "remove such lines", before_load=False),
+    Case("view-gives-no-tokens", lambda e: ["view", _ascii_only_tokenizer(e), "日本語", "--out",
+                                            "p.html", "--quiet"],
+         "the input has no tokens", "give a text the model's tokenizer covers",
+         before_load=False),
+    Case("out-of-memory-bootstrap", lambda e: [
+        "heads", str(e.tiny), "--text", _with_lines(e, "t.txt", "the cat sat", 300),
+        "--bootstrap", "2147483647", "--quiet", "--out", "out"],
+        r"out of memory \(it asked for [\d,.]+ GB at once\)",
+        r"lower --bootstrap 2147483647 \(default 1000\)", before_load=False),
+    Case("out-of-memory-width", lambda e: ["collapse", "--synthetic", "--width", "1000000",
+                                           "--quiet", "--out", "out"],
+         "out of memory", "lower --width 1000000", before_load=False),
+    Case("report-text-in-numeric-column", lambda e: ["report", _report(
+        e, "rep", "0,0,entropy,0.5\n0,1,entropy,high\n", ["value"])],
+        "head_stats.csv:3: column 'value' holds 'high'", "fix that cell, or rerun"),
+    Case("report-text-in-head-column", lambda e: ["report", _report(
+        e, "rep", "0,0,entropy,0.5\n0,one,entropy,0.3\n")],
+        "head_stats.csv:3: column 'head' holds 'one'.*whole numbers", "fix that cell"),
+    Case("compare-text-in-numeric-column", lambda e: [
+        "compare", _report(e, "a", "0,0,entropy,0.5\n0,1,entropy,0.3\n", ["value"]),
+        _report(e, "b", "0,0,entropy,0.5\n0,1,entropy,n/a!\n", ["value"]), "--out", "cmp"],
+        "b/tables/head_stats.csv:3: column 'value' holds 'n/a!'", "rerun the command"),
+    Case("report-prune-text-in-score", lambda e: ["report", _report(
+        e, "rep", "0,0,entropy,0.5\n"), "--prune", _edited_prune_scores(e)],
+        "out/prune_scores.csv:2: column 'score' holds 'big'", "fix that cell"),
+    # Bad data analysed as good ---------------------------------------------------------------
+    Case("treebank-duplicate-id", lambda e: ["heads", "--treebank", e.write(
+        "t.conllu", DUPLICATE_ID), "--out", "out"],
+        r"t.conllu:4, sentence 1 \(s1\): word ID 2 appears twice \(lines 3 and 4\)",
+        "fix the ID column"),
+    Case("treebank-bad-id-line", lambda e: ["heads", "--treebank", e.write(
+        "t.conllu", GOOD_TREE + "\nx\tb\tb\tX\t_\t_\t0\troot\t_\t_\n"), "--out", "out"],
+        "t.conllu:4 is not valid CoNLL-U: .*'x' is not a valid ID", "fix that line"),
+    Case("text-is-a-treebank", lambda e: ["analyze", "--text", e.write("t.conllu", GOOD_TREE),
+                                          "--out", "out"],
+         "--text t.conllu is a CoNLL-U treebank", "pass it with --treebank instead"),
+    Case("prune-data-is-a-treebank", lambda e: ["prune", str(e.tiny), "--metric", "fidelity",
+                                                "--data", e.write("t.conllu", GOOD_TREE)],
+         "--data t.conllu is a CoNLL-U treebank", "give a file of plain text"),
+    Case("prune-auto-data-treebank", lambda e: ["prune", str(e.tiny), "--data", e.write(
+        "t.conllu", GOOD_TREE * 3)], "--data t.conllu is a CoNLL-U treebank", "give a file of"),
+    Case("pairs-is-a-treebank", lambda e: ["eval", "stsb", "--pairs", e.write(
+        "p.csv", GOOD_TREE)], "--pairs p.csv is a CoNLL-U treebank", "sentence1,sentence2,score"),
+    Case("prune-data-mixed-columns", lambda e: ["prune", str(e.tiny), "--data", e.write(
+        "d.csv", "a b,1\nc d,e f,2\n")], "d.csv:2: 3 column\\(s\\)", "every row alike"),
+    Case("prune-accuracy-data-three-columns", lambda e: [
+        "prune", str(e.tiny), "--metric", "accuracy", "--data", e.write(
+            "d.csv", _pairs(THREE_PAIRS))], "d.csv:1: 3 column", "text,label rows"),
+    Case("prune-seq2seq-data-not-tab-separated", lambda e: [
+        "prune", str(e.tiny), "--metric", "seq2seq", "--data", e.write(
+            "d.txt", "a source,a target\nanother,one\n")],
+        "d.txt:1: expected source<TAB>target", "one pair per line"),
+    Case("pairs-identical-sentences", lambda e: ["eval", "stsb", "--pairs", e.write(
+        "p.csv", _pairs([(a, a, s) for a, _, s in THREE_PAIRS]))],
+        "the two sentences are identical", "use pairs of different sentences"),
+    # Two runs, one folder (attnlens/runs/folder_lock.py) ------------------------------------------
+    Case("out-locked-by-a-running-run", lambda e: _lock(e, "out", os.getpid()) or [
+        "spectrum", "--out", "out"],
+        rf"--out out is being written by another attnlens run \(pid {os.getpid()} ",
+        "wait for it to end, or choose another --out"),
+    Case("out-locked-by-a-killed-run", lambda e: _lock(e, "out", _dead_pid()) or [
+        "analyze", "--out", "out"], "locked by an attnlens run that is no longer running",
+        "add --resume to continue what it kept, or --force to start over"),
+    Case("out-locked-by-a-killed-run-not-resumable", lambda e: _lock(e, "out", _dead_pid()) or [
+        "spectrum", "--out", "out"], "no longer running", "add --force to start over"),
+    Case("prune-export-locked", lambda e: _lock(e, "exp", os.getpid()) or _with_pairs(
+        e, "--export", "exp"), "--export exp is being written by another attnlens run",
+        "choose another --export"),
+]
+CASES += ISSUE_23_CASES
+
+
+# Issue 23 (fix23a): removed heads recorded in config.json, shards linked out of the folder.
+def _pruned_heads(env: Env, field: object) -> str:
+    model = env.model_copy()
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "pruned_heads": field}))
+    return "model"
+
+
+def _shard_linked_outside(env: Env) -> str:
+    model = env.model_copy()
+    outside = env.tmp / "elsewhere"
+    outside.mkdir()
+    (model / "model.safetensors").rename(outside / "weights.safetensors")
+    (model / "model-00001-of-00001.safetensors").symlink_to(outside / "weights.safetensors")
+    (model / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {"w": "model-00001-of-00001.safetensors"}}))
+    return "model"
+
+
+CASES += [
+    Case("pruned-heads-bad-layer", lambda e: ["analyze", _pruned_heads(e, {"5": [0]}), "--out",
+                                              "out"],
+         "\"pruned_heads\" names layer '5'; the model has layers 0 to 1",
+         "fix or remove \"pruned_heads\" in config.json"),
+    Case("pruned-heads-live-head", lambda e: ["asymmetry", _pruned_heads(e, {"0": [1]}),
+                                              "--weights-only", "--out", "out"],
+         "lists head L0H1, whose weights are not zero", "fix or remove \"pruned_heads\"",
+         before_load=False),
+    Case("index-shard-linked-outside", lambda e: ["analyze", _shard_linked_outside(e), "--out",
+                                                  "out"],
+         "a link to .*outside the model folder", "copy the shard files into the folder"),
+]
+
+
 # Fixtures --------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory) -> tuple[Path, Path, Path]:
@@ -459,8 +772,9 @@ def cli(monkeypatch, capsys, tmp_path, tmp_path_factory):
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input_is_one_line_error_before_loading_leaving_nothing(case, cli, shared, tmp_path):
-    env = Env(tmp_path, *shared[:2], shared[2])
+def test_bad_input_is_one_line_error_before_loading_leaving_nothing(case, cli, shared, tmp_path,
+                                                                     monkeypatch):
+    env = Env(tmp_path, *shared[:2], shared[2], monkeypatch)
     argv = case.build(env)
     before = _snapshot(tmp_path)
     code, err = cli(argv, forbid_load=case.before_load)
@@ -475,7 +789,7 @@ def test_bad_input_is_one_line_error_before_loading_leaving_nothing(case, cli, s
 
 
 def test_the_catalogue_is_large_and_distinct():
-    assert len(CASES) >= 40
+    assert len(CASES) >= 110
     assert len({c.id for c in CASES}) == len(CASES)
 
 

@@ -177,6 +177,45 @@ def test_viewer_hover_changes_the_drawing(viewer_file: Path) -> None:
         assert console_errors(driver) == []
 
 
+def _grid_cells(driver, table: str, choices: dict[str, str]) -> tuple[set[str], int]:
+    """Open ``table``'s layer x head grid, choose ``choices`` (selector -> value); return the
+    grid's selectors and how many cells hold a value."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    css = f'.tablewidget[data-table="{table}"]'
+    driver.find_element(By.CSS_SELECTOR, css).find_element(
+        By.CSS_SELECTOR, 'button[data-view="grid"]').click()
+    for name, value in choices.items():
+        Select(driver.find_element(By.CSS_SELECTOR, f'{css} select[aria-label="{name}"]')
+               ).select_by_value(value)
+    widget = driver.find_element(By.CSS_SELECTOR, css)
+    selectors = {s.get_attribute("aria-label")
+                 for s in widget.find_elements(By.CSS_SELECTOR, ".tw-grid-controls select")}
+    filled = [c for c in widget.find_elements(By.CSS_SELECTOR, ".hg-cell") if c.text.strip()]
+    return selectors, len(filled)
+
+
+RESULT_COLUMNS = {"tested", "above_margin", "syntactic"}
+
+
+def test_syntactic_grid_slices_on_keys_only(report_dir: Path, sample_report: Path) -> None:
+    """The Layer x head grid of syntactic_accuracy slices on relation and direction, never on
+    its yes/no result columns (which hid every head of nsubj dep->head, issue 23 item 7)."""
+    with browser() as driver:
+        open_page(driver, report_dir / "index.html")
+        selectors, filled = _grid_cells(driver, "syntactic_accuracy",
+                                        {"relation": "nsubj", "direction": "dep->head"})
+        assert {"relation", "direction"} <= selectors and not selectors & RESULT_COLUMNS
+        assert filled == 6 * 12
+        assert console_errors(driver) == []
+        open_page(driver, sample_report / "index.html")  # the sample report: all relations
+        selectors, filled = _grid_cells(driver, "syntactic_accuracy",
+                                        {"direction": "dep->head"})
+        assert not selectors & RESULT_COLUMNS and filled == 6 * 12
+        assert console_errors(driver) == []
+
+
 @pytest.fixture(scope="module")
 def causal_page(tmp_path_factory) -> Path:
     """A tiny random GPT-2 (causal mask, byte-level BPE) on a short text."""

@@ -131,3 +131,26 @@ def test_embedded_sample_is_a_valid_ud_style_treebank():
     assert not missing
     # the multiword tokens of the sample are split into syntactic words
     assert ("did", "n't") in {tuple(s.words[1:3]) for s in sentences}
+
+
+# Issue 23: duplicate word IDs, and errors that name the file and line ------------------------
+def test_duplicate_word_ids_are_refused_with_both_lines():
+    """Before: HEAD 2 pointed at whichever word 2 came last, and the tree was analysed."""
+    text = "\n".join(["# sent_id = s1", row(1, "a", 0, "root"), row(2, "b", 1, "x"),
+                      row(2, "c", 1, "y"), ""])
+    with pytest.raises(DataError, match=r"bad.conllu:4, sentence 1 \(s1\): word ID 2 appears "
+                                        r"twice \(lines 3 and 4\).*fix the ID column"):
+        parse_conllu(text, source="bad.conllu")
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    (row(1, "a", 0, "root") + "\n\n" + "x\ty\t_\tX\t_\t_\t0\troot\t_\t_\n\n", "bad.conllu:3 "),
+    (row(1, "a", 0, "root") + "\n\n# c\n" + row(1, "a", 0, "root") + "\n" + row(2, "b", 9, "x")
+     + "\n", "bad.conllu:5, sentence 2"),
+    (row(1, "a", 0, "root") + "\n" + "2\tb\tb\n", "bad.conllu:2, sentence 1"),
+    (row(1, "a", 0, "_") + "\n", "bad.conllu:1, sentence 1"),
+])
+def test_errors_name_the_file_and_line_and_the_fix(text, where):
+    with pytest.raises(DataError, match="fix") as error:
+        parse_conllu(text, source="bad.conllu")
+    assert str(error.value).startswith(where), str(error.value)

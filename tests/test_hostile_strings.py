@@ -93,3 +93,80 @@ def test_tables_and_figures_named_from_data_cannot_leave_their_folder(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == [
         "a_escaped.csv", "a_escaped.md", "escaped.csv", "escaped.md", "tmp_escaped.csv",
         "tmp_escaped.md"]
+
+
+# Issue 23: tables that run code in a spreadsheet, or markup in Markdown ------------------------
+FORMULA = "=cmd|' /C calc'!A0"
+
+
+def test_csv_cells_from_data_cannot_run_as_formulas_and_round_trip(tmp_path):
+    import csv
+
+    import pandas as pd
+
+    from attnlens.report.folder import Tables
+    from attnlens.runs.io import neutralise_cell, restore_cell, write_table
+
+    table = pd.DataFrame({
+        "word": [FORMULA, "+cmd", "-2+3+cmd|' /C calc'!A0", "@SUM(1)", "\tx", "'=x",
+                 "-LRB-", "-3", "+0", "cat"],
+        "value": [-0.5, -1.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0],  # numeric: untouched
+        "target": [-3, "special", -1, 0, 1, 2, 3, 4, 5, 6],  # offsets, and text
+    })
+    write_table(table, tmp_path, "t")
+    with (tmp_path / "t.csv").open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle))[1:]
+    words = [r[0] for r in rows]
+    assert words == ["'" + FORMULA, "'+cmd", "'-2+3+cmd|' /C calc'!A0", "'@SUM(1)", "'\tx",
+                     "''=x", "'-LRB-", "-3", "+0", "cat"]  # a plain number stays a number
+    assert neutralise_cell("\rx") == "'\rx" and restore_cell("'\rx") == "\rx"
+    assert [r[1] for r in rows][:2] == ["-0.5", "-1.0"] and rows[0][2] == "-3"
+    back = Tables(tmp_path)["t"]  # a report reads the data's own text back
+    assert back["word"].tolist() == table["word"].tolist()
+
+
+def test_markdown_cells_escape_markup():
+    import pandas as pd
+
+    from attnlens.runs.io import markdown_table
+
+    text = markdown_table(pd.DataFrame({"<b>col</b>": ["<script>alert(1)</script>",
+                                                       "<img src=x onerror=alert(2)>",
+                                                       "a | b & c"]}))
+    assert "<" not in text and ">" not in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text and "&lt;b&gt;col&lt;/b&gt;" in text
+    assert "a \\| b &amp; c" in text
+
+
+def test_a_treebank_with_formulas_and_markup_gives_safe_tables(tmp_path):
+    """The issue's case: words and relation labels from the data reached 370 CSV cells as
+    formulas and the Markdown tables as raw markup."""
+    import csv
+    import re
+
+    import pandas as pd
+
+    treebank = tmp_path / "t.conllu"
+    treebank.write_text(_treebank(FORMULA, "<img src=x onerror=alert(2)>"), encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, "-m", "attnlens.cli.app", "heads", "--treebank", str(treebank),
+         "--min-examples", "1", "--bootstrap", "20", "--out", "out", "--quiet"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=900,
+    )
+    assert result.returncode == 0, result.stderr
+    neutralised = 0
+    for path in sorted((tmp_path / "out" / "tables").glob("*.csv")):
+        numeric = {c for c, kind in pd.read_csv(path).dtypes.items() if kind.kind in "iufb"}
+        with path.open(newline="", encoding="utf-8") as handle:
+            header, *rows = list(csv.reader(handle))
+        for row in rows:
+            for column, cell in zip(header, row, strict=True):
+                if column in numeric:
+                    continue
+                plain_number = re.fullmatch(r"[+-]?\d+(\.\d*)?([eE][+-]?\d+)?", cell)
+                assert plain_number or not cell.startswith(("=", "+", "-", "@", "\t", "\r")), \
+                    (path.name, cell)
+                neutralised += cell == "'" + FORMULA
+        markdown = path.with_suffix(".md").read_text(encoding="utf-8")
+        assert "<img" not in markdown and "<script" not in markdown, path.name
+    assert neutralised > 0  # not vacuous: the relation label is in the tables, neutralised

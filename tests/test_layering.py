@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # a layer are independent of each other.
 LAYERS: list[set[str]] = [
     {"errors", "lazy", "runs"},
-    {"runs.io"},
-    {"runs.manifest"},
+    {"runs.io", "numeric"},
+    {"runs.manifest", "runs.folder_lock"},
     {"runs.outputs"},
     {"hooks", "progress", "device", "stats", "plots"},
     {"model"},

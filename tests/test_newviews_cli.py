@@ -143,7 +143,7 @@ def test_rollout_on_minilm_end_to_end(tmp_path):
     (["rollout", "a b", "--head-fusion", "median"], "unknown head fusion 'median'"),
     (["rollout", "a b", "--method", "paths"], "unknown method 'paths'"),
     (["rollout", "a b", "--text", "corpus.txt"], "not TEXT and --text"),
-    (["sparse", "--windows", "1,x"], "--windows takes integers"),
+    (["sparse", "--windows", "1,x"], "--windows takes whole numbers"),
     (["linear", "--text", "missing.txt"], "missing.txt"),
 ])
 def test_bad_options_are_one_line_errors_before_loading(tmp_path, args, message):

@@ -113,3 +113,37 @@ def test_minilm_sentence_embeddings_match_transformers(minilm, hf_minilm):
     # Unit vectors from a mean over <= 256 tokens and a 384-wide L2 norm computed in other
     # batch shapes: fp32 eps 1.19e-7 x sqrt(384) x |x| <= 1 ~ 2.3e-6 per reordered sum -> 1e-5.
     assert diff <= 1e-5
+
+
+def test_minilm_float64_matches_hf_float64_eager(minilm):
+    """``--dtype float64`` runs the whole attention, softmax included, in float64 (issue 23).
+
+    Both sides compute the same float64 operations in the same order, so the differences are
+    float64 rounding: eps 2.2e-16 x sums of 384 terms of |x| <= ~10 over 6 layers stays far
+    below 1e-12 (an fp32 softmax left 2.2e-7 in the patterns).
+    """
+    from transformers import AutoModel
+
+    import attnlens
+
+    model, tokenizer = attnlens.load(dtype="float64")
+    assert model.dtype == torch.float64
+    hf = AutoModel.from_pretrained(model.cfg.source["path"], attn_implementation="eager",
+                                   dtype=torch.float64).eval()
+    enc = tokenizer(SENTENCES)
+    real = enc["attention_mask"].bool()
+    pair = real[:, None, :, None] & real[:, None, None, :]
+    names = [f"blocks.{i}.hook_resid_post" for i in range(model.cfg.n_layers)]
+    names += [f"blocks.{i}.attn.hook_pattern" for i in range(model.cfg.n_layers)]
+    with torch.no_grad():
+        _, cache = model.run_with_cache(**enc, names_filter=[*names, "hook_embed"])
+        ref = hf(**enc, output_hidden_states=True, output_attentions=True)
+    assert cache["pattern", 0].dtype == torch.float64
+    hidden = [cache["hook_embed"]] + [cache[n] for n in names[: model.cfg.n_layers]]
+    hid = max(float((a - b).abs()[real].max()) for a, b in zip(hidden, ref.hidden_states,
+                                                                strict=True))
+    att = max(float((cache["pattern", i] - ref.attentions[i]).abs().masked_select(pair).max())
+              for i in range(model.cfg.n_layers))
+    print(f"MiniLM float64 parity: hidden {hid:.2e}, attention {att:.2e}")
+    assert hid <= 1e-12
+    assert att <= 1e-12

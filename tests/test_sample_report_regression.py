@@ -3,6 +3,9 @@
 `tests/data/minilm_sample/` holds tables written by `attnlens analyze` on the embedded model
 and sample treebank with the code as it was before the layering, analyzer-state and
 repetition work (one column added since: ``bound`` of the rank-collapse tables, a label).
+The corpus tables were rewritten once since, by a deliberate change of input (issue 23):
+the sample sentence "She didn't like the movie's ending." is read from its text as
+``didn ' t`` instead of the treebank words ``did n ' t``, as every sentence now is.
 Integers and labels must be identical; floats agree within tolerances set by the operation
 behind each table (a rerun on another CPU kernel set rounds float32 sums differently).
 """

@@ -134,3 +134,44 @@ def test_stsb_dev_gives_86_72(minilm):
         score = sts_spearman(model, tokenizer, pairs, batch_size=64, max_length=256)
     print(f"STS-B dev: {score:.4f}")
     assert score == pytest.approx(STSB_DEV_EXPECTED, abs=STSB_TOLERANCE)
+
+
+# Issue 23: Spearman from rounding noise -------------------------------------------------------
+def test_identical_sentences_have_cosine_one_exactly(minilm):
+    """Identical sentences share one embedding: their cosine is 1, not 1 +- rounding
+    (0.99999988 against 1.0 ranked such pairs by noise)."""
+    from attnlens.data.pairs import SentencePairs
+    from attnlens.metrics.sts import pair_cosines
+
+    model, tokenizer = minilm
+    sentences = [a for a, _, _ in TINY_PAIRS]
+    pairs = SentencePairs(sentences, list(sentences), torch.arange(8.0).numpy())
+    cos = pair_cosines(model, tokenizer, pairs)
+    assert (cos == 1.0).all(), cos
+
+
+def test_cosines_equal_within_rounding_are_refused(minilm, monkeypatch):
+    """Every cosine within d * eps of the others: Spearman would rank rounding noise."""
+    import numpy as np
+
+    from attnlens.data.pairs import SentencePairs
+    from attnlens.errors import DataError
+    from attnlens.metrics import sts
+
+    model, tokenizer = minilm
+    noise = np.array([1.0, 1.0 - 1.2e-7, 1.0 - 6e-8, 1.0])  # float32 rounding of unit cosines
+    monkeypatch.setattr(sts, "pair_cosines", lambda *args, **kwargs: noise)
+    pairs = SentencePairs(["a", "b", "c", "d"], ["e", "f", "g", "h"],
+                          np.array([1.0, 2.0, 3.0, 4.0]))
+    with pytest.raises(DataError, match=r"equal within float rounding .*use pairs of different"):
+        sts.sts_spearman(model, tokenizer, pairs)
+    assert sts.cosine_rounding(model) == 384 * float(torch.finfo(torch.float32).eps)
+
+
+def test_pairs_of_identical_sentences_are_refused_before_the_model(tmp_path):
+    """`eval stsb` on pairs whose sentences are identical printed "Spearman x 100 = 77.46"."""
+    path = write_csv(tmp_path / "same.csv", [(a, a, s) for a, _, s in TINY_PAIRS])
+    result = run_cli("eval", "stsb", "--pairs", str(path), timeout=300,
+                     env={"ATTNLENS_FORBID_MODEL_LOAD": "1"})
+    assert result.returncode == 1
+    assert "the two sentences are identical" in result.stderr, result.stderr

@@ -7,6 +7,7 @@ RoBERTa's <s> ... </s>, Llama's BOS only and GPT-2's nothing.
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 import torch
 
@@ -148,9 +149,11 @@ def test_bpe_word_alignment(template):
     assert 2 in batch.split_words(0)  # unseen word: many byte-level pieces
     _check_alignment(tok, batch, sentences)
     n_special = 2 if template == "<s> $A </s>" else (1 if template else 0)
-    cut = tok.encode_words([["the", "cat", "sesquipedalian"]], max_length=n_special + 3)
+    counts = tok.tokens_per_word([["the", "cat", "sesquipedalian"]])[0]
+    keep = counts[0] + counts[1]  # the first two words whole, the long word cut
+    cut = tok.encode_words([["the", "cat", "sesquipedalian"]], max_length=n_special + keep + 1)
     assert cut.n_words == [2] and cut.n_cut_words == [1]
-    assert int((cut.word_ids[0] >= 0).sum()) == 2
+    assert int((cut.word_ids[0] >= 0).sum()) == keep
 
 
 def test_word_batch_is_backward_compatible():
@@ -164,3 +167,30 @@ def test_folder_without_tokenizer_files_is_a_clear_error(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ModelLoadError, match=r"no tokenizer files.*load_model"):
         Tokenizer.from_pretrained(tmp_path)
+
+
+def test_unk_is_no_special_token_in_any_command(minilm):
+    """One definition of "special token" for `prune --order confidence|entropy` (text
+    batches) and `heads`/`analyze` (word batches): [UNK] stands for a piece of the text, so
+    its row and column are analysed like any word's (issue 23, item 6)."""
+    from attnlens.data.text import text_batches
+    from attnlens.data.words import text_word_batches
+    from attnlens.measures.heads.head_stats import HeadStats
+    from attnlens.stream.runner import run_analyzers
+
+    model, tok = minilm
+    line = "the 🦜 flew home over 𝔘 hills"
+    (by_text,) = text_batches(tok, [line])
+    (by_word,) = text_word_batches(tok, [line])
+    ids = by_text.input_ids[0].tolist()
+    unk = [p for p, i in enumerate(ids) if i == tok.hf.unk_token_id]
+    assert len(unk) == 2 and by_word.input_ids[0].tolist() == ids
+    assert by_text.special_mask.tolist() == by_word.special_mask.tolist()
+    assert not by_text.special_mask[0, unk].any()
+    assert by_text.special_mask[0].tolist() == [p in (0, len(ids) - 1) for p in range(len(ids))]
+    tables = []
+    for batch in (by_text, by_word):
+        (stats,) = run_analyzers(model, [batch], [HeadStats.for_model(model, tok)],
+                                 show_progress=False)
+        tables.append(stats.result()["head_stats"])
+    pd.testing.assert_frame_equal(tables[0], tables[1])  # same rows, same numbers

@@ -4,8 +4,9 @@ Read with the ``conllu`` library. Only the basic tree is used: multiword-token r
 (``3-4  don't``) and empty nodes (``8.1``) are skipped, so a sentence's words are its
 syntactic words (``do``, ``n't``), numbered from 0. The root's head is -1.
 
-Every sentence must be a tree: one root (HEAD 0), no word its own head, no cycles. A
-malformed file is a ``DataError`` naming the sentence and the word (by its CoNLL-U ID).
+Every sentence must be a tree: one root (HEAD 0), no word its own head, no cycles, each word
+ID once. A malformed file is a ``DataError`` naming the file and line (``file:12``), the
+sentence, the word (by its CoNLL-U ID) and the column to fix.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from attnlens.data.alignment import join_words, locate
 from attnlens.data.files import read_utf8
 from attnlens.errors import DataError
 from attnlens.runs.io import check_input_file
@@ -36,9 +38,19 @@ class DepSentence:
     relations: tuple[str, ...]  # full labels, subtypes kept (nmod:poss)
     upos: tuple[str, ...]
     sent_id: str = ""
+    # The raw sentence and each word's character span in it (empty: words joined by spaces).
+    text: str = ""
+    spans: tuple[tuple[int, int], ...] = ()
 
     def __len__(self) -> int:
         return len(self.words)
+
+    def surface(self) -> tuple[str, list[tuple[int, int]]]:
+        """The text the model reads and each word's span in it: the sentence's own text
+        when its words were located in it, else the words joined by single spaces."""
+        if self.text and len(self.spans) == len(self.words):
+            return self.text, list(self.spans)
+        return join_words(self.words)
 
     @property
     def base_relations(self) -> tuple[str, ...]:
@@ -50,37 +62,117 @@ class DepSentence:
         return [(d, h, r) for d, (h, r) in enumerate(pairs) if h >= 0]
 
 
-def _sentence_from_tokens(tokens, where: str) -> DepSentence:
-    for t in tokens:
+COLUMNS = "ID FORM LEMMA UPOS XPOS FEATS HEAD DEPREL DEPS MISC"
+LINE_FIX = f"fix that line: CoNLL-U needs 10 tab-separated columns ({COLUMNS})"
+
+
+@dataclass(frozen=True)
+class _Block:
+    """One sentence's lines: where its messages point (``source:line, sentence n (id)``)."""
+
+    source: str
+    number: int  # 1-based, counting sentences with words
+    first_line: int
+    token_lines: tuple[int, ...]  # the line of each token (word, range or empty node)
+    sent_id: str = ""
+
+    def at(self, line: int | None = None) -> str:
+        where = f"{self.source}:{line or self.first_line}, sentence {self.number}"
+        return where + (f" ({self.sent_id})" if self.sent_id else "")
+
+
+def _sentence_from_tokens(tokens, block: _Block) -> DepSentence:
+    for t, line in zip(tokens, block.token_lines, strict=False):
         if len(t) != 10:
             raise DataError(
-                f"{where}: token {t.get('form', '?')!r} has {len(t)} columns; CoNLL-U needs 10 "
-                "tab-separated columns (ID FORM LEMMA UPOS XPOS FEATS HEAD DEPREL DEPS MISC)."
+                f"{block.at(line)}: token {t.get('form', '?')!r} has {len(t)} columns; "
+                f"{LINE_FIX}."
             )
-    words = [t for t in tokens if isinstance(t["id"], int)]  # skips 3-4 ranges and 8.1 nodes
+    # Words only: skips 3-4 ranges and 8.1 nodes, each word kept with its line.
+    words, lines = [], []
+    for t, line in zip(tokens, block.token_lines, strict=True):
+        if isinstance(t["id"], int):
+            words.append(t)
+            lines.append(line)
     if not words:
-        raise DataError(f"{where}: a sentence has no words; check the file is CoNLL-U.")
-    index = {t["id"]: i for i, t in enumerate(words)}
+        raise DataError(f"{block.at()}: a sentence has no words; check the file is CoNLL-U.")
+    index: dict[int, int] = {}
+    for i, (t, line) in enumerate(zip(words, lines, strict=True)):
+        if t["id"] in index:
+            raise DataError(
+                f"{block.at(line)}: word ID {t['id']} appears twice (lines "
+                f"{lines[index[t['id']]]} and {line}), so a HEAD of {t['id']} would point at "
+                "either word; fix the ID column: number the words 1, 2, 3, ... once each."
+            )
+        index[t["id"]] = i
     heads, relations = [], []
-    for t in words:
+    for t, line in zip(words, lines, strict=True):
         head, relation = t["head"], t["deprel"]
         if not isinstance(head, int) or (head not in index and head != 0):
             raise DataError(
-                f"{where}: word {t['id']} ({t['form']!r}) has head {head!r}, which is not a "
-                f"word of the sentence; fix the HEAD column."
+                f"{block.at(line)}: word {t['id']} ({t['form']!r}) has head {head!r}, which is "
+                f"not a word of the sentence; fix the HEAD column."
             )
         if not relation or relation == "_":
-            raise DataError(f"{where}: word {t['id']} ({t['form']!r}) has no DEPREL.")
+            raise DataError(f"{block.at(line)}: word {t['id']} ({t['form']!r}) has no DEPREL; "
+                            "fix the DEPREL column (the relation to its head, e.g. nsubj).")
         heads.append(ROOT if head == 0 else index[head])
         relations.append(str(relation))
-    _check_tree(heads, words, where)
+    _check_tree(heads, words, block.at())
+    text, spans = _surface(tokens, words)
     return DepSentence(
         words=tuple(str(t["form"]) for t in words),
         heads=tuple(heads),
         relations=tuple(relations),
         upos=tuple(str(t["upos"] or "_") for t in words),
         sent_id=str(tokens.metadata.get("sent_id", "")),
+        text=text,
+        spans=tuple(spans),
     )
+
+
+def _surface(tokens, words) -> tuple[str, list[tuple[int, int]]]:
+    """The sentence's raw text and each syntactic word's span in it.
+
+    The text is the ``# text`` line when the surface tokens (multiword tokens such as
+    ``didn't`` whole, not their words ``did`` + ``n't``) follow one another in it, else the
+    surface tokens joined with a space unless ``SpaceAfter=No``. A multiword token's words
+    split its span when their forms spell it (``did`` + ``n't``); otherwise they all share
+    it (its first word then holds its tokens, see ``attnlens.data.alignment``).
+    """
+    units: list[tuple[str, list[int], bool]] = []  # (surface form, word positions, space)
+    position = {t["id"]: i for i, t in enumerate(words)}
+    inside: set[int] = set()
+    for t in tokens:
+        ident, misc = t["id"], t["misc"] or {}
+        space = misc.get("SpaceAfter") != "No"
+        if isinstance(ident, tuple) and len(ident) == 3 and ident[1] == "-":
+            members = [position[i] for i in range(ident[0], ident[2] + 1) if i in position]
+            if members:
+                units.append((str(t["form"]), members, space))
+                inside.update(range(ident[0], ident[2] + 1))
+        elif isinstance(ident, int) and ident not in inside:
+            units.append((str(t["form"]), [position[ident]], space))
+    forms = [form for form, _, _ in units]
+    text = str(tokens.metadata.get("text") or "")
+    located = locate(text, forms) if text else None
+    if located is None:
+        text = "".join(form + (" " if space else "") for form, _, space in units).rstrip()
+        located = locate(text, forms)
+    if located is None:  # a form with leading whitespace or empty: words joined by spaces
+        return join_words([str(t["form"]) for t in words])
+    spans: list[tuple[int, int]] = [(0, 0)] * len(words)
+    for (form, members, _), (start, end) in zip(units, located, strict=True):
+        parts = [str(words[m]["form"]) for m in members]
+        spelled = "".join(parts)
+        if len(spelled) == len(form) and spelled.lower() == form.lower():
+            for m, part in zip(members, parts, strict=True):
+                spans[m] = (start, start + len(part))
+                start += len(part)
+        else:
+            for m in members:
+                spans[m] = (start, end)
+    return text, spans
 
 
 def _word(words, i: int) -> str:
@@ -112,23 +204,59 @@ def _check_tree(heads: list[int], words, where: str) -> None:
         reaches_root.update(path)
 
 
-def parse_conllu(text: str, source: str = "<string>") -> list[DepSentence]:
-    """Parse CoNLL-U text into sentences; malformed input raises ``DataError``."""
+def _blocks(text: str) -> list[tuple[int, list[tuple[int, str]]]]:
+    """``(first line, [(line number, line), ...])`` of every blank-line separated block."""
+    blocks, current = [], []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            current.append((number, line))
+        elif current:
+            blocks.append((current[0][0], current))
+            current = []
+    if current:
+        blocks.append((current[0][0], current))
+    return blocks
+
+
+_PARSE_ERRORS = (ValueError, KeyError, IndexError, TypeError, AttributeError)
+
+
+def _parse_block(lines: list[tuple[int, str]], source: str):
+    """One block through the ``conllu`` library; an error names the line that caused it."""
     import conllu
     from conllu.exceptions import ParseException
 
+    def parse(part: list[tuple[int, str]]):
+        return conllu.parse("\n".join(line for _, line in part) + "\n\n")
+
     try:
-        token_lists = conllu.parse(text)
-    except (ParseException, ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        return parse(lines)
+    except (ParseException, *_PARSE_ERRORS) as exc:
+        failing = lines[0][0]
+        for number, line in lines:  # the first line that fails on its own
+            try:
+                parse([(number, line)])
+            except (ParseException, *_PARSE_ERRORS):
+                failing = number
+                break
         reason = " ".join(str(exc).split())[:200] or type(exc).__name__
-        raise DataError(f"{source} is not valid CoNLL-U: {reason}".rstrip(".") + ".") from exc
+        raise DataError(f"{source}:{failing} is not valid CoNLL-U: {reason.rstrip('.')}; "
+                        f"{LINE_FIX}.") from exc
+
+
+def parse_conllu(text: str, source: str = "<string>") -> list[DepSentence]:
+    """Parse CoNLL-U text into sentences; malformed input raises ``DataError`` naming the
+    file, the line and what to fix."""
     sentences = []
-    for n, tokens in enumerate(token_lists):
-        if not len(tokens):
-            continue  # a block of comments only (e.g. a file header)
-        sent_id = tokens.metadata.get("sent_id")
-        where = f"{source}, sentence {n + 1}" + (f" ({sent_id})" if sent_id else "")
-        sentences.append(_sentence_from_tokens(tokens, where))
+    for _, lines in _blocks(text):
+        token_lines = tuple(n for n, line in lines if not line.startswith("#"))
+        for tokens in _parse_block(lines, source):
+            if not len(tokens):
+                continue  # a block of comments only (e.g. a file header)
+            sent_id = tokens.metadata.get("sent_id")
+            block = _Block(source, len(sentences) + 1, token_lines[0], token_lines,
+                           str(sent_id) if sent_id else "")
+            sentences.append(_sentence_from_tokens(tokens, block))
     if not sentences:
         raise DataError(f"{source} contains no sentences; is it a CoNLL-U treebank?")
     return sentences
@@ -208,6 +336,9 @@ def parse_with_spacy(texts: Sequence[str], pipeline: str = "en_core_web_sm") -> 
             sentences.append(DepSentence(
                 words=tuple(t.text for t in tokens), heads=tuple(heads),
                 relations=tuple(relations), upos=tuple(t.pos_ for t in tokens),
+                text=sent.text, spans=tuple((t.idx - sent.start_char,
+                                             t.idx - sent.start_char + len(t.text))
+                                            for t in tokens),
             ))
     if not sentences:
         raise DataError("spaCy found no sentences in the text.")

@@ -49,8 +49,26 @@ class Corpus:
         from attnlens.data.words import text_word_batches, treebank_batches
 
         if self.sentences is not None:
-            return treebank_batches(tokenizer, self.sentences, batch_size, max_length)
-        return text_word_batches(tokenizer, self.texts or [], batch_size, max_length)
+            batches = treebank_batches(tokenizer, self.sentences, batch_size, max_length)
+        else:
+            batches = text_word_batches(tokenizer, self.texts or [], batch_size, max_length)
+        self.check_tokens(batches)
+        return batches
+
+    def check_tokens(self, batches: list[Batch]) -> None:
+        """Refuse a sentence the tokenizer turns into no token at all (a vocabulary without
+        its characters and no special tokens): the model would read an empty row."""
+        for batch in batches:
+            empty = (batch.attention_mask.sum(dim=1) == 0).nonzero().flatten().tolist()
+            if empty:
+                i = batch.extra["index"][empty[0]]
+                words = (self.sentences[i].words if self.sentences is not None
+                         else (self.texts or [])[i].split())
+                shown = " ".join(words)[:60]
+                raise DataError(f"sentence {i + 1} of {self.name} ({shown!r}) gives no tokens "
+                                "with this model's tokenizer (none of its characters are in "
+                                "the vocabulary, and it adds no special tokens); remove such "
+                                "lines, or use a model whose tokenizer covers this text.")
 
 
 def load_corpus(

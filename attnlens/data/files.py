@@ -7,6 +7,7 @@ control characters end in the same kind of one-line ``DataError``. Imports nothi
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from pathlib import Path
 
@@ -51,3 +52,28 @@ def text_lines(text: str) -> list[str]:
     """The stripped lines of ``text`` that hold real text (see ``has_real_text``)."""
     lines = (line.strip() for line in text.splitlines())
     return [line for line in lines if has_real_text(line)]
+
+
+_CONLLU_ID = re.compile(r"\d+(?:-\d+|\.\d+)?")  # 3, 3-4 (a multiword token), 8.1 (empty node)
+
+
+def looks_like_conllu(text: str) -> bool:
+    """True when most lines that are neither blank nor ``#`` comments are CoNLL-U word lines
+    (10 tab-separated columns, the first an ID): a treebank given where text, sentence pairs
+    or labelled rows are expected would otherwise be read one word line per example."""
+    lines = [line for line in text.splitlines()[:2000]
+             if line.strip() and not line.startswith("#")]
+    words = sum(1 for line in lines
+                if line.count("\t") == 9 and _CONLLU_ID.fullmatch(line.split("\t", 1)[0]))
+    return bool(lines) and words * 2 > len(lines)
+
+
+def refuse_conllu(text: str, source: str, option: str, expected: str) -> None:
+    """A ``DataError`` when ``text`` (read from ``source`` for ``option``) is a treebank."""
+    if not looks_like_conllu(text):
+        return
+    fix = ("pass it with --treebank instead" if option == "--text" else
+           f"give a file of {expected} (for a treebank's sentences: its FORM column, one "
+           "sentence per line)")
+    raise DataError(f"{option} {source} is a CoNLL-U treebank, but {option} takes {expected}; "
+                    f"{fix}.")

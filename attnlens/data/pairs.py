@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnlens.data.files import has_real_text, read_utf8
+from attnlens.data.files import has_real_text, read_utf8, refuse_conllu
 from attnlens.errors import ConfigError, DataError
 from attnlens.runs.io import check_input_file
 
@@ -47,6 +47,10 @@ class SentencePairs:
         if len(self) < MIN_PAIRS:
             raise DataError(f"{source} holds {len(self)} sentence pair(s); Spearman correlation "
                             f"needs at least {MIN_PAIRS}: add pairs.")
+        if all(a == b for a, b in zip(self.first, self.second, strict=True)):
+            raise DataError(f"in every one of the {len(self)} pairs of {source} the two "
+                            "sentences are identical, so every cosine is 1 and Spearman "
+                            "correlation is undefined: use pairs of different sentences.")
         if float(np.ptp(self.scores)) == 0.0:
             raise DataError(f"all {len(self)} gold scores of {source} are equal "
                             f"({self.scores[0]:g}); Spearman correlation is undefined: use "
@@ -86,7 +90,9 @@ def read_pairs(path: str | Path, score_range: tuple[float, float] = STS_RANGE,
     path = check_input_file(path, option, "CSV of sentence1,sentence2,score")
     low, high = score_range
     first, second, scores = [], [], []
-    for line_no, row in _rows(read_utf8(path), str(path)):
+    text = read_utf8(path)
+    refuse_conllu(text, str(path), option, "a CSV of sentence1,sentence2,score rows")
+    for line_no, row in _rows(text, str(path)):
         if not row:
             continue
         where = f"{path}:{line_no}"

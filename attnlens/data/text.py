@@ -12,12 +12,11 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from attnlens.data.files import read_utf8, text_lines
+from attnlens.data.files import read_utf8, refuse_conllu, text_lines
 from attnlens.errors import DataError
 from attnlens.runs.io import check_input_file
 
 if TYPE_CHECKING:  # reading files needs no torch: commands check them before loading it
-    import torch
 
     from attnlens.data.batch import Batch
     from attnlens.data.tokenizer import Tokenizer
@@ -36,7 +35,9 @@ def read_text_file(path: str | Path, option: str = "--text") -> list[str]:
     whitespace or control characters); a file without any such line is an error.
     """
     path = check_input_file(path, option, "text, one sentence per line")
-    texts = text_lines(read_utf8(path))
+    text = read_utf8(path)
+    refuse_conllu(text, str(path), option, "plain text, one sentence per line")
+    texts = text_lines(text)
     if not texts:
         raise DataError(f"{path} contains no text (only blank lines, whitespace or control "
                         "characters); write one sentence per line.")
@@ -56,14 +57,6 @@ def length_sorted_chunks(lengths: Sequence[int], batch_size: int) -> list[list[i
     chunks = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     random.Random(0).shuffle(chunks)
     return chunks
-
-
-def special_token_mask(tokenizer: Tokenizer, input_ids: torch.Tensor) -> torch.Tensor:
-    """``[batch, pos]`` True where the token is one of the tokenizer's special tokens."""
-    import torch
-
-    special = torch.tensor(sorted(tokenizer.special_ids), dtype=input_ids.dtype)
-    return torch.isin(input_ids, special)
 
 
 def text_batches(
@@ -86,7 +79,7 @@ def text_batches(
                 input_ids=enc["input_ids"],
                 attention_mask=enc["attention_mask"],
                 token_type_ids=enc.get("token_type_ids"),
-                special_mask=special_token_mask(tokenizer, enc["input_ids"]),
+                special_mask=tokenizer.special_mask(enc["input_ids"]),
                 extra={"index": chunk},
             )
         )

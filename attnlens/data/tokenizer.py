@@ -1,10 +1,12 @@
 """A thin wrapper around a Hugging Face fast tokenizer: batching, special tokens, words.
 
-Word <-> token alignment for word-level analyses: ``encode_words`` tokenises pre-split
-sentences and records, for every token, the index of the word it belongs to (-1 for special
-tokens, padding and the tokens of words cut by truncation). A word split into several tokens
-has all of them; a word whose tokens were cut by ``max_length`` is dropped entirely and
-counted in ``n_cut_words``.
+Word <-> token alignment for word-level analyses: ``encode_text_words`` tokenises raw texts
+exactly as the tokenizer does (the model sees the text, never words tokenised one by one)
+and records, for every token, the index of the word it belongs to from the tokens'
+character offsets (-1 for special tokens, padding and the tokens of words cut by
+truncation; see ``attnlens.data.alignment``). A word split into several tokens has all of
+them; a word whose tokens were cut by ``max_length`` is dropped entirely and counted in
+``n_cut_words``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from attnlens.data.alignment import Span, join_words, token_words
 from attnlens.errors import DataError, ModelLoadError
 
 # Files that hold a tokenizer; a checkpoint folder without any of them has none.
@@ -30,7 +33,8 @@ class WordBatch:
     ``word_ids [batch, pos]`` holds the index of the word a token belongs to, or -1 for
     special tokens, padding and the tokens of words cut by truncation. ``n_words[b]`` counts
     the words that survived truncation complete (always a prefix of the sentence);
-    ``n_cut_words[b]`` the words lost to it, wholly or partly.
+    ``n_cut_words[b]`` the words lost to it, wholly or partly; ``unaligned[b]`` the kept
+    words without a token of their own (their characters lie in an earlier word's token).
     """
 
     input_ids: torch.Tensor
@@ -39,6 +43,7 @@ class WordBatch:
     n_words: list[int]
     token_type_ids: torch.Tensor | None = None
     n_cut_words: list[int] = field(default_factory=list)
+    unaligned: list[list[int]] = field(default_factory=list)
 
     def model_inputs(self) -> dict[str, torch.Tensor]:
         inputs = {"input_ids": self.input_ids, "attention_mask": self.attention_mask}
@@ -72,6 +77,10 @@ class Tokenizer:
                 fallback = self.hf.convert_ids_to_tokens(0)
             self.hf.pad_token = fallback
         self.hf.padding_side = "right"
+        # transformers warns that a text longer than model_max_length "will result in
+        # indexing errors"; attnlens truncates every input to --max-length itself.
+        self.hf.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
+        self.hf.truncation_side = "right"  # word alignment counts on cuts at the end
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike) -> Tokenizer:
@@ -92,7 +101,20 @@ class Tokenizer:
 
     @property
     def special_ids(self) -> set[int]:
-        return set(self.hf.all_special_ids)
+        """Ids of the special tokens: those a tokenizer adds around a text or as padding.
+
+        [CLS], [SEP], <s>, </s>, BOS, EOS, padding, [MASK] and the other declared special
+        tokens. [UNK] is not one (unless it doubles as one of those, as GPT-2's
+        <|endoftext|> does): it stands for a piece of the text the vocabulary lacks, so it is
+        a real token of its word. One definition for every command (``special_mask``).
+        """
+        hf = self.hf
+        ids = set(hf.all_special_ids)
+        roles = {getattr(hf, f"{role}_token_id", None)
+                 for role in ("cls", "sep", "bos", "eos", "pad", "mask")}
+        if hf.unk_token_id is not None and hf.unk_token_id not in roles:
+            ids.discard(hf.unk_token_id)
+        return ids
 
     @property
     def special_tokens(self) -> dict[str, str | None]:
@@ -126,7 +148,7 @@ class Tokenizer:
         return self.hf.pad_token_id
 
     def special_mask(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """``[batch, pos]`` True where a token is one of the tokenizer's special tokens."""
+        """``[batch, pos]`` True where a token is one of ``special_ids`` ([UNK] is not)."""
         special = torch.tensor(sorted(self.special_ids), dtype=input_ids.dtype)
         return torch.isin(input_ids, special.to(input_ids.device))
 
@@ -150,25 +172,44 @@ class Tokenizer:
         keep = ("input_ids", "attention_mask", "token_type_ids")
         return {k: v for k, v in enc.items() if k in keep}
 
-    def _word_kwargs(self) -> dict:
-        # Byte-level BPE (GPT-2, RoBERTa) needs a prefix space for pre-split words.
-        if getattr(self.hf, "add_prefix_space", None) is False:
-            return {"add_prefix_space": True}
-        return {}
+    def _encode_offsets(self, texts: Sequence[str], **kwargs):
+        """The tokenizer's own encoding of ``texts`` with character offsets."""
+        if not self.hf.is_fast:
+            raise DataError("word alignment needs a fast (Rust) tokenizer; this one is slow.")
+        return self.hf(list(texts), return_offsets_mapping=True,
+                       return_special_tokens_mask=True, **kwargs)
+
+    def text_word_ids(self, texts: Sequence[str], spans: Sequence[Sequence[Span]]
+                      ) -> list[list[int]]:
+        """Each token's word (-1: none) in each text's untruncated encoding, no special
+        tokens (see ``attnlens.data.alignment``)."""
+        enc = self._encode_offsets(texts, add_special_tokens=False)
+        return [token_words(enc["offset_mapping"][b], self._not_text(enc, b), spans[b],
+                            len(text)) for b, text in enumerate(texts)]
+
+    def _not_text(self, enc, b: int) -> list[bool]:
+        """Per token of encoding row ``b``: added by the tokenizer, or a special token (a
+        special token's text typed in a sentence is read as that token: it is no word's)."""
+        ids, added = enc["input_ids"][b], enc["special_tokens_mask"][b]
+        ids = ids.tolist() if hasattr(ids, "tolist") else ids
+        added = added.tolist() if hasattr(added, "tolist") else added
+        special = self.special_ids
+        return [bool(a) or i in special for i, a in zip(ids, added, strict=True)]
 
     def tokens_per_word(self, sentences: Sequence[Sequence[str]]) -> list[list[int]]:
-        """How many tokens each word of each sentence has, without truncation."""
-        enc = self.hf(
-            [list(s) for s in sentences],
-            is_split_into_words=True,
-            add_special_tokens=False,
-            **self._word_kwargs(),
-        )
+        """How many tokens each word of each sentence has (words joined by single spaces,
+        no truncation; a word without a token of its own has 0)."""
+        joined = [join_words(s) for s in sentences]
+        return self.tokens_per_text_word([t for t, _ in joined], [sp for _, sp in joined])
+
+    def tokens_per_text_word(self, texts: Sequence[str], spans: Sequence[Sequence[Span]]
+                             ) -> list[list[int]]:
+        """How many tokens of each raw text belong to each of its words, without truncation."""
         counts = []
-        for b, sentence in enumerate(sentences):
-            row = [0] * len(sentence)
-            for w in enc.word_ids(b):
-                if w is not None:
+        for ids, words in zip(self.text_word_ids(texts, spans), spans, strict=True):
+            row = [0] * len(words)
+            for w in ids:
+                if w >= 0:
                     row[w] += 1
             counts.append(row)
         return counts
@@ -179,30 +220,35 @@ class Tokenizer:
         max_length: int = 128,
         full_counts: Sequence[Sequence[int]] | None = None,
     ) -> WordBatch:
-        """Tokenise pre-split sentences, keeping each token's word index (-1: special/pad).
+        """Pre-split sentences joined by single spaces, then ``encode_text_words``."""
+        joined = [join_words(s) for s in sentences]
+        return self.encode_text_words([t for t, _ in joined], [sp for _, sp in joined],
+                                      max_length, full_counts)
 
-        Words whose tokens ``max_length`` cut (wholly or partly) are dropped: their tokens
-        get -1 and they are counted in ``n_cut_words``. ``full_counts`` (from
-        ``tokens_per_word``) saves re-tokenising when the caller already has it.
+    def encode_text_words(
+        self,
+        texts: Sequence[str],
+        spans: Sequence[Sequence[Span]],
+        max_length: int = 128,
+        full_counts: Sequence[Sequence[int]] | None = None,
+    ) -> WordBatch:
+        """Tokenise raw ``texts`` as the tokenizer does; give each token its word by offsets.
+
+        ``spans[b]`` are the character spans of text ``b``'s words. Words whose tokens
+        ``max_length`` cut (wholly or partly) are dropped: their tokens get -1 and they are
+        counted in ``n_cut_words``. ``full_counts`` (from ``tokens_per_text_word``) saves
+        re-tokenising when the caller already has it.
         """
-        if not self.hf.is_fast:
-            raise DataError("word alignment needs a fast (Rust) tokenizer; this one is slow.")
-        sentences = [list(s) for s in sentences]
-        enc = self.hf(
-            sentences,
-            is_split_into_words=True,
-            padding=True,
-            truncation=True,
-            max_length=max_length,
-            return_tensors="pt",
-            **self._word_kwargs(),
-        )
+        texts = list(texts)
+        enc = self._encode_offsets(texts, padding=True, truncation=True,
+                                   max_length=max_length, return_tensors="pt")
         if full_counts is None:
-            full_counts = self.tokens_per_word(sentences)
+            full_counts = self.tokens_per_text_word(texts, spans)
         word_ids = torch.full_like(enc["input_ids"], -1)
-        n_words, n_cut = [], []
+        n_words, n_cut, unaligned = [], [], []
         for b, counts in enumerate(full_counts):
-            ids = [-1 if w is None else w for w in enc.word_ids(b)]
+            ids = token_words(enc["offset_mapping"][b].tolist(), self._not_text(enc, b),
+                              spans[b], len(texts[b]))
             kept = torch.tensor(ids, dtype=torch.long)  # [pos]
             got = torch.bincount(kept[kept >= 0], minlength=len(counts))[: len(counts)]
             complete = got == torch.tensor(counts, dtype=got.dtype)  # [word]
@@ -212,6 +258,7 @@ class Tokenizer:
             word_ids[b, : len(ids)] = kept
             n_words.append(n)
             n_cut.append(len(counts) - n)
+            unaligned.append([w for w in range(n) if counts[w] == 0])
         return WordBatch(
             input_ids=enc["input_ids"],
             attention_mask=enc["attention_mask"],
@@ -219,6 +266,7 @@ class Tokenizer:
             n_words=n_words,
             token_type_ids=enc.get("token_type_ids"),
             n_cut_words=n_cut,
+            unaligned=unaligned,
         )
 
     def decode_tokens(self, input_ids: Sequence[int]) -> list[str]:

@@ -15,7 +15,6 @@ Both steps are one batched product with a token->word assignment matrix
 
 from __future__ import annotations
 
-import re
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,17 +22,16 @@ from typing import Any
 
 import torch
 
+from attnlens.data.alignment import Span, join_words, word_spans
 from attnlens.data.batch import Batch
-from attnlens.data.text import length_sorted_chunks, special_token_mask
+from attnlens.data.text import length_sorted_chunks
 from attnlens.data.tokenizer import Tokenizer
 from attnlens.errors import DataError
-
-_WORD_RE = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]")
 
 
 def split_words(text: str) -> list[str]:
     """Split plain text into words and punctuation marks (``"don't stop."`` -> 3 words)."""
-    return _WORD_RE.findall(text)
+    return word_spans(text)[0]
 
 
 def is_wordlike(word: str) -> bool:
@@ -129,12 +127,17 @@ def word_batches(
     batch_size: int = 16,
     max_length: int = 128,
     annotations: dict[str, Sequence[Any]] | None = None,
+    surfaces: Sequence[tuple[str, Sequence[Span]]] | None = None,
 ) -> list[Batch]:
-    """Length-sorted batches of pre-split sentences with ``word_ids`` and ``words``.
+    """Length-sorted batches of sentences of words with ``word_ids`` and ``words``.
 
+    The model reads each sentence's raw text (``surfaces[i]``: the text and its words'
+    character spans; default: the words joined by single spaces), tokenised as the tokenizer
+    tokenises it; tokens are given to words by their offsets (``attnlens.data.alignment``).
     ``annotations`` maps a name to one value per sentence (e.g. dependency heads); each
-    batch carries its sentences' values in ``extra`` under the same name, plus
-    ``n_words`` (words that survived truncation) and ``index`` (positions in ``sentences``).
+    batch carries its sentences' values in ``extra`` under the same name, plus ``n_words``
+    (words that survived truncation), ``unaligned`` (kept words without a token of their
+    own) and ``index`` (positions in ``sentences``).
     """
     if max_length < 4:
         raise DataError(f"max length must be at least 4 tokens, not {max_length}.")
@@ -142,18 +145,24 @@ def word_batches(
     empty = [i for i, s in enumerate(sentences) if not s]
     if empty:
         raise DataError(f"sentence {empty[0]} has no words; remove empty sentences.")
+    if surfaces is None:
+        surfaces = [join_words(s) for s in sentences]
+    texts = [text for text, _ in surfaces]
+    spans = [list(sp) for _, sp in surfaces]
     annotations = dict(annotations or {})
     for name, values in annotations.items():
         if len(values) != len(sentences):
             raise DataError(f"{len(values)} values of {name!r} for {len(sentences)} sentences.")
-    counts = tokenizer.tokens_per_word(sentences)
+    counts = tokenizer.tokens_per_text_word(texts, spans)
     batches = []
     for chunk in length_sorted_chunks([sum(c) for c in counts], batch_size):
         chunk_sentences = [sentences[i] for i in chunk]
-        enc = tokenizer.encode_words(
-            chunk_sentences, max_length=max_length, full_counts=[counts[i] for i in chunk]
+        enc = tokenizer.encode_text_words(
+            [texts[i] for i in chunk], [spans[i] for i in chunk], max_length=max_length,
+            full_counts=[counts[i] for i in chunk],
         )
-        extra: dict[str, Any] = {"index": chunk, "n_words": enc.n_words}
+        extra: dict[str, Any] = {"index": chunk, "n_words": enc.n_words,
+                                 "unaligned": enc.unaligned}
         for name, values in annotations.items():
             extra[name] = [values[i] for i in chunk]
         batches.append(
@@ -163,8 +172,7 @@ def word_batches(
                 token_type_ids=enc.token_type_ids,
                 word_ids=enc.word_ids,
                 words=chunk_sentences,
-                # a word's own tokens are never special, even [UNK] for an unknown word
-                special_mask=special_token_mask(tokenizer, enc.input_ids) & (enc.word_ids < 0),
+                special_mask=tokenizer.special_mask(enc.input_ids),
                 extra=extra,
             )
         )
@@ -174,18 +182,23 @@ def word_batches(
 def text_word_batches(
     tokenizer: Tokenizer, texts: Sequence[str], batch_size: int = 16, max_length: int = 128
 ) -> list[Batch]:
-    """Plain-text lines split into words (``split_words``), batched like a treebank."""
-    sentences = [split_words(t) for t in texts]
-    kept = [s for s in sentences if s]
+    """Plain-text lines split into words (``split_words``), batched like a treebank; the
+    model reads each line as it is."""
+    kept = [(t, word_spans(t)) for t in texts]
+    kept = [(t, words, spans) for t, (words, spans) in kept if words]
     if not kept:
         raise DataError("the text has no words; write one sentence per line.")
-    return word_batches(tokenizer, kept, batch_size=batch_size, max_length=max_length)
+    return word_batches(tokenizer, [words for _, words, _ in kept], batch_size=batch_size,
+                        max_length=max_length, surfaces=[(t, spans) for t, _, spans in kept])
 
 
 def treebank_batches(
     tokenizer: Tokenizer, sentences: Sequence, batch_size: int = 16, max_length: int = 128
 ) -> list[Batch]:
-    """Batches of ``DepSentence``s; ``extra`` carries ``heads`` and ``relations`` per sentence."""
+    """Batches of ``DepSentence``s; ``extra`` carries ``heads`` and ``relations`` per sentence.
+
+    The model reads each sentence's text (its ``# text`` line when the words are found in
+    it, see ``DepSentence.surface``)."""
     return word_batches(
         tokenizer,
         [s.words for s in sentences],
@@ -195,4 +208,5 @@ def treebank_batches(
             "heads": [s.heads for s in sentences],
             "relations": [s.relations for s in sentences],
         },
+        surfaces=[s.surface() for s in sentences],
     )

@@ -91,9 +91,45 @@ def read_config(path: Path) -> dict:
     return config
 
 
+def _cache_blobs(folder: Path) -> Path | None:
+    """The ``blobs`` folder of the Hugging Face cache repository holding ``folder``, when
+    ``folder`` is one of its snapshots (``models--org--name/snapshots/<commit>``)."""
+    real = folder.resolve()
+    snapshots, repo = real.parent, real.parent.parent
+    if snapshots.name == "snapshots" and repo.name.startswith(("models--", "datasets--")):
+        return repo / "blobs"
+    return None
+
+
+def _shard_path(index: Path, name: str, fix: str) -> Path:
+    """The shard ``name`` of ``index`` (checked): named inside the index's folder, and a
+    file there or, in a Hugging Face cache snapshot, a link to a blob of the same cache
+    repository (the cache stores every file as ``snapshots/<commit>/NAME -> ../../blobs/SHA``).
+    """
+    parts = Path(name).parts
+    if not parts or Path(name).is_absolute() or ".." in parts:
+        raise ModelLoadError(
+            f"{index} names shard {name!r} outside its folder; an index may only name files "
+            "beside it: fix its \"weight_map\" or re-save the checkpoint."
+        )
+    shard = index.parent / name
+    target = shard.resolve()
+    allowed = [index.parent.resolve(), _cache_blobs(index.parent)]
+    if not any(root is not None and root in target.parents for root in allowed):
+        raise ModelLoadError(
+            f"{index} names shard {name!r}, a link to {target}, outside the model folder "
+            "(and not a blob of its Hugging Face cache); copy the shard files into the "
+            "folder, or re-download the checkpoint."
+        )
+    if not target.is_file():
+        raise ModelLoadError(f"{index} names shard {name!r}, which is missing{fix}")
+    return shard
+
+
 def _index_shards(index: Path) -> list[Path]:
     """The shard files named by a sharded checkpoint's ``*.index.json`` (checked)."""
-    fix = "; re-save the checkpoint, or delete the index if the folder holds one weights file."
+    fix = ("; re-save the checkpoint (or download it again), or delete the index if the folder "
+           "holds one weights file.")
     try:
         weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
@@ -103,16 +139,7 @@ def _index_shards(index: Path) -> list[Path]:
         isinstance(v, str) for v in weight_map.values()
     ):
         raise ModelLoadError(f"{index} has an empty or malformed \"weight_map\"{fix}")
-    folder = index.parent.resolve()
-    shards = []
-    for name in sorted(set(weight_map.values())):
-        shard = (folder / name).resolve()
-        if folder not in shard.parents:
-            raise ModelLoadError(f"{index} names shard {name!r} outside its folder{fix}")
-        if not shard.is_file():
-            raise ModelLoadError(f"{index} names shard {name!r}, which is missing{fix}")
-        shards.append(index.parent / name)
-    return shards
+    return [_shard_path(index, name, fix) for name in sorted(set(weight_map.values()))]
 
 
 def safetensors_files(path: Path) -> list[Path]:
@@ -186,7 +213,12 @@ def read_weights(path: Path, allow_pickle: bool = False) -> dict[str, torch.Tens
             try:
                 part = load_file(str(file))
             except Exception as exc:  # safetensors raises its own error types
-                raise ModelLoadError(f"cannot read {file}: {exc}; the file is damaged.") from exc
+                reason = " ".join(str(exc).split())[:160] or type(exc).__name__
+                raise ModelLoadError(
+                    f"cannot read {file}: {reason}; the file is damaged or incomplete (an "
+                    "interrupted download or copy is the usual cause): download or copy it "
+                    "again, or re-save the model with save_pretrained."
+                ) from exc
             check_finite(part, file.name)
             tensors.update(part)
         return tensors

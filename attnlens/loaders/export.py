@@ -30,21 +30,32 @@ from attnlens.runs.io import atomic_write_json
 _DROP_FROM_SOURCE = ("_name_or_path", "transformers_version", "torch_dtype", "rope_scaling")
 
 
-def _pad_heads(W: torch.Tensor, n: int) -> torch.Tensor:
-    """Append zero heads on axis 0: ``[head, ...] -> [n, ...]``."""
-    missing = n - W.shape[0]
-    if missing <= 0:
-        return W
-    return torch.cat([W, W.new_zeros(missing, *W.shape[1:])], dim=0)
+def _place_heads(W: torch.Tensor, slots: list[int], n: int) -> torch.Tensor:
+    """Heads ``W [head, ...]`` placed at ``slots`` of ``n`` heads, zeros elsewhere."""
+    out = W.new_zeros(n, *W.shape[1:])
+    out[torch.tensor(slots, dtype=torch.long, device=W.device)] = W
+    return out
+
+
+def removed_heads(model: HookedTransformer) -> dict[str, list[int]]:
+    """Hugging Face's ``pruned_heads``: ``{layer: [original numbers of removed heads]}``
+    for the layers that lost heads (empty for an unpruned model)."""
+    n_heads = model.cfg.n_heads
+    found = {}
+    for layer, kept in enumerate(getattr(model, "head_ids", None) or []):
+        gone = sorted(set(range(n_heads)) - set(kept))
+        if gone:
+            found[str(layer)] = gone
+    return found
 
 
 def pad_heads_to_uniform(model: HookedTransformer) -> HookedTransformer:
     """A copy of ``model`` whose every layer has ``cfg.n_heads`` heads (``model`` if already so).
 
-    Removed heads come back as zero weights appended after the kept heads: a zero ``W_V``,
-    ``b_V`` and ``W_O`` make each padded head's contribution exactly zero, so the padded
-    model computes the same outputs. Hugging Face configs hold one head count per model,
-    which is why export needs this for structurally pruned models.
+    Each kept head goes back to its original place (``model.head_ids``); removed heads come
+    back as zero weights: a zero ``W_V``, ``b_V`` and ``W_O`` make each one's contribution
+    exactly zero, so the padded model computes the same outputs. Hugging Face configs hold
+    one head count per model, which is why export needs this for structurally pruned models.
     """
     cfg = model.cfg
     n_heads = max([cfg.n_heads, *model.heads_per_layer])
@@ -53,19 +64,23 @@ def pad_heads_to_uniform(model: HookedTransformer) -> HookedTransformer:
         b.attn.n_heads == n_heads and b.attn.n_kv_heads == n_kv for b in model.blocks
     ):
         return model
+    group = n_heads // n_kv  # query heads per key/value head in the unpruned model
     new_cfg = copy.deepcopy(cfg)
     new_cfg.n_heads, new_cfg.n_kv_heads = n_heads, n_kv
     new_cfg.heads_per_layer = [n_heads] * cfg.n_layers
     new_cfg.kv_heads_per_layer = [n_kv] * cfg.n_layers
+    new_cfg.head_ids = None
     state = dict(model.state_dict())
-    for i, block in enumerate(model.blocks):
+    for i, (block, slots) in enumerate(zip(model.blocks, model.head_ids, strict=True)):
         attn, prefix = block.attn, f"blocks.{i}.attn."
+        kv_slots = sorted({h // group for h in slots})
         for name in ("W_Q", "b_Q", "W_O"):
             if getattr(attn, name) is not None:
-                state[prefix + name] = _pad_heads(getattr(attn, name).detach(), n_heads)
+                state[prefix + name] = _place_heads(getattr(attn, name).detach(), slots, n_heads)
         for name in ("W_K", "b_K", "W_V", "b_V"):
             if getattr(attn, name) is not None:
-                state[prefix + name] = _pad_heads(getattr(attn, name).detach(), n_kv)
+                state[prefix + name] = _place_heads(getattr(attn, name).detach(), kv_slots,
+                                                    n_kv)
     with empty_modules():  # weights assigned from ``state`` below
         padded = HookedTransformer(new_cfg)
     padded.load_state_dict(state, strict=True, assign=True)
@@ -130,6 +145,11 @@ def hf_state(model: HookedTransformer) -> tuple[dict, dict[str, torch.Tensor]]:
         hf["label2id"] = {name: int(i) for i, name in source_labels.items()}
     hf["model_type"] = model_type
     hf["dtype"] = str(uniform.dtype).removeprefix("torch.")
+    hf.pop("pruned_heads", None)  # the source's, if it was pruned: this model's replaces it
+    if not is_encoder_decoder(model) and removed_heads(model):
+        # Hugging Face's historical field; transformers 5 ignores it and loads the padded
+        # full-size model; attnlens loads the pruned one with the heads' original numbers.
+        hf["pruned_heads"] = removed_heads(model)
     return hf, _unshare(tensors)
 
 
@@ -152,8 +172,11 @@ def export_hf(
 
     Writes ``config.json`` (the source checkpoint's config with the structural fields
     replaced), ``model.safetensors`` and, when the source checkpoint has them, its tokenizer
-    files. Structurally pruned layers are padded back to ``cfg.n_heads`` zero heads (see
-    ``pad_heads_to_uniform``), so the exported model computes the same outputs.
+    files. Structurally pruned layers are padded back to ``cfg.n_heads`` heads, the kept ones
+    at their original places and zero heads for the removed ones (``pad_heads_to_uniform``),
+    so transformers loads a full-size model that computes the same outputs; ``config.json``
+    records the removed heads in ``pruned_heads`` (``{layer: [head numbers]}``), from which
+    ``attnlens.load`` rebuilds the pruned model with its heads' original numbers.
 
     The folder must be new or empty unless ``overwrite``, which replaces it as a whole (so
     no file of an older checkpoint, such as a shard index, survives beside the new one);

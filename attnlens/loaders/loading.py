@@ -8,11 +8,14 @@ import torch
 
 from attnlens.data.tokenizer import Tokenizer
 from attnlens.device import resolve_device, resolve_dtype
+from attnlens.errors import ModelLoadError
 from attnlens.loaders.checkpoint import read_config, read_weights, resolve_checkpoint
+from attnlens.loaders.config_checks import check_config
+from attnlens.loaders.pruned_heads import apply_pruned_heads, check_pruned_heads
 from attnlens.loaders.registry import find_converter
 from attnlens.loaders.weights import WeightReader
 from attnlens.model.empty import empty_modules
-from attnlens.model.encoder_decoder import build_model
+from attnlens.model.encoder_decoder import build_model, is_encoder_decoder
 from attnlens.model.transformer import HookedTransformer
 
 __all__ = ["load", "load_model"]
@@ -31,7 +34,9 @@ def load_model(
     dev, dt = resolve_device(device), resolve_dtype(dtype)  # option errors before any reading
     path = resolve_checkpoint(name_or_path)
     hf = read_config(path)
+    check_config(hf, str(path / "config.json"))
     converter, architecture = find_converter(hf)
+    check_pruned_heads(hf, str(path / "config.json"))  # before any weight is read
     tensors = read_weights(path, allow_pickle=allow_pickle)
     prefix = converter.prefix if any(k.startswith(converter.prefix) for k in tensors) else ""
     reader = WeightReader(tensors, prefix=prefix, ignore=converter.ignore)
@@ -43,6 +48,8 @@ def load_model(
         model = build_model(cfg)
     model.load_state_dict(state, strict=True, assign=True)
     model.setup_hooks()
+    if not is_encoder_decoder(model):  # removed heads recorded by `prune --export`
+        model = apply_pruned_heads(model, hf, str(path / "config.json"))
     return model.to(device=dev, dtype=dt).eval()
 
 
@@ -71,4 +78,22 @@ def load(
 
         model = dispatch(model, device_map, max_memory, allow_disk=False)
     tokenizer = Tokenizer.from_pretrained(model.cfg.source["path"])
+    check_tokenizer_fits(tokenizer, model)
     return model, tokenizer
+
+
+def check_tokenizer_fits(tokenizer: Tokenizer, model: HookedTransformer) -> None:
+    """Refuse a tokenizer that can give token ids past the model's embedding rows: the
+    lookup would fail mid-run with an ``IndexError`` (a device-side assert on a GPU)."""
+    cfg = model.cfg
+    rows = cfg.encoder.vocab_size if hasattr(cfg, "encoder") else cfg.vocab_size
+    vocab = tokenizer.hf.get_vocab()
+    largest = max(vocab.values(), default=-1)
+    if largest >= rows:
+        beyond = sum(1 for i in vocab.values() if i >= rows)
+        raise ModelLoadError(
+            f"the tokenizer in {cfg.source.get('path')} gives token ids up to {largest}, but "
+            f"the model has {rows} embedding rows (vocab_size in config.json): {beyond} "
+            "token(s) would index past them; use the tokenizer saved with this model, or fix "
+            "vocab_size."
+        )

@@ -49,6 +49,12 @@ class WeightReader:
                 f"checkpoint tensor {key!r} has shape {tuple(tensor.shape)}, "
                 f"expected {tuple(shape)} from config.json."
             )
+        if not tensor.is_floating_point():
+            raise WeightMismatchError(
+                f"checkpoint tensor {key!r} holds {str(tensor.dtype).removeprefix('torch.')} "
+                "values; attnlens reads floating-point weights (float32, float16, bfloat16, "
+                "float64) and does not dequantize: use the model's unquantized checkpoint."
+            )
         self.used.add(key)
         return tensor
 

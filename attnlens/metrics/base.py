@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from attnlens.data.batch import Batch
-from attnlens.data.text import length_sorted_chunks, special_token_mask
+from attnlens.data.text import length_sorted_chunks
 from attnlens.errors import ConfigError
 from attnlens.model.transformer import HookedTransformer
 
@@ -159,7 +159,7 @@ def tokenize_rows(tokenizer, texts: Sequence[str], max_length: int) -> dict[str,
 def non_special(tokenizer, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
     """``[batch, pos]`` True for real tokens that are not special tokens."""
     real = inputs["attention_mask"].bool()
-    return real & ~special_token_mask(tokenizer, inputs["input_ids"])
+    return real & ~tokenizer.special_mask(inputs["input_ids"])
 
 
 def require_head(model: HookedTransformer, heads: tuple, metric: str) -> None:

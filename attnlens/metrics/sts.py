@@ -55,7 +55,11 @@ def pair_cosines(
     )
     a = emb[[index[s] for s in pairs.first]]
     b = emb[[index[s] for s in pairs.second]]
-    return (a * b).sum(dim=-1).double().cpu().numpy()
+    cos = (a * b).sum(dim=-1).double().cpu().numpy()
+    # A pair of identical sentences shares one embedding, so its cosine is 1 exactly; the
+    # float sum gives 1 +- rounding (0.99999988), which would rank such pairs by noise.
+    cos[[x == y for x, y in zip(pairs.first, pairs.second, strict=True)]] = 1.0
+    return cos
 
 
 def sts_spearman(
@@ -77,7 +81,17 @@ def sts_spearman(
     if not np.isfinite(cos).all():
         raise DataError("the model gives non-finite sentence embeddings (NaN or infinite "
                         "cosines); its weights or --dtype overflow: try --dtype float32.")
-    if float(np.ptp(cos)) == 0.0:
-        raise DataError(f"all {len(cos)} pair cosines are equal (the model gives every "
-                        "sentence the same embedding); Spearman correlation is undefined.")
+    spread, rounding = float(np.ptp(cos)), cosine_rounding(model)
+    if spread <= rounding:
+        raise DataError(f"all {len(cos)} pair cosines are equal within float rounding (spread "
+                        f"{spread:.3g} <= {rounding:.3g}: the model gives the sentences the same "
+                        "embedding); Spearman correlation would rank rounding noise: use pairs "
+                        "of different sentences, or check the model.")
     return 100.0 * spearman(cos, pairs.scores)
+
+
+def cosine_rounding(model: HookedTransformer) -> float:
+    """The largest rounding error of a cosine of two unit vectors of width d summed in the
+    model's dtype: d * eps (Higham's bound for a dot product of length d); cosines closer
+    than this are equal as far as the model's arithmetic can tell."""
+    return model.cfg.d_model * torch.finfo(model.dtype).eps

@@ -318,7 +318,9 @@ class MultiHeadAttention(nn.Module):
             if mask is not None:
                 scores = scores + mask  # [batch, head, query_pos, key_pos]
             scores = self.hook_scores(scores)
-            pattern = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+            # fp16/bf16: softmax in float32 (as HF eager); float32 and float64 keep their own
+            softmax_dtype = torch.promote_types(scores.dtype, torch.float32)
+            pattern = F.softmax(scores, dim=-1, dtype=softmax_dtype).to(q.dtype)
             pattern = self.hook_pattern(pattern)
             z = torch.matmul(pattern, v_h)  # [batch, head, query_pos, d_head_v]
         else:

@@ -60,6 +60,9 @@ class TransformerConfig:
     # Per-layer head counts after structural pruning; None: n_heads everywhere.
     heads_per_layer: list[int] | None = None
     kv_heads_per_layer: list[int] | None = None
+    # The original numbers of each layer's heads after structural pruning (a pruned head
+    # keeps its number in every table); None: 0 .. heads_per_layer[layer] - 1.
+    head_ids: list[list[int]] | None = None
     # Learned absolute positions (BERT, GPT-2), rotary (Llama), T5's bucketed relative
     # position bias added to the scores ("relative"), or none.
     positional: Literal["learned", "rotary", "relative", "none"] = "learned"
@@ -144,6 +147,13 @@ class TransformerConfig:
             ]
         if len(self.heads_per_layer) != self.n_layers:
             raise ConfigError("heads_per_layer must have one entry per layer.")
+        if self.head_ids is not None:
+            self.head_ids = [[int(h) for h in row] for row in self.head_ids]
+            if [len(row) for row in self.head_ids] != list(self.heads_per_layer) or any(
+                row != sorted(set(row)) or (row and row[0] < 0) for row in self.head_ids
+            ):
+                raise ConfigError("head_ids must list each layer's heads_per_layer original "
+                                  "head numbers, increasing and distinct.")
         self._check_window()
         if self.positional == "relative" and any(h != self.n_heads for h in self.heads_per_layer):
             raise ConfigError(

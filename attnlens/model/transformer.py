@@ -7,7 +7,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from attnlens.errors import ConfigError
+from attnlens.errors import ConfigError, DataError
 from attnlens.hooks import HookedModule, HookPoint
 from attnlens.model.attention import (
     MultiHeadAttention,
@@ -177,6 +177,14 @@ class HookedTransformer(HookedModule):
     def heads_per_layer(self) -> list[int]:
         return [block.attn.n_heads for block in self.blocks]
 
+    @property
+    def head_ids(self) -> list[list[int]]:
+        """Each layer's heads by their original numbers (a structurally pruned layer keeps
+        its heads' numbers: ``[0, 2, 5]``); tensors index heads by position in the layer."""
+        if self.cfg.head_ids is not None:
+            return [list(row) for row in self.cfg.head_ids]
+        return [list(range(n)) for n in self.heads_per_layer]
+
     def set_use_sdpa(self, enabled: bool) -> None:
         """Force the manual attention path everywhere (False) or allow SDPA (True)."""
         for block in self.blocks:
@@ -289,6 +297,10 @@ class HookedTransformer(HookedModule):
             raise ConfigError("pass exactly one of input_ids and inputs_embeds.")
         ref = input_ids if input_ids is not None else inputs_embeds
         batch, length = ref.shape[:2]
+        if length == 0:
+            raise DataError("the input has no tokens (the tokenizer gave none for this text: "
+                            "none of its characters are in the vocabulary, and it adds no "
+                            "special tokens); give a text the model's tokenizer covers.")
         if position_ids is None:
             position_ids = self.positions(input_ids, (batch, length), ref.device)
         resid = self.embed_tokens(input_ids, token_type_ids, position_ids, inputs_embeds)

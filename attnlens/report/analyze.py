@@ -25,7 +25,15 @@ from attnlens.model.encoder_decoder import is_encoder_decoder
 from attnlens.model.transformer import HookedTransformer
 from attnlens.report.encoder_decoder import by_attention_type
 from attnlens.report.figure_pool import figure_pool
-from attnlens.report.folder import FIGURES_DIR, RUN_FILE, TABLES_DIR, Report, SectionRecord
+from attnlens.report.folder import (
+    FIGURES_DIR,
+    NUMERIC_RECORD,
+    RUN_FILE,
+    TABLES_DIR,
+    Report,
+    SectionRecord,
+    numeric_columns,
+)
 from attnlens.report.provenance import invoked_command, model_record, package_versions
 from attnlens.report.sections import Section, SectionOutput
 from attnlens.runs.checkpointing import AnalysisCheckpoint
@@ -168,6 +176,7 @@ def analyze(
         "seconds": round(total, 2),
         "layers_and_heads_numbered_from": 0,
         "sections": [r.to_json() for r in records],
+        NUMERIC_RECORD: numeric_columns({n: t for o in outputs for n, t in o.tables.items()}),
     })
     Report(out).render()
     return outputs

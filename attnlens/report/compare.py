@@ -1,9 +1,11 @@
 """Two report folders side by side: per-head differences, role changes, largest differences.
 
-Heads are matched by (layer, head) index. A structurally pruned model renumbers its kept
-heads (head h of a pruned layer is the h-th kept head), so compare a model with its *masked*
-version, or read the comparison of a renumbered model with that in mind (the page warns
-when the head counts differ).
+Heads are matched by (layer, head). A structurally pruned model keeps its heads' original
+numbers in every table (``model.head_ids``; an export records its removed heads in
+``pruned_heads`` and loads pruned), so head 1-7 of a pruned model is compared with head 1-7 of
+the unpruned one, and removed heads have no difference. Tables written before attnlens kept
+the numbers (a pruned layer's heads then renumbered 0, 1, ...) do not match: the page warns
+when the head counts differ and neither run records its head numbers.
 """
 
 from __future__ import annotations
@@ -204,9 +206,15 @@ def _warnings(a: Report, b: Report) -> list[str]:
     ma, mb = run_a.get("model"), run_b.get("model")
     if isinstance(ma, dict) and isinstance(mb, dict):
         ha, hb = ma.get("heads_per_layer"), mb.get("heads_per_layer")
-        if ha and hb and ha != hb:
-            notes.append(f"Head counts differ (A {ha}, B {hb}): heads are matched by index, "
-                         "and a structurally pruned model renumbers its kept heads.")
+        if ha and hb and ha != hb and (ma.get("head_ids") or mb.get("head_ids")):
+            notes.append(f"Head counts differ (A {ha}, B {hb}): heads are matched by their "
+                         "original numbers (a pruned model keeps them); a head one model "
+                         "lacks has no difference.")
+        elif ha and hb and ha != hb:
+            notes.append(f"Head counts differ (A {ha}, B {hb}) and neither run records its "
+                         "heads' original numbers: heads are matched by position, which is "
+                         "wrong for a model pruned by an attnlens older than its head "
+                         "numbers; re-export it and analyse it again.")
     return notes
 
 

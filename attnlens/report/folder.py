@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +32,51 @@ from attnlens.report.records import (  # re-exported: the folder's layout and se
     TABLES_DIR,
     SectionRecord,
 )
+from attnlens.runs.io import restore_formulas
+
+INTEGER_COLUMNS = ("layer", "head")  # every per-head table numbers them from 0
+NUMERIC_RECORD = "numeric_columns"  # run.json: {table: [its numeric columns when written]}
+
+
+def numeric_columns(tables: Mapping[str, pd.DataFrame]) -> dict[str, list[str]]:
+    """``{table: [columns holding numbers]}`` as written: what ``check_numeric_columns``
+    holds a table read back to (recorded in run.json)."""
+    return {name: [str(c) for c in table.columns
+                   if pd.api.types.is_numeric_dtype(table[c])
+                   and not pd.api.types.is_bool_dtype(table[c])]
+            for name, table in tables.items()}
+
+
+def check_numeric_columns(table: pd.DataFrame, path: Path, numeric: list[str] = ()) -> None:
+    """Refuse a table edited by hand with text where numbers belong, naming the file, line,
+    column and cell: ``layer``/``head`` (whole numbers) and the columns ``numeric`` (the
+    table's numeric columns when it was written, from run.json)."""
+    for column in table.columns:
+        whole = column in INTEGER_COLUMNS
+        cells = table[column]
+        if not (whole or column in numeric) or (
+                pd.api.types.is_numeric_dtype(cells) and not pd.api.types.is_bool_dtype(cells)
+                and not (whole and pd.api.types.is_float_dtype(cells))):
+            continue
+        filled = cells.dropna()
+        numbers = pd.to_numeric(filled, errors="coerce")
+        bad = filled[numbers.isna() | (whole and (numbers % 1 != 0))]
+        if bad.empty:
+            continue
+        kind = "whole numbers (numbered from 0)" if whole else "numbers"
+        raise DataError(
+            f"{path}:{bad.index[0] + 2}: column {column!r} holds {str(bad.iloc[0])[:40]!r}, but "
+            f"the column holds {kind}; fix that cell, or rerun the command that wrote the table."
+        )
 
 
 class Tables(Mapping[str, pd.DataFrame]):
     """The folder's tables by name, each read from its CSV on first use."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path,
+                 numeric: Callable[[], dict[str, list[str]]] | None = None) -> None:
         self.directory = directory
+        self._numeric = numeric  # the numeric columns recorded when the tables were written
         self._cache: dict[str, pd.DataFrame] = {}
 
     def _names(self) -> list[str]:
@@ -52,9 +90,12 @@ class Tables(Mapping[str, pd.DataFrame]):
             if not path.is_file():
                 raise KeyError(name)
             try:
-                self._cache[name] = pd.read_csv(path)
+                table = restore_formulas(pd.read_csv(path))
             except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
                 raise DataError(f"table {path} cannot be read: {exc}") from exc
+            recorded = self._numeric() if self._numeric is not None else {}
+            check_numeric_columns(table, path, recorded.get(name, []))
+            self._cache[name] = table
         return self._cache[name]
 
     def __contains__(self, name: object) -> bool:
@@ -81,7 +122,11 @@ class Report:
         if not (self.path / RUN_FILE).is_file():
             raise DataError(f"{self.path} is not an attnlens report folder (no {RUN_FILE}); "
                             "make one with `attnlens analyze --out DIR`.")
-        self.tables = Tables(self.tables_dir)
+        self.tables = Tables(self.tables_dir, self._numeric_record)
+
+    def _numeric_record(self) -> dict[str, list[str]]:
+        record = self.run.get(NUMERIC_RECORD)
+        return record if isinstance(record, dict) else {}
 
     @property
     def tables_dir(self) -> Path:

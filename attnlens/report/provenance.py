@@ -58,6 +58,9 @@ def model_record(model) -> dict[str, Any]:
     cfg = model.cfg
     source = cfg.source
     heads = max(cfg.heads_per_layer) if cfg.heads_per_layer else cfg.n_heads
+    head_ids = getattr(cfg, "head_ids", None)
+    if head_ids:  # structurally pruned: heads keep their numbers, the grid its width
+        heads = max(cfg.n_heads, *(max(row) + 1 for row in head_ids if row))
     record = {
         "name": source.get("name") or Path(source.get("path", "model")).name,
         "path": source.get("path", ""),
@@ -71,6 +74,8 @@ def model_record(model) -> dict[str, Any]:
     }
     if cfg.heads_per_layer:
         record["heads_per_layer"] = list(cfg.heads_per_layer)
+    if head_ids:
+        record["head_ids"] = [list(row) for row in head_ids]
     return record
 
 

@@ -109,15 +109,84 @@ def path_inside(folder: str | os.PathLike, name: str) -> Path:
     return path
 
 
-def markdown_table(df: pd.DataFrame, float_format: str = "{:.4g}") -> str:
-    """A GitHub-flavoured Markdown table (no extra dependency)."""
+# Spreadsheets run a cell that starts with one of these as a formula (=cmd|' /C calc'!A0).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def _runs_as_formula(text: str) -> bool:
+    """Starts with a formula character and is not a plain number (``-3`` stays a number)."""
+    return text.startswith(FORMULA_STARTS) and not _PLAIN_NUMBER.fullmatch(text)
+
+
+def neutralise_cell(value):
+    """A text cell a spreadsheet would run as a formula, made plain text by a leading ``'``
+    (what spreadsheets themselves use to mark text). A cell that already starts with ``'``
+    before such text gets one more ``'``, so ``restore_cell`` undoes it exactly. Anything
+    but a string is returned as it is."""
+    if not isinstance(value, str):
+        return value
+    return "'" + value if _runs_as_formula(value.lstrip("'")) else value
+
+
+def restore_cell(value):
+    """The cell ``neutralise_cell`` was given (one leading ``'`` dropped before text a
+    spreadsheet would run)."""
+    if isinstance(value, str) and value.startswith("'") and \
+            _runs_as_formula(value.lstrip("'")):
+        return value[1:]
+    return value
+
+
+def _is_numeric(column: pd.Series) -> bool:
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    return is_numeric_dtype(column) or is_bool_dtype(column)
+
+
+def neutralise_formulas(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with every text cell of a non-numeric column (and every text header) through
+    ``neutralise_cell``: CSV cells from data (words, relation labels, file names) never run
+    as spreadsheet formulas. Numeric columns (``-0.25``) are left as they are."""
+    text_columns = [c for c in df.columns if not _is_numeric(df[c])]
+    renamed = {c: neutralise_cell(c) for c in df.columns if neutralise_cell(c) != c}
+    if not text_columns and not renamed:
+        return df
+    out = df.copy()
+    for column in text_columns:
+        out[column] = out[column].map(neutralise_cell)
+    return out.rename(columns=renamed)
+
+
+def restore_formulas(df: pd.DataFrame) -> pd.DataFrame:
+    """A table read back from CSV with ``neutralise_formulas`` undone (report pages show
+    the data's own text)."""
+    text_columns = [c for c in df.columns if not _is_numeric(df[c])]
+    for column in text_columns:
+        df[column] = df[column].map(restore_cell)
+    return df.rename(columns={c: restore_cell(c) for c in df.columns})
+
+
+def markdown_cell(text: str) -> str:
+    """Text safe in a Markdown table cell: ``|`` escaped, and ``&``, ``<``, ``>`` as HTML
+    entities (a renderer would otherwise pass ``<script>`` or ``<img onerror=...>`` on)."""
+    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            .replace("|", "\\|"))
+
+
+def markdown_table(df: pd.DataFrame, float_format: str = "{:.4g}", markup: bool = True) -> str:
+    """A GitHub-flavoured Markdown table (no extra dependency); text cells and headers
+    through ``markdown_cell`` (``markup=False``: ``|`` escaped only, for a terminal)."""
+
+    def text(value) -> str:
+        return markdown_cell(str(value)) if markup else str(value).replace("|", "\\|")
 
     def cell(value) -> str:
         if isinstance(value, float):
             return float_format.format(value)
-        return str(value).replace("|", "\\|")
+        return text(value)
 
-    header = "| " + " | ".join(str(c) for c in df.columns) + " |"
+    header = "| " + " | ".join(text(c) for c in df.columns) + " |"
     rule = "|" + "|".join("---" for _ in df.columns) + "|"
     rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
     return "\n".join([header, rule, *rows]) + "\n"
@@ -132,7 +201,7 @@ def write_table(
         path = path_inside(out_dir, f"{name}.{fmt}")  # a name from data cannot leave out_dir
         with atomic_open(path) as handle:
             if fmt == "csv":
-                df.to_csv(handle, index=False)
+                neutralise_formulas(df).to_csv(handle, index=False)
             elif fmt == "md":
                 handle.write(markdown_table(df))
             else:
@@ -256,6 +325,55 @@ def check_input_file(path: str | os.PathLike | None, option: str, what: str) -> 
     if not os.access(path, os.R_OK):
         raise DataError(f"{option} {path} cannot be read (permission denied).")
     return path
+
+
+NAME_MAX = 255  # bytes per file name on most file systems (ext4, xfs, btrfs, APFS)
+WORK_SUFFIX_BYTES = 14  # what the work folder and lock add: ".NAME.12345678.tmp"
+
+
+def check_writable_target(path: str | os.PathLike, option: str, added: int = 0) -> Path:
+    """``path`` (to be created or replaced) checked before a run: not a dangling symbolic
+    link, every name short enough (``added``: bytes a work file beside it adds), in an
+    existing folder (not a file) that can be written, on a file system that is not mounted
+    read-only. Each failure is one ``ConfigError`` naming ``option`` and what to do."""
+    path = Path(path).expanduser()
+    if path.is_symlink() and not path.exists():
+        raise ConfigError(f"{option} {path} is a symbolic link to {os.readlink(path)}, which "
+                          "does not exist; remove the link or pass another path.")
+    parent = Path(os.path.abspath(path)).parent
+    while not parent.exists() and not parent.is_symlink():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{option} {path}: {parent} is a file, not a folder; pass a path "
+                          "inside a folder.")
+    limit = _name_max(parent)
+    for name in Path(os.path.abspath(path)).parts[1:]:
+        size = len(os.fsencode(name)) + (added if name == path.name else 0)
+        if size > limit:
+            raise ConfigError(f"{option} {path}: the name {name[:40]!r}... is {size} bytes "
+                              f"long with what attnlens adds, over the file system's {limit}; "
+                              "choose a shorter name.")
+    if _read_only(parent):
+        raise ConfigError(f"cannot write {option} {path}: {parent} is on a read-only file "
+                          "system; choose a folder on a writable disk.")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot write {option} {path}: {parent} is not writable; choose a "
+                          "folder you can write to.")
+    return path
+
+
+def _name_max(folder: Path) -> int:
+    try:
+        return int(os.pathconf(folder, "PC_NAME_MAX"))
+    except (OSError, ValueError, AttributeError):
+        return NAME_MAX
+
+
+def _read_only(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
 
 
 def check_output_dir(out_dir: str | Path) -> Path:

@@ -34,7 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from attnlens.errors import AttnlensError, ConfigError
-from attnlens.runs.io import atomic_write_json, process_umask
+from attnlens.runs import folder_lock
+from attnlens.runs.io import (
+    WORK_SUFFIX_BYTES,
+    atomic_write_json,
+    check_writable_target,
+    process_umask,
+)
 
 MANIFEST_FILE = "manifest.json"
 CHECKPOINT_DIR = "checkpoint"
@@ -137,6 +143,7 @@ class OutputFolder:
         self._checked = False
         self._same_run_in_target = False
         self._partial_progress = self._complete_target = False
+        self._lock: Path | None = None  # the lock file held from check() to the end
 
     # Where things are ----------------------------------------------------------------------
     @property
@@ -187,7 +194,21 @@ class OutputFolder:
         if target.exists() and not target.is_dir():
             raise ConfigError(f"{opt} {self.given} is a file; pass a folder (new or empty).")
         self._check_protected()
-        self._check_writable_parent()
+        # A writable place: no dangling link, names short enough for the work folder beside.
+        check_writable_target(self.given, opt, added=WORK_SUFFIX_BYTES)
+        self._lock = folder_lock.acquire(target, opt, self.given, clear_stale=self.force or
+                                         self.resume, resumable=self.resumable)
+        try:
+            self._check_contents()
+        except BaseException:
+            self._release_lock()
+            raise
+        self._checked = True
+        return self
+
+    def _check_contents(self) -> None:
+        """What the folder holds: an interrupted run, another run, files of the user."""
+        target, opt = self.target, self.option
         # A partial folder without progress (killed before its first result) is not a run.
         has_partial = self._partial_progress = (
             self.resumable and self.partial.is_dir() and self.has_progress(self.partial))
@@ -211,8 +232,6 @@ class OutputFolder:
                     f"{opt} {self.given} is not empty; choose a new folder, or add --force to "
                     "replace it as a whole (every file in it is deleted)."
                 )
-        self._checked = True
-        return self
 
     def _check_protected(self) -> None:
         target = self.target.resolve()
@@ -232,18 +251,6 @@ class OutputFolder:
             raise ConfigError(
                 f"{self.option} {self.given} holds the current or home folder; attnlens "
                 "writes into a new folder: choose one, e.g. --out report."
-            )
-
-    def _check_writable_parent(self) -> None:
-        parent = self.target.parent
-        while not parent.exists():
-            parent = parent.parent
-        if not parent.is_dir():
-            raise ConfigError(f"{self.option} {self.given}: {parent} is a file, not a folder.")
-        if not os.access(parent, os.W_OK | os.X_OK):
-            raise ConfigError(
-                f"cannot write {self.option} {self.given}: {parent} is not writable; "
-                "choose a folder you can write to."
             )
 
     def verify_manifest(self, current: dict) -> None:
@@ -310,6 +317,9 @@ class OutputFolder:
 
     def _discard(self, work: Path) -> None:
         shutil.rmtree(work, ignore_errors=True)
+        self._remove_created_parents()
+
+    def _remove_created_parents(self) -> None:
         for path in reversed(self._created_parents):
             try:
                 path.rmdir()
@@ -329,9 +339,24 @@ class OutputFolder:
         """
         if not self._checked:
             self.check()
+        try:
+            yield from self._write(manifest)
+        finally:
+            self._release_lock()  # the run is over, published or not
+
+    def _release_lock(self) -> None:
+        folder_lock.release(self._lock)
+        self._lock = None
+
+    def _write(self, manifest: dict | None) -> Iterator[Path]:
         work = None
         held = _HeldSignals()
         try:
+            if self._lock is None:  # its parent did not exist when checked: lock it now
+                self._make_parents()
+                self._lock = folder_lock.acquire(
+                    self.target, self.option, self.given, clear_stale=self.force or self.resume,
+                    resumable=self.resumable)
             work = self.work = self._open_work()
             if manifest is not None:
                 atomic_write_json(work / MANIFEST_FILE, {**manifest, "complete": False})
@@ -346,8 +371,11 @@ class OutputFolder:
                 what = self.progress or "the progress so far"
                 _ACTIVE.note = f"kept {what} in {work}"
             else:
+                self._release_lock()  # before the folders it may sit in are removed
                 if work is not None:
                     self._discard(work)
+                else:
+                    self._remove_created_parents()
                 _ACTIVE.note = f"nothing was written ({self.given} is unchanged)"
             raise
         finally:

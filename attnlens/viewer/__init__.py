@@ -58,7 +58,7 @@ def view(
     if roles is not None:
         from attnlens.viewer.roles import check_roles_fit
 
-        check_roles_fit(roles, data.heads)
+        check_roles_fit(roles, [data.head_numbers(layer) for layer in range(data.layers)])
         data.roles = roles
     if rollout:
         rollout_overlay(data)

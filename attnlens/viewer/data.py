@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnlens.model.head_ids import head_ids_of
 from attnlens.viewer.packing import (
     DEFAULT_BUDGET,
     KEEP_MASS,
@@ -77,6 +78,8 @@ class ViewData:
     warnings: list[str] = field(default_factory=list)
     roles: dict[str, Any] | None = None
     streamed: Streamed | None = None
+    # Original head numbers per layer (a structurally pruned model's); None: 0, 1, ...
+    head_ids: list[list[int]] | None = None
 
     def __post_init__(self) -> None:
         if self.heads is None:
@@ -89,6 +92,12 @@ class ViewData:
     @property
     def n(self) -> int:
         return len(self.tokens)
+
+    def head_numbers(self, layer: int) -> list[int]:
+        """The numbers of ``layer``'s heads, in the order of its patterns."""
+        if self.head_ids is not None:
+            return list(self.head_ids[layer])
+        return list(range(self.heads[layer]))
 
     @property
     def layers(self) -> int:
@@ -130,6 +139,7 @@ class ViewData:
             "kind": "viewer", "version": 2, "model": self.model, "text": self.text,
             "tokens": list(self.tokens), "pieces": self.pieces, "n": self.n,
             "layers": self.layers, "heads": list(self.heads), "kv_heads": list(self.kv_heads),
+            "head_ids": [self.head_numbers(layer) for layer in range(self.layers)],
             "causal": bool(self.causal), "prompt_length": self.prompt_length,
             "generation": self.generation, "trained": self.trained,
             "warnings": list(self.warnings), "roles": self.roles,
@@ -179,6 +189,12 @@ def encode_text(tokenizer, text: str, pair: str | None, max_length: int) -> Enco
     enc = hf(text, pair, truncation=True, max_length=max_length,
              return_offsets_mapping=bool(hf.is_fast))
     ids = list(enc["input_ids"])
+    if not ids:
+        from attnlens.errors import DataError
+
+        raise DataError("the input has no tokens (the tokenizer gave none for this text: none "
+                        "of its characters are in the vocabulary, and it adds no special "
+                        "tokens); give a text the model's tokenizer covers.")
     inputs = {"input_ids": torch.tensor([ids]),
               "attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
     if "token_type_ids" in enc:
@@ -285,7 +301,8 @@ def view_data(model, tokenizer, encoded: Encoded, text: str, budget_bytes: int,
     name = model.cfg.source.get("name") or model.cfg.source.get("path", "")
     data = ViewData(tokens=tokenizer.decode_tokens(encoded.ids), patterns=patterns,
                     model=str(name), text=text, pieces=encoded.pieces, heads=heads,
-                    kv_heads=kv, causal=bool(model.cfg.causal), streamed=streamed)
+                    kv_heads=kv, causal=bool(model.cfg.causal), streamed=streamed,
+                    head_ids=head_ids_of(model))
     return data, output
 
 

@@ -63,11 +63,15 @@ def read_head_roles(path: str | Path) -> dict[str, Any]:
     return {"source": str(file), "view": ", ".join(sorted(views)), "heads": heads}
 
 
-def check_roles_fit(roles: dict[str, Any], heads_per_layer: list[int]) -> None:
-    """Every head the table names exists in the model (else the report is another model's)."""
+def check_roles_fit(roles: dict[str, Any], head_numbers: list[list[int]]) -> None:
+    """Every head the table names exists in the model (else the report is another model's).
+
+    ``head_numbers[layer]``: the numbers of the layer's heads (a pruned model keeps its
+    heads' original numbers, and its report names them so)."""
     for item in roles["heads"]:
         layer, head = item["layer"], item["head"]
-        if not (0 <= layer < len(heads_per_layer) and 0 <= head < heads_per_layer[layer]):
+        if not (0 <= layer < len(head_numbers) and head in head_numbers[layer]):
+            widest = max((max(row) + 1 for row in head_numbers if row), default=0)
             raise DataError(f"--report: {roles['source']} names L{layer}H{head}, which this "
-                            f"model does not have ({len(heads_per_layer)} layers of "
-                            f"{max(heads_per_layer)} heads); is it another model's report?")
+                            f"model does not have ({len(head_numbers)} layers of "
+                            f"{widest} heads); is it another model's report?")

@@ -9,6 +9,7 @@ import pandas as pd
 
 from attnlens.measures.asymmetry.pattern_asymmetry import PatternAsymmetry
 from attnlens.measures.asymmetry.weight_asymmetry import weight_asymmetry_table
+from attnlens.model.head_ids import head_ids_of, renumber_heads, renumber_tables
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import layer_head_heatmap
 from attnlens.report.catalog import CardItem, FigureDoc, SectionDoc, TableDoc
@@ -86,7 +87,7 @@ class AsymmetrySection(Section):
         return [PatternAsymmetry.for_model(model, factor=self.factor)]
 
     def write(self, model, analyzers, out_dir: Path, formats) -> SectionOutput:
-        weights = weight_asymmetry_table(model)
+        weights = renumber_heads(weight_asymmetry_table(model), head_ids_of(model))
         write_table(weights, out_dir, "weight_asymmetry")
         output = SectionOutput(self.title, tables={"weight_asymmetry": weights})
         fig = partial(  # a recipe: built and drawn in a figure worker
@@ -100,7 +101,7 @@ class AsymmetrySection(Section):
         patterns = baseline = None
         found = [a for a in analyzers if isinstance(a, PatternAsymmetry)]
         if found:
-            tables = found[0].result()
+            tables = renumber_tables(found[0].result(), model)  # original head numbers
             for name, table in tables.items():
                 write_table(table, out_dir, name)
             output.tables.update(tables)

@@ -29,6 +29,7 @@ import torch
 from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
 from attnlens.measures.collapse.residual import summarize
+from attnlens.model.head_ids import head_ids_of, original_head
 from attnlens.model.transformer import HookedTransformer
 from attnlens.stream.base import Analyzer, Batch
 from attnlens.stream.sentence_sample import sample_rows
@@ -48,9 +49,11 @@ class HeadPath:
     def __len__(self) -> int:
         return len(self.layers)
 
-    def label(self) -> str:
+    def label(self, head_ids: list[list[int]] | None = None) -> str:
+        """``L0H3 > L2H1``: heads by their original numbers (``head_ids`` of a pruned model)."""
         pairs = zip(self.layers, self.heads, strict=True)
-        return " > ".join(f"L{layer}H{head}" for layer, head in pairs)
+        return " > ".join(f"L{layer}H{original_head(head_ids, layer, head)}"
+                          for layer, head in pairs)
 
 
 def count_paths(heads_per_layer: list[int], length: int) -> int:
@@ -158,8 +161,10 @@ class PathCollapse(Analyzer):
         per_batch: int | None = None,
         max_sentences: int | None = None,
         max_elements: int = PATH_MAX_ELEMENTS,
+        head_ids: list[list[int]] | None = None,
     ) -> None:
         self.heads_per_layer = list(heads_per_layer)
+        self.head_ids = head_ids  # original head numbers for the labels (pruned models)
         self.max_elements = max_elements
         self.n_paths, self.seed = n_paths, seed
         # Cost bounds: at most per_batch sentences of each batch, max_sentences in all.
@@ -183,7 +188,8 @@ class PathCollapse(Analyzer):
     def for_model(
         cls, model: HookedTransformer, n_paths: int = 32, seed: int = 0, **bounds
     ) -> PathCollapse:
-        analyzer = cls(model.heads_per_layer, n_paths, seed, **bounds)
+        analyzer = cls(model.heads_per_layer, n_paths, seed, head_ids=head_ids_of(model),
+                       **bounds)
         analyzer.identify_model(model)
         return analyzer
 
@@ -256,7 +262,8 @@ class PathCollapse(Analyzer):
                 means = (self.sums[str(length)].cpu() / self.sentences).numpy()
                 curve.append({"path_length": length, **summarize(means)})
                 samples += [
-                    {"path_length": length, "path": p.label(), "residual": float(m)}
+                    {"path_length": length, "path": p.label(self.head_ids),
+                     "residual": float(m)}
                     for p, m in zip(paths, means, strict=True)
                 ]
         # Named columns even when empty (every sentence skipped): the CSV stays readable.

@@ -74,7 +74,7 @@ def write_pretrained_collapse(
     title: str = "Rank collapse",
 ) -> SectionOutput:
     """Tables and figures of the pretrained variants and the head paths of one model."""
-    tables = {**variants.result(), **paths.result()}
+    tables = {**variants.result(), **paths.result()}  # path labels: original head numbers
     output = SectionOutput(title, tables=tables)
     for name, table in tables.items():
         write_table(table, out_dir, name)

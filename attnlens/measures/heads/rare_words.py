@@ -100,17 +100,23 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
         rows = torch.zeros(batch.size, len(RANKS), dtype=torch.float64)
         chance = torch.zeros(batch.size, len(RANKS), dtype=torch.float64)
         others = 1 if self.rare_self == "exclude" else 0  # the attending word cannot win
+        unaligned = batch.extra.get("unaligned") or [[] for _ in range(batch.size)]
         for b, words in enumerate(batch.words):
-            kept = words[: batch.extra["n_words"][b]]
+            # words without a token of their own (attnlens.data.alignment) take no part
+            n_kept = batch.extra["n_words"][b]
+            tokenless = {i for i in unaligned[b] if i < n_kept}
+            kept = ["" if i in tokenless else w for i, w in enumerate(words[:n_kept])]
             order = self.rarity.rarest(kept, k=max(RANKS.values()) + 1)
+            n_aligned = len(kept) - len(tokenless)
             for r, k in enumerate(RANKS.values()):
                 if len(order) <= k:
                     continue
                 targets = order[:k]
-                attending = [i for i in range(len(kept)) if i not in targets]
+                attending = [i for i in range(len(kept))
+                             if i not in targets and i not in tokenless]
                 per_rank[r] += [[b, i, *targets] for i in attending]
                 rows[b, r] = len(attending)
-                chance[b, r] = len(attending) * k / (len(kept) - others)
+                chance[b, r] = len(attending) * k / (n_aligned - others)
         self.sentence_rows.append(rows)
         self.sentence_chance.append(chance)
         return [torch.tensor(examples, dtype=torch.long).reshape(-1, 2 + k)

@@ -23,6 +23,7 @@ from attnlens.measures.heads.roles import classify_heads, role_counts, role_evid
 from attnlens.measures.heads.syntactic import SyntacticHeads
 from attnlens.measures.heads.syntactic_arcs import DEFAULT_MIN_EXAMPLES, MAIN_DIRECTIONS
 from attnlens.measures.heads.syntactic_tables import held_out_selection
+from attnlens.model.head_ids import head_ids_of, renumber_heads, renumber_tables
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import (
     behaviour_figure,
@@ -235,12 +236,14 @@ class HeadRolesSection(Section):
         for analyzer in (positional, syntactic, rare, behaviour, clusters):
             if analyzer is not None:
                 tables.update(analyzer.result())
+        tables = renumber_tables(tables, model)  # heads by their original numbers from here
         has_trees = not tables["syntactic_best"].empty
         has_words = rare.used_sentences > 0
         syn_acc = tables["syntactic_accuracy"] if has_trees else None
         rare_table = tables["rare_words"] if has_words else None
         if has_trees:
-            tables["syntactic_heldout"] = self._held_out(model, syntactic)
+            tables["syntactic_heldout"] = renumber_heads(self._held_out(model, syntactic),
+                                                         head_ids_of(model))
             tables["syntactic_table1"] = table_one(tables["syntactic_best"],
                                                    tables["syntactic_heldout"])
         else:
@@ -314,7 +317,7 @@ class HeadRolesSection(Section):
         if "syntactic_table1" in tables:  # the console gets Table 1; the page shows a table
             output.summary += ("\n\nBest head per relation (Clark et al. Table 1 format; "
                                "held-out: chosen on other sentences, reported here):\n\n"
-                               + markdown_table(tables["syntactic_table1"]))
+                               + markdown_table(tables["syntactic_table1"], markup=False))
         return output
 
     def _notes(self, tables: dict[str, pd.DataFrame]) -> list[str]:

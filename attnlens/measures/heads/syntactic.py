@@ -94,11 +94,14 @@ class SyntacticHeads(PerSentenceRows, HeadPatternAnalyzer):
         pairs: dict[tuple[int, str], int] = {}
         rows = []  # (sentence in batch, dependent, head, pair)
         trees = zip(batch.extra["heads"], batch.extra["relations"], strict=True)
+        unaligned = batch.extra.get("unaligned") or [[] for _ in range(batch.size)]
         for b, (heads, labels) in enumerate(trees):
-            n_words = batch.extra["n_words"][b]
+            n_words, tokenless = batch.extra["n_words"][b], set(unaligned[b])
             for dep, (head, label) in enumerate(zip(heads, labels, strict=True)):
                 if head < 0 or dep >= n_words or head >= n_words:
                     continue  # the root, or a word cut by truncation
+                if dep in tokenless or head in tokenless:
+                    continue  # a word without a token of its own (attnlens.data.alignment)
                 rel = base_relation(label) if self.base_relations else label
                 pair = pairs.setdefault((b, rel), len(pairs))
                 rows.append((b, dep, head, pair))

@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from attnlens.measures.linear.linear_attention import LinearAttentionView
+from attnlens.model.head_ids import HeadIds, head_ids_of, renumber_heads
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import keys_by_length, layer_head_heatmap
 from attnlens.report.catalog import CardItem, FigureDoc, SectionDoc, TableDoc
@@ -78,9 +79,10 @@ def linear_summary(tables: dict[str, pd.DataFrame], analyzer: LinearAttentionVie
 
 def write_linear(
     analyzer: LinearAttentionView, out_dir: Path, formats: tuple[str, ...],
-    title: str = "Fast weights and linear attention",
+    title: str = "Fast weights and linear attention", head_ids: HeadIds | None = None,
 ) -> SectionOutput:
-    tables = analyzer.result()
+    """Tables, figures and summary; heads by their original numbers (``head_ids``)."""
+    tables = {name: renumber_heads(t, head_ids) for name, t in analyzer.result().items()}
     output = SectionOutput(title, tables=dict(tables))
     for name, table in tables.items():
         write_table(table, out_dir, name)
@@ -118,4 +120,4 @@ class LinearSection(Section):
 
     def write(self, model, analyzers, out_dir: Path, formats) -> SectionOutput:
         (analyzer,) = [a for a in analyzers if isinstance(a, LinearAttentionView)]
-        return write_linear(analyzer, out_dir, formats, self.title)
+        return write_linear(analyzer, out_dir, formats, self.title, head_ids_of(model))

@@ -36,6 +36,8 @@ from attnlens.errors import ConfigError
 from attnlens.measures.pruning.structural import pruned_parameter_count
 from attnlens.metrics.base import Metric
 from attnlens.model.gates import full_mask, heads_text
+from attnlens.model.head_ids import HeadIds, head_ids_of, original_heads, renumber_heads
+from attnlens.numeric import check_number
 from attnlens.progress import progress_bar
 
 TEMPERATURES = {"louizos": 2.0 / 3.0, "voita": 0.33}
@@ -115,12 +117,17 @@ class L0Settings:
     seed: int = 0
 
     def validate(self) -> None:
+        """Every number finite and in range (``attnlens.numeric``: NaN gates came from a NaN
+        temperature, learning rate or initial log_alpha), the stretch around [0, 1]."""
         if not self.lambdas or any(not math.isfinite(x) or x < 0 for x in self.lambdas):
             raise ConfigError(f"--lambda needs one or more values >= 0, not {self.lambdas}.")
         if self.steps < 1:
             raise ConfigError("--l0-steps must be at least 1.")
-        if self.learning_rate <= 0:
-            raise ConfigError("--l0-lr must be positive.")
+        check_number("--l0-lr", float(self.learning_rate))
+        check_number("--l0-temperature", float(self.temperature))
+        check_number("--l0-init", float(self.init_log_alpha))
+        for bound in self.stretch:
+            check_number("--l0-stretch", float(bound))
         if self.min_heads_per_layer < 0:
             raise ConfigError("--min-heads-per-layer must be 0 or more.")
         HardConcreteGates(torch.ones(1, 1), self.temperature, tuple(self.stretch))
@@ -174,8 +181,9 @@ def train_gates(model, metric: Metric, lam: float, settings: L0Settings,
     return L0Result(lam, gates, mask, pd.DataFrame.from_records(records))
 
 
-def heads_table(result: L0Result) -> pd.DataFrame:
-    """Per head: log_alpha, P(open), E[gate] and whether it is kept."""
+def heads_table(result: L0Result, head_ids: HeadIds | None = None) -> pd.DataFrame:
+    """Per head: log_alpha, P(open), E[gate] and whether it is kept (heads by their original
+    numbers: ``head_ids`` of a pruned model)."""
     gates = result.gates
     p_open, expected = gates.prob_open().detach().cpu(), gates.expected_gate().cpu()
     log_alpha, present = gates.log_alpha.detach().cpu(), gates.present.cpu()
@@ -185,7 +193,7 @@ def heads_table(result: L0Result) -> pd.DataFrame:
          "expected_gate": float(expected[layer, head]),
          "kept": bool(result.mask[layer, head] != 0)}
         for layer, head in present.nonzero().tolist()
-    ])
+    ]).pipe(renumber_heads, head_ids)
 
 
 def summary_row(model, result: L0Result, value: float, baseline: float, metric: Metric,
@@ -202,7 +210,7 @@ def summary_row(model, result: L0Result, value: float, baseline: float, metric: 
         "n_pruned": n_heads - int(kept.sum()),
         "fraction_pruned": (n_heads - int(kept.sum())) / n_heads,
         "kept_per_layer": " ".join(str(int(k)) for k in kept.sum(dim=1).tolist()),
-        "heads_removed": heads_text(removed),
+        "heads_removed": heads_text(original_heads(head_ids_of(model), removed)),
         "metric": float(value),
         "change": float(metric.improvement(value, baseline)),
         "params": pruned_parameter_count(model, result.mask),

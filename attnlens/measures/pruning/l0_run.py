@@ -19,6 +19,7 @@ import pandas as pd
 from attnlens.errors import ConfigError, DataError
 from attnlens.measures.pruning.l0 import L0Settings, heads_table, run_lambda
 from attnlens.metrics.base import Metric
+from attnlens.model.head_ids import head_ids_of
 from attnlens.runs.io import atomic_open, write_table
 
 SUMMARY, HEADS, CURVE, SETTINGS = "l0_summary", "l0_heads", "l0_curve", "l0_settings.json"
@@ -65,7 +66,7 @@ def run_l0(model, importance: Metric, evaluation: Metric, settings: L0Settings, 
         row, result = run_lambda(model, importance, evaluation, float(lam), settings, baseline,
                                  show_progress)
         summary = pd.concat([summary, pd.DataFrame([row])], ignore_index=True)
-        heads = pd.concat([heads, heads_table(result)], ignore_index=True)
+        heads = pd.concat([heads, heads_table(result, head_ids_of(model))], ignore_index=True)
         curve = pd.concat([curve, result.curve.assign(**{"lambda": float(lam)})],
                           ignore_index=True)
         curve = curve[["lambda", *[c for c in curve.columns if c != "lambda"]]]

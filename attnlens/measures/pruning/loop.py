@@ -7,7 +7,9 @@ max_fraction) * n_heads)`` heads are gone, never leaving a layer with fewer than
 attention type (``importance:cross``): only that type's heads are removed, ``n_heads`` and
 ``fraction_pruned`` count that type's heads, and the other types keep all theirs.
 Heads are masked (gate 0), not removed: ``structural.prune_heads`` turns a mask into a
-smaller model with the same outputs. With ``rescore`` the order is recomputed on the pruned
+smaller model with the same outputs. The tables name heads by their original numbers (a model
+loaded from a pruned export keeps them, ``attnlens.model.head_ids``); masks and score tensors
+index them by position in their layer. With ``rescore`` the order is recomputed on the pruned
 model before every step (Michel's exact mode); otherwise it is computed once.
 
 After every step the table is rewritten atomically, and the scores used are saved too, so an
@@ -34,6 +36,7 @@ from attnlens.measures.pruning.settings import SCOPES, PruneSettings
 from attnlens.measures.pruning.structural import pruned_parameter_count
 from attnlens.metrics.base import Metric
 from attnlens.model.gates import full_mask, heads_text, parse_heads
+from attnlens.model.head_ids import head_ids_of, head_positions, original_heads, renumber_heads
 from attnlens.model.transformer import HookedTransformer
 from attnlens.progress import progress_bar
 from attnlens.runs.io import atomic_open, write_table
@@ -100,6 +103,7 @@ class PruneRun:
         self.show_progress, self.on_step = show_progress, on_step
         self.start_mask = full_mask(model)
         self.n_heads = int(self.start_mask.sum())
+        self.head_ids = head_ids_of(model)  # tables: original numbers; masks: positions
         settings.check_model(*self.start_mask.shape)  # [layer, head]
         self.targets = settings.step_targets(self.n_heads)
         self.scopes = scope_masks(model, self.start_mask)
@@ -194,7 +198,8 @@ class PruneRun:
                 for layer, head, value in saved[["layer", "head", "score"]].itertuples(
                     index=False
                 ):
-                    scores[int(layer), int(head)] = float(value)
+                    (_, position), = head_positions(self.head_ids, [(int(layer), int(head))])
+                    scores[int(layer), position] = float(value)
                 return scores
         base = order.partition(":")[0]
         if base == "roles":
@@ -204,9 +209,9 @@ class PruneRun:
                 base, self.model, self.importance_metric, mask, seed,
                 self.settings.abs_mode, self.settings.normalize, self.show_progress,
             )
-        self.score_frames.append(
-            scores_table(scores, order=order, seed=seed, scored_after_step=key_step)
-        )
+        self.score_frames.append(renumber_heads(
+            scores_table(scores, order=order, seed=seed, scored_after_step=key_step),
+            self.head_ids))
         return scores
 
     # The loop ----------------------------------------------------------------------------
@@ -246,7 +251,7 @@ class PruneRun:
         scope = self._scope(order)
         targets = self.settings.step_targets(int(scope.sum()))
         for row in done:
-            for layer, head in parse_heads(row["heads_removed"]):
+            for layer, head in head_positions(self.head_ids, parse_heads(row["heads_removed"])):
                 mask[layer, head] = 0.0
         if not done:
             self._append(self._row(order, seed, 0, mask, [], baseline, baseline,
@@ -277,7 +282,7 @@ class PruneRun:
             "step": step,
             "n_pruned": n_pruned,
             "fraction_pruned": n_pruned / int(self._scope(order).sum()),
-            "heads_removed": heads_text(removed),
+            "heads_removed": heads_text(original_heads(self.head_ids, removed)),
             "metric": float(value),
             "change": float(self.eval_metric.improvement(value, baseline)),
             "params": pruned_parameter_count(self.model, mask),
@@ -302,12 +307,14 @@ def scope_masks(model, start_mask: torch.Tensor) -> dict[str, torch.Tensor]:
 
 def final_mask(model: HookedTransformer, curve: pd.DataFrame, order: str, seed: int = 0,
                step: int | None = None) -> torch.Tensor:
-    """The head mask after ``step`` (default: the last) of one curve of a result table."""
+    """The head mask after ``step`` (default: the last) of one curve of a result table
+    (heads named by their original numbers, masked at their positions)."""
     rows = curve[(curve["order"] == order) & (curve["seed"] == seed)]
     if step is not None:
         rows = rows[rows["step"] <= step]
     mask = full_mask(model)
+    head_ids = head_ids_of(model)
     for text in rows["heads_removed"]:
-        for layer, head in parse_heads(text):
+        for layer, head in head_positions(head_ids, parse_heads(text)):
             mask[layer, head] = 0.0
     return mask

@@ -20,6 +20,7 @@ import pandas as pd
 import torch
 
 from attnlens.errors import ConfigError, DataError
+from attnlens.model.head_ids import head_ids_of
 
 ROLE_TABLE = "head_roles.csv"
 # Where a report folder keeps it (older runs: beside run.json).
@@ -92,6 +93,7 @@ def role_mask(model, roles: RoleHeads) -> torch.Tensor:
     n_rows = model.n_layers
     mask = torch.zeros(n_rows, max(model.heads_per_layer), dtype=torch.bool)
     rows = getattr(model, "attention_layers", None)
+    head_ids = head_ids_of(model)  # the table names heads by their original numbers
     for attention, layer, head in roles.heads:
         if rows is not None:
             if attention is None:
@@ -106,10 +108,12 @@ def role_mask(model, roles: RoleHeads) -> torch.Tensor:
             if attention is not None:
                 raise ConfigError("the role table describes an encoder-decoder model.")
             row = layer
-        if row >= n_rows or head >= model.heads_per_layer[row]:
+        numbers = head_ids[row] if head_ids is not None and row < n_rows else None
+        if row >= n_rows or (head not in numbers if numbers is not None
+                             else head >= model.heads_per_layer[row]):
             raise ConfigError(f"role head {layer}.{head} is not in this model; was the table "
                               "made for another model?")
-        mask[row, head] = True
+        mask[row, numbers.index(head) if numbers is not None else head] = True
     return mask
 
 

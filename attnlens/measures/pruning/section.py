@@ -10,9 +10,15 @@ import pandas as pd
 
 from attnlens.errors import DataError
 from attnlens.report.catalog import CardItem, FigureDoc, SectionDoc, TableDoc
-from attnlens.report.folder import FIGURE_SUFFIXES, RUN_FILE, Report, SectionRecord
+from attnlens.report.folder import (
+    FIGURE_SUFFIXES,
+    RUN_FILE,
+    Report,
+    SectionRecord,
+    check_numeric_columns,
+)
 from attnlens.report.papers import MICHEL, VOITA
-from attnlens.runs.io import write_table
+from attnlens.runs.io import restore_formulas, write_table
 
 PRUNE = SectionDoc(
     about=(
@@ -56,6 +62,22 @@ def head_importance(scores: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+# The columns of a pruning run's tables that hold numbers (a hand edit is refused by name).
+SCORE_NUMBERS = ["seed", "scored_after_step", "score"]
+CURVE_NUMBERS = ["seed", "step", "n_pruned", "fraction_pruned", "metric", "change", "params",
+                 "seconds"]
+
+
+def _read(path: Path, numbers: list[str]) -> pd.DataFrame:
+    """A pruning run's table, checked like a report's (``check_numeric_columns``)."""
+    try:
+        table = restore_formulas(pd.read_csv(path))
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise DataError(f"table {path} cannot be read: {exc}") from exc
+    check_numeric_columns(table, path, numbers)
+    return table
+
+
 def attach_prune_run(
     prune_dir: str | Path, tables_dir: str | Path, figures_dir: str | Path
 ) -> SectionRecord:
@@ -66,10 +88,10 @@ def attach_prune_run(
         raise DataError(f"{source} is not a pruning run folder (no prune_scores.csv); make one "
                         "with `attnlens prune --out DIR`.")
     tables_dir, figures_dir = Path(tables_dir), Path(figures_dir)
-    scores = pd.read_csv(scores_file)
+    scores = _read(scores_file, SCORE_NUMBERS)
     tables = {"head_importance": head_importance(scores), "prune_scores": scores}
     if (source / "prune_curve.csv").is_file():
-        tables["prune_curve"] = pd.read_csv(source / "prune_curve.csv")
+        tables["prune_curve"] = _read(source / "prune_curve.csv", CURVE_NUMBERS)
     for name, table in tables.items():
         write_table(table, tables_dir, name)
     figures = []

@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from attnlens.measures.sparse.sparse import BIGBIRD, SparseCoverage
+from attnlens.model.head_ids import HeadIds, head_ids_of, renumber_heads
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import layer_head_heatmap, window_coverage_curves
 from attnlens.report.catalog import CardItem, FigureDoc, SectionDoc, TableDoc
@@ -99,9 +100,10 @@ def sparse_summary(tables: dict[str, pd.DataFrame], analyzer: SparseCoverage) ->
 
 def write_sparse(
     analyzer: SparseCoverage, out_dir: Path, formats: tuple[str, ...],
-    title: str = "Sparse-pattern coverage",
+    title: str = "Sparse-pattern coverage", head_ids: HeadIds | None = None,
 ) -> SectionOutput:
-    tables = analyzer.result()
+    """Tables, figures and summary; heads by their original numbers (``head_ids``)."""
+    tables = {name: renumber_heads(t, head_ids) for name, t in analyzer.result().items()}
     output = SectionOutput(title, tables=dict(tables))
     for name, table in tables.items():
         write_table(table, out_dir, name)
@@ -142,4 +144,4 @@ class SparseSection(Section):
 
     def write(self, model, analyzers, out_dir: Path, formats) -> SectionOutput:
         (analyzer,) = [a for a in analyzers if isinstance(a, SparseCoverage)]
-        return write_sparse(analyzer, out_dir, formats, self.title)
+        return write_sparse(analyzer, out_dir, formats, self.title, head_ids_of(model))

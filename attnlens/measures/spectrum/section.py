@@ -10,6 +10,7 @@ import pandas as pd
 from attnlens.measures.circuits.circuits import circuit_tables
 from attnlens.measures.circuits.shared_subspace import shared_subspace_tables
 from attnlens.measures.spectrum.spectrum import SpectrumAnalyzer
+from attnlens.model.head_ids import renumber_tables
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import cumulative_curves_by_layer, layer_head_heatmap, shared_subspace_curves
 from attnlens.report.catalog import CardItem, FigureDoc, SectionDoc, TableDoc
@@ -112,7 +113,7 @@ def write_weight_spectra(
     model: HookedTransformer, out_dir: Path, formats: tuple[str, ...], output: SectionOutput
 ) -> None:
     """Circuit spectra (QK/OV) and shared-subspace tables and figure (no corpus needed)."""
-    tables = {**circuit_tables(model), **shared_subspace_tables(model)}
+    tables = renumber_tables({**circuit_tables(model), **shared_subspace_tables(model)}, model)
     for name, table in tables.items():
         write_table(table, out_dir, name)
     output.tables.update(tables)
@@ -153,7 +154,7 @@ class SpectrumSection(Section):
 
     def write(self, model, analyzers, out_dir: Path, formats) -> SectionOutput:
         (spectrum,) = [a for a in analyzers if isinstance(a, SpectrumAnalyzer)]
-        tables = spectrum.result()
+        tables = renumber_tables(spectrum.result(), model)  # original head numbers
         for name, table in tables.items():
             write_table(table, out_dir, name)
         output = SectionOutput(self.title, tables=dict(tables))

@@ -266,12 +266,11 @@ class TableWidget {
     }
   }
 
-  /* Layer x head grid of one numeric column, for the chosen values of the label columns. */
+  /* Layer x head grid of one numeric column, for the chosen values of the key columns. */
   gridView() {
     const t = this.base;
     const keys = (this.spec.keys || []);
-    const labelCols = t.columns.filter((c) => c.name !== "layer" && c.name !== "head"
-      && (keys.includes(c.name) || (!AL.isNumeric(c.kind))) && new Set(c.values).size > 1);
+    const labelCols = AL.gridKeys(t, keys);
     const valueCols = t.columns.filter((c) => AL.isNumeric(c.kind) && c.name !== "layer" && c.name !== "head"
       && !keys.includes(c.name));
     const wrap = AL.el("div", { class: "tw-grid" });
@@ -324,6 +323,29 @@ class TableWidget {
     return out;
   }
 }
+
+/* The columns a layer x head grid slices on: the table's declared keys, and the text or
+   yes/no columns needed to tell one head's rows apart (relation, direction, ...). A column
+   that layer, head and the other columns already determine is a result (tested, syntactic,
+   a dominant class): slicing on it would hide heads, so it is never offered. */
+AL.gridKeys = function (t, keys) {
+  let kept = t.columns.filter((c) => c.name !== "layer" && c.name !== "head"
+    && (keys.includes(c.name) || !AL.isNumeric(c.kind)) && new Set(c.values.map(String)).size > 1);
+  const groups = (cols) => {
+    const seen = new Set();
+    for (let r = 0; r < t.n; r++) {
+      seen.add([t.col("layer").values[r], t.col("head").values[r],
+        ...cols.map((c) => String(c.values[r]))].join("\u0001"));
+    }
+    return seen.size;
+  };
+  for (let i = kept.length - 1; i >= 0; i--) { /* results follow keys in tidy tables */
+    if (keys.includes(kept[i].name)) continue;
+    const rest = kept.filter((_, j) => j !== i);
+    if (groups(rest) === groups(kept)) kept = rest;
+  }
+  return kept;
+};
 
 /* A layer x head grid of values (or of role cells): each cell a button that opens the
    head's card. options: {diverging, label, cells (role cells), colors}. */

@@ -30,7 +30,8 @@ function readAddress() {
   const int = (k) => (p.has(k) && /^\d+$/.test(p.get(k)) ? Number(p.get(k)) : null);
   const layer = int("layer");
   if (layer !== null && layer < LAYERS) { S.layer = layer; S.heads = new Set(allHeads(layer)); }
-  const list = (p.get("heads") || p.get("head") || "").split(",").filter((x) => /^\d+$/.test(x)).map(Number).filter((h) => h < HEADS[S.layer]);
+  const list = (p.get("heads") || p.get("head") || "").split(",").filter((x) => /^\d+$/.test(x))
+    .map((x) => HEAD_IDS[S.layer].indexOf(Number(x))).filter((h) => h >= 0); /* numbers -> positions */
   if (list.length) S.heads = new Set(list);
   if (VIEWS.includes(p.get("view"))) S.view = p.get("view");
   if (p.get("source") && OVERLAYS.some((o) => o.name === p.get("source"))) S.source = p.get("source");
@@ -45,7 +46,7 @@ function readAddress() {
 }
 
 function writeAddress() {
-  const parts = [`layer=${S.layer}`, `heads=${sortedHeads().join(",")}`, `view=${S.view}`];
+  const parts = [`layer=${S.layer}`, `heads=${sortedHeads().map((h) => num(S.layer, h)).join(",")}`, `view=${S.view}`];
   if (S.source !== "heads") parts.push(`source=${S.source}`);
   if (S.pinned && S.pinned.side === "query") parts.push(`query=${S.pinned.index}`);
   try { history.replaceState(null, "", `#${parts.join("&")}`); } catch (e) { /* some file:// hosts refuse */ }
@@ -67,7 +68,7 @@ function describe() {
   if (S.source !== "heads") return `${S.source}, layer ${S.layer}`;
   const hs = sortedHeads();
   if (hs.length === 1) return headTitle(S.layer, hs[0]);
-  const heads = hs.length === HEADS[S.layer] ? "all heads" : hs.length ? `heads ${hs.join(", ")}` : "no head";
+  const heads = hs.length === HEADS[S.layer] ? "all heads" : hs.length ? `heads ${hs.map((h) => num(S.layer, h)).join(", ")}` : "no head";
   return `layer ${S.layer}, ${heads}`;
 }
 
@@ -426,8 +427,10 @@ function drawThumb(canvas, thumbs, m) {
 }
 
 function modelView(stage) {
-  const maxHeads = Math.max(...HEADS);
+  /* one column per head number: a pruned layer leaves its removed heads' cells empty */
+  const maxHeads = Math.max(...HEAD_IDS.map((ids) => (ids.length ? Math.max(...ids) + 1 : 0)));
   const g = HEADS.every((h, l) => h === maxHeads && groupSize(l) === groupSize(0)) ? groupSize(0) : 1;
+  const at = (l, c) => HEAD_IDS[l].indexOf(c); /* position of head number c, -1 if removed */
   const columns = [];
   for (let h = 0; h < maxHeads; h++) {
     if (g > 1 && h && h % g === 0) columns.push("10px");
@@ -455,10 +458,11 @@ function modelView(stage) {
   const jobs = [];
   for (let l = 0; l < LAYERS; l++) {
     grid.append(AL.el("div", { class: "mg-row", text: l }));
-    for (let h = 0; h < maxHeads; h++) {
-      if (g > 1 && h && h % g === 0) grid.append(AL.el("div"));
-      if (h >= HEADS[l]) { grid.append(AL.el("div")); continue; }
-      const canvas = AL.el("canvas", { class: "thumb", title: `${headTitle(l, h)}: click to enlarge`, "data-layer": l, "data-head": h, "data-kv": kvOf(l, h) });
+    for (let c = 0; c < maxHeads; c++) {
+      if (g > 1 && c && c % g === 0) grid.append(AL.el("div"));
+      const h = at(l, c);
+      if (h < 0) { grid.append(AL.el("div", { class: "thumb-gap" })); continue; }
+      const canvas = AL.el("canvas", { class: "thumb", title: `${headTitle(l, h)}: click to enlarge`, "data-layer": l, "data-head": c, "data-kv": kvOf(l, h) });
       canvas.addEventListener("click", () => { S.layer = l; S.heads = new Set([h]); S.source = "heads"; show("matrix"); });
       grid.append(AL.el("div", { class: "mg-cell" }, canvas, roleBadges(l, h)));
       jobs.push(() => drawThumb(canvas, THUMBS, OFFSET[l] + h));
@@ -506,8 +510,8 @@ function headChips() {
   for (let h = 0; h < HEADS[S.layer]; h++) {
     if (g > 1 && h && h % g === 0) chips.append(AL.el("span", { class: "chip-sep", title: "key/value group" }));
     const on = S.heads.has(h) && S.source === "heads";
-    const chip = AL.el("button", { type: "button", class: `chip${on ? " on" : ""}`, "data-head": h,
-      title: `${headTitle(S.layer, h)} (shift-click: only this head)`, text: h, disabled: S.source !== "heads",
+    const chip = AL.el("button", { type: "button", class: `chip${on ? " on" : ""}`, "data-head": num(S.layer, h),
+      title: `${headTitle(S.layer, h)} (shift-click: only this head)`, text: num(S.layer, h), disabled: S.source !== "heads",
       onclick: (e) => {
         if (e.shiftKey || S.view === "matrix" && !e.ctrlKey && !e.metaKey) S.heads = new Set([h]);
         else if (S.heads.has(h)) S.heads.delete(h);
@@ -567,7 +571,7 @@ function controls() {
 }
 
 function savePng() {
-  const heads = S.source === "heads" ? sortedHeads().join("-") : S.source;
+  const heads = S.source === "heads" ? sortedHeads().map((h) => num(S.layer, h)).join("-") : S.source;
   if (S.view === "model") return AL.saveCanvas(modelViewPng(), "attention-model-view.png");
   const canvas = document.querySelector("#stage canvas.main");
   if (canvas) AL.saveCanvas(canvas, `attention-${S.view}-layer${S.layer}-${heads || "none"}.png`);

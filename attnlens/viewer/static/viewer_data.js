@@ -8,6 +8,10 @@ const N = V.n;
 const LAYERS = V.layers;
 const HEADS = V.heads;
 const KV = V.kv_heads || HEADS;
+/* Each layer's heads by their original numbers (a structurally pruned layer keeps them);
+   position h of layer l is head number HEAD_IDS[l][h]. */
+const HEAD_IDS = V.head_ids || HEADS.map((n) => Array.from({ length: n }, (_, h) => h));
+function num(l, h) { return HEAD_IDS[l][h]; }
 const CAUSAL = !!V.causal;
 const PROMPT = V.prompt_length === null || V.prompt_length === undefined ? N : V.prompt_length;
 const OFFSET = HEADS.reduce((acc, h, l) => { acc.push(l ? acc[l - 1] + HEADS[l - 1] : 0); return acc; }, []);
@@ -28,7 +32,7 @@ function bytesOf(b64) {
   return out;
 }
 
-function headName(l, h) { return `L${l}H${h}`; }
+function headName(l, h) { return `L${l}H${num(l, h)}`; }
 function fmtW(w) { return w === 0 ? "0" : w >= 1e-3 ? w.toFixed(4) : w.toExponential(2); }
 function tokenName(i) { return `"${V.tokens[i]}" (${i})`; }
 function masked(i, j) { return CAUSAL && j > i; }
@@ -201,13 +205,13 @@ STATS.decodeMs = performance.now() - t0;
 const ROLES = new Map(((V.roles || {}).heads || []).map((r) => [`${r.layer}-${r.head}`, r]));
 const ROLE_SHORT = { positional: "pos", syntactic: "syn", "rare-word": "rare" };
 function roleBadges(l, h) {
-  const r = ROLES.get(`${l}-${h}`);
+  const r = ROLES.get(`${l}-${num(l, h)}`);
   if (!r) return null;
   return AL.el("span", { class: "badges", title: r.evidence || r.roles.join(", ") },
     r.roles.map((name) => AL.el("span", { class: `badge role-${name.replace(/[^a-z]/g, "")}`, text: ROLE_SHORT[name] || name })));
 }
 function roleText(l, h) {
-  const r = ROLES.get(`${l}-${h}`);
+  const r = ROLES.get(`${l}-${num(l, h)}`);
   return r ? ` · ${r.roles.join(", ")}` : "";
 }
 
