@@ -9,11 +9,14 @@ import signal
 import sys
 
 import typer
+from attnlens.cli import help_layout
 from attnlens.cli.known_errors import known_error
 from attnlens.cli.runner import NUMERIC_DEFAULTS, Interrupted
 
 from attnlens.errors import RunInterrupted
 from attnlens.measures.registry import measure_commands
+
+help_layout.install()  # --help fits 80 columns (cli/help_layout.py)
 
 app = typer.Typer(
     name="attnlens",

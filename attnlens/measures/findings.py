@@ -17,6 +17,8 @@ from typing import Any
 
 import pandas as pd
 
+from attnlens.head_names import head_name
+
 
 @dataclass(frozen=True)
 class Head:
@@ -24,7 +26,7 @@ class Head:
     head: int
 
     def __str__(self) -> str:
-        return f"{self.layer}-{self.head}"
+        return head_name(self.layer, self.head)
 
 
 @dataclass

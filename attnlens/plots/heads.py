@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from attnlens.head_names import head_name
 from attnlens.plots.roles import ROLE_COLORS, role_category
 from attnlens.plots.style import layer_head_grid, styled
 
@@ -50,7 +51,7 @@ def head_embedding_figure(
     embedding: pd.DataFrame, title: str = "Heads embedded by attention distance (MDS)"
 ) -> Figure:
     """Two scatter panels of a ``head_embedding`` table (x, y per head): coloured by layer
-    and by role (column ``roles``); each point labelled layer-head."""
+    and by role (column ``roles``); each point labelled L2H8."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.8), squeeze=False)
     by_layer, by_role = axes[0]
     points = by_layer.scatter(embedding["x"], embedding["y"], c=embedding["layer"],
@@ -66,7 +67,7 @@ def head_embedding_figure(
                    fontsize=7, frameon=False, loc="best")
     for ax, name in ((by_layer, "coloured by layer"), (by_role, "coloured by tested role")):
         for row in embedding.itertuples():
-            ax.annotate(f"{row.layer}-{row.head}", (row.x, row.y), fontsize=5,
+            ax.annotate(head_name(row.layer, row.head), (row.x, row.y), fontsize=5,
                         xytext=(2, 2), textcoords="offset points")
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("MDS 1")

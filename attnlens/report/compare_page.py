@@ -83,7 +83,7 @@ def compare_page(comparison: Comparison) -> str:
         f'<p class="sub">A: <code>{escape(comparison.a.path)}</code> · B: '
         f"<code>{escape(comparison.b.path)}</code></p>"
         '<p class="note">Differences are B - A. Layers and heads are numbered from 0; a head '
-        "is written layer-head. Click a head for its card.</p></header>"
+        "is written L2H8 (layer 2, head 8). Click a head for its card.</p></header>"
         '<div class="layout"><nav class="toc"><div class="toc-title">Contents</div>'
         '<a href="#summary">Summary</a><a href="#heads">Differences per head</a>'
         '<a href="#sec-tables">Tables</a><a href="#run">Runs</a></nav><main>'

@@ -160,7 +160,7 @@ def _header_html(run: dict[str, Any]) -> str:
     return (f'<header class="top"><div class="brand">attnlens</div><h1>Attention report: '
             f'{escape(name or "model")}</h1><p class="sub">{sub}</p>'
             '<p class="note">Layers and heads are numbered from 0; a head is written '
-            'layer-head (2-8 = layer 2, head 8). Click a head anywhere to open its card.</p>'
+            'L2H8 (layer 2, head 8). Click a head anywhere to open its card.</p>'
             "</header>")
 
 

@@ -199,7 +199,7 @@ AL.openCard = function (layer, head, keepHash) {
     AL.openCard(Math.floor(index / AL.H), index % AL.H);
   };
   card.append(AL.el("div", { class: "card-head" },
-    AL.el("div", {}, AL.el("h2", { text: `Head ${layer}-${head}` }), AL.el("div", { class: "sub", text: `layer ${layer}, head ${head} (from 0)` })),
+    AL.el("div", {}, AL.el("h2", { text: `Head L${layer}H${head}` }), AL.el("div", { class: "sub", text: `layer ${layer}, head ${head} (from 0)` })),
     AL.el("div", { class: "card-nav" },
       AL.el("button", { type: "button", title: "previous head (←)", text: "←", onclick: nav(0, -1) }),
       AL.el("button", { type: "button", title: "next head (→)", text: "→", onclick: nav(0, 1) }),

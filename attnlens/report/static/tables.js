@@ -234,7 +234,7 @@ class TableWidget {
           const l = t.columns[layer].values[r];
           const h = t.columns[head].values[r];
           td.append(AL.el("a", { class: "headref", href: `#head-${l}-${h}`, "data-layer": l, "data-head": h,
-            title: `open the card of head ${l}-${h}`, text: AL.fmt(v, c.kind) }));
+            title: `open the card of head L${l}H${h}`, text: AL.fmt(v, c.kind) }));
         } else {
           td.textContent = AL.fmt(v, c.kind);
           if (c.kind === "num" && v !== null) td.title = String(v);
@@ -366,7 +366,7 @@ AL.headGrid = function (grid, options) {
       const cell = AL.el("td");
       let colour = null;
       let text = "";
-      let title = `head ${l}-${h}`;
+      let title = `head L${l}H${h}`;
       if (opts.cells) {
         const c = opts.cells[l][h];
         if (c) {
