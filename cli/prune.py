@@ -255,12 +255,12 @@ def prune(
 
     Layers and heads are numbered from 0; heads are written L2H8 (layer 2, head 8).
     """
+    metric, data, data_option = _data_option(metric, pairs, data)
     from attnlens.cli import prune_extras as extras
 
     from attnlens.data.pairs import parse_score_range
     from attnlens.data.shapes import check_metric_data
 
-    metric, data, data_option = _data_option(metric, pairs, data)
     _check_options(metric, data, importance_data, export, export_step)
     l0_settings = extras.l0_options(method, lambdas, l0_temperature, l0_stretch, l0_steps,
                                     l0_lr, l0_init, min_heads_per_layer, split_seed)

@@ -9,7 +9,6 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from attnlens.head_names import head_name
 from attnlens.plots.roles import ROLE_COLORS, role_category
 from attnlens.plots.style import layer_head_grid, styled
 
@@ -67,7 +66,7 @@ def head_embedding_figure(
                    fontsize=7, frameon=False, loc="best")
     for ax, name in ((by_layer, "coloured by layer"), (by_role, "coloured by tested role")):
         for row in embedding.itertuples():
-            ax.annotate(head_name(row.layer, row.head), (row.x, row.y), fontsize=5,
+            ax.annotate(f"L{row.layer}H{row.head}", (row.x, row.y), fontsize=5,
                         xytext=(2, 2), textcoords="offset points")
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("MDS 1")
