@@ -31,4 +31,4 @@ def analyze(run: CommandRun, prune: Path | None = PruneOpt) -> None:
 
 def register(app: typer.Typer) -> None:
     command(app, "analyze", corpus=True, out=DEFAULT_OUT, device_map=True, resumable=True,
-            checkpoints=True)(analyze)
+            checkpoints=True, null=True)(analyze)

@@ -34,4 +34,4 @@ def asymmetry(run: CommandRun, weights_only: bool = WeightsOnlyOpt,
 
 
 def register(app: typer.Typer) -> None:
-    command(app, "asymmetry", corpus=True, out=DEFAULT_OUT)(asymmetry)
+    command(app, "asymmetry", corpus=True, out=DEFAULT_OUT, null=True)(asymmetry)

@@ -147,6 +147,6 @@ def _statistics(bootstrap: int, seed: int, alpha: float, correction: str, poolin
 
 
 def register(app: typer.Typer) -> None:
-    command(app, "heads", corpus=True, out=DEFAULT_OUT, resumable=True, checkpoints=True,
+    command(app, "heads", corpus=True, out=DEFAULT_OUT, resumable=True, checkpoints=True, null=True,
             inputs={"rarity_corpus": "text, one sentence per line",
                     "select_on": "CoNLL-U treebank"})(heads)

@@ -17,4 +17,4 @@ def linear(run: CommandRun) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    command(app, "linear", corpus=True, out=DEFAULT_OUT)(linear)
+    command(app, "linear", corpus=True, out=DEFAULT_OUT, null=True)(linear)

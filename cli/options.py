@@ -122,3 +122,15 @@ def resuming(checkpoints: bool) -> list[inspect.Parameter]:
 def quiet() -> list[inspect.Parameter]:
     return [_param("quiet", bool, typer.Option(False, "--quiet", "-q", help="No progress bars.",
                                                rich_help_panel=OUTPUT_PANEL))]
+
+
+def null_model() -> list[inspect.Parameter]:
+    return [
+        _param("null", str, typer.Option(
+            "random-init", "--null", rich_help_panel=METHOD_PANEL,
+            help="Null model every finding is held to: random-init (the same architecture, "
+            "randomly initialised; one more pass over up to 512 sentences) or none.")),
+        _param("null_seed", int, typer.Option(
+            0, "--null-seed", min=0, rich_help_panel=METHOD_PANEL,
+            help="Seed of the null model's initialisation.")),
+    ]

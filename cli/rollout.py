@@ -105,4 +105,5 @@ def rollout(
 
 def register(app: typer.Typer) -> None:
     command(app, "rollout", model=False, loading=True, corpus=True, out=DEFAULT_OUT,
-            usage="[MODEL] [TEXT]...", aliases={"--sentences": "matrix_sentences"})(rollout)
+            usage="[MODEL] [TEXT]...", null=True,
+            aliases={"--sentences": "matrix_sentences"})(rollout)

@@ -155,11 +155,14 @@ class CommandRun:
     input_kinds: dict[str, str] = field(default_factory=dict)  # option name -> what it holds
     console: Any = field(default=None, repr=False)
     dist: Any = field(default=None, repr=False)  # distributed.DistContext once started
+    null: str = "none"  # --null (report commands; "none" elsewhere)
+    null_seed: int = 0
 
     def check(self) -> None:
         """Every shared option, path and output folder; imports nothing heavy."""
         if self.corpus is not None:
             self.corpus.check()
+        self.null_options()  # --null spelled right (imports nothing heavy)
         from attnlens.runs.io import check_input_file
         from attnlens.runs.manifest import option_label
 
@@ -187,6 +190,12 @@ class CommandRun:
     @property
     def show_progress(self) -> bool:
         return not self.quiet
+
+    def null_options(self):
+        """``--null`` / ``--null-seed`` as ``NullOptions`` (checked)."""
+        from attnlens.report.null_run import NullOptions
+
+        return NullOptions(self.null, self.null_seed)
 
     def read_corpus(self) -> Corpus:
         """The corpus files read (no tokenizer needed, so before the model loads)."""
@@ -275,7 +284,8 @@ class CommandRun:
                 model, tokenizer, batches, work, sections=sections, formats=self.output.formats,
                 show_progress=self.show_progress,
                 corpus_name=corpus.name if corpus else corpus_name, prune_dir=prune_dir,
-                dist=ctx, checkpoint=self.checkpoint(work),
+                dist=ctx, checkpoint=self.checkpoint(work), null=self.null_options(),
+                example_pages=_example_pages,
             )
         self.end_processes()
         if not ctx.is_main:
@@ -288,7 +298,30 @@ class CommandRun:
         n_figures = sum(len(o.figures) for o in outputs)
         self.note(f"wrote {n_tables} tables and {n_figures} figures to {out}/ "
                   f"(open {out / 'index.html'})")
+        self._note_null(out)
         return outputs
+
+
+    def _note_null(self, out: Path) -> None:
+        """The null model and its cost, from the report's run.json (stderr)."""
+        import json
+
+        from attnlens.report.null_run import null_note
+
+        try:
+            run = json.loads((out / "run.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        line = null_note(run)
+        if line:
+            self.note(line)
+
+
+def _example_pages(model, tokenizer, out: Path) -> list[Path]:
+    """Viewer pages of the head examples (attnlens.viewer.examples), for every report."""
+    from attnlens.viewer.examples import write_example_pages
+
+    return write_example_pages(model, tokenizer, out)
 
 
 # Registration ------------------------------------------------------------------------------
@@ -297,7 +330,7 @@ class CommandRun:
 NUMERIC_DEFAULTS: dict[str, dict[str, Any]] = {}
 _SHARED = ("model", "device", "dtype", "allow_pickle", "device_map", "max_memory", "text",
            "treebank", "parse", "max_sentences", "batch_size", "max_length", "out", "fmt",
-           "force", "resume", "checkpoint_every", "quiet")
+           "force", "resume", "checkpoint_every", "quiet", "null", "null_seed")
 
 
 def _shared_run(values: dict[str, Any], resumable: bool) -> CommandRun:
@@ -315,7 +348,8 @@ def _shared_run(values: dict[str, Any], resumable: bool) -> CommandRun:
                                checkpoint_every=values.get("checkpoint_every"))
     return CommandRun(model=model, corpus=corpus, output=output,
                       batch_size=values.get("batch_size", 16),
-                      max_length=values.get("max_length"), quiet=values.get("quiet", False))
+                      max_length=values.get("max_length"), quiet=values.get("quiet", False),
+                      null=values.get("null", "none"), null_seed=values.get("null_seed", 0))
 
 
 @contextmanager
@@ -417,6 +451,7 @@ def command(
     inputs: dict[str, str] | None = None,
     usage: str | None = None,
     aliases: dict[str, str] | None = None,
+    null: bool = False,
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Register ``body(run, **own)`` as ``name`` with the shared option groups it asks for.
 
@@ -429,6 +464,7 @@ def command(
     them); ``batch_size``: --batch-size with this default and --max-length (default: the
     model's trained length; None: neither).
     ``device_map``: --device-map/--max-memory (models spread over devices). --quiet always.
+    ``null``: --null/--null-seed (commands that write a report of per-head measures).
     ``usage``: the arguments as the usage line shows them (e.g. ``[MODEL] TEXT`` for a
     command that reads an optional MODEL before TEXT itself), instead of Click's own.
     ``aliases``: old option name -> the body's parameter it now feeds (a hidden option that
@@ -452,6 +488,7 @@ def command(
             *(options.resuming(checkpoints) if out is not None and resumable else []),
             *(options.model_loading() if (model if loading is None else loading) else []),
             *(options.device_map() if device_map else []),
+            *(options.null_model() if null else []),
             *options.quiet(),
             *hidden.values(),
         ]

@@ -41,4 +41,4 @@ def sparse(
 
 
 def register(app: typer.Typer) -> None:
-    command(app, "sparse", corpus=True, out=DEFAULT_OUT)(sparse)
+    command(app, "sparse", corpus=True, out=DEFAULT_OUT, null=True)(sparse)

@@ -24,4 +24,4 @@ def spectrum(run: CommandRun, no_low_rank_cost: bool = NoCostOpt) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    command(app, "spectrum", corpus=True, out=DEFAULT_OUT)(spectrum)
+    command(app, "spectrum", corpus=True, out=DEFAULT_OUT, null=True)(spectrum)

@@ -10,6 +10,7 @@ import pandas as pd
 from attnlens.measures.asymmetry.section import ASYMMETRY
 from attnlens.measures.heads.section import HEADS
 from attnlens.measures.spectrum.section import SPECTRUM
+from attnlens.report.catalog import SectionDoc
 from attnlens.report.folder import SectionRecord
 from attnlens.runs.io import write_table
 
@@ -24,9 +25,9 @@ def head_rows() -> list[tuple[int, int]]:
 
 def known_tables(relation: str = "nsubj", quarter_shift: float = 0.0,
                  syntactic_head: tuple[int, int] = (1, 0)) -> dict[str, pd.DataFrame]:
-    """Head 0-2 is a previous-token head (99.8 %); ``syntactic_head`` is syntactic for
+    """L0H2 is a previous-token head (99.8 %); ``syntactic_head`` is syntactic for
     ``relation``; C(n/4) is 0.70 + 0.01 h in layer 0 and 0.90 + 0.01 h in layer 1 (means
-    0.71 and 0.91), plus ``quarter_shift`` on head 0-1."""
+    0.71 and 0.91), plus ``quarter_shift`` on L0H1."""
     heads = head_rows()
     positional = pd.DataFrame({
         "layer": [lh[0] for lh in heads], "head": [lh[1] for lh in heads],
@@ -105,8 +106,10 @@ SECTION_TABLES = {
 
 
 def write_report(folder: Path, tables: dict[str, pd.DataFrame] | None = None,
-                 model_name: str = "tiny-test-model", corpus: str = "hand-built") -> Path:
-    """A report folder as `attnlens analyze` lays it out (no figures)."""
+                 model_name: str = "tiny-test-model", corpus: str = "hand-built",
+                 extra_sections: dict[str, list[str]] | None = None) -> Path:
+    """A report folder as `attnlens analyze` lays it out (no figures); ``extra_sections``:
+    more sections (name -> its tables), with an empty doc."""
     tables = known_tables() if tables is None else tables
     for name, table in tables.items():
         write_table(table, folder / "tables", name)
@@ -116,6 +119,8 @@ def write_report(folder: Path, tables: dict[str, pd.DataFrame] | None = None,
     sections = [SectionRecord(name, docs[name][1], docs[name][0], names,
                               notes=[f"note of {name}"]).to_json()
                 for name, names in SECTION_TABLES.items()]
+    sections += [SectionRecord(name, name.title(), SectionDoc(), names).to_json()
+                 for name, names in (extra_sections or {}).items()]
     run = {"model": {"name": model_name, "layers": LAYERS, "heads": HEADS_PER_LAYER,
                      "checksum": {"sha256": "0" * 64, "of": "nothing"}},
            "corpus": corpus, "sentences": 20, "sections": sections,

@@ -18,7 +18,8 @@ from attnlens.measures.asymmetry.pattern_asymmetry import PatternAsymmetry
 from attnlens.measures.collapse.paths import PathCollapse
 from attnlens.measures.collapse.residual import ResidualCollapse
 from attnlens.measures.collapse.variant_collapse import VariantCollapse
-from attnlens.measures.heads.head_stats import HeadStats
+from attnlens.measures.heads.examples import HeadExamples
+from attnlens.measures.heads.head_stats import MEASURES, HeadStats
 from attnlens.measures.linear.linear_attention import LinearAttentionView
 from attnlens.measures.rollout.flow import FlowAnalyzer
 from attnlens.measures.rollout.rollout import RolloutAnalyzer
@@ -55,6 +56,10 @@ CASES = {
                       lambda m: PathCollapse.for_model(m, n_paths=6)),
     "head_stats": (lambda m: HeadStats(m.n_layers, 4, {1}, {2}, {7}, m.heads_per_layer),
                    lambda m: HeadStats(m.n_layers, 4, {1}, {2}, {8}, m.heads_per_layer)),
+    "head_examples": (lambda m: HeadExamples(m.n_layers, 4, {1}, {2}, {7}, MEASURES,
+                                             m.heads_per_layer, k=2),
+                      lambda m: HeadExamples(m.n_layers, 4, {1}, {2}, {7}, MEASURES,
+                                             m.heads_per_layer, k=3)),
     "rollout": (lambda m: RolloutAnalyzer.for_model(m),
                 lambda m: RolloutAnalyzer.for_model(m, residual=0.3)),
     # max_tokens 8: the 9-token sentence is skipped (listed), the others kept whole
@@ -118,7 +123,7 @@ def test_merge_refuses_other_settings_models_and_analyzers(case: str) -> None:
     model = model_for(case)
     with pytest.raises(ConfigError, match="other settings"):
         make(model).merge(other(model))
-    if case != "head_stats":  # built without a model: nothing tells two models apart
+    if case not in ("head_stats", "head_examples"):  # built without a model: no model id
         with pytest.raises(ConfigError, match="model_id"):
             make(model).merge(make(model_for(case, seed=1)))
     foreign = next(c for c in CASES if CASES[c][0](model).name != make(model).name)

@@ -70,6 +70,8 @@ def path_cases(tmp: Path) -> list[tuple[list[str], str]]:
         (["analyze", "--max-memory", "cpu=1GiB"], "--max-memory needs --device-map auto"),
         (["asymmetry", str(tmp / "no-model")], "does not exist"),
         (["collapse", "--variants", "san,bogus"], "unknown variant(s) bogus"),
+        (["analyze", "--null", "shuffled"], "--null must be one of random-init, none"),
+        (["heads", "--null", "bogus"], "--null must be one of random-init, none"),
         (["collapse", "--depth", "3"], "only apply to --synthetic"),
         (["prune", "--data", str(tmp / "nope.csv")], "nope.csv does not exist"),
         (["prune", "--data", str(a_file), "--metric", "bleu"], "unknown --metric 'bleu'"),

@@ -407,8 +407,9 @@ def test_head_stats_match_hand_computation():
         "to_sep": (0.1 + 0.1 + 0.2) / 3,
         "to_punct": (0.1 + 0.1 + 0.2) / 3,
         "to_self": (0.2 + 0.1 + 0.2) / 3,
-        "to_prev": (0.5 + 0.6 + 0.2) / 3,
-        "to_next": (0.1 + 0.1 + 0.2) / 3,
+        # rows with a real previous / next word token only: not a's [CLS], not b's [SEP]
+        "to_prev": (0.6 + 0.2) / 2,
+        "to_next": (0.1 + 0.1) / 2,
         "distance": (1.1 + 1.1 + 1.4) / 3,
     }
     # fp32 sums over 3 rows x 5 keys (entropy with the kernel set's vectorised log, a few ulps

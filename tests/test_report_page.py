@@ -107,12 +107,12 @@ def test_page_is_self_contained_and_has_no_markdown(report: Report) -> None:
 def test_findings_are_sentences_from_the_tables(report: Report) -> None:
     texts = [f.text() for f in report.findings()]
     assert "2 of 6 heads have a role: 1 positional, 1 syntactic, 0 rare-word." in texts
-    assert ("Head L0H2 is a previous-token head: 99.8 % of tokens attend most to the "
+    assert ("L0H2 is a previous-token head: 99.8 % of tokens attend most to the "
             "previous token.") in texts
     assert ("nsubj (dep->head): best head L1H0, 58.0 % against a 33.0 % positional baseline "
             "(120 arcs).") in texts
     assert ("No head is a rare-word head; the closest is L1H2: 40.0 % of words attend most to "
-            "the sentence's rarest word (chance 9.8 %).") in texts
+            "the sentence's rarest word (chance under the model's mask 9.8 %).") in texts
     assert ("The most focused head is L0H2 (mean maximum weight 0.9996); the broadest is L1H1 "
             "(entropy 2.5 nats).") in texts
     assert ("Attention parks on [SEP] in layer 1: its heads put 60.0 % of their attention "

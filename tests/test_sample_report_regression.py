@@ -6,6 +6,9 @@ repetition work (one column added since: ``bound`` of the rank-collapse tables, 
 The corpus tables were rewritten once since, by a deliberate change of input (issue 23):
 the sample sentence "She didn't like the movie's ending." is read from its text as
 ``didn ' t`` instead of the treebank words ``did n ' t``, as every sentence now is.
+The ``to_prev`` and ``to_next`` rows of ``head_stats`` were rewritten by a deliberate change
+of definition (issue 28): the first word's previous token (and the last word's next token)
+is no longer a special token such as [CLS] or [SEP]; only those rows changed.
 Integers and labels must be identical; floats agree within tolerances set by the operation
 behind each table (a rerun on another CPU kernel set rounds float32 sums differently).
 """

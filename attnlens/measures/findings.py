@@ -36,13 +36,15 @@ class Finding:
     section: str
     parts: list[str | Head] = field(default_factory=list)
     table: str = ""
+    kind: str = "finding"  # or "theory": true of any model of the architecture
 
     def text(self) -> str:
         return "".join(str(p) for p in self.parts)
 
     def to_json(self) -> dict[str, Any]:
         parts = [[p.layer, p.head] if isinstance(p, Head) else p for p in self.parts]
-        return {"section": self.section, "parts": parts, "table": self.table}
+        return {"section": self.section, "parts": parts, "table": self.table,
+                "kind": self.kind}
 
 
 Finder = Callable[[Mapping[str, pd.DataFrame]], list[Finding]]
@@ -100,6 +102,46 @@ def offset_words(offset: int) -> str:
 def offset_role(offset: int) -> str:
     names = {-1: "previous-token", 1: "next-token", 0: "self"}
     return names.get(offset, f"offset {offset:+d}")
+
+
+SHAPE = "a randomly initialised model of this shape"
+
+
+def has_null(rows: pd.DataFrame | pd.Series) -> bool:
+    """True when the rows carry the null model's columns with values."""
+    if isinstance(rows, pd.Series):
+        return "null_high" in rows.index and not pd.isna(rows["null_high"])
+    return "null_high" in rows.columns and bool(rows["null_high"].notna().any())
+
+
+def versus_null(row: pd.Series, value: float, fmt=None, higher: bool = True,
+                as_share: bool = False) -> tuple[bool | None, str]:
+    """(beyond the null?, a clause saying so) for one row's ``value``; (None, "") without a
+    null. ``higher``: large values are the notable ones (else small ones)."""
+    if not has_null(row):
+        return None, ""
+    show = fmt or (pct if as_share else num)
+    high, low = float(row["null_high"]), float(row.get("null_low", row["null_high"]))
+    if higher:
+        if value > high:
+            return True, f"beyond the null: 95 % of the heads of {SHAPE} stay below {show(high)}"
+        return False, (f"within the null: {SHAPE} gives as much (up to {show(high)}), so this "
+                       "does not show learned structure")
+    if value < low:
+        return True, f"beyond the null: 95 % of the heads of {SHAPE} stay above {show(low)}"
+    return False, (f"within the null: {SHAPE} gives as little (down to {show(low)}), so this "
+                   "does not show learned structure")
+
+
+def untested_reason(table: pd.DataFrame, counts: tuple[tuple[str, str, str], ...]) -> str:
+    """"4 sentences < 20" for the first (count column, minimum column, noun) that falls
+    short, from a table's own columns; "" when none does or the columns are absent."""
+    for count, minimum, noun in counts:
+        if count in table.columns and minimum in table.columns:
+            have, need = int(table[count].iloc[0]), int(table[minimum].iloc[0])
+            if have < need:
+                return f"{have} {noun} < {need}"
+    return ""
 
 
 def trend(first: float, last: float, tolerance: float = 0.02) -> str:

@@ -50,7 +50,7 @@ def head_embedding_figure(
     embedding: pd.DataFrame, title: str = "Heads embedded by attention distance (MDS)"
 ) -> Figure:
     """Two scatter panels of a ``head_embedding`` table (x, y per head): coloured by layer
-    and by role (column ``roles``); each point labelled L2H8."""
+    and by role (column ``roles``); each point labelled L2H8 (layer 2, head 8)."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.8), squeeze=False)
     by_layer, by_role = axes[0]
     points = by_layer.scatter(embedding["x"], embedding["y"], c=embedding["layer"],
@@ -94,8 +94,8 @@ def head_distance_figure(distances: pd.DataFrame, title: str = "Mean JS divergen
     ticks = list(range(0, len(keys), step))
     ax.set_xticks(ticks)
     ax.set_yticks(ticks)
-    ax.set_xticklabels([f"{keys[i][0]}-{keys[i][1]}" for i in ticks], rotation=90, fontsize=6)
-    ax.set_yticklabels([f"{keys[i][0]}-{keys[i][1]}" for i in ticks], fontsize=6)
+    ax.set_xticklabels([f"L{keys[i][0]}H{keys[i][1]}" for i in ticks], rotation=90, fontsize=6)
+    ax.set_yticklabels([f"L{keys[i][0]}H{keys[i][1]}" for i in ticks], fontsize=6)
     ax.set_title(title)
     fig.tight_layout()
     return fig

@@ -12,7 +12,7 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,10 +34,12 @@ from attnlens.report.folder import (
     SectionRecord,
     numeric_columns,
 )
+from attnlens.report.kv_heads import add_kv_head_column, grouped
+from attnlens.report.null_run import NullOptions, apply_null, run_null
 from attnlens.report.provenance import invoked_command, model_record, package_versions
 from attnlens.report.sections import Section, SectionOutput
 from attnlens.runs.checkpointing import AnalysisCheckpoint
-from attnlens.runs.io import atomic_open, check_output_dir
+from attnlens.runs.io import atomic_open, check_output_dir, write_table
 from attnlens.stream.base import Analyzer
 
 TIMED_METHODS = ("begin_batch", "update_layer", "end_batch", "update")
@@ -117,13 +119,19 @@ def analyze(
     prune_dir: str | Path | None = None,
     dist: DistContext = SINGLE,
     checkpoint: AnalysisCheckpoint | None = None,
+    null: NullOptions | None = None,
+    example_pages: Callable[[HookedTransformer, Any, Path], list[Path]] | None = None,
 ) -> list[SectionOutput]:
     """Run all sections' analyzers in one pass over ``batches``; write the report folder.
 
     Under ``torchrun`` (``dist`` active) each rank analyses its share of the batches; rank 0
     merges the states, writes and returns the outputs; other ranks return an empty list.
     ``checkpoint`` (one process only) saves the analyzers' states every N sentences and, when
-    resuming, restores them and skips the batches they already hold.
+    resuming, restores them and skips the batches they already hold. ``null`` (default:
+    ``NullOptions()``, a random-init null model; ``NullOptions("none")`` turns it off) adds
+    the null model's columns to every per-head table (``attnlens.report.null_run``).
+    ``example_pages(model, tokenizer, out)``, when given, writes viewer pages of the head
+    examples before the page is rendered (``attnlens.viewer.examples``; the commands pass it).
     """
     out = check_output_dir(out_dir) if dist.is_main else Path(out_dir)
     if not command:  # inside any CLI command: its command line and options
@@ -146,9 +154,18 @@ def analyze(
             corpus_pass = time.perf_counter() - pass_start
     else:
         corpus_pass = 0.0
+    null = NullOptions() if null is None else null
+    null_result = None
+    if null.on and batches:
+        null_result = run_null(model, tokenizer, batches, sections, null, dist,
+                               show_progress=show_progress)
     if not dist.is_main:
         return []
     outputs, records = _write_sections(model, sections, per_section, out, formats, seconds)
+    if null_result is not None:
+        apply_null(outputs, sections, null_result, out / TABLES_DIR)
+    _add_kv_heads(model, outputs, out / TABLES_DIR)
+    pages = example_pages(model, tokenizer, out) if example_pages is not None else []
     if prune_dir is not None:
         from attnlens.measures.pruning.section import attach_prune_run
 
@@ -164,9 +181,13 @@ def analyze(
         "processes": dist.world_size,
         "options": options or {},
         "packages": package_versions(),
+        "null": (null_result.record(total) if null_result is not None
+                 else {"kind": "none" if not null.on else "not run (no corpus)"}),
         "timings": {
             "total": round(total, 2),
             "corpus pass (forward and every analyzer)": round(corpus_pass, 2),
+            **({"null model pass (included in total)": round(null_result.seconds, 2)}
+               if null_result is not None else {}),
             "sections": {
                 name: {"analyzers (inside the corpus pass)": round(
                     seconds.get(f"{name}.analyzers", 0.0), 2),
@@ -175,6 +196,7 @@ def analyze(
         },
         "seconds": round(total, 2),
         "layers_and_heads_numbered_from": 0,
+        "example_pages": len(pages),
         "sections": [r.to_json() for r in records],
         NUMERIC_RECORD: numeric_columns({n: t for o in outputs for n, t in o.tables.items()}),
     })
@@ -226,7 +248,25 @@ def _write_sections(model, sections, per_section, out: Path, formats, seconds):
     return outputs, records
 
 
+def _add_kv_heads(model, outputs: Sequence[SectionOutput], tables_dir: Path) -> None:
+    """A ``kv_head`` column in every per-head table of a grouped-query model (kv_heads.py)."""
+    cfg = model.cfg
+    heads = getattr(cfg, "heads_per_layer", None)
+    kv = getattr(cfg, "kv_heads_per_layer", None)
+    if not grouped(heads, kv):
+        return
+    for output in outputs:
+        for name, table in list(output.tables.items()):
+            with_kv = add_kv_head_column(table, heads, kv)
+            if with_kv is table or not (tables_dir / f"{name}.csv").is_file():
+                continue
+            output.tables[name] = with_kv
+            formats = ("csv", "md") if (tables_dir / f"{name}.md").exists() else ("csv",)
+            write_table(with_kv, tables_dir, name, formats=formats)
+
+
 def _version() -> str:
     from attnlens import __version__
 
     return __version__
+

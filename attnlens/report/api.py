@@ -23,6 +23,8 @@ def analyze(
     formats: tuple[str, ...] = ("png",),
     prune: str | Path | None = None,
     show_progress: bool = False,
+    null: str = "random-init",
+    null_seed: int = 0,
     **load_options,
 ) -> Report:
     """Analyse every attention head and write the report folder; return it as a ``Report``.
@@ -32,11 +34,16 @@ def analyze(
     (a file, one sentence per line), ``sentences`` (a list of strings), else the embedded
     sample treebank. ``out``: the report folder (a new temporary folder when None; the
     result's ``write(DIR)`` copies it). In Jupyter the result shows its summary and head map.
+    ``null``: ``"random-init"`` (default) holds every per-head measure to a randomly
+    initialised copy of the model (columns ``null_mean``, ``null_low``, ``null_high``;
+    seeded by ``null_seed``), ``"none"`` leaves it out (docs/report.md).
     """
     from attnlens.data.corpus import Corpus, load_corpus
     from attnlens.errors import ConfigError
     from attnlens.report.analyze import analyze as run_analysis
+    from attnlens.report.null_run import NullOptions
 
+    null_options = NullOptions(null, null_seed)
     given = [x is not None for x in (treebank, text, sentences)]
     if sum(given) > 1:
         raise ConfigError("give one corpus: treebank=, text= or sentences=.")
@@ -60,10 +67,11 @@ def analyze(
     run_analysis(
         model, tokenizer, batches, folder, sections=sections, formats=formats,
         show_progress=show_progress, corpus_name=corpus.name, prune_dir=prune,
-        command="attnlens.analyze(...)",
+        command="attnlens.analyze(...)", null=null_options,
         options={"batch_size": batch_size, "max_length": max_length, "formats": list(formats),
                  "treebank": str(treebank) if treebank else None,
-                 "text": str(text) if text else None, "prune": str(prune) if prune else None},
+                 "text": str(text) if text else None, "prune": str(prune) if prune else None,
+                 "null": null, "null_seed": null_seed},
     )
     return Report(folder)
 

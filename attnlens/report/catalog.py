@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-CARD_KINDS = ("measures", "row", "top", "rows", "curve")
+CARD_KINDS = ("measures", "row", "top", "rows", "curve", "examples")
 TABLE_VIEWS = ("auto", "rows", "wide", "grid")
 
 
@@ -46,6 +46,8 @@ class TableDoc:
     ``column`` (e.g. ``("measure", "value")``: one row per head). ``keys`` names numeric
     columns that identify a row rather than measure something (e.g. ``fraction``), so the
     layer x head grid view offers them as selectors. ``view`` is the view shown first.
+    ``null`` names the column a null-model run describes (``null_mean``, ``null_low``,
+    ``null_high``; ``attnlens.stats.null``); empty: ``value`` of a long per-head table.
     """
 
     name: str
@@ -53,6 +55,7 @@ class TableDoc:
     view: str = "auto"
     pivot: tuple[str, str] | None = None
     keys: tuple[str, ...] = ()
+    null: str = ""
 
 
 @dataclass(frozen=True)
@@ -70,8 +73,11 @@ class CardItem:
     kinds: ``measures`` (long table with ``measure``/``value``: each value with its rank among
     heads), ``row`` (one row per head: its columns), ``top`` (the head's ``limit`` rows with
     the largest ``sort``), ``rows`` (all the head's rows), ``curve`` (``x`` against ``value``
-    for the head, against the mean of its layer). ``where`` keeps rows whose column holds one
-    of the listed values; ``columns`` picks and orders the columns shown.
+    for the head, against the mean of its layer), ``examples`` (a ``head_examples`` table: the
+    head's example sentences with their tokens, pattern windows and viewer links). ``where``
+    keeps rows whose column holds one of the listed values; ``above = (a, b)`` keeps rows whose
+    column ``a`` exceeds column ``b`` (e.g. accuracy above its baseline); ``columns`` picks and
+    orders the columns shown.
     """
 
     table: str
@@ -82,6 +88,7 @@ class CardItem:
     limit: int = 5
     x: str = ""
     where: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    above: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,15 @@
 """Two report folders side by side: per-head differences, role changes, largest differences.
 
+Every difference is B - A. A row's change is ranked by its **relative** size
+(``relative = (b - a) / max(|a|, |b|)``) among the changes above a **floor**: at least
+``FLOOR`` (1 %) of the measure's largest absolute value in either run, so a 0.9998 -> 1
+step of a column that hardly varies is not news. ``scaled`` (the difference over the
+measure's spread across heads) breaks ties and stays in the tables. ``head_changes`` ranks
+the heads by how much their attention pattern moved: the total variation distance between
+A's and B's distributions of where each token's maximum attention goes
+(``positional_offsets``), and the mean absolute change of the head's attention statistics
+(``head_stats``).
+
 Heads are matched by (layer, head). A structurally pruned model keeps its heads' original
 numbers in every table (``model.head_ids``; an export records its removed heads in
 ``pruned_heads`` and loads pruned), so head 1-7 of a pruned model is compared with head 1-7 of
@@ -24,11 +34,14 @@ from attnlens.report.heads_grid import head_shape
 
 # Columns that count or bound rather than measure: never compared.
 NOT_MEASURES = re.compile(
-    r"^(examples|n_sentences|sentences|tokens|words|index|points|n|p_value|q_value|"
-    r".*_low|.*_high|chance_.*|min_excess|d_model)$")
+    r"^(examples|n_sentences|sentences|tokens|words|index|points|n|p_value|q_value|kv_head|"
+    r".*_low|.*_high|chance_.*|min_.*|null_.*|d_model)$")
 KEYS = ("table", "label", "measure", "layer", "head")
 MAX_GRIDS_PER_TABLE = 24
 HEAD_TOP = 15
+FLOOR = 0.01  # a change must be at least 1 % of the measure's largest |value| to be ranked
+PATTERN_MEASURES = ("confidence", "to_cls", "to_sep", "sink", "to_punct", "to_self", "to_prev",
+                    "to_next")
 ROLE_CHANGE_COLORS = {"same": "#f0f0f0", "gained": "#74c476", "lost": "#fb6a4a",
                       "changed": "#fdae6b", "missing": "#ffffff"}
 
@@ -118,6 +131,13 @@ def _differences(a: Report, b: Report) -> pd.DataFrame:
     pooled = spread.mean(axis=1)
     scaled = table["difference"] / pooled.where(pooled > 0)
     table["scaled"] = scaled.where(pooled > 0, np.where(table["difference"] == 0, 0.0, np.nan))
+    size = np.maximum(table["a"].abs(), table["b"].abs())
+    table["relative"] = table["difference"] / size.where(size > 0)
+    largest = table.assign(_size=size).groupby(["table", "label", "measure"])["_size"].transform(
+        "max")
+    table["floor"] = FLOOR * largest
+    table["above_floor"] = (table["difference"].abs() >= table["floor"]) & (
+        table["difference"].abs() > 0)
     return table
 
 
@@ -195,6 +215,53 @@ def _grids(diffs: pd.DataFrame, layers: int, heads: int) -> list[dict[str, Any]]
     return grids
 
 
+def head_changes(a: Report, b: Report, diffs: pd.DataFrame) -> pd.DataFrame:
+    """Per head: how much its attention pattern changed (module docstring), largest first."""
+    rows: dict[tuple[int, int], dict[str, Any]] = {}
+
+    def entry(layer: int, head: int) -> dict[str, Any]:
+        return rows.setdefault((layer, head), {"layer": layer, "head": head})
+
+    if "positional_offsets" in a.tables and "positional_offsets" in b.tables:
+        keys = ["layer", "head", "target"]
+        merged = a.tables["positional_offsets"][[*keys, "share"]].merge(
+            b.tables["positional_offsets"][[*keys, "share"]], on=keys, how="outer",
+            suffixes=("_a", "_b")).fillna({"share_a": 0.0, "share_b": 0.0})
+        merged["gap"] = (merged["share_b"] - merged["share_a"]).abs()
+        for (layer, head), gap in merged.groupby(["layer", "head"])["gap"].sum().items():
+            entry(int(layer), int(head))["pattern_change"] = 0.5 * float(gap)
+    stats = diffs[(diffs["table"] == "head_stats") & diffs["measure"].isin(PATTERN_MEASURES)]
+    for (layer, head), group in stats.groupby(["layer", "head"]):
+        entry(int(layer), int(head))["stats_change"] = float(group["difference"].abs().mean())
+    ranked = diffs[diffs["above_floor"]].copy()
+    ranked["order"] = ranked["relative"].abs()
+    for (layer, head), group in ranked.groupby(["layer", "head"]):
+        top = group.sort_values("order", ascending=False).iloc[0]
+        row = entry(int(layer), int(head))
+        row["measures_changed"] = len(group)
+        row["largest_change"] = (f"{top['table']} {top['label']} {top['measure']}".replace(
+            "  ", " ") + f" {top['a']:.4g} -> {top['b']:.4g}")
+    if not rows:
+        return pd.DataFrame(columns=["layer", "head", "pattern_change", "stats_change",
+                                     "measures_changed", "largest_change"])
+    table = pd.DataFrame(list(rows.values()))
+    for column in ("pattern_change", "stats_change"):
+        if column not in table:
+            table[column] = np.nan
+    if "measures_changed" not in table:
+        table["measures_changed"] = 0
+    if "largest_change" not in table:
+        table["largest_change"] = ""
+    table["measures_changed"] = table["measures_changed"].fillna(0).astype(int)
+    table["largest_change"] = table["largest_change"].fillna("")
+    order = table["pattern_change"].fillna(table["stats_change"]).fillna(0)
+    table = table.assign(_order=order).sort_values(["_order", "layer", "head"],
+                                                   ascending=[False, True, True])
+    return table.drop(columns="_order")[["layer", "head", "pattern_change", "stats_change",
+                                         "measures_changed", "largest_change"]].reset_index(
+        drop=True)
+
+
 def _warnings(a: Report, b: Report) -> list[str]:
     run_a, run_b = a.run, b.run
     notes = []
@@ -219,8 +286,9 @@ def _warnings(a: Report, b: Report) -> list[str]:
 
 
 def compare(a: Report | str | Path, b: Report | str | Path, top: int = 50) -> Comparison:
-    """Per-head differences (B - A) of every measure both reports hold, role changes and the
-    ``top`` largest differences (ranked by the difference over the measure's spread)."""
+    """Per-head differences (B - A) of every measure both reports hold, role changes, the
+    heads whose patterns changed most and the ``top`` largest differences (ranked by relative
+    change above the floor; module docstring)."""
     a = a if isinstance(a, Report) else Report(a)
     b = b if isinstance(b, Report) else Report(b)
     shape_a, shape_b = head_shape(a.run, a.tables), head_shape(b.run, b.tables)
@@ -228,20 +296,23 @@ def compare(a: Report | str | Path, b: Report | str | Path, top: int = 50) -> Co
     diffs = _differences(a, b)
     if diffs.empty:
         raise DataError(f"{a.path} and {b.path} have no per-head table in common to compare.")
-    ranked = diffs[diffs["scaled"].notna() & (diffs["difference"] != 0)]
-    largest = ranked.reindex(ranked["scaled"].abs().sort_values(ascending=False).index).head(top)
+    ranked = diffs[diffs["above_floor"]].assign(
+        _relative=lambda d: d["relative"].abs(), _scaled=lambda d: d["scaled"].abs().fillna(0))
+    largest = ranked.sort_values(["_relative", "_scaled"], ascending=False).head(top).drop(
+        columns=["_relative", "_scaled"])
     summary = diffs.assign(abs_difference=diffs["difference"].abs()).groupby(
         ["table", "label", "measure"], sort=False).agg(
         heads=("difference", "count"), mean_a=("a", "mean"), mean_b=("b", "mean"),
         mean_difference=("difference", "mean"), max_abs_difference=("abs_difference", "max"),
     ).reset_index()
-    per_head = diffs[diffs["scaled"].notna() & (diffs["difference"] != 0)].copy()
-    per_head["order"] = per_head["scaled"].abs()
+    per_head = diffs[diffs["above_floor"]].copy()
+    per_head["order"] = per_head["relative"].abs()
     head_top = (per_head.sort_values("order", ascending=False).groupby(["layer", "head"])
                 .head(HEAD_TOP).drop(columns="order").sort_values(["layer", "head"]))
     comparison = Comparison(a, b, warnings=_warnings(a, b), layers=layers, heads=heads,
                             role_cells=_role_cells(a, b, layers, heads))
     comparison.tables = {
+        "head_changes": head_changes(a, b, diffs),
         "largest_differences": largest.reset_index(drop=True),
         "role_changes": _role_changes(a, b),
         "measure_differences": summary,

@@ -18,8 +18,15 @@ from attnlens.report.payload import encode_table
 from attnlens.runs.io import atomic_open, check_output_dir, write_table
 
 PAGE_TABLES = {
-    "largest_differences": "The largest differences B - A, ranked by the difference over the "
-                           "spread of the measure across heads (scaled).",
+    "head_changes": "Heads ranked by how much their attention pattern changed: pattern_change "
+                    "is the total variation distance between A's and B's distributions of "
+                    "where each token's maximum attention goes (0: the same, 1: disjoint); "
+                    "stats_change the mean absolute change of the head's attention "
+                    "statistics; measures_changed how many of its values moved above the floor.",
+    "largest_differences": "The largest differences B - A, ranked by relative change "
+                           "(b - a) / max(|a|, |b|) among the changes above the floor (1 % of "
+                           "the measure's largest value); scaled: the difference over the "
+                           "measure's spread across heads.",
     "role_changes": "Heads whose roles differ between the runs.",
     "measure_differences": "Per measure: mean values in A and B, mean and largest difference.",
     "head_differences": "Per head: its largest differences (what the head cards show).",
@@ -27,8 +34,10 @@ PAGE_TABLES = {
 CARD = [{"section": "compare", "title": "Comparison", "items": [
     {"table": "role_changes", "label": "Roles A → B", "kind": "row",
      "columns": ["roles_a", "roles_b", "evidence_a", "evidence_b"]},
+    {"table": "head_changes", "label": "How much this head's pattern changed", "kind": "row",
+     "columns": ["pattern_change", "stats_change", "measures_changed", "largest_change"]},
     {"table": "head_differences", "label": "Largest differences of this head", "kind": "rows",
-     "columns": ["table", "label", "measure", "a", "b", "difference", "scaled"]},
+     "columns": ["table", "label", "measure", "a", "b", "difference", "relative"]},
 ]}]
 
 
@@ -37,8 +46,41 @@ def _model_name(run: dict[str, Any]) -> str:
     return str(model.get("name", "")) if isinstance(model, dict) else str(model or "")
 
 
+LABELS = (
+    "How to read the rows: <b>table</b> is the report table a value comes from; <b>label</b> "
+    "the values of its other identifying columns (e.g. <code>nsubj dep-&gt;head</code> of "
+    "<code>syntactic_accuracy</code>, <code>0.25</code> of <code>spectrum_curve</code>'s "
+    "fraction); <b>measure</b> the column or <code>measure</code> compared; <b>a</b>, <b>b</b> "
+    "its values; <b>difference</b> b - a; <b>relative</b> the difference over max(|a|, |b|); "
+    "<b>scaled</b> the difference over the measure's spread across heads. Only changes of at "
+    "least 1 % of the measure's largest value are ranked (the floor), so a column that hardly "
+    "varies cannot top the list with a tiny step."
+)
+
+
+def _pattern_items(comparison: Comparison, shown: int = 5) -> list[str]:
+    """The summary's opening: the heads whose attention patterns changed most."""
+    changes = comparison.tables.get("head_changes")
+    if changes is None or changes.empty:
+        return []
+    moved = changes[changes["pattern_change"].fillna(changes["stats_change"]).fillna(0) > 0]
+    if moved.empty:
+        return ["<li>No head's attention pattern changed.</li>"]
+    parts = []
+    for row in moved.head(shown).to_dict("records"):
+        link = _head_link(Head(int(row["layer"]), int(row["head"])))
+        if not pd.isna(row["pattern_change"]):
+            what = f"total variation {num(row['pattern_change'])}"
+        else:
+            what = f"statistics moved {num(row['stats_change'])} on average"
+        parts.append(f"{link} ({escape(what)})")
+    return ["<li>Heads whose attention patterns changed most (where their tokens' maximum "
+            "attention goes): " + ", ".join(parts) + ".</li>"]
+
+
 def _findings(comparison: Comparison) -> list[str]:
     items = [f"<li>{escape(w)}</li>" for w in comparison.warnings]
+    items += _pattern_items(comparison)
     changes = comparison.tables["role_changes"]
     items.append(f"<li>{len(changes)} heads changed role.</li>")
     largest = comparison.tables["largest_differences"]
@@ -46,8 +88,10 @@ def _findings(comparison: Comparison) -> list[str]:
         head = _head_link(Head(int(row["layer"]), int(row["head"])))
         what = escape(f"{row['label']} {row['measure']}".strip())
         change = escape(f"{row['difference']:+.3g}")
-        items.append(f"<li>Head {head}, <code>{escape(row['table'])}</code> {what}: "
-                     f"{escape(num(row['a']))} → {escape(num(row['b']))} ({change}).</li>")
+        relative = "" if pd.isna(row.get("relative")) else f", {100 * row['relative']:+.0f} %"
+        items.append(f"<li>{head}, <code>{escape(row['table'])}</code> {what}: "
+                     f"{escape(num(row['a']))} → {escape(num(row['b']))} ({change}"
+                     f"{escape(relative)}).</li>")
     if largest.empty:
         items.append("<li>No per-head measure differs between the runs.</li>")
     return items
@@ -88,7 +132,8 @@ def compare_page(comparison: Comparison) -> str:
         '<a href="#summary">Summary</a><a href="#heads">Differences per head</a>'
         '<a href="#sec-tables">Tables</a><a href="#run">Runs</a></nav><main>'
         '<section id="summary" class="report-section"><h2>Summary</h2><ul class="findings">'
-        + "".join(_findings(comparison)) + "</ul></section>"
+        + "".join(_findings(comparison)) + "</ul>"
+        f'<p class="about labels">{LABELS}</p></section>'
         '<section id="heads" class="report-section"><h2>Differences per head</h2>'
         '<p class="about">Choose a measure: each cell is B - A for that head (blue: lower in '
         "B, red: higher). \"Roles\" marks heads that gained, lost or changed a role.</p>"

@@ -69,6 +69,7 @@ class AttentionTypeSection(Section):
         self.section = section
         self.name, self.title = section.name, section.title
         self.needs_corpus = section.needs_corpus
+        self.null_control = getattr(section, "null_control", False)
         self.attentions = section_attention(section)
         self.doc = doc_by_attention(section.doc, self.attentions)
         self.views: dict = {}

@@ -127,7 +127,7 @@ def _run_html(run: dict[str, Any]) -> str:
                                          f"({checksum.get('of', '')})"))
     elif model:
         rows.append(("model", model))
-    for key in ("corpus", "sentences", "command", "created", "attnlens"):
+    for key in ("corpus", "sentences", "null", "command", "created", "attnlens"):
         if run.get(key) not in (None, ""):
             rows.append((key, run[key]))
     for key, value in (run.get("options") or {}).items():
@@ -164,8 +164,30 @@ def _header_html(run: dict[str, Any]) -> str:
             "</header>")
 
 
-def _summary_html(findings: list[Finding], sections: list[SectionRecord]) -> str:
+def _null_html(run: dict[str, Any]) -> str:
+    """What the findings are held to: the null model of this run, or that there was none."""
+    null = run.get("null")
+    if not isinstance(null, dict):
+        return ""
+    if "seconds" not in null:
+        return ('<p class="null-note">No null model in this run (<code>--null none</code>): '
+                "the findings below are not compared with what a randomly initialised model "
+                "of this shape gives.</p>")
+    share = (f", {100 * float(null['share_of_run']):.0f} % of the run"
+             if null.get("share_of_run") else "")
+    return ('<p class="null-note">Every finding is held to a <b>null model</b>: '
+            f"{escape(null.get('initialisation', 'a random initialisation'))}, run on "
+            f"{escape(null.get('sentences', ''))} sentences ({escape(null.get('seconds', ''))} s"
+            f"{escape(share)}). \"Beyond the null\" means outside the 95 % range of its heads "
+            "(columns <code>null_mean</code>, <code>null_low</code>, <code>null_high</code> of "
+            "every per-head table).</p>")
+
+
+def _summary_html(findings: list[Finding], sections: list[SectionRecord],
+                  run: dict[str, Any] | None = None) -> str:
     groups = []
+    theory = [f for f in findings if getattr(f, "kind", "finding") == "theory"]
+    findings = [f for f in findings if f not in theory]
     for section in sections:
         mine = [f for f in findings if f.section == section.name]
         if mine:
@@ -175,8 +197,14 @@ def _summary_html(findings: list[Finding], sections: list[SectionRecord]) -> str
                 + "".join(_finding_html(f) for f in mine) + "</ul></div>")
     if not groups:
         groups = ["<p>No findings could be drawn from the tables of this run.</p>"]
+    if theory:
+        groups.append(
+            '<div class="finding-group theory"><h3>Guaranteed by theory</h3>'
+            '<p class="hint">True of any model of this architecture, whatever its weights: '
+            "measured here as a check, not findings about this model.</p>"
+            '<ul class="findings">' + "".join(_finding_html(f) for f in theory) + "</ul></div>")
     return ('<section id="summary" class="report-section"><h2>Summary</h2>'
-            + "".join(groups) + "</section>")
+            + _null_html(run or {}) + "".join(groups) + "</section>")
 
 
 def _grid_html() -> str:
@@ -220,10 +248,12 @@ def report_payload(report: ReportFiles, sections: list[SectionRecord],
             tables[name] = {**encode_table(report.tables[name]), "csv": "", "pivot": None,
                             "keys": [], "view": "auto", "section": ""}
     layers, heads = head_shape(report.run, report.tables)
+    model = report.run.get("model") if isinstance(report.run.get("model"), dict) else {}
     return {
         "kind": "report",
         "layers": layers,
         "heads": heads,
+        "kv_heads": model.get("kv_heads_per_layer"),
         "tables": tables,
         "cards": cards,
         "grids": head_grids(report.tables, sections, layers, heads),
@@ -238,7 +268,7 @@ def report_page(report: ReportFiles, embed_figures: bool = True) -> str:
     findings = report.findings()
     payload = report_payload(report, sections)
     has_grid = bool(payload["grids"] or payload["roles"])
-    main = [_summary_html(findings, sections)]
+    main = [_summary_html(findings, sections, run)]
     if has_grid:
         main.append(_grid_html())
     main += [_section_html(report, s, embed_figures) for s in sections]
@@ -273,7 +303,7 @@ def notebook_html(report: ReportFiles) -> str:
     payload = report_payload(report, sections, only_tables=card_tables)
     payload["tables"] = {k: v for k, v in payload["tables"].items() if k in card_tables}
     body = (_header_html(run) + '<main class="single">' + _summary_html(report.findings(),
-                                                                          sections)
+                                                                          sections, run)
             + _grid_html() + f'<p class="note">Full report: <code>{escape(report.index)}'
             "</code></p></main>" + '<aside id="card" hidden></aside><div id="lightbox" hidden>'
             "</div>")

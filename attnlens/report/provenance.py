@@ -74,6 +74,10 @@ def model_record(model) -> dict[str, Any]:
     }
     if cfg.heads_per_layer:
         record["heads_per_layer"] = list(cfg.heads_per_layer)
+    kv = getattr(cfg, "kv_heads_per_layer", None)
+    record["causal"] = bool(getattr(cfg, "causal", False))
+    if kv and list(kv) != list(cfg.heads_per_layer or []):
+        record["kv_heads_per_layer"] = list(kv)  # grouped-query attention
     if head_ids:
         record["head_ids"] = [list(row) for row in head_ids]
     return record

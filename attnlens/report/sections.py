@@ -32,11 +32,14 @@ class Section(ABC):
     """Base class. ``analyzers`` runs before the corpus pass, ``write`` after it.
 
     ``doc`` explains the section on the report page (see ``attnlens.report.catalog``).
+    ``null_control``: the section describes heads (or layers), so a report's null-model pass
+    reruns it on a randomly initialised copy of the model (``attnlens.report.null_run``).
     """
 
     name = "section"
     title = "Section"
     needs_corpus = True
+    null_control = False
     doc = SectionDoc()
 
     @classmethod

@@ -242,6 +242,20 @@ def figure_naming(prefix: str = "", label: str = "") -> Iterator[None]:
         _FIGURE_NAMING.reset(token)
 
 
+_NO_FIGURES: ContextVar[bool] = ContextVar("no_figures", default=False)
+
+
+@contextmanager
+def no_figures() -> Iterator[None]:
+    """Inside this block ``save_figure`` draws and writes nothing and returns no paths (a
+    report's null-model pass needs the tables only)."""
+    token = _NO_FIGURES.set(True)
+    try:
+        yield
+    finally:
+        _NO_FIGURES.reset(token)
+
+
 def _add_label(fig, label: str):
     fig.text(0.005, 0.995, label, ha="left", va="top", fontsize=8, style="italic")
     return fig
@@ -262,6 +276,10 @@ def save_figure(
     ``report.figure_pool.figure_pool()`` the drawing happens in a worker process and the
     files exist once the pool block ends.
     """
+    if _NO_FIGURES.get():
+        if not callable(fig) and hasattr(fig, "savefig"):
+            _close(fig)
+        return []
     from matplotlib.figure import Figure
 
     naming = _FIGURE_NAMING.get()

@@ -75,6 +75,7 @@ class AsymmetrySection(Section):
     name = "asymmetry"
     title = "Query/key asymmetry"
     doc = ASYMMETRY
+    null_control = True
 
     def __init__(self, weights_only: bool = False, factor: float = 2.0) -> None:
         self.weights_only = weights_only

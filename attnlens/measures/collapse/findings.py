@@ -12,6 +12,9 @@ from attnlens.measures.findings import Finding, finder, num
 
 @finder("collapse")
 def collapse(tables: Mapping[str, pd.DataFrame]) -> list[Finding]:
+    """Both statements are guaranteed by theory for any model of the architecture (Dong et
+    al. 2021: pure self-attention loses rank doubly exponentially with depth; a product of
+    row-stochastic matrices tends to rank one), so they are ``kind="theory"``."""
     curves = tables["collapse_variants"]
     curves = curves[curves["norm"] == "composite"]
     found = []
@@ -25,13 +28,15 @@ def collapse(tables: Mapping[str, pd.DataFrame]) -> list[Finding]:
         tail = (f"; the full model keeps it above {num(full['geo_mean'].min())} at every depth"
                 if not full.empty else "")
         found.append(Finding("collapse", [
-            "Without skip connections the model's attention collapses towards rank one: the "
-            f"relative residual of pure attention {where}{tail}."], "collapse_variants"))
+            "Without skip connections attention collapses towards rank one (Dong et al. 2021: "
+            "true of any model of this shape): the relative residual of pure attention "
+            f"{where}{tail}."], "collapse_variants", kind="theory"))
     if "path_collapse" in tables and not tables["path_collapse"].empty:
         paths = tables["path_collapse"].sort_values("path_length")
         one, last = paths.iloc[0], paths.iloc[-1]
         found.append(Finding("collapse", [
-            "Attention products along paths of heads approach rank one: their rank-1 residual "
+            "Products of attention matrices along paths of heads approach rank one (a product "
+            "of row-stochastic matrices does, whatever the weights): their rank-1 residual "
             f"falls from {num(one['geo_mean'])} (one head) to {num(last['geo_mean'])} "
-            f"({int(last['path_length'])} heads)."], "path_collapse"))
+            f"({int(last['path_length'])} heads)."], "path_collapse", kind="theory"))
     return found

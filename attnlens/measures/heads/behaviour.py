@@ -10,7 +10,8 @@ real tokens. Per head:
   are not vertical keys (the first word's previous token is [CLS]: that mass is vertical),
   so ``vertical + diagonal <= 1`` and the rest is ``1 - vertical - diagonal``;
 - ``broad``: share of rows whose entropy is above the length-scaled threshold
-  ``tau(n) = (3.8 / ln 128) * ln n`` nats, n the sentence's real tokens (keys). Clark et al.
+  ``tau(n) = (3.8 / ln 128) * ln n`` nats, n the keys the row's mask lets it see (the
+  sentence's real tokens; under a causal mask row i sees i + 1 of them). Clark et al.
   call heads broad above about 3.8 nats on their 128-token inputs; ``3.8 / ln 128 = 0.783``
   is that threshold as a fraction of the largest possible entropy ``ln n`` (uniform
   attention), so ``tau(128) = 3.8`` and a row is broad when its perplexity ``e^H`` exceeds
@@ -30,6 +31,7 @@ import pandas as pd
 import torch
 
 from attnlens.hooks import ActivationCache
+from attnlens.model.transformer import HookedTransformer
 from attnlens.stats.bootstrap import Inference, estimate_shares
 from attnlens.stream.base import Batch
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
@@ -62,13 +64,19 @@ class HeadBehaviour(PerSentenceRows, HeadPatternAnalyzer):
         broad_entropy: float = BROAD_ENTROPY,
         broad_length: int = BROAD_LENGTH,
         inference: Inference | None = None,
+        causal: bool = False,
     ) -> None:
         self.set_heads(heads_per_layer, n_layers, n_heads)
+        self.causal = causal  # a row sees keys 0..i only: its threshold counts those
         self.broad_entropy, self.broad_length = broad_entropy, broad_length
         self.inference = inference or Inference()
         self.sentences: list[int] = []
         self.sentence_sums: list[torch.Tensor] = []  # per batch [sentence, behaviour, layer, head]
         self.sentence_rows: list[torch.Tensor] = []  # per batch [sentence]
+
+    @classmethod
+    def model_options(cls, model: HookedTransformer) -> dict:
+        return {**cls.head_shape(model), "causal": bool(getattr(model.cfg, "causal", False))}
 
     def row_width(self, field: str) -> tuple[int, ...]:
         if field == "sentence_sums":
@@ -78,7 +86,7 @@ class HeadBehaviour(PerSentenceRows, HeadPatternAnalyzer):
     def settings(self) -> dict:
         return {"n_layers": self.n_layers, "heads_per_layer": self.heads_per_layer,
                 "broad_entropy": self.broad_entropy, "broad_length": self.broad_length,
-                **self.inference.settings()}
+                "causal": self.causal, **self.inference.settings()}
 
     def begin_batch(self, batch: Batch) -> None:
         real = batch.attention_mask.bool()  # [batch, pos]
@@ -89,9 +97,12 @@ class HeadBehaviour(PerSentenceRows, HeadPatternAnalyzer):
         self._vertical = vertical.to(torch.float32)[:, None, :, None]  # [batch, 1, key, 1]
         self._diagonal = (near[None] & real[:, None, :] & ~vertical[:, None, :]).to(
             torch.float32)[:, None]  # [batch, 1, query_pos, key_pos]
-        n_keys = real.sum(1)  # [batch]
+        if self.causal:  # the keys each row's mask lets it see
+            n_keys = real.to(torch.int64).cumsum(1)[:, None, :]  # [batch, 1, query_pos]
+        else:
+            n_keys = real.sum(1)[:, None, None]  # [batch, 1, 1]
         self._threshold = broad_threshold(n_keys, self.broad_entropy, self.broad_length).to(
-            real.device)[:, None, None]  # [batch, 1, 1]
+            real.device)
         rows = real & ~special
         self._row_weight = rows.to(torch.float32)[:, None, :]  # [batch, 1, query_pos]
         self.sentences += sentence_ids_of(batch, self.next_sentence_id())

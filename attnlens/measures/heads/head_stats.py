@@ -1,22 +1,32 @@
 """Clark et al. (2019) / Voita et al. (2019) per-head attention statistics, at token level.
 
 Every measure is computed on **tokens** (so it works on plain text and on treebanks alike)
-and averaged over query rows that are real, non-special tokens ([CLS]/[SEP] rows excluded).
-Key columns are all real tokens, special ones included. Measures (one row per
-layer/head/measure in the result):
+and averaged over query rows that are real, non-special tokens ([CLS]/[SEP] rows excluded),
+except where a measure says otherwise. Key columns are all real tokens, special ones
+included. Measures (one row per layer/head/measure in the result):
 
 - ``confidence``: mean maximum attention weight of a row (Voita);
 - ``entropy``: mean entropy of a row, in nats;
 - ``to_cls`` / ``to_sep``: mean weight on [CLS] (first special token: <s>, BOS) and on
   [SEP] (separator/end: </s>, EOS);
 - ``to_punct``: mean weight on punctuation tokens (every character Unicode punctuation);
-- ``to_self`` / ``to_prev`` / ``to_next``: mean weight on the token itself, the token before
-  and the token after (those neighbours may be [CLS] or [SEP]);
-- ``distance``: mean attention distance ``sum_j p_ij |i - j|``, in tokens.
+- ``to_self``: mean weight on the token itself;
+- ``to_prev`` / ``to_next``: mean weight on the token before / after, over the rows whose
+  neighbour on that side is a real, non-special token (the first word's previous token is
+  [CLS], the last word's next token is [SEP]: those rows are left out, so a previous-token
+  head scores what it puts on real previous tokens);
+- ``distance``: mean attention distance ``sum_j p_ij |i - j|``, in tokens;
+- ``sink`` (causal models): mean weight on the first real token (Gu et al. 2024's
+  first-token importance), over every real query row, special tokens included.
 
-Sums are also kept per sentence (``sentence_sums``, ``sentence_rows``), so the heads report
-gives each statistic a bootstrap interval over sentences and can pool per sentence
-(``attnlens.measures.heads.head_stats_tables``).
+Measures that are 0 by construction for a model are not computed (``measures_for``): under a
+causal mask no query sees the next token or a trailing [SEP]/EOS, so ``to_next`` and
+``to_sep`` are left out and ``sink`` replaces ``to_cls`` (a leading BOS is the first token);
+``to_cls`` / ``to_sep`` need a tokenizer that adds such a token (GPT-2's adds none).
+
+Sums are also kept per sentence (``sentence_sums``, ``sentence_rows``: rows counted per
+sentence and measure), so the heads report gives each statistic a bootstrap interval over
+sentences and can pool per sentence (``attnlens.measures.heads.head_stats_tables``).
 """
 
 from __future__ import annotations
@@ -27,13 +37,16 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from attnlens.errors import DataError
 from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
 from attnlens.stream.base import Batch
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
 
-MEASURES = (
+# Every statistic HeadStats can compute, in table order; ``MEASURES`` is the set of a
+# bidirectional model with [CLS] and [SEP] (BERT), ``measures_for`` picks a model's own.
+ALL_MEASURES = (
     "confidence",
     "entropy",
     "to_cls",
@@ -43,7 +56,9 @@ MEASURES = (
     "to_prev",
     "to_next",
     "distance",
+    "sink",
 )
+MEASURES = ALL_MEASURES[:-1]
 SUBWORD_MARKERS = ("##", "Ġ", "▁", "Ċ")
 
 
@@ -62,6 +77,27 @@ def special_id_sets(tokenizer) -> tuple[set[int], set[int]]:
     return cls_ids, sep_ids
 
 
+def measures_for(causal: bool, leading_special: bool = True,
+                 trailing_special: bool = True) -> tuple[str, ...]:
+    """The statistics that are not 0 by construction for a model (module docstring)."""
+    left_out = set()
+    if causal:
+        left_out |= {"to_next", "to_sep", "to_cls"}
+    else:
+        left_out.add("sink")
+    if not leading_special:
+        left_out.add("to_cls")
+    if not trailing_special:
+        left_out.add("to_sep")
+    return tuple(m for m in ALL_MEASURES if m not in left_out)
+
+
+def model_is_causal(model) -> bool:
+    """True when the model's (first) attention stack is causally masked."""
+    cfg = getattr(model, "cfg", None)
+    return bool(getattr(cfg, "causal", False))
+
+
 def punctuation_ids(tokenizer) -> set[int]:
     """Vocabulary ids of punctuation tokens (special tokens excluded)."""
     special = tokenizer.special_ids
@@ -70,11 +106,94 @@ def punctuation_ids(tokenizer) -> set[int]:
     }
 
 
+class TokenMeasures:
+    """How each statistic is read from one layer's patterns: the rows it averages over and
+    its value on every query row (shared by ``HeadStats`` and the examples analyzer)."""
+
+    def __init__(self, measures: tuple[str, ...], cls_ids: set[int], sep_ids: set[int],
+                 punct_ids: set[int]) -> None:
+        unknown = [m for m in measures if m not in ALL_MEASURES]
+        if unknown or not measures:
+            raise ValueError(f"unknown head statistics {unknown}; choose from {ALL_MEASURES}.")
+        self.measures = tuple(m for m in ALL_MEASURES if m in measures)  # table order
+        self.id_sets = [  # [CLS], [SEP], punctuation ids as sorted tensors, built once
+            torch.tensor(sorted(s), dtype=torch.long) for s in (cls_ids, sep_ids, punct_ids)
+        ]
+
+    def prepare(self, batch: Batch) -> None:
+        """Masks of one batch: ``rows`` (real, non-special queries), ``row_weight``
+        ``[measure, batch, 1, query_pos]`` (the rows each measure averages)."""
+        real = batch.attention_mask.bool()  # [batch, pos]
+        special = (batch.special_mask if batch.special_mask is not None
+                   else torch.zeros_like(real))
+        rows = real & ~special  # [batch, pos]: the query rows most measures average
+        ids = batch.input_ids
+        self.targets = torch.stack(
+            [torch.isin(ids, s.to(ids.device)) & real for s in self.id_sets], -1
+        ).to(torch.float32)  # [batch, key_pos, 3]: is [CLS], is [SEP], is punctuation
+        pos = torch.arange(ids.shape[1], device=ids.device)
+        self.distance = (pos[:, None] - pos[None, :]).abs().to(torch.float32)  # [query, key]
+        has_prev = rows & F.pad(rows[:, :-1], (1, 0), value=False)  # a real previous word token
+        has_next = rows & F.pad(rows[:, 1:], (0, 1), value=False)
+        self.first = real.to(torch.int8).argmax(1)  # [batch] first real token
+        counted = {"to_prev": has_prev, "to_next": has_next, "sink": real}
+        self.rows = rows
+        self.row_weight = torch.stack(
+            [counted.get(m, rows) for m in self.measures]
+        ).to(torch.float32)[:, :, None, :]  # [measure, batch, 1, query_pos]
+
+    def per_row(self, p: torch.Tensor) -> torch.Tensor:
+        """``[measure, batch, head, query_pos]``: each measure's value on every query row."""
+
+        def targets(k: int) -> torch.Tensor:  # weight on [CLS] (0), [SEP] (1), punctuation (2)
+            return (p @ self.targets[:, None, :, k : k + 1])[..., 0]
+
+        def first() -> torch.Tensor:  # A[i, first real token]
+            index = self.first[:, None, None, None].expand(-1, p.shape[1], p.shape[2], 1)
+            return p.gather(-1, index)[..., 0]
+
+        compute = {
+            "confidence": lambda: p.amax(-1),
+            "entropy": lambda: torch.special.entr(p).sum(-1),  # -sum p log p, 0 log 0 = 0
+            "to_cls": lambda: targets(0),
+            "to_sep": lambda: targets(1),
+            "to_punct": lambda: targets(2),
+            "to_self": lambda: p.diagonal(dim1=-2, dim2=-1),  # p[i, i]
+            "to_prev": lambda: F.pad(p.diagonal(offset=-1, dim1=-2, dim2=-1), (1, 0)),
+            "to_next": lambda: F.pad(p.diagonal(offset=1, dim1=-2, dim2=-1), (0, 1)),
+            "distance": lambda: (p * self.distance).sum(-1),
+            "sink": first,
+        }
+        return torch.stack([compute[m]() for m in self.measures])
+
+    def key_of(self, measure: str, p: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+        """``[batch, head]`` the key a measure's value on row ``query [batch, head]`` is about
+        (the previous token for ``to_prev``, the most-attended [CLS] for ``to_cls``, ...)."""
+        index = query[..., None, None].expand(-1, -1, 1, p.shape[-1])
+        row = p.gather(2, index)[:, :, 0, :]  # [batch, head, key_pos]
+        if measure == "to_prev":
+            return (query - 1).clamp_min(0)
+        if measure == "to_next":
+            return (query + 1).clamp_max(p.shape[-1] - 1)
+        if measure == "to_self":
+            return query
+        if measure == "sink":
+            return self.first[:, None].expand_as(query)
+        if measure in ("to_cls", "to_sep", "to_punct"):
+            k = ("to_cls", "to_sep", "to_punct").index(measure)
+            row = row * self.targets[:, None, :, k]
+        elif measure == "distance":
+            pos = torch.arange(p.shape[-1], device=p.device)
+            row = row * (pos[None, None, :] - query[..., None]).abs()
+        return row.argmax(-1)
+
+
 class HeadStats(PerSentenceRows, HeadPatternAnalyzer):
     """Streaming token-level statistics per head (see the module docstring)."""
 
     name = "head_stats"
-    state_fields = ("sums", "rows", "sentences", "sentence_sums", "sentence_rows")
+    state_fields = ("sums", "rows", "measure_rows", "sentences", "sentence_sums",
+                    "sentence_rows")
     row_fields = ("sentence_sums", "sentence_rows")
 
     def __init__(
@@ -85,81 +204,69 @@ class HeadStats(PerSentenceRows, HeadPatternAnalyzer):
         sep_ids: set[int],
         punct_ids: set[int],
         heads_per_layer: list[int] | None = None,
+        measures: tuple[str, ...] = MEASURES,
     ) -> None:
+        self.reader = TokenMeasures(measures, cls_ids, sep_ids, punct_ids)
+        self.measures = self.reader.measures
         self.set_heads(heads_per_layer, n_layers, n_heads)
         self.cls_ids, self.sep_ids, self.punct_ids = set(cls_ids), set(sep_ids), set(punct_ids)
-        self._id_sets = [  # [CLS], [SEP], punctuation ids as sorted tensors, built once
-            torch.tensor(sorted(s), dtype=torch.long)
-            for s in (self.cls_ids, self.sep_ids, self.punct_ids)
-        ]
-        self.sums = torch.zeros(len(MEASURES), n_layers, n_heads, dtype=torch.float64)
-        self.rows = 0
+        m = len(self.measures)
+        self.sums = torch.zeros(m, n_layers, n_heads, dtype=torch.float64)
+        self.rows = 0  # real, non-special query rows
+        self.measure_rows = torch.zeros(m, dtype=torch.float64)  # rows each measure averages
         self.sentences: list[int] = []  # corpus index of every sentence seen
         self.sentence_sums: list[torch.Tensor] = []  # per batch [sentence, measure, layer, head]
-        self.sentence_rows: list[torch.Tensor] = []  # per batch [sentence] rows counted
+        self.sentence_rows: list[torch.Tensor] = []  # per batch [sentence, measure] rows
 
     @classmethod
     def for_model(cls, model: HookedTransformer, tokenizer, **options) -> HeadStats:
+        """The statistics this model and tokenizer can give (``measures_for``)."""
         cls_ids, sep_ids = special_id_sets(tokenizer)
+        before, after = _special_layout(tokenizer)
+        options.setdefault("measures", measures_for(model_is_causal(model), bool(before),
+                                                    bool(after)))
         return super().for_model(model, cls_ids=cls_ids, sep_ids=sep_ids,
                                  punct_ids=punctuation_ids(tokenizer), **options)
 
     def row_width(self, field: str) -> tuple[int, ...]:
-        return (len(MEASURES), self.n_layers, self.n_heads) if field == "sentence_sums" else ()
+        if field == "sentence_sums":
+            return (len(self.measures), self.n_layers, self.n_heads)
+        return (len(self.measures),)
 
     def settings(self) -> dict:
         return {
             "n_layers": self.n_layers, "n_heads": self.n_heads,
             "heads_per_layer": self.heads_per_layer, "cls_ids": self.cls_ids,
-            "sep_ids": self.sep_ids, "punct_ids": self.punct_ids,
+            "sep_ids": self.sep_ids, "punct_ids": self.punct_ids, "measures": list(self.measures),
         }
 
     def begin_batch(self, batch: Batch) -> None:
         self.move_state(batch.attention_mask.device)
-        real = batch.attention_mask.bool()  # [batch, pos]
-        rows = real & ~batch.special_mask if batch.special_mask is not None else real
-        ids = batch.input_ids
-        self._targets = torch.stack(
-            [torch.isin(ids, s.to(ids.device)) & real for s in self._id_sets], -1
-        ).to(torch.float32)  # [batch, key_pos, 3]: is [CLS], is [SEP], is punctuation
-        pos = torch.arange(ids.shape[1], device=ids.device)
-        self._distance = (pos[:, None] - pos[None, :]).abs().to(torch.float32)  # [query, key]
-        self._row_weight = rows.to(torch.float32)[:, None, :]  # [batch, 1, query_pos]
+        reader = self.reader
+        reader.prepare(batch)
         self.sentences += sentence_ids_of(batch, self.next_sentence_id())
-        self.sentence_rows.append(rows.sum(1))  # [sentence]
-        self._scratch = torch.zeros(ids.shape[0], len(MEASURES), self.n_layers, self.n_heads,
-                                    device=ids.device)  # [sentence, measure, layer, head]
+        self.sentence_rows.append(reader.row_weight[:, :, 0, :].sum(-1).T)  # [sentence, measure]
+        self._plain_rows = reader.rows.sum()
+        self._scratch = torch.zeros(batch.size, len(self.measures), self.n_layers,
+                                    self.n_heads, device=batch.input_ids.device)
 
     def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
         p = cache["pattern", layer].float()  # [batch, head, query_pos, key_pos]
         n_heads = p.shape[1]
-        to_targets = (p @ self._targets[:, None]).permute(3, 0, 1, 2)  # [3, batch, head, query]
-        diag = p.diagonal(dim1=-2, dim2=-1)  # [batch, head, query_pos]: p[i, i]
-        prev = F.pad(p.diagonal(offset=-1, dim1=-2, dim2=-1), (1, 0))  # p[i, i-1]
-        nxt = F.pad(p.diagonal(offset=1, dim1=-2, dim2=-1), (0, 1))  # p[i, i+1]
-        per_row = torch.stack(
-            [
-                p.amax(-1),
-                torch.special.entr(p).sum(-1),  # -sum p log p, 0 log 0 = 0
-                *to_targets,
-                diag,
-                prev,
-                nxt,
-                (p * self._distance).sum(-1),
-            ]
-        )  # [measure, batch, head, query_pos]
-        per_sentence = (per_row * self._row_weight).sum(3)  # [measure, batch, head]
+        per_row = self.reader.per_row(p)  # [measure, batch, head, query_pos]
+        per_sentence = (per_row * self.reader.row_weight).sum(3)  # [measure, batch, head]
         self._scratch[:, :, layer, :n_heads] = per_sentence.transpose(0, 1)
 
     def end_batch(self, batch: Batch) -> None:
         # one transfer per batch; the per-sentence rows stay on the model's device
         self.sums += self._scratch.sum(0).double().cpu()
-        self.rows += int(self.sentence_rows[-1].sum())
+        self.rows += int(self._plain_rows)
+        self.measure_rows += self.sentence_rows[-1].sum(0).double().cpu()
         self.sentence_sums.append(self._scratch)
         self._scratch = None
 
     def result(self) -> dict[str, pd.DataFrame]:
-        means = (self.sums / max(self.rows, 1)).numpy()
+        means = (self.sums / self.measure_rows.clamp_min(1)[:, None, None]).numpy()
         records = [
             {
                 "layer": layer,
@@ -168,8 +275,16 @@ class HeadStats(PerSentenceRows, HeadPatternAnalyzer):
                 "value": float(means[m, layer, head]),
                 "level": "token",
             }
-            for m, measure in enumerate(MEASURES)
+            for m, measure in enumerate(self.measures)
             for layer in range(self.n_layers)
             for head in range(self.heads_per_layer[layer])  # only heads the model has
         ]
         return {"head_stats": pd.DataFrame.from_records(records)}
+
+
+def _special_layout(tokenizer) -> tuple[list[str], list[str]]:
+    """The special tokens the tokenizer adds before and after a text (both, when unknown)."""
+    try:
+        return tokenizer.special_layout
+    except (AttributeError, DataError):  # no probe-able layout: assume BERT's
+        return ["[CLS]"], ["[SEP]"]

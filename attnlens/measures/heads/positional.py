@@ -170,6 +170,7 @@ class PositionalHeads(PerSentenceRows, HeadPatternAnalyzer):
             "layer": layer, "head": head, "best_offset": np.array(OFFSETS)[best],
             "share": share, "ci_low": low[best, layer, head], "ci_high": high[best, layer, head],
             "tokens": tokens, "n_sentences": sentences,
+            "min_tokens": self.min_tokens, "min_sentences": self.min_sentences,
             "threshold": self.threshold, "tested": ~np.isnan(p.numpy()),  # in the family
             "p_value": p.numpy(),
             "q_value": q.numpy(), "above_threshold": share >= self.threshold,

@@ -12,7 +12,10 @@ the two rarest whose maximum lands on one of them. Ties share the credit. ``rare
 says whether the attending word itself competes for its row's maximum (``include``, the
 default and Voita's reading: a word may attend most to itself) or not (``exclude``, as the
 syntactic directions do). ``chance_*`` is the same share for a head that picks a word
-uniformly at random (k / n words, or k / (n - 1) with ``exclude``).
+uniformly at random among the words its mask lets it see: k / n words (k / (n - 1) with
+``exclude``) without a mask; under a causal mask word i sees words 0..i only, so its chance
+is (the k rarest among them) / (i + 1) (/ i with ``exclude``), 0 when the rarest word comes
+later.
 
 Counts are kept per sentence, so every share has a bootstrap interval over sentences. A head
 is a rare-word head when ``share_rarest`` is above ``threshold`` (default 0.5; Voita's
@@ -35,6 +38,7 @@ from attnlens.data.rarity import WordRarity
 from attnlens.data.words import WordAttentionContext
 from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
+from attnlens.model.transformer import HookedTransformer
 from attnlens.stats.bootstrap import Inference, estimate_shares, pooled, threshold_tests
 from attnlens.stream.base import Batch
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
@@ -67,6 +71,7 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
         inference: Inference | None = None,
         words: WordAttentionContext | None = None,
         min_words: int = MIN_WORDS,
+        causal: bool = False,
     ) -> None:
         if rare_self not in RARE_SELF:
             raise ConfigError(f"--rare-self must be include or exclude, not {rare_self!r}.")
@@ -74,6 +79,7 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
         self.threshold = threshold
         self.rarity = rarity if rarity is not None else WordRarity.wordfreq("en")
         self.rare_self, self.min_words = rare_self, min_words
+        self.causal = causal
         self.inference = inference or Inference()
         self.words = words or WordAttentionContext()
         self.sentences: list[int] = []  # corpus index of every sentence with words
@@ -83,6 +89,10 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
         self.skipped_batches = 0  # batches without words (word_ids), e.g. from text_batches
         self._scratch: torch.Tensor | None = None
 
+    @classmethod
+    def model_options(cls, model: HookedTransformer) -> dict:
+        return {**cls.head_shape(model), "causal": bool(getattr(model.cfg, "causal", False))}
+
     def row_width(self, field: str) -> tuple[int, ...]:
         if field == "sentence_hits":
             return (len(RANKS), self.n_layers, self.n_heads)
@@ -91,7 +101,7 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
     def settings(self) -> dict:
         return {"n_layers": self.n_layers, "heads_per_layer": self.heads_per_layer,
                 "rarity": self.rarity.source, "threshold": self.threshold,
-                "rare_self": self.rare_self, "min_words": self.min_words,
+                "rare_self": self.rare_self, "min_words": self.min_words, "causal": self.causal,
                 **self.inference.settings()}
 
     def _rows(self, batch: Batch) -> list[torch.Tensor]:
@@ -107,7 +117,6 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
             tokenless = {i for i in unaligned[b] if i < n_kept}
             kept = ["" if i in tokenless else w for i, w in enumerate(words[:n_kept])]
             order = self.rarity.rarest(kept, k=max(RANKS.values()) + 1)
-            n_aligned = len(kept) - len(tokenless)
             for r, k in enumerate(RANKS.values()):
                 if len(order) <= k:
                     continue
@@ -116,11 +125,25 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
                              if i not in targets and i not in tokenless]
                 per_rank[r] += [[b, i, *targets] for i in attending]
                 rows[b, r] = len(attending)
-                chance[b, r] = len(attending) * k / (n_aligned - others)
+                chance[b, r] = self._chance(attending, targets, len(kept), others, tokenless)
         self.sentence_rows.append(rows)
         self.sentence_chance.append(chance)
         return [torch.tensor(examples, dtype=torch.long).reshape(-1, 2 + k)
                 for examples, k in zip(per_rank, RANKS.values(), strict=True)]
+
+    def _chance(self, attending: list[int], targets: list[int], n_words: int,
+                others: int, tokenless: set[int]) -> float:
+        """Expected hits of a head choosing uniformly among the aligned words its mask lets
+        each attending word see (summed over the attending words; module docstring)."""
+        if not self.causal:
+            return len(attending) * len(targets) / (n_words - len(tokenless) - others)
+        total = 0.0
+        for i in attending:
+            # aligned words 0..i (the word itself excluded with ``exclude``)
+            seen = sum(1 for j in range(i + 1) if j not in tokenless) - others
+            if seen > 0:
+                total += sum(1 for t in targets if t <= i) / seen
+        return total
 
     def begin_batch(self, batch: Batch) -> None:
         self._scratch = None
@@ -206,7 +229,7 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
             "two_rarest_ci_high": high[1, layer, head].numpy(),
             "chance_rarest": float(chance[0]), "chance_two_rarest": float(chance[1]),
             "words": words, "sentences": int((rows[:, 0] > 0).sum()),
-            "threshold": self.threshold,
+            "min_words": self.min_words, "threshold": self.threshold,
             "tested": ~np.isnan(p.numpy()), "p_value": p.numpy(), "q_value": q.numpy(),
             "above_threshold": (rarest >= self.threshold).numpy() & (words > 0),
             "rare_word": passed.numpy(),

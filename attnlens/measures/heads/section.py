@@ -15,6 +15,7 @@ from attnlens.data.rarity import WordRarity
 from attnlens.data.words import WordAttentionContext
 from attnlens.measures.heads.behaviour import HeadBehaviour
 from attnlens.measures.heads.clustering import HeadClustering
+from attnlens.measures.heads.examples import HeadExamples
 from attnlens.measures.heads.head_stats import HeadStats
 from attnlens.measures.heads.head_stats_tables import head_stats_table
 from attnlens.measures.heads.positional import MIN_SENTENCES, PositionalHeads
@@ -43,7 +44,8 @@ MAIN_DIRECTION_ROWS = (("direction", ("dep->head", "head->dep")),)
 HEADS = SectionDoc(
     about=(
         "Clark et al.'s per-head statistics (how peaked each head's attention is, how much "
-        "goes to [CLS], [SEP], punctuation and the neighbouring tokens) and the roles Voita "
+        "goes to [CLS], [SEP], punctuation and the neighbouring tokens; causal models: to the "
+        "first token instead, and nothing that is 0 by construction) and the roles Voita "
         "et al. found heads to play. A positional head sends most tokens' strongest attention "
         "to one fixed offset; a syntactic head points from a word to its dependency head (or "
         "dependent) clearly more often than the best fixed-offset guess; a rare-word head "
@@ -62,19 +64,25 @@ HEADS = SectionDoc(
         TableDoc("role_evidence_uncorrected", "Evidence of the uncorrected roles."),
         TableDoc("head_stats", "Token-level statistics, one row per layer, head and measure.",
                  pivot=("measure", "value")),
+        TableDoc("head_examples", "The corpus sentences where each head shows each behaviour "
+                 "most (top 3 per head and measure by the sentence's mean), with the query "
+                 "token where it is largest, the key it is about, and the head's weights "
+                 "over a window of tokens (percent, row by row).", null="none"),
         TableDoc("syntactic_table1", "Best head per relation and direction against the "
                  "best fixed-offset baseline (Clark et al.'s Table 1 format)."),
-        TableDoc("syntactic_best", "Best head per relation and direction, with its margin."),
+        TableDoc("syntactic_best", "Best head per relation and direction, with its margin.",
+                 null="accuracy"),
         TableDoc("syntactic_heldout", "Best head per relation chosen on held-out sentences "
                  "(--select-on, or a seeded half) and its accuracy on the others."),
         TableDoc("syntactic_accuracy", "Accuracy of every head for every relation and "
-                 "direction."),
+                 "direction.", null="accuracy"),
         TableDoc("syntactic_baselines", "Best fixed-offset baseline per relation."),
-        TableDoc("positional_heads", "Each head's most frequent offset of maximum attention."),
+        TableDoc("positional_heads", "Each head's most frequent offset of maximum attention.",
+                 null="share"),
         TableDoc("positional_offsets", "Share of tokens whose maximum-attention token is at "
-                 "each offset.", pivot=("target", "share")),
+                 "each offset.", pivot=("target", "share"), null="share"),
         TableDoc("rare_words", "Share of words attending most to the sentence's rarest word, "
-                 "against chance."),
+                 "against chance (under the model's mask).", null="share_rarest"),
         TableDoc("head_behaviour", "Share of attention that is vertical (to one key for all "
                  "queries), diagonal (to a fixed offset) or broad, per head, with intervals."),
         TableDoc("head_behaviour_classes", "Each head's behaviour shares side by side and its "
@@ -100,15 +108,17 @@ HEADS = SectionDoc(
         CardItem("head_roles", "Roles", kind="row",
                  columns=("roles", "evidence", "best_offset", "offset_share", "best_relation",
                           "relation_accuracy", "relation_baseline", "share_rarest")),
+        CardItem("head_examples", "Examples", kind="examples"),
         CardItem("role_evidence", "Evidence", kind="rows",
                  columns=("role", "detail", "value", "compared_to", "ci_low", "ci_high",
                           "q_value")),
         CardItem("head_stats", "Attention statistics", kind="measures"),
         CardItem("positional_offsets", "Offset of the maximum-attention token", kind="curve",
                  x="target"),
-        CardItem("syntactic_accuracy", "Best relations", kind="top", sort="accuracy",
+        CardItem("syntactic_accuracy", "Best relations (above their positional baseline)",
+                 kind="top", sort="accuracy",
                  columns=("relation", "direction", "accuracy", "baseline", "examples"),
-                 where=MAIN_DIRECTION_ROWS),
+                 where=MAIN_DIRECTION_ROWS, above=("accuracy", "baseline")),
     ),
 )
 
@@ -120,8 +130,9 @@ STAT_FIGURES = {
     "to_sep": "Mean attention to [SEP]",
     "to_punct": "Mean attention to punctuation (tokens)",
     "to_self": "Mean attention to the token itself",
-    "to_prev": "Mean attention to the previous token",
-    "to_next": "Mean attention to the next token",
+    "to_prev": "Mean attention to the previous token (rows with a real previous token)",
+    "to_next": "Mean attention to the next token (rows with a real next token)",
+    "sink": "Mean attention to the first token (sink)",
 }
 SYNTACTIC_TABLES = ("syntactic_best", "syntactic_accuracy", "syntactic_baselines",
                     "syntactic_heldout")
@@ -138,7 +149,7 @@ def table_one(best: pd.DataFrame, heldout: pd.DataFrame | None = None) -> pd.Dat
     table = pd.DataFrame({
         "relation": rows["relation"], "direction": rows["direction"],
         "examples": rows["examples"],
-        "best head (layer-head)": rows["layer"].astype(str) + "-" + rows["head"].astype(str),
+        "best head": "L" + rows["layer"].astype(str) + "H" + rows["head"].astype(str),
         "accuracy": rows["accuracy"].map(lambda a: f"{a:.3f}"),
         "95% CI": [_interval(lo, hi) for lo, hi in zip(rows["ci_low"], rows["ci_high"],
                                                        strict=True)],
@@ -151,7 +162,7 @@ def table_one(best: pd.DataFrame, heldout: pd.DataFrame | None = None) -> pd.Dat
         held = [keyed.loc[(r, d)] if (r, d) in keyed.index else None
                 for r, d in zip(rows["relation"], rows["direction"], strict=True)]
         table["held-out head"] = [
-            "" if h is None or h["layer"] < 0 else f"{h['layer']}-{h['head']}" for h in held]
+            "" if h is None or h["layer"] < 0 else f"L{h['layer']}H{h['head']}" for h in held]
         table["held-out accuracy"] = [
             "" if h is None or pd.isna(h["heldout_accuracy"]) else f"{h['heldout_accuracy']:.3f}"
             for h in held]
@@ -164,6 +175,7 @@ class HeadRolesSection(Section):
     name = "heads"
     title = "Head roles: positional, syntactic and rare-word heads"
     doc = HEADS
+    null_control = True
 
     def __init__(
         self,
@@ -180,6 +192,7 @@ class HeadRolesSection(Section):
         select_fraction: float = 0.5,
         clusters: bool = False,  # JS between every pair of heads: `heads` turns it on
         corpus_name: str = "",
+        examples: bool = True,  # head_examples: the sentences behind every head
     ) -> None:
         self.positional_threshold, self.min_examples, self.margin = (
             positional_threshold, min_examples, margin)
@@ -190,6 +203,7 @@ class HeadRolesSection(Section):
         self.select_on, self.select_on_name = select_on, select_on_name
         self.select_fraction, self.clusters = select_fraction, clusters
         self.corpus_name = corpus_name
+        self.examples = examples
 
     def _syntactic(self, model: HookedTransformer, words=None) -> SyntacticHeads:
         return SyntacticHeads.for_model(model, min_examples=self.min_examples, margin=self.margin,
@@ -201,8 +215,10 @@ class HeadRolesSection(Section):
             self.select_on = list(self.select_on.batches(tokenizer))
         words = WordAttentionContext()  # word-level attention computed once per layer
         inference = self.inference
+        self.tokenizer = tokenizer  # decodes the examples' tokens
         found = [
             HeadStats.for_model(model, tokenizer),
+            *([HeadExamples.for_model(model, tokenizer)] if self.examples else []),
             PositionalHeads.for_model(model, threshold=self.positional_threshold,
                                       inference=inference, min_tokens=self.min_examples),
             self._syntactic(model, words),
@@ -233,6 +249,9 @@ class HeadRolesSection(Section):
         stats, positional, syntactic = one(HeadStats), one(PositionalHeads), one(SyntacticHeads)
         rare, behaviour, clusters = one(RareWordHeads), one(HeadBehaviour), one(HeadClustering)
         tables = {"head_stats": head_stats_table(stats, self.inference)}
+        examples = one(HeadExamples)
+        if examples is not None:
+            tables["head_examples"] = self._examples(examples)
         for analyzer in (positional, syntactic, rare, behaviour, clusters):
             if analyzer is not None:
                 tables.update(analyzer.result())
@@ -264,6 +283,16 @@ class HeadRolesSection(Section):
                 how="left")
         return tables
 
+    def _examples(self, examples: HeadExamples) -> pd.DataFrame:
+        tokenizer = getattr(self, "tokenizer", None)
+        if tokenizer is None:
+            return examples.result()["head_examples"]
+
+        def text_of(ids: list[int]) -> str:
+            return tokenizer.hf.decode(ids, skip_special_tokens=True)
+
+        return examples.examples(tokenizer.decode_tokens, text_of)
+
     def figures(self, tables: dict[str, pd.DataFrame]) -> list:
         """(name, recipe) pairs drawn from the tables only: each recipe (a ``partial``) builds
         its Figure when called, in a figure_pool worker process when one is active."""
@@ -279,6 +308,8 @@ class HeadRolesSection(Section):
         head_stats = tables["head_stats"]
         for measure, title in STAT_FIGURES.items():
             rows = head_stats[head_stats["measure"] == measure]
+            if rows.empty:  # not computed for this model (0 by construction)
+                continue
             figures.append((f"heads_{measure}", partial(layer_head_heatmap, rows, title)))
         figures.append(("positional_share", partial(
             layer_head_heatmap, tables["positional_heads"],

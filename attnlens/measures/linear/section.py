@@ -108,6 +108,7 @@ class LinearSection(Section):
 
     name = "linear"
     doc = LINEAR
+    null_control = True
     title = "Fast weights and linear attention: how linearisable is each head?"
 
     def __init__(self, per_batch: int | None = REPORT_PER_BATCH,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from attnlens.loaders.pooling import checkpoint_pooling
 from attnlens.measures.rollout.flow import FlowAnalyzer
 from attnlens.measures.rollout.rollout import RolloutAnalyzer
 from attnlens.model.transformer import HookedTransformer
@@ -57,11 +58,24 @@ EXPLANATION = (
 )
 
 
-def _readout_row(sentence: pd.DataFrame, causal: bool) -> tuple[int, str]:
-    """The row a classifier reads: [CLS] (position 0), or the last token of a causal model."""
-    query = int(sentence["query"].max()) if causal else 0
-    token = sentence.loc[sentence["query"] == query, "query_token"].iloc[0]
-    return query, str(token)
+def readout(sentence: pd.DataFrame, causal: bool,
+            pooling: str | None = None) -> tuple[pd.DataFrame, str, str]:
+    """The row the model's sentence vector reads, as ``key, key_token, value`` rows, with a
+    title and a file-name part: the mean over every token's row for a mean-pooling model
+    (sentence-transformers' ``1_Pooling``: all real tokens, special ones included; max
+    pooling has no row and is read as the mean too), the last token's for a causal model
+    (or ``last`` pooling), else [CLS] (position 0)."""
+    pooling = pooling or ("last" if causal else "cls")
+    if pooling in ("mean", "max"):
+        rows = sentence.groupby(["key", "key_token"], as_index=False)["value"].mean()
+        label = "the mean over every token (the model's mean pooling)"
+        if pooling == "max":
+            label = "the mean over every token (max pooling has no single row)"
+        return rows, label, "mean"
+    query = int(sentence["query"].max()) if pooling == "last" else 0
+    rows = sentence[sentence["query"] == query]
+    token = rows["query_token"].iloc[0]
+    return rows, f"position {query} ({token})", "readout"
 
 
 def sentence_figures(
@@ -71,8 +85,10 @@ def sentence_figures(
     causal: bool,
     method: str = "rollout",
     max_sentences: int = MAX_FIGURE_SENTENCES,
+    pooling: str | None = None,
 ) -> list[Path]:
-    """Per sentence: heatmap of the last layer's matrix and a bar chart of the read-out row."""
+    """Per sentence: heatmap of the last layer's matrix and a bar chart of the read-out row
+    (``readout``: the way the model pools)."""
     paths: list[Path] = []
     if table.empty:
         return paths
@@ -85,11 +101,10 @@ def sentence_figures(
             f"Attention {method} after layer {layer}, sentence {sentence}",
         )
         paths += save_figure(fig, out_dir, f"{method}_sentence{sentence}_heatmap", formats)
-        query, token = _readout_row(rows, causal)
+        row, label, _ = readout(rows, causal, pooling)
         fig = partial(  # a recipe: built and drawn in a figure worker
-            token_row_bars, rows[rows["query"] == query],
-            f"{method.capitalize()} of position {query} ({token}) after layer {layer}, "
-            f"sentence {sentence}",
+            token_row_bars, row,
+            f"{method.capitalize()} of {label} after layer {layer}, sentence {sentence}",
         )
         paths += save_figure(fig, out_dir, f"{method}_sentence{sentence}_readout", formats)
     return paths
@@ -123,6 +138,7 @@ def write_rollout(
     causal: bool,
     title: str = "Attention rollout",
     max_figures: int = MAX_FIGURE_SENTENCES,
+    pooling: str | None = None,
 ) -> SectionOutput:
     """Write ``rollout_layers`` (and ``rollout`` when sentences were kept) with figures."""
     tables = rollout.result()
@@ -138,7 +154,7 @@ def write_rollout(
     output.figures += save_figure(fig, out_dir, "rollout_layers", formats)
     if "rollout" in tables:
         output.figures += sentence_figures(tables["rollout"], out_dir, formats, causal,
-                                           max_sentences=max_figures)
+                                           max_sentences=max_figures, pooling=pooling)
     output.summary = EXPLANATION + "\n\n" + rollout_summary(layers)
     if rollout.skipped:
         output.summary += (
@@ -155,13 +171,14 @@ def write_flow(
     causal: bool,
     output: SectionOutput,
     max_figures: int = MAX_FIGURE_SENTENCES,
+    pooling: str | None = None,
 ) -> SectionOutput:
     """Add ``flow.csv`` and the flow figures to ``output``."""
     table = flow.result()["flow"]
     write_table(table, out_dir, "flow", formats=("csv",))
     output.tables["flow"] = table
     output.figures += sentence_figures(table, out_dir, formats, causal, method="flow",
-                                       max_sentences=max_figures)
+                                       max_sentences=max_figures, pooling=pooling)
     done = table["sentence"].nunique() if not table.empty else 0
     line = f"Attention flow: {done} sentences solved (at most {flow.max_tokens} tokens each)"
     if flow.skipped:
@@ -177,6 +194,7 @@ class RolloutSection(Section):
     name = "rollout"
     title = "Attention rollout: where information comes from"
     doc = ROLLOUT
+    null_control = True
 
     def __init__(self, residual: float = 0.5, fusion: str = "mean",
                  sentences: int = REPORT_SENTENCES, method: str = "rollout",
@@ -198,8 +216,13 @@ class RolloutSection(Section):
     def write(self, model, analyzers, out_dir: Path, formats) -> SectionOutput:
         (rollout,) = [a for a in analyzers if isinstance(a, RolloutAnalyzer)]
         causal = model.cfg.causal
+        pooling, source = checkpoint_pooling(model.cfg.source.get("path"), causal)
         figures = self.max_figures if self.method == "rollout" else 0
-        output = write_rollout(rollout, out_dir, formats, causal, self.title, figures)
+        output = write_rollout(rollout, out_dir, formats, causal, self.title, figures,
+                               pooling=pooling)
         for flow in (a for a in analyzers if isinstance(a, FlowAnalyzer)):
-            write_flow(flow, out_dir, formats, causal, output, max_figures=self.max_figures)
+            write_flow(flow, out_dir, formats, causal, output, max_figures=self.max_figures,
+                       pooling=pooling)
+        output.summary += (f"\nRead-out rows are read the way the model pools: {pooling} "
+                           f"({source}).")
         return output

@@ -133,6 +133,7 @@ class SparseSection(Section):
 
     name = "sparse"
     doc = SPARSE
+    null_control = True
     title = "Sparse-pattern coverage: windows, global tokens, BigBird"
 
     def __init__(self, per_batch: int | None = REPORT_PER_BATCH,

@@ -45,7 +45,7 @@ SPECTRUM = SectionDoc(
                  "offsets).", keys=("index",)),
         TableDoc("shared_subspace_dims", "Dimensions holding 90/95/99 % of the energy: all "
                  "heads of a layer together against each head alone (rotary models: W_QK "
-                 "at relative offset 0).", keys=("energy",)),
+                 "at relative offset 0).", keys=("energy",), null="dims"),
         TableDoc("shared_subspace_curve", "Cumulative energy against dimensions, per layer.",
                  keys=("k",)),
     ),
@@ -138,6 +138,7 @@ class SpectrumSection(Section):
     name = "spectrum"
     title = "Attention spectrum (low rank) and shared subspaces"
     doc = SPECTRUM
+    null_control = True
 
     def __init__(self, low_rank_cost: bool = True, top_k: int = 0, top_k_min_n: int = 1024) -> None:
         self.low_rank_cost = low_rank_cost

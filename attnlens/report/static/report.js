@@ -48,29 +48,59 @@ AL.miniTable = function (table, rows, columns) {
   return AL.el("div", { class: "mini-wrap" }, t);
 };
 
+/* A value's place among every head's values of the same measure: missing values and
+   values that are the same for every head get no bar and no rank. */
+AL.rankCells = function (v, all) {
+  if (v === null || v === undefined) return [AL.el("td", { class: "missing", text: "missing" }), AL.el("td", { class: "rank", text: "" })];
+  const lo = all[all.length - 1];
+  const hi = all[0];
+  if (!(hi > lo)) return [AL.el("td", { class: "hint", text: "same for every head" }), AL.el("td", { class: "rank", text: "" })];
+  const bar = AL.el("span", { class: "bar" });
+  const fill = AL.el("span", { class: "fill" });
+  fill.style.width = `${Math.round(100 * (v - lo) / (hi - lo))}%`;
+  bar.append(fill);
+  const rank = all.filter((x) => x > v).length + 1;
+  return [AL.el("td", { title: `range over heads ${AL.fmt(lo)} .. ${AL.fmt(hi)}` }, bar),
+    AL.el("td", { class: "rank", text: `#${rank} of ${all.length}`, title: "#1 = the highest value among the heads" })];
+};
+
+/* "beyond the null" when the value lies above the null model's upper 95 % bound (or below
+   its lower one); the bounds come from a randomly initialised copy of the model. */
+AL.nullCell = function (table, r, v) {
+  const high = table.col("null_high");
+  if (!high) return null;
+  const hv = high.values[r];
+  const mean = table.col("null_mean") ? table.col("null_mean").values[r] : null;
+  const low = table.col("null_low") ? table.col("null_low").values[r] : null;
+  if (hv === null || v === null) return AL.el("td", { class: "null missing", text: "no null" });
+  const beyond = v > hv || (low !== null && v < low);
+  return AL.el("td", { class: `null${beyond ? " beyond" : ""}`, text: beyond ? "beyond" : "within",
+    title: `random-init model: mean ${AL.fmt(mean)}, 95 % range ${low === null ? "" : AL.fmt(low) + " .. "}${AL.fmt(hv)}` });
+};
+
 AL.cardBlock = {
   measures(table, item, layer, head) {
     if (!table.col("measure") || !table.col("value")) return null;
     const rows = AL.headRows(table, layer, head).filter((r) => AL.passes(table, r, item.where));
     if (!rows.length) return null;
     const labels = AL.labelColumns(table);
+    const hasNull = !!table.col("null_high");
     const out = AL.el("table", { class: "mini measures" });
+    out.append(AL.el("tr", { class: "legend" }, AL.el("th", {}), AL.el("th", { class: "num", text: "value" }),
+      AL.el("th", { text: "low → high" }), AL.el("th", { class: "rank", text: "rank" }),
+      ...(hasNull ? [AL.el("th", { text: "null" })] : [])));
     for (const r of rows) {
       const key = labels.map((c) => c.values[r]).concat([table.col("measure").values[r]]).join(" ");
       const v = table.col("value").values[r];
       const all = AL.statsFor(table, labels, key);
-      const rank = v === null ? null : all.filter((x) => x > v).length + 1;
-      const lo = all[all.length - 1];
-      const hi = all[0];
-      const bar = AL.el("span", { class: "bar" });
-      const fill = AL.el("span", { class: "fill" });
-      fill.style.width = `${hi > lo && v !== null ? Math.round(100 * (v - lo) / (hi - lo)) : 50}%`;
-      bar.append(fill);
-      out.append(AL.el("tr", {}, AL.el("th", { text: key }), AL.el("td", { class: "num", text: AL.fmt(v), title: String(v) }),
-        AL.el("td", { title: `range over heads ${AL.fmt(lo)} .. ${AL.fmt(hi)}` }, bar),
-        AL.el("td", { class: "rank", text: rank ? `#${rank} of ${all.length}` : "" })));
+      const cells = [AL.el("th", { text: key }), AL.el("td", { class: v === null ? "num missing" : "num", text: v === null ? "—" : AL.fmt(v), title: String(v) }),
+        ...AL.rankCells(v, all)];
+      if (hasNull) cells.push(AL.nullCell(table, r, v));
+      out.append(AL.el("tr", {}, cells));
     }
-    return out;
+    const note = "rank #1 = the highest value among the heads; bar: where the value lies between the lowest and the highest head"
+      + (hasNull ? "; null: beyond or within the 95 % range of a randomly initialised model's heads" : "");
+    return AL.el("div", { class: "mini-wrap" }, out, AL.el("p", { class: "card-note", text: note }));
   },
   row(table, item, layer, head) {
     const rows = AL.headRows(table, layer, head);
@@ -96,8 +126,13 @@ AL.cardBlock = {
   top(table, item, layer, head) {
     const sort = table.col(item.sort);
     if (!sort) return null;
-    const rows = AL.headRows(table, layer, head).filter((r) => AL.passes(table, r, item.where) && sort.values[r] !== null);
+    let rows = AL.headRows(table, layer, head).filter((r) => AL.passes(table, r, item.where) && sort.values[r] !== null);
     if (!rows.length) return null;
+    const above = item.above && item.above.length === 2 ? item.above.map((n) => table.col(n)) : null;
+    if (above && above[0] && above[1]) {
+      rows = rows.filter((r) => above[0].values[r] !== null && above[1].values[r] !== null && above[0].values[r] > above[1].values[r]);
+      if (!rows.length) return AL.el("p", { class: "hint none-above", text: `None: no ${item.above[0]} of this head is above its ${item.above[1]}.` });
+    }
     rows.sort((a, b) => sort.values[b] - sort.values[a]);
     const cols = (item.columns && item.columns.length ? item.columns : table.columns.map((c) => c.name))
       .filter((n) => n !== "layer" && n !== "head");
@@ -170,6 +205,119 @@ AL.cardBlock = {
   },
 };
 
+/* The measure a head's examples open on: its positional offset's measure, else the example
+   measure where the head ranks highest among the heads in head_stats. */
+AL.exampleMeasure = function (measures, layer, head) {
+  const role = AL.roleOf(layer, head);
+  const byOffset = { "P-1": "to_prev", "P+0": "to_self", "P+1": "to_next" };
+  if (role && role.label) {
+    for (const part of role.label.split(" ")) if (byOffset[part] && measures.includes(byOffset[part])) return byOffset[part];
+  }
+  const stats = AL.tables.head_stats;
+  if (stats && stats.col("measure") && stats.col("value")) {
+    let best = null;
+    let bestShare = Infinity;
+    for (const r of AL.headRows(stats, layer, head)) {
+      const m = stats.col("measure").values[r];
+      const v = stats.col("value").values[r];
+      if (!measures.includes(m) || v === null) continue;
+      const all = AL.statsFor(stats, AL.labelColumns(stats), AL.labelColumns(stats).map((c) => c.values[r]).concat([m]).join(" "));
+      if (!(all[0] > all[all.length - 1])) continue;
+      const share = (all.filter((x) => x > v).length + 1) / all.length;
+      if (share < bestShare) { bestShare = share; best = m; }
+    }
+    if (best) return best;
+  }
+  return measures[0];
+};
+
+/* A small pattern matrix: the head's weights over the example's window (percent). */
+AL.patternMatrix = function (tokens, rows, query, key, start) {
+  const n = tokens.length;
+  const cell = 13;
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  const labelW = 64;
+  svg.setAttribute("viewBox", `0 0 ${labelW + n * cell} ${labelW + n * cell}`);
+  svg.setAttribute("class", "pattern-matrix");
+  const add = (tag, attrs, text) => {
+    const node = document.createElementNS(ns, tag);
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+    if (text !== undefined) node.textContent = text;
+    svg.append(node);
+    return node;
+  };
+  tokens.forEach((t, i) => {
+    const short = t.length > 9 ? `${t.slice(0, 8)}…` : t;
+    const cls = (start + i === query ? "q" : "") + (start + i === key ? " k" : "");
+    add("text", { x: labelW - 3, y: labelW + i * cell + cell - 3, "text-anchor": "end", class: cls }, short);
+    add("text", { x: 0, y: 0, transform: `translate(${labelW + i * cell + cell - 3},${labelW - 3}) rotate(-60)`, class: cls }, short);
+  });
+  rows.forEach((row, i) => row.forEach((v, j) => {
+    const rect = add("rect", { x: labelW + j * cell, y: labelW + i * cell, width: cell - 1, height: cell - 1 });
+    rect.style.fill = `rgba(31, 90, 200, ${Math.min(1, v / 100).toFixed(3)})`;
+    if (start + i === query && start + j === key) rect.setAttribute("class", "qk");
+    const title = document.createElementNS(ns, "title");
+    title.textContent = `${tokens[i]} → ${tokens[j]}: ${v} %`;
+    rect.append(title);
+  }));
+  return svg;
+};
+
+AL.exampleItem = function (table, r) {
+  const col = (n) => (table.col(n) ? table.col(n).values[r] : null);
+  let tokens = [];
+  try { tokens = JSON.parse(col("window_tokens") || "[]"); } catch (error) { tokens = []; }
+  const rows = String(col("window") || "").split(";").filter((s) => s.length).map((s) => s.split(" ").map(Number));
+  const query = col("query");
+  const key = col("key");
+  const start = col("window_start") || 0;
+  const strip = AL.el("div", { class: "ex-tokens" });
+  tokens.forEach((t, i) => {
+    const pos = start + i;
+    const cls = `tok${pos === query ? " q" : ""}${pos === key ? " k" : ""}`;
+    strip.append(AL.el("span", { class: cls, text: t, title: pos === query ? "query" : pos === key ? "key" : "" }));
+  });
+  const head = AL.el("div", { class: "ex-head" },
+    AL.el("span", { class: "ex-rank", text: `#${col("rank")}` }),
+    AL.el("span", { class: "ex-value", text: `${AL.fmt(col("value"))}` }),
+    AL.el("span", { class: "ex-qk", text: `${col("query_token")} → ${col("key_token")}` }));
+  const page = col("viewer_page");
+  if (page) {
+    const layer = AL.card.layer;
+    const headN = AL.card.head;
+    const href = `${page}#layer=${layer}&head=${headN}&view=text&query=${query}&key=${key}`;
+    head.append(AL.el("a", { class: "ex-open", href: href, target: "_blank", rel: "noopener", text: "open in viewer",
+      title: `the viewer on this sentence, L${layer}H${headN} selected, the query token pinned` }));
+  }
+  const item = AL.el("li", { class: "example" }, head, AL.el("div", { class: "ex-sentence", text: col("sentence") || "" }), strip);
+  if (rows.length && tokens.length) item.append(AL.patternMatrix(tokens, rows, query, key, start));
+  return item;
+};
+
+AL.cardBlock.examples = function (table, item, layer, head) {
+  if (!table.col("measure") || !table.col("rank")) return null;
+  const rows = AL.headRows(table, layer, head);
+  if (!rows.length) return null;
+  const m = table.col("measure").values;
+  const measures = Array.from(new Set(rows.map((r) => m[r])));
+  const select = AL.el("select", { class: "ex-measure", "aria-label": "example measure" });
+  for (const name of measures) select.append(AL.el("option", { value: name, text: name }));
+  select.value = AL.exampleMeasure(measures, layer, head);
+  const list = AL.el("ol", { class: "examples" });
+  const draw = () => {
+    list.textContent = "";
+    rows.filter((r) => m[r] === select.value)
+      .sort((a, b) => table.col("rank").values[a] - table.col("rank").values[b])
+      .forEach((r) => list.append(AL.exampleItem(table, r)));
+  };
+  select.addEventListener("change", draw);
+  draw();
+  return AL.el("div", { class: "examples-block" },
+    AL.el("div", { class: "ex-controls" }, AL.el("span", { class: "hint", text: "sentences where this head shows " }), select,
+      AL.el("span", { class: "hint", text: " most (query token blue, key orange)" })), list);
+};
+
 AL.card = { layer: null, head: null };
 
 AL.roleOf = function (layer, head) {
@@ -199,7 +347,7 @@ AL.openCard = function (layer, head, keepHash) {
     AL.openCard(Math.floor(index / AL.H), index % AL.H);
   };
   card.append(AL.el("div", { class: "card-head" },
-    AL.el("div", {}, AL.el("h2", { text: `Head L${layer}H${head}` }), AL.el("div", { class: "sub", text: `layer ${layer}, head ${head} (from 0)` })),
+    AL.el("div", {}, AL.el("h2", { text: `L${layer}H${head}` }), AL.el("div", { class: "sub", text: `layer ${layer}, head ${head} (from 0)` })),
     AL.el("div", { class: "card-nav" },
       AL.el("button", { type: "button", title: "previous head (←)", text: "←", onclick: nav(0, -1) }),
       AL.el("button", { type: "button", title: "next head (→)", text: "→", onclick: nav(0, 1) }),

@@ -234,7 +234,7 @@ class TableWidget {
           const l = t.columns[layer].values[r];
           const h = t.columns[head].values[r];
           td.append(AL.el("a", { class: "headref", href: `#head-${l}-${h}`, "data-layer": l, "data-head": h,
-            title: `open the card of head L${l}H${h}`, text: AL.fmt(v, c.kind) }));
+            title: `open the card of L${l}H${h}`, text: AL.fmt(v, c.kind) }));
         } else {
           td.textContent = AL.fmt(v, c.kind);
           if (c.kind === "num" && v !== null) td.title = String(v);
@@ -354,19 +354,31 @@ AL.headGrid = function (grid, options) {
   const L = grid.length;
   const H = L ? grid[0].length : 0;
   const table = AL.el("table", { class: "headgrid" });
+  /* Grouped-query attention: query heads sharing a key/value head sit together. */
+  const kv = (AL.data && AL.data.kv_heads) || null;
+  const group = (l) => (kv && kv[l] ? Math.max(1, Math.floor(H / kv[l])) : 0);
+  const head = AL.el("thead");
+  if (kv && kv.every((k) => k === kv[0]) && group(0) > 1) {
+    const g = group(0);
+    const row = AL.el("tr", { class: "kv-groups" }, AL.el("th", { class: "corner", text: "KV head" }));
+    for (let k = 0; k * g < H; k++) row.append(AL.el("th", { colspan: Math.min(g, H - k * g), class: "kv-group", text: `KV ${k}: heads ${k * g}–${Math.min(H, (k + 1) * g) - 1}` }));
+    head.append(row);
+  }
   const top = AL.el("tr", {}, AL.el("th", { class: "corner", text: "layer \\ head" }));
-  for (let h = 0; h < H; h++) top.append(AL.el("th", { text: h }));
-  table.append(AL.el("thead", {}, top));
+  for (let h = 0; h < H; h++) top.append(AL.el("th", { text: h, class: group(0) > 1 && h % group(0) === 0 && h ? "kv-start" : "" }));
+  head.append(top);
+  table.append(head);
   const body = AL.el("tbody");
   const range = opts.cells ? null : (opts.range || AL.range(grid, opts.diverging));
   for (let l = 0; l < L; l++) {
     const tr = AL.el("tr", {}, AL.el("th", { text: l }));
     for (let h = 0; h < H; h++) {
       const v = grid[l][h];
-      const cell = AL.el("td");
+      const g = group(l);
+      const cell = AL.el("td", { class: g > 1 && h % g === 0 && h ? "kv-start" : "" });
       let colour = null;
       let text = "";
-      let title = `head L${l}H${h}`;
+      let title = `L${l}H${h}` + (group(l) > 1 ? ` (KV head ${Math.floor(h / group(l))})` : "");
       if (opts.cells) {
         const c = opts.cells[l][h];
         if (c) {
@@ -379,9 +391,10 @@ AL.headGrid = function (grid, options) {
         text = AL.fmt(v).replace(/^0\./, ".").replace(/^-0\./, "-.");
         title += `: ${AL.fmt(v)}`;
       } else {
-        title += ": no value";
+        title += ": missing (no value)";
       }
-      const button = AL.el("button", { type: "button", class: "hg-cell headref", "data-layer": l, "data-head": h, title: title, text: text });
+      const missing = !opts.cells && (v === null || v === undefined);
+      const button = AL.el("button", { type: "button", class: `hg-cell headref${missing ? " missing" : ""}`, "data-layer": l, "data-head": h, title: title, text: text });
       if (colour) { button.style.background = AL.rgb(colour); button.style.color = AL.textOn(colour); }
       cell.append(button);
       tr.append(cell);
