@@ -176,10 +176,12 @@ def _data_option(metric: str, pairs: Path | None, data: Path | None) -> tuple[st
                           "(sentence1,sentence2,score), else --data FILE.")
     if pairs is None:
         return metric, data, "--data"
-    if metric not in ("auto", "sts"):
+    from attnlens.metrics import METRIC_NAMES
+
+    if metric in METRIC_NAMES and metric != "sts":  # an unknown name: _check_options says so
         raise ConfigError(f"--pairs holds sentence pairs, scored by --metric sts, not "
                           f"{metric!r}; give other data with --data.")
-    return "sts", pairs, "--pairs"
+    return ("sts" if metric == "auto" else metric), pairs, "--pairs"
 
 
 def _warn_pairs_as_data(name: str, option: str) -> None:

@@ -153,7 +153,7 @@ def test_prune_command_on_cuda(toy, tmp_path):
     curves = {}
     for device in ("cpu", "cuda"):
         out = tmp_path / device
-        done = run_cli("prune", str(model), "--metric", "sts", "--data", str(pairs), "--order",
+        done = run_cli("prune", str(model), "--metric", "sts", "--pairs", str(pairs), "--order",
                        "importance,random", "--seeds", "1", "--step", "0.25", "--max-fraction",
                        "0.5", "--batch-size", "8", "--out", str(out), "-q", "--device", device,
                        env=NO_FIGURE_WORKERS)

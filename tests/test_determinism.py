@@ -67,7 +67,7 @@ def test_two_prune_runs_write_identical_tables(tmp_path):
     word_tokenizer().hf.save_pretrained(str(tmp_path / "tiny"))
     write_pairs(tmp_path / "pairs.csv", 32)
     for out in ("a", "b"):
-        run_cli("prune", "tiny", "--metric", "sts", "--data", "pairs.csv", "--step", "0.25",
+        run_cli("prune", "tiny", "--metric", "sts", "--pairs", "pairs.csv", "--step", "0.25",
               "--max-fraction", "0.75", "--batch-size", "8", "--rescore", "--out", out,
               "--quiet", cwd=tmp_path, timeout=900, check=True)
     # prune_curve's last column, "seconds", is each step's wall-clock time (also in the .md)

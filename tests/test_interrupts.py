@@ -40,7 +40,7 @@ def _rows(path: Path) -> int:
 # prune ---------------------------------------------------------------------------------------
 def _prune_args(rescore: bool) -> list[str]:
     # The embedded MiniLM on 40 pairs: each step takes long enough to be cut between steps.
-    return ["prune", "--metric", "sts", "--data", "pairs.csv", "--order", "importance,random",
+    return ["prune", "--metric", "sts", "--pairs", "pairs.csv", "--order", "importance,random",
             "--seeds", "1", "--step", "0.25", "--max-fraction", "0.75", "--batch-size", "16",
             "--out", "out", "--quiet", *(["--rescore"] if rescore else [])]
 
