@@ -95,6 +95,7 @@ BENCH_BATCHING := --sentences 32
 BENCH_DISTRIBUTED := --sentences 48
 BENCH_PRUNED := --rounds 3
 BENCH_NEWVIEWS := --sentences 64
+BENCH_LONG := --quick
 BENCH_VIEWER := --lengths 512,1024
 endif
 BENCH := OMP_NUM_THREADS=$(BENCH_THREADS) $(BIN)/python benchmarks
@@ -108,4 +109,5 @@ bench: setup
 	$(BENCH)/distributed.py --threads $(BENCH_THREADS) $(BENCH_DISTRIBUTED)
 	$(BENCH)/pruned_speed.py --threads $(BENCH_THREADS) $(BENCH_PRUNED)
 	$(BENCH)/newviews.py --threads $(BENCH_THREADS) $(BENCH_NEWVIEWS)
+	$(BENCH)/long_context.py $(BENCH_LONG)
 	$(BENCH)/viewer.py $(BENCH_VIEWER)

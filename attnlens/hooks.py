@@ -3,6 +3,11 @@
 A ``HookPoint`` is an identity module placed at every interesting activation. The model
 names each one after its position (``blocks.3.attn.hook_pattern``), so that a user can
 read, edit or cache an activation by name without touching the model's code.
+
+Long inputs: the attention's ``hook_scores`` and ``hook_pattern`` may fire once per block of
+query rows (``[batch, head, rows, key_pos]``; ``hook.query_block`` says which rows) when every
+function hooked there accepts blocks (``accepts_query_blocks``); a function that does not gets
+the whole matrix, or is refused above the whole-matrix limit (``attnlens.model.query_blocks``).
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -19,6 +25,42 @@ from attnlens.errors import AttnlensError
 
 HookFn = Callable[..., torch.Tensor | None]
 NamesFilter = str | Sequence[str] | Callable[[str], bool] | None
+BLOCKS_ATTRIBUTE = "accepts_query_blocks"
+
+
+@dataclass(frozen=True)
+class QueryBlock:
+    """Which query rows an attention hook sees: ``start:stop`` of ``length`` query positions
+    (``start == 0 and stop == length``: the whole matrix, one block)."""
+
+    start: int
+    stop: int
+    length: int
+
+    @property
+    def rows(self) -> int:
+        return self.stop - self.start
+
+    @property
+    def is_whole(self) -> bool:
+        return self.start == 0 and self.stop == self.length
+
+    @property
+    def is_last(self) -> bool:
+        return self.stop == self.length
+
+
+def accepts_query_blocks(fn: HookFn) -> HookFn:
+    """Mark a hook function as reading attention patterns block by block: on ``hook_scores``
+    and ``hook_pattern`` it may be called once per block of query rows, and reads
+    ``hook.query_block`` for the rows it got. Returns ``fn``."""
+    setattr(fn, BLOCKS_ATTRIBUTE, True)
+    return fn
+
+
+def reads_blocks(fn: HookFn) -> bool:
+    """True for a hook function marked with ``accepts_query_blocks`` (bound methods too)."""
+    return bool(getattr(fn, BLOCKS_ATTRIBUTE, False))
 
 
 class HookPoint(nn.Module):
@@ -33,10 +75,27 @@ class HookPoint(nn.Module):
         self.name: str = ""
         self._fwd_fns: list[HookFn] = []
         self._bwd_fns: list[HookFn] = []
+        self.query_block: QueryBlock | None = None  # set while an attention block is fired
+        # set while a layer's pattern blocks are fired: (start, stop) -> those rows of the
+        # pattern, recomputed from the layer's queries and keys (hooks' edits not applied)
+        self.pattern_rows: Callable[[int, int], torch.Tensor] | None = None
 
     @property
     def has_hooks(self) -> bool:
         return bool(self._fwd_fns or self._bwd_fns)
+
+    @property
+    def needs_whole(self) -> bool:
+        """Some function hooked here needs the whole matrix (backward hooks always do)."""
+        return bool(self._bwd_fns) or not all(reads_blocks(fn) for fn in self._fwd_fns)
+
+    def fire_block(self, x: torch.Tensor, block: QueryBlock) -> torch.Tensor:
+        """``forward(x)`` with ``query_block`` set to ``block`` while the hooks run."""
+        self.query_block = block
+        try:
+            return self(x)
+        finally:
+            self.query_block = None
 
     def add_hook(self, fn: HookFn, direction: str = "fwd") -> Callable[[], None]:
         """Attach ``fn``; returns a function that removes exactly this hook."""

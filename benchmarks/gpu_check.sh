@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# GPU readiness of attnlens in one go: the CUDA tests, the commands on the GPU, and a short
-# GPU benchmark (benchmarks/gpu.py). Needs only this checkout and a Python with a CUDA build
+# GPU readiness of attnlens in one go: the CUDA tests, the commands on the GPU, a short
+# GPU benchmark (benchmarks/gpu.py) and the long-input case (benchmarks/long_context.py --gpu). Needs only this checkout and a Python with a CUDA build
 # of torch (torch >= 2.5). The other dependencies are installed into that Python if it is a
 # virtual environment, else into .venv-gpu (a virtual environment that sees the system's
 # torch, so no torch is downloaded); a Python that already has this checkout is used as is.
@@ -95,6 +95,10 @@ step "the attention viewer on the GPU: 2,048 tokens CPU vs GPU, 8,192 and 16,384
 
 step "GPU benchmark (benchmarks/gpu.py)"
 "$PY" benchmarks/gpu.py ${GPU_CHECK_QUICK:+--quick} || status=$?
+
+step "long input: attnlens heads on a random 1B-class Llama at 32,768 tokens (--quick: 4,096)"
+# built from a config (random weights, a local word-level tokenizer): nothing is downloaded
+"$PY" benchmarks/long_context.py --gpu ${GPU_CHECK_QUICK:+--quick} || status=$?
 
 echo
 if [ "$status" -eq 0 ]; then echo "gpu_check: every step passed"; else echo "gpu_check: a step failed (exit $status)"; fi

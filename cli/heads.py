@@ -66,8 +66,11 @@ SelectFractionOpt = typer.Option(
     help="Without --select-on: share of the sentences that choose the best heads.",
 )
 ClustersOpt = typer.Option(
-    True, "--clusters/--no-clusters",
-    help="Jensen-Shannon distances between every pair of heads and their MDS embedding.",
+    None, "--clusters/--no-clusters",
+    help="Jensen-Shannon distances between every pair of heads and their MDS embedding. "
+    "Default: on, leaving out inputs above --whole-matrix-limit (it needs every layer's "
+    "whole pattern); --clusters refuses them.",
+    show_default=False,
 )
 
 
@@ -87,7 +90,7 @@ def heads(
     rare_self: str = RareSelfOpt,
     select_on: Path | None = SelectOnOpt,
     select_fraction: float = SelectFractionOpt,
-    clusters: bool = ClustersOpt,
+    clusters: bool | None = ClustersOpt,
 ) -> None:
     """Find the positional, syntactic and rare-word heads of MODEL (layers/heads from 0).
 

@@ -83,6 +83,15 @@ def batching(batch_size: int, unit: str) -> list[inspect.Parameter]:
         _param("max_length", int | None, typer.Option(
             None, "--max-length", min=4, show_default=False, help=MAX_LENGTH_HELP,
             rich_help_panel=MODEL_PANEL)),
+        _param("query_block", int | None, typer.Option(
+            None, "--query-block", min=1, show_default=False, rich_help_panel=MODEL_PANEL,
+            help="Long inputs: attention patterns are computed and analysed this many query "
+            "rows at a time (default: from free memory; docs/long-context.md).")),
+        _param("whole_matrix_limit", int, typer.Option(
+            4096, "--whole-matrix-limit", min=0, rich_help_panel=MODEL_PANEL,
+            help="Longest input (tokens) an analysis needing whole attention matrices "
+            "(rollout, flow, pattern asymmetry, head clustering, full spectra) may read; "
+            "longer inputs are refused with the analysis named.")),
     ]
 
 

@@ -150,6 +150,8 @@ class CommandRun:
     output: OutputOptions | None = None
     batch_size: int = 16
     max_length: int | None = None  # None: the model's trained length, set by load_model
+    query_block: int | None = None  # query rows per attention block (None: from free memory)
+    whole_matrix_limit: int = 4096  # longest input whole-matrix analyses may read
     quiet: bool = False
     inputs: dict[str, Path | None] = field(default_factory=dict)  # option name -> input file
     input_kinds: dict[str, str] = field(default_factory=dict)  # option name -> what it holds
@@ -206,13 +208,19 @@ class CommandRun:
                            max_sentences=options.max_sentences)
 
     def load_model(self):
-        """``(HookedTransformer, Tokenizer)`` from MODEL and the loading options; a
-        --max-length left out becomes the model's trained length."""
+        """``(HookedTransformer, Tokenizer)`` from MODEL and the loading options, with the
+        query-block settings (--query-block, --whole-matrix-limit) applied; a --max-length
+        left out becomes the model's trained length."""
         model, tokenizer = (self.model or ModelOptions()).load()
         if self.max_length is None:
             from attnlens.loaders.trained_length import default_max_length
 
             self.max_length = default_max_length(model.cfg.source.get("path"))
+        set_blocks = getattr(model, "set_query_blocks", None)
+        if set_blocks is not None:
+            from attnlens.model.query_blocks import QueryBlocks
+
+            set_blocks(QueryBlocks(self.query_block, self.whole_matrix_limit))
         return model, tokenizer
 
     def start_processes(self):
@@ -329,8 +337,9 @@ def _example_pages(model, tokenizer, out: Path) -> list[Path]:
 # message names when the command was given more than the default (cli/known_errors.py).
 NUMERIC_DEFAULTS: dict[str, dict[str, Any]] = {}
 _SHARED = ("model", "device", "dtype", "allow_pickle", "device_map", "max_memory", "text",
-           "treebank", "parse", "max_sentences", "batch_size", "max_length", "out", "fmt",
-           "force", "resume", "checkpoint_every", "quiet", "null", "null_seed")
+           "treebank", "parse", "max_sentences", "batch_size", "max_length", "query_block",
+           "whole_matrix_limit", "out", "fmt", "force", "resume", "checkpoint_every", "quiet",
+           "null", "null_seed")
 
 
 def _shared_run(values: dict[str, Any], resumable: bool) -> CommandRun:
@@ -348,7 +357,10 @@ def _shared_run(values: dict[str, Any], resumable: bool) -> CommandRun:
                                checkpoint_every=values.get("checkpoint_every"))
     return CommandRun(model=model, corpus=corpus, output=output,
                       batch_size=values.get("batch_size", 16),
-                      max_length=values.get("max_length"), quiet=values.get("quiet", False),
+                      max_length=values.get("max_length"),
+                      query_block=values.get("query_block"),
+                      whole_matrix_limit=values.get("whole_matrix_limit", 4096),
+                      quiet=values.get("quiet", False),
                       null=values.get("null", "none"), null_seed=values.get("null_seed", 0))
 
 

@@ -13,14 +13,27 @@ NoCostOpt = typer.Option(
 )
 
 
-def spectrum(run: CommandRun, no_low_rank_cost: bool = NoCostOpt) -> None:
+TopKOpt = typer.Option(
+    0, "--top-k", min=0,
+    help="Long inputs: sentences of at least --top-k-min-n tokens get only their top K "
+    "singular values, with bounds of the rest (0: full spectra; docs/spectrum.md). On inputs "
+    "read in query blocks they never hold a whole matrix (docs/long-context.md).",
+)
+TopKMinOpt = typer.Option(
+    1024, "--top-k-min-n", min=1, help="Shortest sentence (tokens) that --top-k applies to.",
+)
+
+
+def spectrum(run: CommandRun, no_low_rank_cost: bool = NoCostOpt, top_k: int = TopKOpt,
+             top_k_min_n: int = TopKMinOpt) -> None:
     """Singular-value spectra of MODEL's attention matrices on a corpus (layers/heads from 0).
 
     Also the spectra of each head's QK/OV circuits and the layers' shared query/key subspaces.
     """
     from attnlens.measures.spectrum.section import SpectrumSection
 
-    run.write_report([SpectrumSection(low_rank_cost=not no_low_rank_cost)])
+    run.write_report([SpectrumSection(low_rank_cost=not no_low_rank_cost, top_k=top_k,
+                                      top_k_min_n=top_k_min_n)])
 
 
 def register(app: typer.Typer) -> None:

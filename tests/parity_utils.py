@@ -6,7 +6,11 @@ The building and measuring live in ``attnlens.loaders.verify`` and ``parity_inpu
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import torch
 
 from attnlens.loaders.parity_inputs import (  # noqa: F401 (re-exported for the tests)
     VOCAB,
@@ -51,3 +55,28 @@ def tiny_parity(model_cls, config, path: Path, batch: PaddedBatch, label: str):
     hf, ours = load_pair(model_cls, config, path)
     assert ours.cfg.source["architecture"] == model_cls.__name__
     return hf, ours, check_parity(hf, ours, batch, label=label)
+
+
+@contextmanager
+def hf_softmax_in_input_dtype() -> Iterator[None]:
+    """Hugging Face eager attention with its softmax in the input's dtype.
+
+    transformers' eager Llama-family attention calls ``softmax(..., dtype=torch.float32)``
+    even on float64 scores, so its float64 patterns are float32-precise (~1e-7); attnlens
+    runs a float64 model's softmax in float64 (issue 23). Inside this context a float32
+    softmax requested on float64 input runs in float64, everything else is unchanged: the
+    reference is then the same computation in float64 throughout.
+    """
+    functional = torch.nn.functional
+    original = functional.softmax
+
+    def softmax(input, dim=None, _stacklevel=3, dtype=None):
+        if input.dtype == torch.float64 and dtype == torch.float32:
+            dtype = None
+        return original(input, dim=dim, _stacklevel=_stacklevel, dtype=dtype)
+
+    functional.softmax = softmax
+    try:
+        yield
+    finally:
+        functional.softmax = original

@@ -3,7 +3,8 @@
 On a GPU, reading a tensor's values on the host (``.item()``, ``.tolist()``, ``.cpu()``,
 ``bool(t)``, ``int(t)``, ``torch.nonzero``, ...) waits for every queued kernel: a
 synchronisation. Inside the per-layer loop that serialises the GPU once per layer and head.
-``count_host_reads`` counts such calls made by ``update_layer`` on any device (a
+``count_host_reads`` counts such calls made by ``update_layer`` (and, for analyzers fed query
+blocks, ``update_block`` and ``end_layer``: once per block and per layer) on any device (a
 ``TorchFunctionMode`` sees every tensor method and torch function), so the same check runs
 on the CPU; ``count_cuda_syncs`` counts the synchronisations CUDA itself reports
 (``torch.cuda.set_sync_debug_mode``) where a GPU is present.
@@ -41,9 +42,13 @@ class _HostReadCounter(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+PER_LAYER_METHODS = ("update_layer", "update_block", "end_layer")
+
+
 @contextmanager
 def count_host_reads(analyzers: Sequence[Any]) -> Iterator[Counter]:
-    """Within the block, count host reads made inside each analyzer's ``update_layer``.
+    """Within the block, count host reads made inside each analyzer's per-layer and
+    per-block methods (``PER_LAYER_METHODS``).
 
     Yields a Counter keyed ``"<Analyzer>.<function>"``.
     """
@@ -52,7 +57,7 @@ def count_host_reads(analyzers: Sequence[Any]) -> Iterator[Counter]:
     originals: list[tuple[Any, Callable]] = []
 
     def wrap(analyzer, original):
-        def update_layer(*args, **kwargs):
+        def per_layer(*args, **kwargs):
             mode.counts = Counter()
             mode.active += 1
             try:
@@ -61,18 +66,20 @@ def count_host_reads(analyzers: Sequence[Any]) -> Iterator[Counter]:
                 mode.active -= 1
                 for name, n in mode.counts.items():
                     counts[f"{type(analyzer).__name__}.{name}"] += n
-        return update_layer
+        return per_layer
 
     for analyzer in analyzers:
         if getattr(analyzer, "layerwise", False):
-            originals.append((analyzer, analyzer.update_layer))
-            analyzer.update_layer = wrap(analyzer, analyzer.update_layer)
+            for method in PER_LAYER_METHODS:
+                if hasattr(analyzer, method):
+                    originals.append((analyzer, method))
+                    setattr(analyzer, method, wrap(analyzer, getattr(analyzer, method)))
     try:
         with mode:
             yield counts
     finally:
-        for analyzer, original in originals:
-            analyzer.update_layer = original
+        for analyzer, method in reversed(originals):
+            delattr(analyzer, method)  # back to the class's method
 
 
 @contextmanager

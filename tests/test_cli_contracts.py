@@ -47,6 +47,9 @@ def usage_cases(tmp: Path) -> list[tuple[list[str], str]]:
         (["eval", "stsb"], "Missing option '--pairs'"),
         (["spectrum", "a", "b"], "unexpected extra argument"),
         (["collapse", "--tokens", "1", "--synthetic"], "'--tokens'"),
+        (["heads", "--query-block", "0"], "'--query-block'"),
+        (["analyze", "--whole-matrix-limit", "-1"], "'--whole-matrix-limit'"),
+        (["spectrum", "--top-k", "-1"], "'--top-k'"),
     ]
 
 

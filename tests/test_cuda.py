@@ -110,6 +110,47 @@ def test_no_synchronisation_per_layer_on_cuda():
     assert not growing, f"synchronisations growing with depth (2 vs 4 layers): {growing}"
 
 
+def test_no_synchronisation_per_query_block_on_cuda():
+    """Patterns fed in query blocks on the GPU: CUDA's count of synchronisations of every
+    `analyze` analyzer is the same with blocks of 8 rows as with blocks of 4 (twice as many
+    blocks), so nothing synchronises per block; and a block-reading analyzer's tables equal
+    the whole-matrix path's."""
+    from attnlens.data.corpus import load_corpus
+    from attnlens.model.query_blocks import QueryBlocks
+    from attnlens.report.analyze import default_sections
+    from tests.pruning_toys import vocab_size, word_tokenizer
+    from tests.sync_utils import count_cuda_syncs
+
+    tokenizer = word_tokenizer()
+    batches = load_corpus(text=None, treebank=None).batches(tokenizer, batch_size=8)[:2]
+    model = tiny_model(seed=0, n_layers=2, vocab_size=vocab_size(), n_ctx=128,
+                       n_token_types=0).cuda()
+    run_analyzers(model, batches[:1], [], show_progress=False)  # warm-up
+    counts = {}
+    for section in default_sections():
+        for rows in (8, 4):
+            model.set_query_blocks(QueryBlocks(rows=rows))
+            analyzers = section.analyzers(model, tokenizer)
+            with count_cuda_syncs() as found:
+                run_analyzers(model, batches, analyzers, show_progress=False)
+            for analyzer in analyzers:
+                counts.setdefault(type(analyzer).__name__, {})[rows] = len(found)
+    model.set_query_blocks(QueryBlocks())
+    print("CUDA synchronisations per section (blocks of 8 and of 4 rows):", counts)
+    growing = {k: v for k, v in counts.items() if v[4] > v[8]}
+    assert not growing, f"synchronisations growing with the number of blocks: {growing}"
+    tables = {}
+    for rows in (10_000, 5):
+        model.set_query_blocks(QueryBlocks(rows=rows))
+        stats = HeadStats.for_model(model, tokenizer)
+        run_analyzers(model, batches, [stats], show_progress=False)
+        tables[rows] = stats.result()["head_stats"]
+    model.set_query_blocks(QueryBlocks())
+    # the same rows from products of other shapes, summed block by block (float32 rounding)
+    np.testing.assert_allclose(tables[5]["value"], tables[10_000]["value"], rtol=1e-5,
+                               atol=1e-6)
+
+
 # --- the commands on a GPU ---------------------------------------------------------------------
 NO_FIGURE_WORKERS = {"ATTNLENS_FIGURE_WORKERS": "0"}
 

@@ -21,6 +21,7 @@ from tests.parity_utils import (
     assert_parity,
     attnlens_outputs,
     hf_outputs,
+    hf_softmax_in_input_dtype,
     max_differences,
     padded_batch,
     save_tiny,
@@ -66,16 +67,17 @@ def test_sliding_window_parity(family, architecture, overrides, window, layers, 
         far = cache["pattern", layer][0][:, too_far]  # first sequence: 9 real tokens
         assert bool((far == 0).all()) == (layer in layers), layer
     ours64 = load_model(tmp_path, dtype=torch.float64)
-    # transformers' eager Llama-family attention takes its softmax in float32 even in float64,
-    # as attnlens' hooked path does; the SDPA path is float64 throughout (~1e-7 apart), so
-    # the comparison runs the hooked path everywhere.
+    # attnlens runs a float64 model's softmax in float64; transformers' eager attention takes
+    # it in float32 even in float64, so the reference runs with that upcast undone
+    # (hf_softmax_in_input_dtype). The hooked path is compared (the SDPA path is float64 too).
     ours64.set_use_sdpa(False)
-    # In float64 transformers turns a padding query whose window holds only padding into NaN
-    # (float64's finfo.min is -inf in its float32 softmax), which spreads to real tokens; so
-    # float64 is compared on a batch where every padding query's window reaches a real key.
+    # Every padding query's window reaches a real key here: a query whose window holds only
+    # padding has no defined pattern (transformers gives NaN there in float64).
     batch64 = padded_batch(lengths=(9, 10 - window))
-    diffs = max_differences(attnlens_outputs(ours64, batch64),
-                            hf_outputs(hf.to(torch.float64), batch64), batch64.attention_mask)
+    with hf_softmax_in_input_dtype():
+        reference = hf_outputs(hf.to(torch.float64), batch64)
+    diffs = max_differences(attnlens_outputs(ours64, batch64), reference,
+                            batch64.attention_mask)
     assert_parity(diffs, FLOAT64_TOL, f"{architecture} window {window} float64")
     # attnlens stays finite where every key of a padding query is masked.
     assert bool(attnlens_outputs(ours64, batch).hidden[-1].isfinite().all())

@@ -40,7 +40,9 @@ def test_spectrum_command_writes_tables_and_figures(tmp_path, text_file):
         assert (out / "figures" / f"{name}.png").stat().st_size > 0
         assert (out / "figures" / f"{name}.svg").is_file()
     summary = pd.read_csv(out / "tables" / "spectrum_summary.csv")
-    assert list(summary.columns) == ["layer", "head", "measure", "value"]
+    # the null model's columns follow the value (--null random-init is the default)
+    assert list(summary.columns) == ["layer", "head", "measure", "value", "null_mean",
+                                     "null_low", "null_high"]
     assert len(summary[summary["measure"] == "cum_at_quarter"]) == 6 * 12
     assert (out / "index.html").is_file()
 

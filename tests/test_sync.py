@@ -39,6 +39,25 @@ def test_update_layer_reads_nothing_back_to_the_host(minilm, batches, section):
     assert dict(counts) == {}, "host reads per layer (GPU synchronisations): " + str(counts)
 
 
+@pytest.mark.parametrize("section", analyzer_params())
+def test_query_blocks_read_nothing_back_to_the_host(minilm, batches, section):
+    """The same with every pattern fed in query blocks of 5 rows (a long input's path): no
+    host read per block or per layer (a whole-matrix analyzer gets its blocks put together
+    at the layer's end, below the whole-matrix limit)."""
+    from attnlens.model.query_blocks import QueryBlocks
+
+    model, tokenizer = minilm
+    analyzers = default_sections()[section].analyzers(model, tokenizer)
+    before = model.query_blocks
+    model.set_query_blocks(QueryBlocks(rows=5))
+    try:
+        with count_host_reads(analyzers) as counts:
+            run_analyzers(model, batches, analyzers, show_progress=False)
+    finally:
+        model.set_query_blocks(before)
+    assert dict(counts) == {}, "host reads per block or layer: " + str(counts)
+
+
 def test_the_counter_sees_host_reads():
     class Reads:
         layerwise = True

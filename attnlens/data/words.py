@@ -11,6 +11,12 @@ A token-level pattern ``P [batch, head, query_pos, key_pos]`` becomes a word-lev
 
 Both steps are one batched product with a token->word assignment matrix
 ``A [batch, word, pos]``: ``W = A_mean @ P @ A.T``.
+
+Long inputs come as blocks of query rows (``WordAttentionContext.rows``): a word's row is
+complete once the block holding its last token has been seen (a word cut by a block boundary
+carries its partial row into the next block), and its columns are summed with a scatter over
+key positions instead of ``A.T`` (``[pos, word]`` would be quadratic in length). Each word's
+row is the same sum as on the whole matrix, in another order: equal within float32 rounding.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from attnlens.data.alignment import Span, join_words, word_spans
@@ -27,6 +34,7 @@ from attnlens.data.batch import Batch
 from attnlens.data.text import length_sorted_chunks
 from attnlens.data.tokenizer import Tokenizer
 from attnlens.errors import DataError
+from attnlens.hooks import QueryBlock
 
 
 def split_words(text: str) -> list[str]:
@@ -51,6 +59,27 @@ class WordAttention:
     weights: torch.Tensor
     to_special: torch.Tensor
     valid: torch.Tensor
+
+
+@dataclass
+class WordRows:
+    """The word rows completed by one query block of a layer.
+
+    ``weights [batch, head, n, key_word]`` are the rows of words ``first .. first + n - 1``
+    (``n`` spans the words any sentence of the batch has in the block); ``done [batch, n]``
+    marks the rows complete in this block (real words whose last token lies in it: each real
+    word is done in exactly one block); ``valid [batch, key_word]`` marks real words. The
+    whole matrix is one block: ``first = 0`` and ``done = valid``.
+    """
+
+    weights: torch.Tensor
+    first: int
+    done: torch.Tensor
+    valid: torch.Tensor
+
+    @property
+    def n(self) -> int:
+        return self.weights.shape[-2]
 
 
 def assignment_matrix(word_ids: torch.Tensor, n_words: int) -> torch.Tensor:
@@ -98,6 +127,7 @@ class WordAttentionContext:
     analyzers read it. It remembers one layer of one batch (weak references to the batch and
     the pattern tensor, so it never keeps either alive): asking for another batch, layer or
     pattern recomputes. Analyzers given none make their own (nothing shared, same numbers).
+    ``rows`` does the same for query blocks of long inputs.
     """
 
     def __init__(self) -> None:
@@ -107,6 +137,10 @@ class WordAttentionContext:
         """Forget the remembered layer (analyzers call this at the end of each batch)."""
         self._key: tuple | None = None
         self._value: WordAttention | None = None
+        self._rows_key: tuple | None = None
+        self._rows_value: WordRows | None = None
+        self._layout: _WordLayout | None = None
+        self._carry: dict[int, tuple[int, torch.Tensor]] = {}
 
     def get(self, batch: Batch, layer: int, pattern: torch.Tensor) -> WordAttention:
         """``word_attention`` of ``pattern [batch, head, query_pos, key_pos]`` for ``batch``."""
@@ -119,6 +153,95 @@ class WordAttentionContext:
         self._key = (weakref.ref(batch), weakref.ref(pattern), layer)
         self._value = value
         return value
+
+    def prepare(self, batch: Batch) -> None:
+        """Read where ``batch``'s words lie (one host transfer), before its layers come, so
+        ``rows`` reads nothing from the device (analyzers call this in ``begin_batch``)."""
+        if batch.word_ids is not None and (self._layout is None
+                                           or self._layout.batch() is not batch):
+            self._layout = _WordLayout(batch)
+
+    def rows(self, batch: Batch, layer: int, pattern: torch.Tensor,
+             query: QueryBlock) -> WordRows:
+        """The word rows completed by the query block ``pattern [batch, head, rows, key_pos]``
+        (rows ``query.start:query.stop``). Blocks of a layer must come in order."""
+        if self._rows_key is not None:
+            batch_ref, pattern_ref, known_layer = self._rows_key
+            if batch_ref() is batch and pattern_ref() is pattern and known_layer == layer:
+                return self._rows_value
+        if query.is_whole:
+            wa = self.get(batch, layer, pattern)
+            value = WordRows(wa.weights, 0, wa.valid, wa.valid)
+        else:
+            self.prepare(batch)
+            if query.start == 0:
+                self._carry = {}
+            value = self._layout.rows(pattern, query, self._carry)
+        self._rows_key = (weakref.ref(batch), weakref.ref(pattern), layer)
+        self._rows_value = value
+        return value
+
+
+class _WordLayout:
+    """Where each word's tokens lie in a batch (read on the host once per batch), to cut a
+    query block's rows into words without reading the device."""
+
+    def __init__(self, batch: Batch) -> None:
+        self.batch = weakref.ref(batch)
+        word_ids = batch.word_ids
+        self.n_words = (max(batch.extra["n_words"]) if batch.extra.get("n_words")
+                        else int(word_ids.max()) + 1 if word_ids.numel() else 0)
+        ids = word_ids.cpu().numpy()  # one transfer per batch
+        self.ids = ids
+        n_batch, length = ids.shape
+        self.last = np.full((n_batch, self.n_words), -1, dtype=np.int64)
+        self.first = np.full((n_batch, self.n_words), length, dtype=np.int64)
+        for b in range(n_batch):
+            pos = np.nonzero(ids[b] >= 0)[0]
+            words = ids[b, pos]
+            self.last[b, words] = pos  # ascending positions: the last one stays
+            self.first[b, words[::-1]] = pos[::-1]
+        device = word_ids.device
+        self.word_ids = word_ids
+        self.last_dev = torch.from_numpy(self.last).to(device)  # [batch, word]
+        counts = np.stack([np.bincount(row[row >= 0], minlength=self.n_words)[: self.n_words]
+                           for row in ids]) if n_batch else np.zeros((0, self.n_words))
+        self.tokens = torch.from_numpy(counts).to(device, torch.float32)  # [batch, word]
+        self.valid = self.tokens > 0  # [batch, word]
+        # key tokens -> word slot (n_words: special, padding, cut words), for the scatter
+        self.key_slot = torch.where(word_ids >= 0, word_ids, self.n_words)  # [batch, pos]
+
+    def rows(self, pattern: torch.Tensor, query: QueryBlock,
+             carry: dict[int, tuple[int, torch.Tensor]]) -> WordRows:
+        start, stop = query.start, query.stop
+        block_ids = self.ids[:, start:stop]
+        present = block_ids[block_ids >= 0]
+        n_batch, n_heads, n_keys = pattern.shape[0], pattern.shape[1], pattern.shape[-1]
+        if not present.size:
+            empty = pattern.new_zeros(n_batch, n_heads, 0, self.n_words)
+            return WordRows(empty, 0, self.valid[:, :0], self.valid)
+        first, last = int(present.min()), int(present.max())
+        n = last - first + 1
+        ids = self.word_ids[:, start:stop]  # [batch, rows]
+        words = torch.arange(first, last + 1, device=ids.device)
+        to_word = (ids[:, None, :] == words[None, :, None]).to(torch.float32)  # [b, n, rows]
+        to_word = to_word / self.tokens[:, first:last + 1].clamp_min(1)[..., None]
+        token_rows = to_word[:, None] @ pattern.to(torch.float32)  # [batch, head, n, key_pos]
+        for b, (word, partial) in carry.items():  # rows begun in the previous block
+            if first <= word <= last:
+                token_rows[b, :, word - first] += partial
+        carry.clear()
+        for b in range(n_batch):  # a word whose tokens go on past the block
+            row = block_ids[b]
+            word = int(row[-1]) if row.size else -1
+            if word >= 0 and self.last[b, word] >= stop:
+                carry[b] = (word, token_rows[b, :, word - first].clone())
+        slots = self.key_slot[:, None, None, :].expand(n_batch, n_heads, n, n_keys)
+        weights = token_rows.new_zeros(n_batch, n_heads, n, self.n_words + 1)
+        weights.scatter_add_(-1, slots, token_rows)  # key tokens summed into their words
+        last_pos = self.last_dev[:, first:last + 1]  # [batch, n]
+        done = (last_pos >= start) & (last_pos < stop)
+        return WordRows(weights[..., : self.n_words], first, done, self.valid)
 
 
 def word_batches(

@@ -31,21 +31,12 @@ from einops import rearrange
 from torch import nn
 
 from attnlens.errors import ConfigError
-from attnlens.hooks import HookPoint
+from attnlens.hooks import HookPoint, QueryBlock
 from attnlens.model.config import RopeScaling
 from attnlens.model.factored import FactoredMatrix
+from attnlens.model.masks import AttentionMask, mask_from_parts, mask_value
+from attnlens.model.query_blocks import DEFAULT_BLOCKS, QueryBlocks
 from attnlens.model.rotary import attention_factor, inverse_frequencies
-
-
-def mask_value(dtype: torch.dtype) -> float:
-    """The additive value of a forbidden key: ``finfo(dtype).min``, but at most float32's.
-
-    The hooked path takes its softmax in float32 (as transformers' eager attention); float64's
-    minimum would become -inf there, and a row with every key forbidden (a padding query
-    whose sliding window holds only padding) would turn to NaN and spread to real tokens
-    through the next layer's values. float32's minimum is as final in float64 (exp gives 0).
-    """
-    return max(torch.finfo(dtype).min, torch.finfo(torch.float32).min)
 
 
 def additive_attention_mask(
@@ -64,47 +55,44 @@ def additive_attention_mask(
     forbidden (``mask_value``), or None when nothing is masked (which lets SDPA take its
     fastest kernel).
     """
-    neg = mask_value(dtype)
-    mask = None
-    if key_padding_mask is not None and not bool(key_padding_mask.all()):
-        keep = key_padding_mask.bool()[:, None, None, :]  # [batch, 1, 1, key_pos]
-        mask = torch.zeros(keep.shape, dtype=dtype, device=device).masked_fill(~keep, neg)
-    if causal:
-        # Query i sees keys j <= i + (key_len - query_len): bottom-right aligned.
-        future = torch.ones(query_len, key_len, dtype=torch.bool, device=device).triu(
-            1 + key_len - query_len
-        )
-        causal_mask = torch.zeros(1, 1, query_len, key_len, dtype=dtype, device=device)
-        causal_mask = causal_mask.masked_fill(future, neg)
-        mask = causal_mask if mask is None else (mask + causal_mask).clamp(min=neg)
-    if attn_bias is not None:
-        bias = attn_bias.to(dtype)
-        while bias.dim() < 4:
-            bias = bias.unsqueeze(0)
-        mask = bias if mask is None else (mask + bias).clamp(min=neg)
-    return mask
+    return mask_from_parts(
+        key_padding_mask, query_len, key_len, causal, dtype, device, attn_bias
+    ).dense()
+
+
+def _mask_rows(mask: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+    """Rows ``start:stop`` of an additive mask ``[..., query_pos | 1, key_pos]``."""
+    return mask if mask.shape[-2] == 1 else mask[..., start:stop, :]
 
 
 def sliding_window_mask(
-    mask: torch.Tensor | None, query_len: int, key_len: int, window: int
-) -> torch.Tensor | None:
+    mask: torch.Tensor | AttentionMask | None, query_len: int, key_len: int, window: int
+) -> torch.Tensor | AttentionMask | None:
     """``mask`` with every key more than ``window - 1`` positions before its query forbidden.
 
     Query ``i`` keeps keys ``j`` with ``i + (key_len - query_len) - j < window`` (bottom-right
     aligned, as the causal mask; transformers' ``sliding_window_overlay``). Returns ``mask``
     itself when the window covers every key, so no extra mask is built for short inputs.
-    ``mask [batch | 1, head | 1, query_pos, key_pos]`` is additive; None is not allowed for a
-    window shorter than the input (causal models always have a mask).
+    ``mask [batch | 1, head | 1, query_pos, key_pos]`` is additive, or an ``AttentionMask``
+    (the windowed one then builds its rows on demand too, for query blocks); None is not
+    allowed for a window shorter than the input (causal models always have a mask).
     """
     if window >= key_len:
         return mask
     if mask is None:
         raise ConfigError("a sliding window needs the model's causal mask.")
+    if isinstance(mask, AttentionMask):
+        return mask.with_window(window)
     neg = mask_value(mask.dtype)
     too_far = torch.ones(query_len, key_len, dtype=torch.bool, device=mask.device).tril(
         key_len - query_len - window
     )  # [query_pos, key_pos]
     return mask.masked_fill(too_far, neg)
+
+
+def _softmax_dtype(scores: torch.Tensor) -> torch.dtype:
+    """fp16/bf16 scores: softmax in float32 (as HF eager); float32 and float64 keep their own."""
+    return torch.promote_types(scores.dtype, torch.float32)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -162,6 +150,13 @@ class MultiHeadAttention(nn.Module):
     ``hook_z [batch, query_pos, head, d_head_v]`` (before the head gate),
     ``hook_result [batch, query_pos, head, d_out]`` (each head's gated contribution; computed
     only when hooked, since it costs ``n_heads`` times the output's memory).
+
+    Long inputs: the manual path computes the pattern ``query_blocks.block_rows`` query rows
+    at a time (``[batch, head, rows, key_pos]``; each row's softmax complete within its
+    block) and fires ``hook_scores`` / ``hook_pattern`` once per block with
+    ``hook.query_block`` set, when every hook there accepts blocks; ``z`` is assembled from
+    the blocks' ``pattern @ v``. One block is the whole matrix (short inputs, or a hook that
+    needs it, refused above ``query_blocks.whole_matrix_limit``).
     """
 
     def __init__(
@@ -210,6 +205,7 @@ class MultiHeadAttention(nn.Module):
         # Scores in at least float32 whatever the input dtype (GPT-2's reorder_and_upcast_attn).
         self.upcast_scores = upcast_scores
         self.use_sdpa = True
+        self.query_blocks: QueryBlocks = DEFAULT_BLOCKS  # long inputs: blocks of query rows
 
         self.W_Q = nn.Parameter(torch.empty(n_heads, d_in, d_head))
         self.W_K = nn.Parameter(torch.empty(n_kv_heads, self.d_kv_in, d_head))
@@ -261,7 +257,7 @@ class MultiHeadAttention(nn.Module):
         x: torch.Tensor,
         kv_input: torch.Tensor | None = None,
         *,
-        mask: torch.Tensor | None = None,
+        mask: torch.Tensor | AttentionMask | None = None,
         key_padding_mask: torch.Tensor | None = None,
         attn_bias: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
@@ -271,7 +267,8 @@ class MultiHeadAttention(nn.Module):
         """Attend from ``x [batch, query_pos, d_in]`` to ``kv_input [batch, key_pos, d_kv_in]``.
 
         ``kv_input`` defaults to ``x`` (self-attention). ``mask`` is a ready additive mask
-        ``[batch | 1, head | 1, query_pos, key_pos]`` (built once per model forward); without
+        ``[batch | 1, head | 1, query_pos, key_pos]`` or an ``AttentionMask`` that builds
+        its rows on demand (built once per model forward); without
         it one is built from ``key_padding_mask [batch, key_pos]`` (1 = real token), the
         module's ``causal`` flag and ``attn_bias``. ``positions [batch, pos]`` number the
         tokens for rotary embedding. ``head_gate [head]`` scales each head's contribution.
@@ -281,7 +278,7 @@ class MultiHeadAttention(nn.Module):
         batch, query_len, _ = x.shape
         key_len = kv.shape[1]
         if mask is None:
-            mask = additive_attention_mask(
+            mask = mask_from_parts(
                 key_padding_mask, query_len, key_len, self.causal, x.dtype, x.device, attn_bias
             )
 
@@ -313,22 +310,19 @@ class MultiHeadAttention(nn.Module):
             if self.group_size > 1:
                 k_h = k_h.repeat_interleave(self.group_size, dim=1)  # [batch, head, key_pos, d]
                 v_h = v_h.repeat_interleave(self.group_size, dim=1)
-            q_s, k_s = q_h.to(score_dtype), k_h.to(score_dtype)  # no-ops unless upcast
-            scores = torch.matmul(q_s, k_s.transpose(-1, -2)) * self.scale
-            if mask is not None:
-                scores = scores + mask  # [batch, head, query_pos, key_pos]
-            scores = self.hook_scores(scores)
-            # fp16/bf16: softmax in float32 (as HF eager); float32 and float64 keep their own
-            softmax_dtype = torch.promote_types(scores.dtype, torch.float32)
-            pattern = F.softmax(scores, dim=-1, dtype=softmax_dtype).to(q.dtype)
-            pattern = self.hook_pattern(pattern)
-            z = torch.matmul(pattern, v_h)  # [batch, head, query_pos, d_head_v]
+            # [batch, head, query_pos, d_head_v]
+            z = self._manual_attention(q_h, k_h, v_h, mask, score_dtype)
         else:
+            if isinstance(mask, AttentionMask):
+                sdpa_mask, is_causal = mask.for_sdpa()
+            else:
+                sdpa_mask, is_causal = mask, False
             z = F.scaled_dot_product_attention(
                 q_h,
                 k_h,
                 v_h,
-                attn_mask=mask,
+                attn_mask=sdpa_mask,
+                is_causal=is_causal,
                 scale=self.scale,
                 enable_gqa=self.group_size > 1,
             )  # [batch, head, query_pos, d_head_v]
@@ -336,6 +330,84 @@ class MultiHeadAttention(nn.Module):
         if head_gate is not None:
             z = z * head_gate.to(z.dtype)[:, None]  # gate [head] -> [head, 1], broadcast
         return self._combine_heads(z)
+
+    def _block_rows(self, q_h: torch.Tensor, key_len: int) -> int:
+        """Query rows per block: all of them when a hook needs the whole matrix (refused
+        above the whole-matrix limit), else ``query_blocks.block_rows``."""
+        batch, heads, query_len, _ = q_h.shape
+        blocks = self.query_blocks
+        for point in (self.hook_scores, self.hook_pattern):
+            if point.has_hooks and point.needs_whole:
+                blocks.check_whole(query_len, f"a hook on {point.name or 'hook_pattern'}")
+                return query_len
+        return blocks.block_rows(batch, heads, query_len, key_len, q_h.device)
+
+    def _manual_attention(
+        self,
+        q_h: torch.Tensor,
+        k_h: torch.Tensor,
+        v_h: torch.Tensor,
+        mask: torch.Tensor | AttentionMask | None,
+        score_dtype: torch.dtype | None = None,
+    ) -> torch.Tensor:
+        """Scores, softmax and the weighted sum, a block of query rows at a time; the hooks
+        on scores and patterns fire once per block. ``q_h [batch, head, query_pos, d_head]``,
+        ``k_h``/``v_h [batch, head, key_pos, d]`` (grouped heads already repeated); scores in
+        ``score_dtype`` (default ``q_h``'s; wider with ``upcast_scores``), softmax in at least
+        float32, patterns in ``q_h``'s dtype. Returns ``z [batch, head, query_pos, d_head_v]``."""
+        query_len, key_len = q_h.shape[-2], k_h.shape[-2]
+        rows = self._block_rows(q_h, key_len)
+        out_dtype = q_h.dtype
+        score_dtype = score_dtype or out_dtype
+        q_s = q_h.to(score_dtype)  # no-op unless upcast
+        keys_t = k_h.to(score_dtype).transpose(-1, -2)  # [batch, head, d_head, key_pos]
+        if rows >= query_len:  # one block: the whole matrix
+            dense = mask.dense() if isinstance(mask, AttentionMask) else mask
+            return self._attend_block(q_s, keys_t, v_h, dense, QueryBlock(0, query_len,
+                                                                          query_len))
+
+        def mask_rows(start: int, stop: int) -> torch.Tensor | None:
+            if isinstance(mask, AttentionMask):
+                return mask.rows(start, stop)
+            return None if mask is None else _mask_rows(mask, start, stop)
+
+        def pattern_rows(start: int, stop: int) -> torch.Tensor:
+            """Rows ``start:stop`` of this layer's pattern, recomputed (no hooks)."""
+            scores = torch.matmul(q_s[:, :, start:stop], keys_t) * self.scale
+            block_mask = mask_rows(start, stop)
+            if block_mask is not None:
+                scores = scores + block_mask
+            return F.softmax(scores, dim=-1, dtype=_softmax_dtype(scores)).to(out_dtype)
+
+        z = q_h.new_empty(*q_h.shape[:-1], v_h.shape[-1])  # [batch, head, query_pos, d_v]
+        self.hook_pattern.pattern_rows = pattern_rows  # analyzers may recompute rows
+        try:
+            for start in range(0, query_len, rows):
+                stop = min(start + rows, query_len)
+                z[:, :, start:stop] = self._attend_block(
+                    q_s[:, :, start:stop], keys_t, v_h, mask_rows(start, stop),
+                    QueryBlock(start, stop, query_len))
+        finally:
+            self.hook_pattern.pattern_rows = None
+        return z
+
+    def _attend_block(
+        self,
+        q_rows: torch.Tensor,
+        keys_t: torch.Tensor,
+        v_h: torch.Tensor,
+        mask: torch.Tensor | None,
+        block: QueryBlock,
+    ) -> torch.Tensor:
+        """One block: ``q_rows [batch, head, rows, d_head]`` against every key (both in the
+        score dtype); returns the rows' ``z [batch, head, rows, d_head_v]`` (``v_h``'s dtype)."""
+        scores = torch.matmul(q_rows, keys_t) * self.scale  # [batch, head, rows, key_pos]
+        if mask is not None:
+            scores = scores + mask
+        scores = self.hook_scores.fire_block(scores, block)
+        pattern = F.softmax(scores, dim=-1, dtype=_softmax_dtype(scores)).to(v_h.dtype)
+        pattern = self.hook_pattern.fire_block(pattern, block)
+        return torch.matmul(pattern, v_h)  # [batch, head, rows, d_head_v]
 
     def _combine_heads(self, z: torch.Tensor) -> torch.Tensor:
         """Heads' values ``z [batch, pos, head, d_head_v]`` -> output ``[batch, pos, d_out]``."""

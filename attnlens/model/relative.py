@@ -49,8 +49,13 @@ class RelativePositionBias(nn.Module):
         self.bidirectional = bidirectional
 
     def forward(self, query_len: int, key_len: int) -> torch.Tensor:
+        return self.rows(0, query_len, key_len)
+
+    def rows(self, start: int, stop: int, key_len: int) -> torch.Tensor:
+        """Query rows ``start:stop`` of ``forward(query_len, key_len)``: ``[1, head, rows,
+        key_pos]`` (the bias of a block of query rows)."""
         device = self.weight.device
-        query = torch.arange(query_len, dtype=torch.long, device=device)[:, None]
+        query = torch.arange(start, stop, dtype=torch.long, device=device)[:, None]
         key = torch.arange(key_len, dtype=torch.long, device=device)[None, :]
         bucket = relative_position_bucket(
             key - query, self.bidirectional, self.n_buckets, self.max_distance

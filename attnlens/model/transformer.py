@@ -16,6 +16,8 @@ from attnlens.model.attention import (
 )
 from attnlens.model.config import TransformerConfig
 from attnlens.model.layers import MLP, FirstTokenHead, LMHead, MaskedLMHead, make_norm
+from attnlens.model.masks import AttentionMask, mask_from_parts
+from attnlens.model.query_blocks import QueryBlocks
 from attnlens.model.relative import RelativePositionBias
 
 ReturnType = Literal["auto", "hidden", "logits", "pooled"]
@@ -76,7 +78,7 @@ class TransformerBlock(nn.Module):
     def forward(
         self,
         resid: torch.Tensor,
-        mask: torch.Tensor | None,
+        mask: torch.Tensor | AttentionMask | None,
         positions: torch.Tensor | None,
         head_gate: torch.Tensor | None,
         encoder_out: torch.Tensor | None = None,
@@ -190,6 +192,16 @@ class HookedTransformer(HookedModule):
         for block in self.blocks:
             block.attn.use_sdpa = enabled
 
+    @property
+    def query_blocks(self) -> QueryBlocks:
+        """How the hooked attention path splits long patterns (``model.query_blocks``)."""
+        return self.blocks[0].attn.query_blocks if len(self.blocks) else QueryBlocks()
+
+    def set_query_blocks(self, blocks: QueryBlocks) -> None:
+        """Every self-attention's query-block settings (rows per block, whole-matrix limit)."""
+        for block in self.blocks:
+            block.attn.query_blocks = blocks
+
     def positions(
         self, input_ids: torch.Tensor | None, shape: tuple[int, int], device: torch.device
     ) -> torch.Tensor:
@@ -228,14 +240,17 @@ class HookedTransformer(HookedModule):
             x = x + self.pos_embed(positions)
         return self.hook_embed(self.embed_norm(x))
 
-    def layer_masks(self, mask: torch.Tensor | None, length: int) -> list[torch.Tensor | None]:
+    def layer_masks(
+        self, mask: torch.Tensor | AttentionMask | None, length: int
+    ) -> list[torch.Tensor | AttentionMask | None]:
         """Each layer's self-attention mask: ``mask``, or with the layer's sliding window.
 
         One windowed mask is built per distinct window shorter than ``length`` and shared by
         its layers; layers without a window (and every layer of a short input) get ``mask``
-        itself, so full-attention models build nothing extra.
+        itself, so full-attention models build nothing extra. An ``AttentionMask`` gives
+        windowed ``AttentionMask``s (rows built on demand, so query blocks respect windows).
         """
-        windowed: dict[int, torch.Tensor | None] = {}
+        windowed: dict[int, torch.Tensor | AttentionMask | None] = {}
         masks = []
         for layer in range(self.cfg.n_layers):
             window = self.cfg.layer_window(layer)
@@ -304,8 +319,12 @@ class HookedTransformer(HookedModule):
         if position_ids is None:
             position_ids = self.positions(input_ids, (batch, length), ref.device)
         resid = self.embed_tokens(input_ids, token_type_ids, position_ids, inputs_embeds)
-        bias = None if self.rel_pos_bias is None else self.rel_pos_bias(length, length)
-        mask = additive_attention_mask(
+        bias = None
+        if self.rel_pos_bias is not None:
+            def bias(start: int, stop: int) -> torch.Tensor:  # [1, head, rows, key_pos]
+                return self.rel_pos_bias.rows(start, stop, length)
+        # built by query rows when the attention works in blocks; whole (once) otherwise
+        mask = mask_from_parts(
             attention_mask, length, length, self.cfg.causal, resid.dtype, resid.device, bias
         )
         masks = self.layer_masks(mask, length)

@@ -17,6 +17,16 @@ Two ways to receive a batch:
 ``update(batch, cache)`` works for both kinds (for a layerwise analyzer it replays a full
 cache layer by layer), which is what tests on hand-built caches use.
 
+Analyzers that read attention patterns row by row set ``reads_blocks = True`` and get each
+layer's ``hook_pattern`` as query blocks (``attnlens.stream.blocks.PatternBlock``):
+``update_block(batch, layer, block, cache)`` once per block (``cache`` holds the other names
+the analyzer reads at that layer, produced before the pattern: ``hook_q``, ``hook_k``,
+``hook_v``), then ``end_layer(batch, layer)``. Their ``update_layer`` feeds a whole pattern as
+one block, so both paths run the same code. Analyzers that read whole patterns
+(``reads_blocks = False``) get them on inputs up to the whole-matrix limit
+(``attnlens.model.query_blocks``) and are refused above it, or skip such batches when
+``skips_long_inputs`` (``skip_batch``).
+
 Analyzers that need forward passes of their own (the rank-collapse block variants) set
 ``needs_model_pass`` and implement ``model_pass(model, batch)``; the runner calls it once per
 batch after the main forward. No analyzer keeps a reference to the model: what it needs from
@@ -44,10 +54,12 @@ from attnlens.data.batch import Batch  # lives with the corpora; re-exported for
 from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
+from attnlens.stream.blocks import PatternBlock
 
 __all__ = [
     "Analyzer",
     "Batch",
+    "PatternBlock",
     "attention_of",
     "layer_of",
     "model_fingerprint",
@@ -106,6 +118,11 @@ class Analyzer(ABC):
     # ``model_fingerprint`` of the model the state comes from (``for_model`` constructors set
     # it); part of the settings two partial states must share.
     model_id: str | None = None
+    # Reads hook_pattern a block of query rows at a time (update_block / end_layer).
+    reads_blocks: bool = False
+    # Reads whole patterns, but may leave out inputs above the whole-matrix limit
+    # (skip_batch) instead of refusing them.
+    skips_long_inputs: bool = False
 
     @abstractmethod
     def hook_names(self, model: HookedTransformer) -> list[str]:
@@ -116,11 +133,40 @@ class Analyzer(ABC):
         """Called before a batch's forward pass (layerwise analyzers)."""
 
     def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
-        """Fold one layer's activations of a batch (layerwise analyzers override this)."""
+        """Fold one layer's activations of a batch (layerwise analyzers override this; for
+        ``reads_blocks`` analyzers: the layer's pattern as one block)."""
+        if self.reads_blocks:
+            self._update_layer_as_one_block(batch, layer, cache)
+            return
         raise TypeError(f"{type(self).__name__} is not layerwise; call update(batch, cache).")
 
     def end_batch(self, batch: Batch) -> None:  # noqa: B027 (optional hook)
         """Called after a batch's last layer (layerwise analyzers)."""
+
+    def update_block(self, batch: Batch, layer: int, block: PatternBlock,
+                     cache: ActivationCache) -> None:
+        """Fold one query block of a layer's pattern (``reads_blocks`` analyzers)."""
+        raise TypeError(f"{type(self).__name__} does not read query blocks.")
+
+    def end_layer(self, batch: Batch, layer: int) -> None:  # noqa: B027 (optional hook)
+        """Called after a layer's last query block (``reads_blocks`` analyzers)."""
+
+    def whole_matrix_length(self, batch: Batch) -> int:
+        """The longest input of ``batch`` whose whole attention matrix this analyzer needs
+        (0: none): the padded length unless it reads query blocks. The feeder refuses (or
+        skips, ``skips_long_inputs``) a batch where this exceeds the whole-matrix limit."""
+        return 0 if self.reads_blocks else int(batch.input_ids.shape[-1])
+
+    def skip_batch(self, batch: Batch, limit: int) -> None:  # noqa: B027 (optional hook)
+        """A batch left out: longer than the whole-matrix ``limit`` (``skips_long_inputs``)."""
+
+    def _update_layer_as_one_block(self, batch: Batch, layer: int,
+                                   cache: ActivationCache) -> None:
+        pattern = cache["pattern", layer]  # [batch, head, query_pos, key_pos]
+        others = ActivationCache({n: cache[n] for n in cache
+                                  if not n.endswith("attn.hook_pattern")})
+        self.update_block(batch, layer, PatternBlock.whole(pattern, layer), others)
+        self.end_layer(batch, layer)
 
     def model_pass(self, model: HookedTransformer, batch: Batch) -> None:
         """Forward passes of the analyzer's own (``needs_model_pass``); keep no reference."""

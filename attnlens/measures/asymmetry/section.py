@@ -10,6 +10,7 @@ import pandas as pd
 from attnlens.measures.asymmetry.pattern_asymmetry import PatternAsymmetry
 from attnlens.measures.asymmetry.weight_asymmetry import weight_asymmetry_table
 from attnlens.model.head_ids import head_ids_of, renumber_heads, renumber_tables
+from attnlens.model.query_blocks import whole_matrix_note
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import layer_head_heatmap
 from attnlens.report.catalog import CardItem, FigureDoc, SectionDoc, TableDoc
@@ -124,4 +125,6 @@ class AsymmetrySection(Section):
             )
             output.figures += save_figure(fig, out_dir, "asymmetry_directed", formats)
         output.summary = asymmetry_summary_text(weights, patterns, baseline)
+        if found:
+            output.summary += "\n" + whole_matrix_note("Pattern asymmetry measures", model)
         return output

@@ -33,7 +33,7 @@ import torch
 from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
 from attnlens.stats.bootstrap import Inference, estimate_shares
-from attnlens.stream.base import Batch
+from attnlens.stream.base import Batch, PatternBlock
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
 
@@ -53,6 +53,7 @@ class HeadBehaviour(PerSentenceRows, HeadPatternAnalyzer):
     """Streaming per-sentence vertical, diagonal and broad attention per head."""
 
     name = "behaviour"
+    reads_blocks = True
     state_fields = ("sentences", "sentence_sums", "sentence_rows")
     row_fields = ("sentence_sums", "sentence_rows")
 
@@ -93,10 +94,8 @@ class HeadBehaviour(PerSentenceRows, HeadPatternAnalyzer):
         special = batch.special_mask if batch.special_mask is not None else torch.zeros_like(real)
         pos = torch.arange(real.shape[1], device=real.device)
         vertical = real & (special | (pos == 0)[None])  # [batch, key_pos]
-        near = (pos[:, None] - pos[None, :]).abs() <= 1  # [query_pos, key_pos]
         self._vertical = vertical.to(torch.float32)[:, None, :, None]  # [batch, 1, key, 1]
-        self._diagonal = (near[None] & real[:, None, :] & ~vertical[:, None, :]).to(
-            torch.float32)[:, None]  # [batch, 1, query_pos, key_pos]
+        self._diagonal_keys = (real & ~vertical)[:, None, :]  # [batch, 1, key_pos]
         if self.causal:  # the keys each row's mask lets it see
             n_keys = real.to(torch.int64).cumsum(1)[:, None, :]  # [batch, 1, query_pos]
         else:
@@ -108,17 +107,21 @@ class HeadBehaviour(PerSentenceRows, HeadPatternAnalyzer):
         self.sentences += sentence_ids_of(batch, self.next_sentence_id())
         self.sentence_rows.append(rows.sum(1))
         self._scratch = torch.zeros(batch.size, len(BEHAVIOURS), self.n_layers, self.n_heads,
-                                    device=real.device)  # [sentence, behaviour, layer, head]
+                                    dtype=torch.float64, device=real.device)
+        # [sentence, behaviour, layer, head], float64: sums over thousands of rows
 
-    def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
-        p = cache["pattern", layer].float()  # [batch, head, query_pos, key_pos]
-        n_heads = p.shape[1]
-        vertical = (p @ self._vertical)[..., 0]  # [batch, head, query_pos]
-        diagonal = (p * self._diagonal).sum(-1)
-        entropy = torch.special.entr(p).sum(-1)  # -sum p log p, 0 log 0 = 0
-        broad = (entropy > self._threshold).to(torch.float32)
-        per_row = torch.stack([vertical, diagonal, broad], 1)  # [batch, behaviour, head, query]
-        self._scratch[:, :, layer, :n_heads] = (per_row * self._row_weight[:, None]).sum(-1)
+    def update_block(self, batch: Batch, layer: int, block: PatternBlock,
+                     cache: ActivationCache) -> None:
+        p = block.p  # [batch, head, rows, key_pos]
+        near = block.distance <= 1  # [rows, key_pos]
+        diagonal_keys = (near[None] & self._diagonal_keys).to(torch.float32)[:, None]
+        vertical = (p @ self._vertical)[..., 0]  # [batch, head, rows]
+        diagonal = (p * diagonal_keys).sum(-1)  # diagonal_keys: [batch, 1, rows, key_pos]
+        threshold = block.query_rows(self._threshold) if self.causal else self._threshold
+        broad = (block.entropy > threshold).to(torch.float32)  # threshold: [batch, 1, rows|1]
+        per_row = torch.stack([vertical, diagonal, broad], 1)  # [batch, behaviour, head, rows]
+        row_weight = block.query_rows(self._row_weight)[:, None]  # [batch, 1, 1, rows]
+        self._scratch[:, :, layer, : block.n_heads] += (per_row.double() * row_weight).sum(-1)
 
     def end_batch(self, batch: Batch) -> None:
         self.sentence_sums.append(self._scratch)  # stays on the model's device

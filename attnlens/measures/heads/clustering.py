@@ -10,6 +10,12 @@ per ``Inference.pooling`` (``token``: every row counts the same; ``sentence``: p
 means averaged). ``sqrt(JS)`` is a metric (Endres & Schindelin 2003), so classical
 (Torgerson) multidimensional scaling of the squared distances ``JS`` embeds the heads in 2-D.
 
+Long inputs: JS couples heads of different layers, so the analysis needs every layer's whole
+pattern of a batch at once; it reads whole matrices (``reads_blocks`` is False) and is
+refused above the whole-matrix limit, or, built with ``skips_long_inputs=True`` (what
+`attnlens heads` does unless --clusters is given), leaves such inputs out and counts them
+(``long_skipped``; docs/long-context.md).
+
 Streaming and mergeable: the state is the ``[head, head]`` sum of JS over rows. The runner
 hands over one layer at a time, and JS couples heads of different layers, so while a batch
 is analysed the analyzer keeps every earlier layer's patterns restricted to the real query
@@ -37,7 +43,7 @@ class HeadClustering(HeadPatternAnalyzer):
     """Streaming mean JS divergence between every pair of heads; MDS embedding in result."""
 
     name = "clustering"
-    state_fields = ("js_sum", "js_sentence_sum", "rows", "sentences")
+    state_fields = ("js_sum", "js_sentence_sum", "rows", "sentences", "long_skipped")
 
     def __init__(
         self,
@@ -46,10 +52,14 @@ class HeadClustering(HeadPatternAnalyzer):
         heads_per_layer: Sequence[int] | None = None,
         inference: Inference | None = None,
         chunk_elements: int = 1 << 22,
+        skips_long_inputs: bool = False,
     ) -> None:
         self.set_heads(heads_per_layer, n_layers, n_heads)
         self.inference = inference or Inference()
         self.chunk_elements = chunk_elements
+        self.skips_long_inputs = skips_long_inputs
+        self.long_skipped = 0  # sentences left out: longer than the whole-matrix limit
+        self.whole_matrix_limit = 0  # the limit they exceeded (for the report's note)
         self.first = np.concatenate([[0], np.cumsum(self.heads_per_layer)]).tolist()
         total = self.first[-1]
         # sum over rows of JS [head, head] (heads numbered through the layers), float64
@@ -62,6 +72,10 @@ class HeadClustering(HeadPatternAnalyzer):
     def settings(self) -> dict:
         return {"n_layers": self.n_layers, "heads_per_layer": self.heads_per_layer,
                 **self.inference.settings()}
+
+    def skip_batch(self, batch: Batch, limit: int) -> None:
+        self.long_skipped += batch.size
+        self.whole_matrix_limit = limit
 
     def begin_batch(self, batch: Batch) -> None:
         real = batch.attention_mask.bool()  # [batch, pos]
@@ -129,7 +143,19 @@ class HeadClustering(HeadPatternAnalyzer):
         return [(layer, head) for layer, n in enumerate(self.heads_per_layer)
                 for head in range(n)]
 
+    def skipped_note(self) -> str:
+        """One line on the sentences left out, or ""."""
+        if not self.long_skipped:
+            return ""
+        limit = f" ({self.whole_matrix_limit:,} tokens)" if self.whole_matrix_limit else ""
+        return (f"Head clustering left out {self.long_skipped} sentence"
+                f"{'' if self.long_skipped == 1 else 's'} longer than the whole-matrix limit"
+                f"{limit}: it needs every layer's whole pattern at once (--whole-matrix-limit; "
+                "docs/long-context.md).")
+
     def result(self) -> dict[str, pd.DataFrame]:
+        if self.rows == 0 and self.long_skipped:
+            return {}  # every sentence was left out: no distances to show
         js = self.mean_divergence().numpy()
         heads = self.heads()
         a, b = np.triu_indices(len(heads), k=1)

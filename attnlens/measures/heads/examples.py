@@ -64,6 +64,9 @@ class HeadExamples(HeadPatternAnalyzer):
     """Streaming top-k example sentences per head and measure (module docstring)."""
 
     name = "head_examples"
+    # Examples are short excerpts: inputs above the whole-matrix limit are left out (their
+    # statistics still count in head_stats, which reads query blocks).
+    skips_long_inputs = True
     state_fields = ("top_value", "top_sentence", "top_query", "top_key", "top_start",
                     "top_window", "sentence_ids", "sentence_words")
 

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from attnlens.errors import DataError
 from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
-from attnlens.stream.base import Batch
+from attnlens.stream.base import Batch, PatternBlock
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
 
@@ -131,8 +131,6 @@ class TokenMeasures:
         self.targets = torch.stack(
             [torch.isin(ids, s.to(ids.device)) & real for s in self.id_sets], -1
         ).to(torch.float32)  # [batch, key_pos, 3]: is [CLS], is [SEP], is punctuation
-        pos = torch.arange(ids.shape[1], device=ids.device)
-        self.distance = (pos[:, None] - pos[None, :]).abs().to(torch.float32)  # [query, key]
         has_prev = rows & F.pad(rows[:, :-1], (1, 0), value=False)  # a real previous word token
         has_next = rows & F.pad(rows[:, 1:], (0, 1), value=False)
         self.first = real.to(torch.int8).argmax(1)  # [batch] first real token
@@ -142,8 +140,11 @@ class TokenMeasures:
             [counted.get(m, rows) for m in self.measures]
         ).to(torch.float32)[:, :, None, :]  # [measure, batch, 1, query_pos]
 
-    def per_row(self, p: torch.Tensor) -> torch.Tensor:
-        """``[measure, batch, head, query_pos]``: each measure's value on every query row."""
+    def per_row(self, pattern: torch.Tensor | PatternBlock) -> torch.Tensor:
+        """``[measure, batch, head, rows]``: each measure's value on every query row of a
+        block (a whole pattern ``[batch, head, query_pos, key_pos]`` is one block)."""
+        block = pattern if isinstance(pattern, PatternBlock) else PatternBlock.whole(pattern, 0)
+        p = block.p  # [batch, head, rows, key_pos]
 
         def targets(k: int) -> torch.Tensor:  # weight on [CLS] (0), [SEP] (1), punctuation (2)
             return (p @ self.targets[:, None, :, k : k + 1])[..., 0]
@@ -153,15 +154,15 @@ class TokenMeasures:
             return p.gather(-1, index)[..., 0]
 
         compute = {
-            "confidence": lambda: p.amax(-1),
-            "entropy": lambda: torch.special.entr(p).sum(-1),  # -sum p log p, 0 log 0 = 0
+            "confidence": lambda: block.row_max,
+            "entropy": lambda: block.entropy,  # -sum p log p, 0 log 0 = 0
             "to_cls": lambda: targets(0),
             "to_sep": lambda: targets(1),
             "to_punct": lambda: targets(2),
-            "to_self": lambda: p.diagonal(dim1=-2, dim2=-1),  # p[i, i]
-            "to_prev": lambda: F.pad(p.diagonal(offset=-1, dim1=-2, dim2=-1), (1, 0)),
-            "to_next": lambda: F.pad(p.diagonal(offset=1, dim1=-2, dim2=-1), (0, 1)),
-            "distance": lambda: (p * self.distance).sum(-1),
+            "to_self": lambda: block.diagonal(p, 0),  # p[i, i]
+            "to_prev": lambda: block.diagonal(p, -1),  # p[i, i-1], 0 on the first row
+            "to_next": lambda: block.diagonal(p, 1),  # p[i, i+1], 0 on the last row
+            "distance": lambda: (p * block.distance).sum(-1),
             "sink": first,
         }
         return torch.stack([compute[m]() for m in self.measures])
@@ -192,6 +193,7 @@ class HeadStats(PerSentenceRows, HeadPatternAnalyzer):
     """Streaming token-level statistics per head (see the module docstring)."""
 
     name = "head_stats"
+    reads_blocks = True
     state_fields = ("sums", "rows", "measure_rows", "sentences", "sentence_sums",
                     "sentence_rows")
     row_fields = ("sentence_sums", "sentence_rows")
@@ -247,15 +249,18 @@ class HeadStats(PerSentenceRows, HeadPatternAnalyzer):
         self.sentences += sentence_ids_of(batch, self.next_sentence_id())
         self.sentence_rows.append(reader.row_weight[:, :, 0, :].sum(-1).T)  # [sentence, measure]
         self._plain_rows = reader.rows.sum()
+        # [sentence, measure, layer, head], float64: a sentence of thousands of rows sums
+        # values up to its length (distance) without float32's rounding of large sums
         self._scratch = torch.zeros(batch.size, len(self.measures), self.n_layers,
-                                    self.n_heads, device=batch.input_ids.device)
+                                    self.n_heads, dtype=torch.float64,
+                                    device=batch.input_ids.device)
 
-    def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
-        p = cache["pattern", layer].float()  # [batch, head, query_pos, key_pos]
-        n_heads = p.shape[1]
-        per_row = self.reader.per_row(p)  # [measure, batch, head, query_pos]
-        per_sentence = (per_row * self.reader.row_weight).sum(3)  # [measure, batch, head]
-        self._scratch[:, :, layer, :n_heads] = per_sentence.transpose(0, 1)
+    def update_block(self, batch: Batch, layer: int, block: PatternBlock,
+                     cache: ActivationCache) -> None:
+        per_row = self.reader.per_row(block)  # [measure, batch, head, rows]
+        weight = block.query_rows(self.reader.row_weight)  # [measure, batch, 1, rows]
+        per_sentence = (per_row.double() * weight).sum(3)  # [measure, batch, head]
+        self._scratch[:, :, layer, : block.n_heads] += per_sentence.transpose(0, 1)
 
     def end_batch(self, batch: Batch) -> None:
         # one transfer per batch; the per-sentence rows stay on the model's device

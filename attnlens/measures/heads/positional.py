@@ -28,7 +28,7 @@ import torch
 
 from attnlens.hooks import ActivationCache
 from attnlens.stats.bootstrap import Inference, estimate_shares, threshold_tests
-from attnlens.stream.base import Batch
+from attnlens.stream.base import Batch, PatternBlock
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
 
@@ -48,6 +48,7 @@ class PositionalHeads(PerSentenceRows, HeadPatternAnalyzer):
     """Streaming per-sentence counts of the maximum-attention offset per head."""
 
     name = "positional"
+    reads_blocks = True
     state_fields = ("sentences", "sentence_counts", "sentence_rows")
     row_fields = ("sentence_counts", "sentence_rows")
 
@@ -85,32 +86,29 @@ class PositionalHeads(PerSentenceRows, HeadPatternAnalyzer):
         real = batch.attention_mask.bool()  # [batch, pos]
         special = batch.special_mask if batch.special_mask is not None else torch.zeros_like(real)
         self._rows = (real & ~special).to(torch.float32)  # [batch, query_pos]
-        pos = torch.arange(real.shape[1], device=real.device)
-        far = (pos[None, :] - pos[:, None]).abs() > max(OFFSETS)  # [query_pos, key_pos]
-        self._far_special = far[None] & (real & special)[:, None, :]  # [batch, query, key]
+        self._special_keys = (real & special)[:, None, :]  # [batch, 1, key_pos]
         self.sentences += sentence_ids_of(batch, self.next_sentence_id())
         self._scratch = torch.zeros(batch.size, len(TARGETS) - 1, self.n_layers, self.n_heads,
                                     device=real.device)  # [sentence, target, layer, head]
 
-    def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
-        p = cache["pattern", layer].float()  # [batch, head, query_pos, key_pos]
-        n_heads, length = p.shape[1], p.shape[-1]
+    def update_block(self, batch: Batch, layer: int, block: PatternBlock,
+                     cache: ActivationCache) -> None:
         # padding keys hold exactly 0 < a real row's maximum, so they never tie with it
-        is_max = p == p.amax(-1, keepdim=True)  # [batch, head, query_pos, key_pos]
-        credit = self._rows[:, None, :] / is_max.sum(-1).clamp_min(1)  # [batch, head, query]
-        counted = []
+        is_max = block.is_max  # [batch, head, rows, key_pos]
+        credit = block.query_rows(self._rows)[:, None, :] / block.max_count.clamp_min(1)
+        counted = []  # credit: [batch, head, rows]
         for o in OFFSETS:
-            hit = is_max.diagonal(offset=o, dim1=-2, dim2=-1)  # entries (q, q + o)
-            share = credit[..., max(-o, 0) : length - max(o, 0)]  # the matching queries
-            counted.append((hit * share).sum(2))  # [batch, head]
-        on_far_special = (is_max & self._far_special[:, None]).sum(-1)  # [batch, head, query]
+            hit, rows = block.diagonal_span(is_max, o)  # entries (q, q + o), their queries
+            counted.append((hit * credit[..., rows]).sum(2))  # [batch, head]
+        far_special = (block.distance > max(OFFSETS)) & self._special_keys  # [b, rows, key]
+        on_far_special = (is_max & far_special[:, None]).sum(-1)  # [batch, head, rows]
         counted.append((on_far_special * credit).sum(2))
-        self._scratch[:, :, layer, :n_heads] = torch.stack(counted, 1)  # [batch, target, head]
+        self._scratch[:, :, layer, : block.n_heads] += torch.stack(counted, 1)  # [b, t, h]
 
     def end_batch(self, batch: Batch) -> None:
         self.sentence_counts.append(self._scratch)
         self.sentence_rows.append(self._rows.sum(1))  # [sentence]
-        self._scratch = self._rows = self._far_special = None
+        self._scratch = self._rows = self._special_keys = None
 
     @property
     def rows(self) -> int:

@@ -40,7 +40,7 @@ from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
 from attnlens.stats.bootstrap import Inference, estimate_shares, pooled, threshold_tests
-from attnlens.stream.base import Batch
+from attnlens.stream.base import Batch, PatternBlock
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
 
@@ -56,6 +56,7 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
     """Streaming per-sentence counts of maximum attention landing on the rarest word(s)."""
 
     name = "rare_words"
+    reads_blocks = True
     state_fields = ("sentences", "sentence_hits", "sentence_rows", "sentence_chance",
                     "skipped_batches")
     row_fields = ("sentence_hits", "sentence_rows", "sentence_chance")
@@ -150,22 +151,26 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
         if batch.word_ids is None or batch.words is None:
             self.skipped_batches += 1  # token-only corpus (text_batches): nothing to count
             return
+        self.words.prepare(batch)  # word positions read once per batch
         self.sentences += sentence_ids_of(batch, self.next_sentence_id())
         device = batch.word_ids.device
         self._examples = [r.to(device) for r in self._rows(batch)]
         self._scratch = torch.zeros(batch.size, len(RANKS), self.n_layers, self.n_heads,
                                     device=device)  # [sentence, rank, layer, head]
 
-    def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
+    def update_block(self, batch: Batch, layer: int, block: PatternBlock,
+                     cache: ActivationCache) -> None:
         if self._scratch is None:
             return
-        wa = self.words.get(batch, layer, cache["pattern", layer])
-        n_padding = (~wa.valid).sum(-1)  # [batch] word slots beyond the sentence
-        w = wa.weights  # [batch, head, query_word, key_word]
+        wr = self.words.rows(batch, layer, block.pattern, block.query)
+        if not wr.n:
+            return
+        n_padding = (~wr.valid).sum(-1)  # [batch] word slots beyond the sentence
+        w = wr.weights  # [batch, head, query_word, key_word] (query words first .. first+n-1)
         n_heads = w.shape[1]
         if self.rare_self == "exclude":
             w = w.clone()
-            w.diagonal(dim1=-2, dim2=-1).fill_(-1.0)  # a word never picks itself
+            w.diagonal(offset=wr.first, dim1=-2, dim2=-1).fill_(-1.0)  # never picks itself
         row_max = w.amax(-1)  # [batch, head, query_word]
         is_max = w == row_max[..., None]
         # padding words hold exactly 0: they tie only with a zero maximum; uncount them
@@ -175,11 +180,13 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
             if not len(ex):
                 continue
             sent, query = ex[:, 0], ex[:, 1]
-            hits = sum(is_max[sent, :, query, ex[:, 2 + t]] for t in range(ex.shape[1] - 2))
-            got = hits * credit[sent, :, query]  # [row, head]
+            local = (query - wr.first).clamp(0, wr.n - 1)  # the row in this block
+            here = (query >= wr.first) & (query < wr.first + wr.n) & wr.done[sent, local]
+            hits = sum(is_max[sent, :, local, ex[:, 2 + t]] for t in range(ex.shape[1] - 2))
+            got = hits * credit[sent, :, local] * here[:, None]  # [row, head]
             per_sentence = torch.zeros(batch.size, n_heads, device=w.device)
             per_sentence.index_add_(0, sent, got.to(torch.float32))  # [sentence, head]
-            self._scratch[:, r, layer, :n_heads] = per_sentence
+            self._scratch[:, r, layer, :n_heads] += per_sentence
 
     def end_batch(self, batch: Batch) -> None:
         if self._scratch is not None:

@@ -190,7 +190,9 @@ class HeadRolesSection(Section):
         select_on: Corpus | Sequence[Batch] | None = None,
         select_on_name: str = "",
         select_fraction: float = 0.5,
-        clusters: bool = False,  # JS between every pair of heads: `heads` turns it on
+        # JS between every pair of heads: `heads` turns it on (None: on, leaving out inputs
+        # above the whole-matrix limit; True: such inputs are refused)
+        clusters: bool | None = False,
         corpus_name: str = "",
         examples: bool = True,  # head_examples: the sentences behind every head
     ) -> None:
@@ -227,8 +229,9 @@ class HeadRolesSection(Section):
                                     min_words=self.min_examples),
             HeadBehaviour.for_model(model, inference=inference),
         ]
-        if self.clusters:
-            found.append(HeadClustering.for_model(model, inference=inference))
+        if self.clusters is not False:
+            found.append(HeadClustering.for_model(model, inference=inference,
+                                                  skips_long_inputs=self.clusters is None))
         return found
 
     def _held_out(self, model: HookedTransformer, syntactic: SyntacticHeads) -> pd.DataFrame:
@@ -248,6 +251,7 @@ class HeadRolesSection(Section):
 
         stats, positional, syntactic = one(HeadStats), one(PositionalHeads), one(SyntacticHeads)
         rare, behaviour, clusters = one(RareWordHeads), one(HeadBehaviour), one(HeadClustering)
+        self._clustering_note = clusters.skipped_note() if clusters is not None else ""
         tables = {"head_stats": head_stats_table(stats, self.inference)}
         examples = one(HeadExamples)
         if examples is not None:
@@ -373,6 +377,8 @@ class HeadRolesSection(Section):
         if "rare_words" not in tables:
             lines.append("No word-split corpus: rare-word heads not measured.")
         lines += [line for _, line in self._too_little_evidence(tables)]
+        if getattr(self, "_clustering_note", ""):
+            lines.append(self._clustering_note)
         return lines
 
     def _too_little_evidence(self, tables: dict[str, pd.DataFrame]) -> list[tuple[str, str]]:

@@ -36,7 +36,7 @@ from attnlens.measures.heads.syntactic_arcs import (
 )
 from attnlens.measures.heads.syntactic_tables import syntactic_tables
 from attnlens.stats.bootstrap import Inference
-from attnlens.stream.base import Batch
+from attnlens.stream.base import Batch, PatternBlock
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
 
@@ -45,6 +45,7 @@ class SyntacticHeads(PerSentenceRows, HeadPatternAnalyzer):
     """Streaming per-sentence, per-relation hit counts of every head, and arc offsets."""
 
     name = "syntactic"
+    reads_blocks = True
     state_fields = ("sentences", "offsets", "pair_sentence", "pair_relation", "pair_arcs",
                     "pair_hits", "arc_sentence", "arc_relation", "arc_offset")
     row_fields = ("pair_hits",)
@@ -116,37 +117,79 @@ class SyntacticHeads(PerSentenceRows, HeadPatternAnalyzer):
             self.pair_arcs.append(arcs_per_pair[pair])
         if not pairs:
             return
+        self.words.prepare(batch)  # word positions read once per batch
         device = batch.word_ids.device
         self._arcs = torch.tensor(rows, dtype=torch.long).to(device)  # [arc, 4]
         self._scratch = torch.zeros(len(pairs), len(DIRECTIONS), self.n_layers, self.n_heads,
                                     device=device)  # [pair, direction, layer, head]
 
-    def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
+    def update_block(self, batch: Batch, layer: int, block: PatternBlock,
+                     cache: ActivationCache) -> None:
         if self._scratch is None:
             return
         sent, dep, head, pair = self._arcs.unbind(1)  # each [arc]
-        wa = self.words.get(batch, layer, cache["pattern", layer])
-        w = wa.weights  # [batch, head, query_word, key_word]
+        wr = self.words.rows(batch, layer, block.pattern, block.query)
+        if block.start == 0:
+            self._begin_columns(wr.weights, len(sent))
+        if not wr.n:
+            return
+        w = wr.weights  # [batch, head, query_word, key_word] (query words first .. first+n-1)
         n_heads = w.shape[1]
-        n_padding = (~wa.valid).sum(-1)[:, None, None]  # [batch, 1, 1]
+        n_padding = (~wr.valid).sum(-1)[:, None, None]  # [batch, 1, 1]
         masked = w.clone()
-        masked.diagonal(dim1=-2, dim2=-1).fill_(-1.0)  # a word never picks itself
+        masked.diagonal(offset=wr.first, dim1=-2, dim2=-1).fill_(-1.0)  # never picks itself
         top_row = masked.amax(-1, keepdim=True)  # [batch, head, query_word, 1]
-        top_col = masked.amax(-2, keepdim=True)  # [batch, head, 1, key_word]
         row_max = masked == top_row  # maxima of each query's row
-        col_max = masked == top_col  # maxima of each key's column
         # padding words hold exactly 0: they tie only with a zero maximum; uncount them
         row_n = (row_max.sum(-1) - (top_row[..., 0] == 0) * n_padding).clamp_min(1)
-        col_n = (col_max.sum(-2) - (top_col[..., 0, :] == 0) * n_padding).clamp_min(1)
+
+        def row_of(word: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            """(the word's row in this block, whether it is completed here): ``[arc]``."""
+            local = (word - wr.first).clamp(0, wr.n - 1)
+            inside = (word >= wr.first) & (word < wr.first + wr.n)
+            return local, inside & wr.done[sent, local]
+
+        dep_row, dep_here = row_of(dep)
+        head_row, head_here = row_of(head)
         credits = [
-            row_max[sent, :, dep, head] / row_n[sent, :, dep],  # dependent's row -> head
-            row_max[sent, :, head, dep] / row_n[sent, :, head],  # head's row -> dependent
-            col_max[sent, :, head, dep] / col_n[sent, :, dep],  # dependent's column -> head
-        ]  # each [arc, head]; tied maxima share the credit
+            row_max[sent, :, dep_row, head] / row_n[sent, :, dep_row] * dep_here[:, None],
+            row_max[sent, :, head_row, dep] / row_n[sent, :, head_row] * head_here[:, None],
+        ]  # dependent's row -> head, head's row -> dependent: [arc, head]; ties share
         for d, credit in enumerate(credits):
             summed = torch.zeros(len(self._scratch), n_heads, device=w.device)
             summed.index_add_(0, pair, credit.to(torch.float32))  # [pair, head]
-            self._scratch[:, d, layer, :n_heads] = summed
+            self._scratch[:, d, layer, :n_heads] += summed
+        # columns (Clark's code): the largest weight each key word gets from a completed row
+        rows = masked.masked_fill(~wr.done[:, None, :, None], -2.0)  # others never win
+        block_top = rows.amax(-2)  # [batch, head, key_word]
+        block_count = (rows == block_top[..., None, :]).sum(-2)
+        top = torch.maximum(self._col_top[:, :n_heads], block_top)
+        self._col_count[:, :n_heads] = (self._col_count[:, :n_heads] * (self._col_top[:, :n_heads]
+                                        == top) + block_count * (block_top == top))
+        self._col_top[:, :n_heads] = top
+        self._arc_value[:, :n_heads] += masked[sent, :, head_row, dep] * head_here[:, None]
+
+    def _begin_columns(self, weights: torch.Tensor, n_arcs: int) -> None:
+        """Running column maxima of a layer's word rows, and each arc's weight head -> dep."""
+        n_batch, n_heads, _, n_words = weights.shape
+        self._col_top = torch.full((n_batch, n_heads, n_words), -torch.inf,
+                                   device=weights.device)  # [batch, head, key_word]
+        self._col_count = torch.zeros(n_batch, n_heads, n_words, dtype=torch.long,
+                                      device=weights.device)
+        self._arc_value = torch.zeros(n_arcs, n_heads, device=weights.device)  # [arc, head]
+
+    def end_layer(self, batch: Batch, layer: int) -> None:
+        if self._scratch is None:
+            return
+        sent, dep, _, pair = self._arcs.unbind(1)
+        n_heads = self._arc_value.shape[1]
+        top = self._col_top[sent, :, dep]  # [arc, head]
+        # the word attending most to the dependent is its head (dependent's own row excluded)
+        credit = (self._arc_value == top) / self._col_count[sent, :, dep].clamp_min(1)
+        summed = torch.zeros(len(self._scratch), n_heads, device=credit.device)
+        summed.index_add_(0, pair, credit.to(torch.float32))  # [pair, head]
+        self._scratch[:, 2, layer, :n_heads] += summed
+        self._col_top = self._col_count = self._arc_value = None
 
     def end_batch(self, batch: Batch) -> None:
         if self._scratch is not None:

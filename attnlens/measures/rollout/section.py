@@ -10,6 +10,7 @@ import pandas as pd
 from attnlens.loaders.pooling import checkpoint_pooling
 from attnlens.measures.rollout.flow import FlowAnalyzer
 from attnlens.measures.rollout.rollout import RolloutAnalyzer
+from attnlens.model.query_blocks import whole_matrix_note
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import layer_measure_lines, token_matrix_heatmap, token_row_bars
 from attnlens.report.catalog import FigureDoc, SectionDoc, TableDoc
@@ -225,4 +226,5 @@ class RolloutSection(Section):
                        pooling=pooling)
         output.summary += (f"\nRead-out rows are read the way the model pools: {pooling} "
                            f"({source}).")
+        output.summary += "\n\n" + whole_matrix_note("Rollout and flow", model)
         return output

@@ -42,7 +42,7 @@ from attnlens.hooks import ActivationCache
 from attnlens.measures.linear.linear_attention import per_query_head
 from attnlens.measures.rollout.rollout import _sentence_ids
 from attnlens.model.transformer import HookedTransformer
-from attnlens.stream.base import Batch
+from attnlens.stream.base import Batch, PatternBlock
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.sentence_sample import check_sample_options, sample_batch
 
@@ -52,9 +52,11 @@ MAX_DISTANCE = 128
 PATTERNS = ("window", "window+global", "global", "bigbird", "random")
 
 
-def hash_scores(seed: int, sentences: torch.Tensor, n: int) -> torch.Tensor:
+def hash_scores(seed: int, sentences: torch.Tensor, n: int,
+                queries: torch.Tensor | None = None) -> torch.Tensor:
     """Pseudo-random integers ``[batch, query_pos, key_pos]`` in ``[0, 2**32)`` from
-    ``(seed, sentence index, query, key)`` (exact integer arithmetic on any device)."""
+    ``(seed, sentence index, query, key)`` (exact integer arithmetic on any device);
+    ``queries`` (default ``0 .. n-1``) picks the query rows."""
     device = sentences.device
 
     def mix(x: torch.Tensor) -> torch.Tensor:  # x < 2**32; products < 2**59 fit int64
@@ -63,9 +65,10 @@ def hash_scores(seed: int, sentences: torch.Tensor, n: int) -> torch.Tensor:
         return (x >> 16) ^ x
 
     pos = torch.arange(n, device=device, dtype=torch.int64)
+    rows = pos if queries is None else queries.to(torch.int64)
     x = mix(torch.full((), seed % 2**32, dtype=torch.int64, device=device))
     x = mix(x ^ (sentences.to(torch.int64) % 2**32))[:, None, None]  # [batch, 1, 1]
-    x = mix(x ^ pos[None, :, None])  # [batch, query_pos, 1]
+    x = mix(x ^ rows[None, :, None])  # [batch, query_pos, 1]
     return mix(x ^ pos[None, None, :])  # [batch, query_pos, key_pos]
 
 
@@ -108,6 +111,18 @@ def relative_row_error(
     return diff / full_norm.clamp_min(tiny)
 
 
+def squared_row_error(
+    full: torch.Tensor, kept_product: torch.Tensor, kept_mass: torch.Tensor,
+    weight: torch.Tensor,
+) -> torch.Tensor:
+    """``||(full - kept_product / kept_mass) * weight||_F^2`` per sentence and head:
+    ``[batch, head]`` (a query block's share of ``relative_row_error``'s numerator, squared;
+    ``weight [batch, 1, rows, 1]`` is 1 on real query rows)."""
+    tiny = torch.finfo(full.dtype).tiny
+    approx = kept_product / kept_mass.clamp_min(tiny)[..., None]
+    return ((full - approx) * weight).square().sum(dim=(-2, -1))
+
+
 def output_norm(full: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     """``||P V||_F`` over the real query rows: ``[batch, head]``."""
     return torch.linalg.vector_norm(full * rows[:, None, :, None].to(full.dtype), dim=(-2, -1))
@@ -127,10 +142,16 @@ def _columns(mask: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor, to
 
 
 class SparseCoverage(HeadPatternAnalyzer):
-    """Streaming sparse-pattern coverage per head (see the module docstring)."""
+    """Streaming sparse-pattern coverage per head (see the module docstring).
+
+    Reads query blocks: every set is a set of keys per query row, so masses and histograms
+    add over blocks, and each output error adds its blocks' squared row errors and squared
+    output norms per sentence before the ratio is taken at the end of the layer.
+    """
 
     name = "sparse"
     hook_kinds = ("v", "pattern")
+    reads_blocks = True
     state_fields = ("by_distance", "nonglobal_by_distance", "masses", "errors", "rows",
                     "sentences")
 
@@ -195,101 +216,122 @@ class SparseCoverage(HeadPatternAnalyzer):
         real = batch.attention_mask.bool()  # [batch, pos]
         n = real.shape[1]
         pos = torch.arange(n, device=real.device)
-        distance = (pos[:, None] - pos[None, :]).abs()  # [query_pos, key_pos]
-        visible = real[:, None, :] & real[:, :, None]  # [batch, query_pos, key_pos]
-        if self.causal:
-            visible = visible & (pos[None, :] <= pos[:, None])
         special = (batch.special_mask.bool() if batch.special_mask is not None
                    else torch.zeros_like(real))
         is_global = (special | (pos < self.n_global)[None, :]) & real  # [batch, key_pos]
-        self._real, self._distance = real, distance
+        self._real, self._special = real, special
         self._global = is_global[:, None, :]  # [batch, 1, key_pos]
-        self._bucket = distance.clamp(max=self.max_distance + 1).flatten()  # [query*key]
         self._global_cols = _columns(is_global, n)
-        self._bigbird_sets(batch, special, visible)
+        self._ids = torch.tensor(_sentence_ids(batch, self.sentences), device=real.device)
+        self._bigbird_whole = None  # the whole matrix's BigBird set, shared by every layer
         self.rows += int(real.sum())
         self.sentences += batch.size
 
-    def _bigbird_sets(self, batch: Batch, special: torch.Tensor, visible: torch.Tensor) -> None:
-        """BigBird's set as a mask ``[batch, 1, query_pos, key_pos]``: window, global tokens and
-        seeded random keys (one draw per sentence and query row, shared by every layer and
-        head), and the sum over real rows of the random baseline ``|S_i| / n_i``."""
-        real, distance = self._real, self._distance
+    def _bigbird_sets(self, block: PatternBlock) -> tuple[torch.Tensor, torch.Tensor]:
+        """BigBird's set for the block's query rows as a mask ``[batch, 1, rows, key_pos]``:
+        window, global tokens and seeded random keys (one draw per sentence and query row,
+        shared by every layer and head), and the sum over those real rows of the random
+        baseline ``|S_i| / n_i``. The whole matrix's set is kept for the batch's layers."""
+        if block.is_whole and self._bigbird_whole is not None:
+            return self._bigbird_whole
+        real = self._real
         n = real.shape[1]
         pos = torch.arange(n, device=real.device)
-        bb_global = (special | (pos < BIGBIRD["n_global"])[None, :]) & real  # [batch, key_pos]
+        query_real = block.query_rows(real)  # [batch, rows]
+        visible = real[:, None, :] & query_real[:, :, None]  # [batch, rows, key_pos]
+        if self.causal:
+            visible = visible & (pos[None, :] <= block.positions[:, None])
+        distance = block.distance  # [rows, key_pos]
+        bb_global = (self._special | (pos < BIGBIRD["n_global"])[None, :]) & real
         fixed = visible & ((distance <= BIGBIRD["window"]) | bb_global[:, None, :])
-        eligible = visible & ~fixed  # [batch, query_pos, key_pos]
-        ids = torch.tensor(_sentence_ids(batch, self.sentences), device=real.device)
-        scores = torch.where(eligible, hash_scores(self.seed, ids, n), -1)
+        eligible = visible & ~fixed  # [batch, rows, key_pos]
+        hashes = hash_scores(self.seed, self._ids, n, block.positions)
+        scores = torch.where(eligible, hashes, -1)
         top = scores.topk(min(BIGBIRD["n_random"], n), dim=-1)  # largest hashes among eligible
         chosen = torch.zeros_like(fixed).scatter_(-1, top.indices, top.values >= 0)
         keep = fixed | chosen
-        self._bigbird_keep = keep[:, None].float()  # [batch, 1, query_pos, key_pos]
-        share = keep.sum(-1) / visible.sum(-1).clamp_min(1)  # [batch, query_pos]: |S_i| / n_i
-        self._baseline = (share * real).double().sum()
+        share = keep.sum(-1) / visible.sum(-1).clamp_min(1)  # [batch, rows]: |S_i| / n_i
+        sets = (keep[:, None].float(), (share * query_real).double().sum())
+        if block.is_whole:
+            self._bigbird_whole = sets
+        return sets
 
-    def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
+    def update_block(self, batch: Batch, layer: int, block: PatternBlock,
+                     cache: ActivationCache) -> None:
         if self._skip:
             return
-        pattern = self._take(cache["pattern", layer]).float()  # [batch, head, query, key]
+        pattern = self._take(block.pattern).float()  # [batch, head, rows, key_pos]
         values = per_query_head(self._take(cache["v", layer]).float(), pattern.shape[1])
         # values: [batch, head, key_pos, d_head_v]
         n_heads, n = pattern.shape[1], pattern.shape[-1]
-        rows = self._real
-        row_weight = rows[:, None, :].to(pattern.dtype)  # [batch, 1, query_pos]
-        self._histograms(layer, pattern * row_weight[..., None], n_heads)
-        full = pattern @ values  # [batch, head, query_pos, d_head_v]
-        norm = output_norm(full, rows)  # [batch, head]
+        if block.start == 0:  # per sentence and head: squared errors and norms of the layer
+            self._squared = torch.zeros(pattern.shape[0], n_heads, 2 * len(self.windows) + 2,
+                                        dtype=torch.float64, device=pattern.device)
+            self._norms = torch.zeros(pattern.shape[0], n_heads, dtype=torch.float64,
+                                      device=pattern.device)
+        rows = block.query_rows(self._real)  # [batch, rows]
+        row_weight = rows[:, None, :].to(pattern.dtype)  # [batch, 1, rows]
+        weight = row_weight[..., None]  # [batch, 1, rows, 1]
+        self._histograms(layer, pattern * weight, n_heads, block)
+        full = pattern @ values  # [batch, head, rows, d_head_v]
+        self._norms += (full * weight).square().sum(dim=(-2, -1)).double()
         select, valid, col_distance = self._global_cols
-        global_pattern = pattern @ select[:, None]  # [batch, head, query_pos, c]
+        col_distance = block.query_rows(col_distance, dim=1)  # [batch, rows, c]
+        global_pattern = pattern @ select[:, None]  # [batch, head, rows, c]
         global_values = select.mT[:, None] @ values  # [batch, head, c, d_head_v]
 
-        def columns(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            taken = global_pattern * weight[:, None].to(pattern.dtype)  # weight [batch, q, c]
+        def columns(keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            taken = global_pattern * keep[:, None].to(pattern.dtype)  # keep [batch, rows, c]
             return taken.sum(-1), taken @ global_values
 
         global_mass, global_product = columns(valid[:, None, :].expand_as(col_distance))
-        covered = torch.zeros(pattern.shape[:2], dtype=full.dtype, device=full.device)
-        window_errors, union_errors = [], []
-        for w in self.windows:
+        n_w = len(self.windows)
+        for k, w in enumerate(self.windows):
             if w >= n - 1:  # the window holds every key: P_S = P, no error
-                window_errors.append(covered)
-                union_errors.append(covered)
                 continue
-            kept = pattern * (self._distance <= w)
+            kept = pattern * (block.distance <= w)
             window_mass, window_product = kept.sum(-1), kept @ values
-            window_errors.append(relative_row_error(full, window_product, window_mass, rows,
-                                                    norm))
+            self._squared[..., k] += squared_row_error(full, window_product, window_mass,
+                                                       weight).double()
             mass, product = columns(valid[:, None, :] & (col_distance > w))
-            union_errors.append(relative_row_error(full, window_product + product,
-                                                   window_mass + mass, rows, norm))
-        kept = pattern * self._bigbird_keep
+            self._squared[..., n_w + k] += squared_row_error(
+                full, window_product + product, window_mass + mass, weight).double()
+        keep, baseline = self._bigbird_sets(block)
+        kept = pattern * keep
         bigbird_mass, bigbird_product = kept.sum(-1), kept @ values
-        errors = torch.stack([
-            *window_errors, *union_errors,
-            relative_row_error(full, global_product, global_mass, rows, norm),
-            relative_row_error(full, bigbird_product, bigbird_mass, rows, norm),
-        ], -1)  # [batch, head, set]
-        self.errors[layer, :n_heads] += errors.double().sum(0)
+        self._squared[..., 2 * n_w] += squared_row_error(full, global_product, global_mass,
+                                                         weight).double()
+        self._squared[..., 2 * n_w + 1] += squared_row_error(full, bigbird_product,
+                                                             bigbird_mass, weight).double()
         masses = torch.stack([(global_mass * row_weight).sum(-1),
                               (bigbird_mass * row_weight).sum(-1)], -1)  # [batch, head, 2]
         self.masses[layer, :n_heads, :2] += masses.double().sum(0)
-        self.masses[layer, :n_heads, 2] += self._baseline.to(self.masses.device)
+        self.masses[layer, :n_heads, 2] += baseline.to(self.masses.device)
+
+    def end_layer(self, batch: Batch, layer: int) -> None:
+        if self._skip:
+            return
+        tiny = torch.finfo(torch.float32).tiny
+        norm = self._norms.sqrt().clamp_min(tiny)[..., None]  # [batch, head, 1]
+        errors = self._squared.sqrt() / norm  # [batch, head, set]
+        self.errors[layer, : errors.shape[1]] += errors.sum(0)
+        self._squared = self._norms = None
 
     def _take(self, x: torch.Tensor) -> torch.Tensor:
         """The sampled sentences of an activation ``[batch, ...]``."""
         return x if self._rows is None else x[self._rows.to(x.device)]
 
-    def _histograms(self, layer: int, masked: torch.Tensor, n_heads: int) -> None:
-        """Add the mass at each distance (all keys, and non-global keys) of one layer.
+    def _histograms(self, layer: int, masked: torch.Tensor, n_heads: int,
+                    block: PatternBlock) -> None:
+        """Add the mass at each distance (all keys, and non-global keys) of a block's rows.
 
         Each sentence's histogram is summed in the pattern's precision, then the sentences
         in float64 (so a merged split run adds the same per-sentence terms as one run).
         """
         batch = masked.shape[0]
         nonglobal = masked * ~self._global[:, None]
-        index = self._bucket.expand(batch, n_heads, -1)  # [batch, head, query_pos * key_pos]
+        bucket = block.distance.clamp(max=self.max_distance + 1).long().flatten()  # [rows*key]
+        index = bucket.expand(batch, n_heads, -1)  # [batch, head, rows * key_pos]
         for target, source in ((self.by_distance, masked), (self.nonglobal_by_distance, nonglobal)):
             hist = torch.zeros(batch, n_heads, self.max_distance + 2, dtype=source.dtype,
                                device=source.device)

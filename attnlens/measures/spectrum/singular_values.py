@@ -18,7 +18,7 @@ min(m, n)``; ``C(k) = (s_1 + ... + s_k) / (s_1 + ... + s_r)`` is the cumulative 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -238,6 +238,43 @@ def _orth(Y: torch.Tensor) -> torch.Tensor:
     return torch.linalg.qr(Y).Q
 
 
+@dataclass
+class MatrixProducts:
+    """A batch of matrices ``P [..., r, n]`` known only through products (``r <= n``).
+
+    ``right(X, dtype)``: ``P @ X`` for ``X [..., n, w]``; ``left(Y, dtype)``: ``P^T @ Y``
+    for ``Y [..., r, w]`` (each in ``dtype``). ``frob2 [...]``: ``||P||_F^2``; ``s1_bound
+    [...]``: ``sqrt(||P||_1 ||P||_inf)`` (float64). A long pattern given as query blocks
+    makes these from one pass over its rows per product (``PatternProducts`` in the spectrum
+    analyzer), never holding ``P``.
+    """
+
+    right: Callable[[torch.Tensor, torch.dtype], torch.Tensor]
+    left: Callable[[torch.Tensor, torch.dtype], torch.Tensor]
+    rows: int
+    cols: int
+    frob2: torch.Tensor
+    s1_bound: torch.Tensor
+    device: torch.device
+
+
+def dense_products(P: torch.Tensor) -> MatrixProducts:
+    """``MatrixProducts`` of dense matrices ``P [..., m, n]`` (transposed when ``m > n``)."""
+    m, n = P.shape[-2:]
+    X = P if m <= n else P.mT  # [..., r, n] with r <= n: the Gram side is the row side
+    X32, X64 = X.float(), X.double()
+
+    def right(Y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        return (X32 if dtype == torch.float32 else X64) @ Y
+
+    def left(Y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        return (X32 if dtype == torch.float32 else X64).mT @ Y
+
+    frob2 = (X64**2).sum(dim=(-2, -1))
+    s1_bound = torch.sqrt(X64.abs().sum(-2).amax(-1) * X64.abs().sum(-1).amax(-1))
+    return MatrixProducts(right, left, X.shape[-2], X.shape[-1], frob2, s1_bound, P.device)
+
+
 def top_singular_values(
     P: torch.Tensor, k: int, iterations: int = 4, oversample: int | None = None, seed: int = 0
 ) -> TopSpectrum:
@@ -249,38 +286,53 @@ def top_singular_values(
     every bound in float64. Cost ``O(m n (k + oversample) iterations)`` against ``O(r^3)``
     for the full spectrum.
     """
-    m, n = P.shape[-2:]
-    X = P if m <= n else P.mT  # [..., r, n] with r <= n: the Gram side is the row side
-    r = X.shape[-2]
+    return top_singular_values_of(dense_products(P), k, iterations, oversample, seed)
+
+
+def top_singular_values_of(
+    products: MatrixProducts, k: int, iterations: int = 4, oversample: int | None = None,
+    seed: int = 0, sketch: torch.Tensor | None = None,
+) -> TopSpectrum:
+    """``top_singular_values`` of matrices given by their products (``MatrixProducts``):
+    ``2 iterations + 3`` products in all (``2 iterations + 4`` without ``sketch``, the
+    first product ``P @ omega`` when the caller already has it; ``gaussian_sketch`` makes
+    ``omega``). Every bound holds whatever the products' rounding, as in the dense case."""
+    r, n = products.rows, products.cols
     if not 0 < k <= r:
-        raise ConfigError(f"top-k needs 0 < k <= {r} for these {m} x {n} matrices; got {k}.")
-    width = min(r, k + (k if oversample is None else oversample))
-    gen = torch.Generator(device=P.device).manual_seed(seed)
-    omega = torch.randn(X.shape[-1], width, generator=gen, device=P.device)  # [n, width]
-    X32 = X.float()
-    Q = _orth(X32 @ omega)  # [..., r, width]
+        raise ConfigError(f"top-k needs 0 < k <= {r} for these {r} x {n} matrices; got {k}.")
+    right, left = products.right, products.left
+    f32, f64 = torch.float32, torch.float64
+    Y = sketch if sketch is not None else right(
+        gaussian_sketch(r, n, k, oversample, seed, products.device), f32)
+    Q = _orth(Y)  # [..., r, width]
     for _ in range(iterations):
-        Q = _orth(X32 @ _orth(X32.mT @ Q))
-    X64 = X.double()
+        Q = _orth(right(_orth(left(Q, f32)), f32))
     Q = _orth(Q.double())
-    B = Q.mT @ X64  # [..., width, n]
+    B = left(Q, f64).mT  # [..., width, n] = Q^T P
     eig, W = torch.linalg.eigh(B @ B.mT)  # ascending
     eig, W = eig.flip(-1)[..., :k].clamp_min(0), W.flip(-1)[..., :k]
     values = eig.sqrt()  # [..., k]
-    U = Q @ W  # [..., r, k] Ritz vectors of G = X X^T
-    residual = torch.linalg.vector_norm(X64 @ (X64.mT @ U) - U * eig[..., None, :], dim=-2)
-    frob2 = (X64**2).sum(dim=(-2, -1))
-    tail = (frob2 - eig.sum(-1)).clamp_min(0)  # energy outside span(U)
+    U = Q @ W  # [..., r, k] Ritz vectors of G = P P^T
+    residual = torch.linalg.vector_norm(right(left(U, f64), f64) - U * eig[..., None, :],
+                                        dim=-2)
+    tail = (products.frob2 - eig.sum(-1)).clamp_min(0)  # energy outside span(U)
     top = values.sum(-1)
-    s1_bound = torch.sqrt(X64.abs().sum(-2).amax(-1) * X64.abs().sum(-1).amax(-1))
     return TopSpectrum(
         values=values,
         residual=residual,
         ky_fan_lower=top,
         ky_fan_upper=top + torch.sqrt(k * tail),
-        nuclear_lower=torch.maximum(top, frob2 / s1_bound.clamp_min(1e-300)),
+        nuclear_lower=torch.maximum(top, products.frob2 / products.s1_bound.clamp_min(1e-300)),
         nuclear_upper=top + torch.sqrt((r - k) * tail),
     )
+
+
+def gaussian_sketch(r: int, n: int, k: int, oversample: int | None, seed: int,
+                    device: torch.device) -> torch.Tensor:
+    """The seeded Gaussian test block ``omega [n, width]`` of ``top_singular_values_of``."""
+    width = min(r, k + (k if oversample is None else oversample))
+    gen = torch.Generator(device=device).manual_seed(seed)
+    return torch.randn(n, width, generator=gen, device=device)
 
 
 def rank_ks(n: int, fractions: tuple[float, ...]) -> list[int]:

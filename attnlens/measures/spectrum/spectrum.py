@@ -29,7 +29,12 @@ tokens).
 
 Long inputs: with ``top_k > 0``, blocks with ``r >= top_k_min_n`` get only their top ``k``
 singular values and bounded sums (``spectral.top_singular_values``) in the table
-``spectrum_top_k``; the other tables then cover the shorter sentences only.
+``spectrum_top_k``; the other tables then cover the shorter sentences only. When the model
+hands patterns over in query blocks (``attnlens.model.query_blocks``) those long blocks are
+never held whole: the randomized range finder runs on block products, recomputing the
+layer's rows for each product (``measures.spectrum.long_patterns``), with the same bounds.
+Full spectra (``top_k = 0``, or sentences shorter than ``top_k_min_n``) need whole blocks:
+the analyzer asks for them (``whole_matrix_length``) only up to the whole-matrix limit.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import torch
 
 from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
+from attnlens.measures.spectrum.long_patterns import BlockSketch, ShortBlocks
 from attnlens.measures.spectrum.low_rank import (  # re-exported: tests and benchmarks use them here
     linformer_rms_error,
     tail_share,
@@ -57,6 +63,7 @@ from attnlens.measures.spectrum.singular_values import (  # re-exported: tests u
     rank_ks,
     singular_values,
     top_singular_values,
+    top_singular_values_of,
 )
 from attnlens.measures.spectrum.spectrum_tables import (  # the measures' names, in table order
     COST_MEASURES,
@@ -65,7 +72,7 @@ from attnlens.measures.spectrum.spectrum_tables import (  # the measures' names,
     spectrum_tables,
 )
 from attnlens.model.transformer import HookedTransformer
-from attnlens.stream.base import Batch
+from attnlens.stream.base import Batch, PatternBlock
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.real_tokens import (  # re-exported: tests use them here
     BlockGroup,
@@ -115,6 +122,7 @@ class SpectrumAnalyzer(HeadPatternAnalyzer):
     """
 
     name = "spectrum"
+    reads_blocks = True
     state_fields = (
         "sentences", "token_sum", "curve_sum", "summary_sum", "cost_sum", "bucket_sum",
         "bucket_count", "top_sum", "top_sentences",
@@ -196,8 +204,72 @@ class SpectrumAnalyzer(HeadPatternAnalyzer):
             self._groups[(n_query, n_key)] = block_groups(query_mask, key_mask, self._device)
         return self._groups[(n_query, n_key)]
 
-    def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
-        pattern = cache["pattern", layer]  # [batch, head, query_pos, key_pos]
+    def whole_matrix_length(self, batch: Batch) -> int:
+        """The longest sentence needing its whole real-token block: every sentence for the
+        full spectrum (``top_k = 0``), else those shorter than ``top_k_min_n``."""
+        lengths = batch.attention_mask.sum(1).tolist()  # one host read per batch
+        if self.top_k > 0:
+            lengths = [n for n in lengths if n < self.top_k_min_n]
+        return int(max(lengths, default=0))
+
+    def update_block(self, batch: Batch, layer: int, block: PatternBlock,
+                     cache: ActivationCache) -> None:
+        if block.is_whole:
+            self._update_whole(batch, layer, block.pattern, cache)
+            return
+        self._place(block.pattern.device)
+        groups = self._groups_for(batch, block.query.length, block.n_keys)
+        if not self._batch_counted:
+            self._count(groups)
+        if block.start == 0:  # each group's blocks: a sketch (top-k) or put together
+            self._parts = [
+                BlockSketch(g, block.n_heads, block.query.length, min(self.top_k, g.rank),
+                            None, 0, self._device) if self._is_long(g)
+                else ShortBlocks(g, block.n_heads, block.query.length, block.pattern.dtype,
+                                 self._device)
+                for g in groups]
+            self._cache_values = cache["v", layer] if self.low_rank_cost else None
+        for part in self._parts:
+            part.add(block)
+        self._recompute = (block.recompute, block.query.rows)
+
+    def end_layer(self, batch: Batch, layer: int) -> None:
+        parts, self._parts = getattr(self, "_parts", None), None
+        if not parts:
+            return
+        recompute, rows = self._recompute
+        values, self._recompute = None, None
+        for part in parts:
+            if isinstance(part, ShortBlocks):
+                if self.low_rank_cost and values is None:
+                    values = self._values(self._cache_values, part.P.shape[1])
+                V = None if values is None else gather_key_tokens(
+                    values, part.group).transpose(1, 2)  # [group, head, n_key, d]
+                self._pending.append(_Pending(layer, part.group, part.P, V))
+                continue
+            if recompute is None:
+                raise TypeError("top-k spectra of query blocks need the model's recomputed "
+                                "rows (PatternBlock.recompute).")
+            k = min(self.top_k, part.group.rank)
+            top = top_singular_values_of(part.products(recompute, rows), k,
+                                         sketch=part.first_product())
+            self._fold_top_spectrum(layer, top, part.sketch.shape[1])
+        self._cache_values = None
+        if sum(p.P.numel() for p in self._pending) >= self.buffer_elements:
+            self._flush()
+
+    def _values(self, cache: ActivationCache | None, n_heads: int) -> torch.Tensor | None:
+        """The layer's values ``[batch, pos, head, d]`` per query head (grouped heads)."""
+        if cache is None:
+            return None
+        values = cache  # [batch, pos, kv_head, d]
+        if values.shape[2] != n_heads:
+            values = values.repeat_interleave(n_heads // values.shape[2], dim=2)
+        return values
+
+    def _update_whole(self, batch: Batch, layer: int, pattern: torch.Tensor,
+                      cache: ActivationCache) -> None:
+        # pattern: [batch, head, query_pos, key_pos]
         self._place(pattern.device)
         groups = self._groups_for(batch, pattern.shape[-2], pattern.shape[-1])
         if not self._batch_counted:
@@ -304,9 +376,12 @@ class SpectrumAnalyzer(HeadPatternAnalyzer):
 
     def _fold_top(self, item: _Pending) -> None:
         """Top-``k`` statistics of one group of long blocks (``spectrum_top_k``)."""
-        h = item.P.shape[1]
         k = min(self.top_k, item.group.rank)
         top = top_singular_values(item.P, k)  # batch [group, head]
+        self._fold_top_spectrum(item.layer, top, item.P.shape[1])
+
+    def _fold_top_spectrum(self, layer: int, top, h: int) -> None:
+        """Add one group's ``TopSpectrum`` (batch ``[group, head]``) to ``top_sum``."""
         first = top.values[..., 0].clamp_min(1e-300)
         measures = torch.stack([
             top.ky_fan_lower / top.nuclear_upper,
@@ -316,7 +391,7 @@ class SpectrumAnalyzer(HeadPatternAnalyzer):
             top.values[..., 0],
             (top.residual / first[..., None] ** 2).amax(-1),
         ])  # [measure, group, head]
-        self.top_sum[:, item.layer, :h] += measures.sum(1)
+        self.top_sum[:, layer, :h] += measures.sum(1).to(self.top_sum.device)
 
     # Results ------------------------------------------------------------------------
     def state_dict(self) -> dict:
