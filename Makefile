@@ -6,7 +6,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.setup-stamp
 TORCH := torch==2.13.0
 
-.PHONY: setup demo test test-fast test-kernels lint clean-venv browser sample-report screenshots bench
+.PHONY: setup demo test test-fast test-kernels lint clean-venv browser sample-report screenshots \
+	bench verify-models
 
 setup: $(STAMP)
 
@@ -65,7 +66,8 @@ screenshots: setup browser
 # MKL_CBWR switches MKL's BLAS/LAPACK code path the same way (COMPATIBLE: the generic one).
 KERNEL_TESTS := tests/test_parity_*.py tests/test_export.py tests/test_export_seq2seq.py \
 	tests/test_pruning.py tests/test_loaders.py tests/test_model.py tests/test_spectrum.py tests/test_metrics_prune.py \
-	tests/test_pruning_minilm.py tests/test_sts.py tests/test_sample_report_regression.py
+	tests/test_pruning_minilm.py tests/test_sts.py tests/test_sample_report_regression.py \
+	tests/test_hf_backend.py
 test-kernels: setup
 	@for cap in default avx2; do \
 	  if [ "$$cap" = avx2 ] && ! grep -qw avx2 /proc/cpuinfo; then \
@@ -78,6 +80,13 @@ test-kernels: setup
 
 clean-venv:
 	rm -rf $(VENV)
+
+# The hf backend's coverage: a tiny random model of every model_type of the installed
+# transformers, attnlens vs eager attention (docs/model-coverage.md; 10-20 min on 2 cores).
+verify-models: setup
+	$(BIN)/attnlens models --verify --all --markdown > docs/model-coverage.md.tmp
+	mv docs/model-coverage.md.tmp docs/model-coverage.md
+	$(BIN)/python -m attnlens.loaders.coverage_doc README.md docs/model-coverage.md
 
 # Performance figures (docs/performance.md): each script prints ratios against a baseline it
 # measures in the same run. Takes 15-30 min on 2 cores; run it on a quiet machine.

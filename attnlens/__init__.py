@@ -20,6 +20,8 @@ _LAZY = {
     "HookedTransformer": "attnlens.model.transformer",
     "MultiHeadAttention": "attnlens.model.attention",
     "TransformerConfig": "attnlens.model.config",
+    "AttentionModel": "attnlens.model.protocol",
+    "HFAttentionModel": "attnlens.backends.hf.model",
     "load": "attnlens.loaders.loading",
     "load_model": "attnlens.loaders.loading",
     # analyzers (streaming: update / merge / result)

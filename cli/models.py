@@ -14,6 +14,11 @@ FamilyOpt = typer.Option(
     None, "--family", show_default=False,
     help="Only these model_types, comma-separated (e.g. bert,gpt2).",
 )
+AllOpt = typer.Option(
+    False, "--all",
+    help="With --verify: every model_type of the installed transformers through the hf "
+    "backend (a tiny random model of each, attnlens vs eager attention on one padded batch).",
+)
 
 HEAD_NAMES = {None: "hidden states", "mlm": "masked LM", "classifier": "classifier", "lm": "LM"}
 
@@ -84,13 +89,66 @@ def _print(rows: list[dict[str, str]], markdown: bool, title: str) -> None:
     Console().print(table)
 
 
+def coverage(chosen: list[str] | None, markdown: bool) -> None:
+    """`--verify --all`: the hf backend's sweep over every model_type (loaders.verify_hf)."""
+    from attnlens.loaders.verify_hf import model_types, sweep
+    from attnlens.progress import progress_bar
+
+    known = model_types()
+    unknown = [f for f in chosen or [] if f not in known]
+    if unknown:
+        from attnlens.errors import ConfigError
+
+        raise ConfigError(f"unknown --family {', '.join(unknown)}: not a model_type of the "
+                          "installed transformers.")
+    types = chosen or known
+    with progress_bar("model types", total=len(types), enabled=not markdown) as advance:
+        rows = sweep(types, progress=advance)
+    if markdown:
+        from attnlens.loaders.coverage_doc import coverage_markdown
+
+        typer.echo(coverage_markdown(rows), nl=False)
+    else:
+        table = [coverage_row(r) for r in rows]
+        verified = sum(r.status == "verified" for r in rows)
+        _print(table, False, f"hf backend vs eager attention, fp32, tiny random models: "
+                             f"{verified} of {len(rows)} model types verified")
+    differing = [r.model_type for r in rows if r.status == "differs"]
+    if differing:  # attnlens computed something else than eager: a wrong result, not a refusal
+        from attnlens.errors import ConfigError
+
+        raise ConfigError(f"the hf backend differs from eager attention for "
+                          f"{', '.join(differing)} (figures in the table above); report it.")
+
+
+def coverage_row(row) -> dict[str, str]:
+    def fmt(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1e}" if value else "0"
+
+    status = row.status if row.status == "verified" else f"{row.status}: {row.reason}"
+    return {"model_type": row.model_type, "architecture": row.architecture,
+            "backend": row.backend, "attention": fmt(row.attention),
+            "hidden states": fmt(row.hidden), "status": status}
+
+
 def models(markdown: bool = MarkdownOpt, verify: bool = VerifyOpt,
-           family: str | None = FamilyOpt) -> None:
-    """List the supported architectures; --verify measures their parity with Hugging Face."""
+           family: str | None = FamilyOpt, every: bool = AllOpt) -> None:
+    """List the supported architectures; --verify measures their parity with Hugging Face.
+
+    --verify --all runs the hf backend's sweep over every model_type of the installed
+    transformers (docs/model-coverage.md is its --markdown output); it exits with status 1
+    after the table when attnlens differs from eager attention on some model type.
+    """
     from attnlens.errors import ConfigError
-    from attnlens.loaders.registry import CONVERTERS
 
     chosen = [f.strip() for f in family.split(",") if f.strip()] if family else None
+    if every:
+        if not verify:
+            raise ConfigError("--all goes with --verify: attnlens models --verify --all.")
+        coverage(chosen, markdown)
+        return
+    from attnlens.loaders.registry import CONVERTERS
+
     unknown = [f for f in chosen or [] if f not in CONVERTERS]
     if unknown:
         raise ConfigError(f"unknown --family {', '.join(unknown)}; choose from "

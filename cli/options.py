@@ -42,6 +42,11 @@ def model_loading() -> list[inspect.Parameter]:
         _param("allow_pickle", bool, typer.Option(
             False, "--allow-pickle", rich_help_panel=MODEL_PANEL,
             help="Allow pickle (pytorch_model.bin) weights; only if trusted.")),
+        _param("backend", str, typer.Option(
+            "auto", "--backend", rich_help_panel=MODEL_PANEL,
+            help="native (attnlens' own model: SDPA fast path, structural pruning), hf (the "
+            "Hugging Face model through its attention interface: any architecture), or auto: "
+            "native when a converter accepts the checkpoint, else hf.")),
     ]
 
 

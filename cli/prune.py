@@ -355,7 +355,7 @@ def _run_curves(run: CommandRun, work: Path, ctx, model, metrics, settings, desc
     from attnlens.cli import prune_extras as extras
 
     from attnlens.measures.pruning import prune as run_prune
-    from attnlens.model.encoder_decoder import is_encoder_decoder
+    from attnlens.model.protocol import has_several_attention_types
     from attnlens.plots import pruning_curves
     from attnlens.runs.io import atomic_open, save_figure, write_table
 
@@ -374,7 +374,7 @@ def _run_curves(run: CommandRun, work: Path, ctx, model, metrics, settings, desc
     fig = pruning_curves(result.curve, metrics.evaluation.label,
                          f"{name} on held-out data vs heads pruned")
     save_figure(fig, work, "prune_curve", run.output.formats)
-    if is_encoder_decoder(model):
+    if has_several_attention_types(model):
         extras.write_attention_tables(run, model, result, work)
     l0_summary = None
     if l0_settings is not None:

@@ -44,9 +44,9 @@ def l0_options(method: str, lambdas: str, temperature: float, stretch: str, step
 
 
 def default_orders(model, method: str) -> list[str]:
-    from attnlens.model.encoder_decoder import is_encoder_decoder
+    from attnlens.model.protocol import has_several_attention_types
 
-    if is_encoder_decoder(model):
+    if has_several_attention_types(model):
         return ["importance", "importance:encoder", "importance:decoder", "importance:cross",
                 "random"]
     return ["importance", "random"] if method == "l0" else ["importance", "random", "confidence"]
@@ -55,9 +55,14 @@ def default_orders(model, method: str) -> list[str]:
 def check_model_options(model, orders: list[str], export: Path | None) -> None:
     """Refuse what an encoder-decoder model cannot do (attention-statistic orders, export)."""
     from attnlens.errors import ConfigError
-    from attnlens.model.encoder_decoder import is_encoder_decoder
+    from attnlens.model.protocol import has_several_attention_types, missing_parts
 
-    if not is_encoder_decoder(model):
+    if export is not None:
+        missing = missing_parts(model, ["blocks"])
+        if missing:
+            raise ConfigError(f"--export removes heads from attnlens' own (native) model; "
+                              f"{missing['blocks']}.")
+    if not has_several_attention_types(model):
         return
     bad = [o for o in orders if o.partition(":")[0] in ("confidence", "entropy")]
     if bad:

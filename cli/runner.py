@@ -37,7 +37,7 @@ class Interrupted(Exception):
 
 @dataclass
 class ModelOptions:
-    """MODEL, --device, --dtype, --allow-pickle."""
+    """MODEL, --device, --dtype, --allow-pickle, --backend."""
 
     name: str | None = None
     device: str = "cpu"
@@ -45,13 +45,16 @@ class ModelOptions:
     allow_pickle: bool = False
     device_map: str | None = None  # --device-map / --max-memory (commands that offer them)
     max_memory: str | None = None
+    backend: str = "auto"
 
     def check(self) -> None:
         from attnlens.device import check_device_name, check_dtype_name
+        from attnlens.loaders.backends import check_backend
         from attnlens.loaders.checkpoint import read_config, resolve_checkpoint
         from attnlens.loaders.config_checks import check_config
         from attnlens.loaders.device_map import check_device_map
 
+        check_backend(self.backend)
         check_device_name(self.device)
         check_dtype_name(self.dtype)
         check_device_map(self.device_map, self.max_memory)
@@ -65,7 +68,7 @@ class ModelOptions:
 
         return load(self.name, device=self.device, dtype=self.dtype,
                     allow_pickle=self.allow_pickle, device_map=self.device_map,
-                    max_memory=parse_max_memory(self.max_memory))
+                    max_memory=parse_max_memory(self.max_memory), backend=self.backend)
 
 
 @dataclass
@@ -336,8 +339,8 @@ def _example_pages(model, tokenizer, out: Path) -> list[Path]:
 # command name -> {--option: default} of its int and float options: the sizes an out-of-memory
 # message names when the command was given more than the default (cli/known_errors.py).
 NUMERIC_DEFAULTS: dict[str, dict[str, Any]] = {}
-_SHARED = ("model", "device", "dtype", "allow_pickle", "device_map", "max_memory", "text",
-           "treebank", "parse", "max_sentences", "batch_size", "max_length", "query_block",
+_SHARED = ("model", "device", "dtype", "allow_pickle", "backend", "device_map", "max_memory",
+           "text", "treebank", "parse", "max_sentences", "batch_size", "max_length", "query_block",
            "whole_matrix_limit", "out", "fmt", "force", "resume", "checkpoint_every", "quiet",
            "null", "null_seed")
 
@@ -347,7 +350,7 @@ def _shared_run(values: dict[str, Any], resumable: bool) -> CommandRun:
     if "device" in values:
         model = ModelOptions(values.get("model"), values["device"], values["dtype"],
                              values["allow_pickle"], values.get("device_map"),
-                             values.get("max_memory"))
+                             values.get("max_memory"), values.get("backend", "auto"))
     if "text" in values:
         corpus = CorpusOptions(values["text"], values["treebank"], values["parse"],
                                values.get("max_sentences"))

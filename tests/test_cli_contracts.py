@@ -69,6 +69,7 @@ def path_cases(tmp: Path) -> list[tuple[list[str], str]]:
         (["analyze", "--out", str(a_file)], "is a file"),
         (["spectrum", "--device", "gpu"], "unknown device 'gpu'"),
         (["spectrum", "--dtype", "int8"], "unknown dtype 'int8'"),
+        (["heads", "--backend", "torch"], "--backend 'torch' is not one of auto, native, hf"),
         (["analyze", "--device-map", "balanced"], "only 'auto' is supported"),
         (["analyze", "--max-memory", "cpu=1GiB"], "--max-memory needs --device-map auto"),
         (["asymmetry", str(tmp / "no-model")], "does not exist"),
@@ -124,7 +125,7 @@ def test_every_command_uses_the_shared_runner() -> None:
         options = {o for p in cmd.params for o in getattr(p, "opts", [])}
         assert shared <= options, name
         if name not in folder_commands:
-            assert {"--device", "--dtype", "--allow-pickle"} <= options, name
+            assert {"--device", "--dtype", "--allow-pickle", "--backend"} <= options, name
         if name in model_commands:
             assert "--out" in options and "--format" in options, name
         if name in model_commands - {"prune"}:

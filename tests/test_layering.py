@@ -29,6 +29,7 @@ LAYERS: list[set[str]] = [
     {"runs.outputs"},
     {"hooks", "progress", "device", "stats", "plots"},
     {"model"},
+    {"backends"},
     {"data"},
     {"loaders"},
     {"stream"},

@@ -58,23 +58,33 @@ def test_every_family_is_registered():
 def test_unsupported_model_type_lists_supported(tiny_bert):
     _edit_config(tiny_bert, model_type="xlnet", architectures=["XLNetModel"])
     with pytest.raises(UnsupportedArchitectureError) as info:
-        load_model(tiny_bert)
+        load_model(tiny_bert, backend="native")
     message = str(info.value)
     assert "'xlnet' is not supported" in message
     assert "BertModel" in message and "Qwen2ForCausalLM" in message and "GPT2Model" in message
 
 
+def test_a_config_transformers_cannot_build_is_one_clear_error(tiny_bert):
+    """auto on an xlnet config.json: no converter, and XLNetConfig raises NotImplementedError
+    on a field it refuses; attnlens says so in one line instead of passing it through."""
+    _edit_config(tiny_bert, model_type="xlnet", architectures=["XLNetModel"])
+    with pytest.raises(UnsupportedArchitectureError, match=r"cannot read the config.*xlnet"):
+        load_model(tiny_bert)
+
+
 def test_unsupported_architecture_of_known_family(tiny_bert):
     _edit_config(tiny_bert, architectures=["BertForTokenClassification"])
     with pytest.raises(UnsupportedArchitectureError, match="BertForTokenClassification"):
-        load_model(tiny_bert)
+        load_model(tiny_bert, backend="native")  # auto takes the hf backend
 
 
 def test_remote_code_models_are_refused_not_run(tiny_bert):
     _edit_config(tiny_bert, model_type="my_custom", auto_map={"AutoModel": "modeling.MyModel"})
     (tiny_bert / "modeling.py").write_text("raise SystemExit('remote code ran')\n")
     with pytest.raises(UnsupportedArchitectureError, match="supported architectures"):
-        load_model(tiny_bert)
+        load_model(tiny_bert, backend="native")
+    with pytest.raises(UnsupportedArchitectureError, match="trust_remote_code"):
+        load_model(tiny_bert)  # auto: not known to transformers either
 
 
 def test_trust_remote_code_never_passed():
@@ -231,7 +241,7 @@ def test_default_load_is_minilm_with_tokenizer(minilm):
 def test_bert_variants_attnlens_does_not_model_are_refused(tiny_bert, changes, message):
     _edit_config(tiny_bert, **changes)
     with pytest.raises(UnsupportedArchitectureError, match=message):
-        load_model(tiny_bert)
+        load_model(tiny_bert, backend="native")  # auto takes the hf backend
 
 
 def test_loading_runs_no_random_initialisation_and_keeps_torch_init_intact():

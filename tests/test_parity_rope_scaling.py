@@ -24,6 +24,7 @@ from tests.parity_utils import (
     assert_parity,
     attnlens_outputs,
     hf_outputs,
+    hf_softmax_in_input_dtype,
     max_differences,
     padded_batch,
     save_tiny,
@@ -108,13 +109,14 @@ def test_rope_scaling_parity(family, architecture, rope, tmp_path):
     assert ours.cfg.rope_scaling.rope_type == ROPES[rope]["rope_type"]
     # float64: the same model, both sides cast.
     ours64 = load_model(tmp_path, dtype=torch.float64)
-    # transformers' eager Llama-family attention takes its softmax in float32 even in float64,
-    # as attnlens' hooked path does; the SDPA path is float64 throughout (~1e-7 apart), so
-    # the comparison runs the hooked path everywhere.
+    # transformers' eager Llama-family attention takes its softmax in float32 even in float64;
+    # attnlens keeps float64, so the reference is that eager computation with a float64
+    # softmax (hf_softmax_in_input_dtype). The hooked path is the one compared.
     ours64.set_use_sdpa(False)
     batch = padded_batch()
-    diffs = max_differences(attnlens_outputs(ours64, batch),
-                            hf_outputs(hf.to(torch.float64), batch), batch.attention_mask)
+    with hf_softmax_in_input_dtype():
+        reference = hf_outputs(hf.to(torch.float64), batch)
+    diffs = max_differences(attnlens_outputs(ours64, batch), reference, batch.attention_mask)
     assert_parity(diffs, FLOAT64_TOL, f"{architecture} {rope} float64")
 
 
@@ -192,7 +194,7 @@ def test_other_rope_types_are_refused_with_the_reason(params, error, match, tmp_
     hf["rope_parameters"] = {"rope_theta": 10000.0, "factor": 2.0, **params}
     config_file.write_text(json.dumps(hf))
     with pytest.raises(error, match=match):
-        load_model(tmp_path)
+        load_model(tmp_path, backend="native")  # auto would take the hf backend
 
 
 @pytest.mark.parametrize("rope", ["llama3", "yarn", "dynamic"])

@@ -152,4 +152,4 @@ def test_unknown_layer_types_are_refused(tmp_path):
     hf["layer_types"] = ["chunked_attention", "full_attention"]
     config_file.write_text(json.dumps(hf))
     with pytest.raises(UnsupportedArchitectureError, match="chunked_attention"):
-        load_model(tmp_path)
+        load_model(tmp_path, backend="native")  # auto would take the hf backend

@@ -99,7 +99,8 @@ def test_roles_order_prunes_the_heads_without_a_role_first(checkpoint, pairs, tm
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--method", "l0", "--lambda=-1"], "--lambda needs one or more values >= 0"),
+        (["--method", "l0", "--lambda=-1"],
+         "--lambda -1 is out of range; give a number of at least 0"),
         (["--method", "l0", "--lambda", "0.1,big"], "--lambda takes numbers"),
         (["--order", "roles"], "--order roles needs --roles"),
     ],

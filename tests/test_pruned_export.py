@@ -96,6 +96,13 @@ def test_pruning_a_pruned_model_keeps_the_first_numbers(exported, tmp_path):
     assert load_model(tmp_path / "twice").head_ids == again.head_ids
 
 
+def test_the_hf_backend_refuses_a_pruned_export(exported):
+    """transformers ignores pruned_heads and would run the zero heads as heads."""
+    with pytest.raises(ModelLoadError, match="--backend native"):
+        load_model(exported, backend="hf")
+    assert load_model(exported).head_ids == KEPT  # auto takes the native converter
+
+
 def test_renumbering_maps_every_head_column_once():
     table = pd.DataFrame({"layer": [0, 1, 1], "head": [1, 4, 0], "layer_b": [1, 0, 0],
                           "head_b": [2, 5, 0], "n_heads": [8, 8, 8]})

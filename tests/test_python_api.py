@@ -52,6 +52,6 @@ def test_bad_calls_are_attnlens_errors(tmp_path: Path) -> None:
         attnlens.analyze(sentences=SENTENCES, text="x.txt", out=tmp_path / "a")
     with pytest.raises(AttnlensError, match="holds no text"):
         attnlens.analyze(sentences=["  "], out=tmp_path / "b")
-    model, _ = attnlens.load()
+    model = attnlens.load_model()  # no tokenizer (attnlens.load attaches one: model.tokenizer)
     with pytest.raises(AttnlensError, match="tokenizer"):
         attnlens.analyze(model, sentences=SENTENCES, out=tmp_path / "c")

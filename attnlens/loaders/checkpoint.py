@@ -199,6 +199,26 @@ def _forbid_check() -> None:
         raise ModelLoadError(f"model loading is forbidden here ({NO_LOAD_ENV} is set).")
 
 
+def check_weight_files(path: Path, allow_pickle: bool = False) -> bool:
+    """Check that ``path`` holds weights attnlens may read; True for safetensors.
+
+    The same refusals as ``read_weights`` without reading a tensor (the hf backend lets
+    transformers read them).
+    """
+    if safetensors_files(path):
+        _forbid_check()
+        return True
+    if not pickle_files(path):
+        raise ModelLoadError(f"{path} holds no model.safetensors or pytorch_model.bin.")
+    if not allow_pickle:
+        raise ModelLoadError(
+            f"{path} has only pickle weights (pytorch_model.bin), which can run code when "
+            "loaded; pass --allow-pickle (allow_pickle=True) if you trust it."
+        )
+    _forbid_check()
+    return False
+
+
 def read_weights(path: Path, allow_pickle: bool = False) -> dict[str, torch.Tensor]:
     """All tensors of the checkpoint, on the CPU, from safetensors (or opted-in pickle)."""
     import torch

@@ -21,7 +21,7 @@ from attnlens.loaders.checkpoint import TOKENIZER_FILES
 from attnlens.loaders.registry import CONVERTERS
 from attnlens.model.config import TransformerConfig
 from attnlens.model.empty import empty_modules
-from attnlens.model.encoder_decoder import is_encoder_decoder
+from attnlens.model.protocol import has_several_attention_types
 from attnlens.model.transformer import HookedTransformer
 from attnlens.runs.io import atomic_write_json
 
@@ -133,7 +133,7 @@ def hf_state(model: HookedTransformer) -> tuple[dict, dict[str, torch.Tensor]]:
             f"export supports models loaded from: {known}."
         )
     # Encoder-decoder models are never structurally pruned: nothing to pad.
-    uniform = model if is_encoder_decoder(model) else pad_heads_to_uniform(model)
+    uniform = model if has_several_attention_types(model) else pad_heads_to_uniform(model)
     state = {k: v.detach() for k, v in uniform.state_dict().items()}
     fields, tensors = converter.export(uniform.cfg, state)
     hf = _source_config(cfg)
@@ -146,7 +146,7 @@ def hf_state(model: HookedTransformer) -> tuple[dict, dict[str, torch.Tensor]]:
     hf["model_type"] = model_type
     hf["dtype"] = str(uniform.dtype).removeprefix("torch.")
     hf.pop("pruned_heads", None)  # the source's, if it was pruned: this model's replaces it
-    if not is_encoder_decoder(model) and removed_heads(model):
+    if not has_several_attention_types(model) and removed_heads(model):
         # Hugging Face's historical field; transformers 5 ignores it and loads the padded
         # full-size model; attnlens loads the pruned one with the heads' original numbers.
         hf["pruned_heads"] = removed_heads(model)

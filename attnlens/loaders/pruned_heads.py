@@ -93,3 +93,17 @@ def apply_pruned_heads(model: HookedTransformer, hf: dict, where: str) -> Hooked
         return prune_heads(model, mask)
     except ConfigError as exc:  # a grouped-query layer losing part of a group
         raise ModelLoadError(f"{where} \"pruned_heads\" cannot be applied: {exc}") from exc
+
+
+def refuse_pruned_heads_on_hf(hf: dict, where: str) -> None:
+    """The hf backend runs transformers' model, which ignores ``pruned_heads`` and computes
+    with the export's zero heads: such a checkpoint is refused there (the native backend,
+    which ``auto`` takes, loads it pruned with its head numbers)."""
+    check_pruned_heads(hf, where)
+    field = hf.get("pruned_heads")
+    if isinstance(field, dict) and any(field.values()):
+        raise ModelLoadError(
+            f"{where} records removed heads (\"pruned_heads\"); the hf backend runs "
+            "transformers' full-size model, which ignores them and would report the removed "
+            "heads as heads: load it with --backend native (or auto)."
+        )

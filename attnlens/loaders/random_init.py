@@ -9,7 +9,8 @@ tokenizer whose weights were never trained:
   ``torch.manual_seed(seed)``, so its ``post_init`` runs the architecture's ``_init_weights``
   (BERT and GPT-2: normal(0, ``initializer_range``) for matrices and embeddings, zero
   biases, unit norm scales; Llama: the same with its own range); that state dict goes
-  through the same converter as a checkpoint's;
+  through the same converter as a checkpoint's (a model on the hf backend: the same class
+  built the same way and run by the hf backend, no conversion);
 - **attnlens' reset** (models built in code, without a checkpoint folder): every matrix and
   embedding normal(0, 0.02), every bias 0, every norm scale 1 (GPT-2's and BERT's scheme).
 
@@ -45,6 +46,14 @@ def random_init_copy(model, seed: int = 0) -> NullModel:
     """A randomly initialised copy of ``model`` (module docstring), on its device and dtype."""
     source = dict(getattr(model.cfg, "source", {}) or {})
     path, architecture = source.get("path"), source.get("architecture")
+    if source.get("backend") == "hf":  # the Hugging Face model itself, not a conversion
+        from attnlens.backends.hf.loading import random_init_model
+
+        null = random_init_model(model, seed)
+        null.cfg.source["null"] = f"random-init seed {seed}"
+        describe = (f"{architecture} initialised by transformers' own _init_weights (seed "
+                    f"{seed}), run by the hf backend like the checkpoint")
+        return NullModel(null, describe, "transformers")
     if path and architecture and (Path(path) / "config.json").is_file():
         null = _from_transformers(Path(path), architecture, seed)
         if null is not None:

@@ -9,7 +9,7 @@ from attnlens.data.text import read_text_file
 from attnlens.errors import ConfigError
 from attnlens.metrics import METRIC_NAMES
 from attnlens.metrics.base import Metric, require_head, split_indices
-from attnlens.model.encoder_decoder import is_encoder_decoder
+from attnlens.model.protocol import has_several_attention_types
 from attnlens.model.transformer import HookedTransformer
 
 
@@ -27,7 +27,7 @@ def auto_metric(model: HookedTransformer, data: str | Path) -> str:
 
     Encoder-decoder models use the sequence-to-sequence metric (source<TAB>target pairs).
     """
-    if is_encoder_decoder(model):
+    if has_several_attention_types(model):
         return "seq2seq"
     head = model.cfg.head
     if head in ("mlm", "lm"):
@@ -48,7 +48,7 @@ def load_metric(
     score_range: tuple[float, float] | None = None,
 ) -> Metric:
     """One metric on the whole of ``data`` (``score_range``: STS scores' scale, default 0-5)."""
-    if is_encoder_decoder(model) != (name == "seq2seq"):
+    if has_several_attention_types(model) != (name == "seq2seq"):
         raise ConfigError(
             "--metric seq2seq needs an encoder-decoder model, and an encoder-decoder model "
             f"needs --metric seq2seq (got {name!r})."

@@ -18,7 +18,8 @@ import torch
 from attnlens.errors import ConfigError, DataError
 from attnlens.metrics.base import LossBatch, Metric
 from attnlens.metrics.language_model import IGNORE, _TokenLossMetric
-from attnlens.model.encoder_decoder import EncoderDecoderTransformer, is_encoder_decoder
+from attnlens.model.encoder_decoder import EncoderDecoderTransformer
+from attnlens.model.protocol import has_several_attention_types
 
 
 def read_seq2seq_pairs(path: str | Path) -> tuple[list[str], list[str]]:
@@ -98,7 +99,7 @@ class Seq2SeqMetric(_TokenLossMetric):
         return LossBatch(inputs, torch.arange(len(chunk)), len(chunk), target=labels)
 
     def _sums(self, model, batch, head_mask=None, row_gates=None):
-        if not is_encoder_decoder(model):
+        if not has_several_attention_types(model):
             raise ConfigError("--metric seq2seq needs an encoder-decoder model (BART, Marian, "
                               "T5).")
         inputs = decoder_inputs(model, batch.inputs)

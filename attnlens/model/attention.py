@@ -33,7 +33,7 @@ from torch import nn
 from attnlens.errors import ConfigError
 from attnlens.hooks import HookPoint, QueryBlock
 from attnlens.model.config import RopeScaling
-from attnlens.model.factored import FactoredMatrix
+from attnlens.model.head_views import PerHeadViews
 from attnlens.model.masks import AttentionMask, mask_from_parts, mask_value
 from attnlens.model.query_blocks import DEFAULT_BLOCKS, QueryBlocks
 from attnlens.model.rotary import attention_factor, inverse_frequencies
@@ -135,13 +135,14 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return torch.cat((x_rot, x_pass), dim=-1) if x_pass.shape[-1] else x_rot
 
 
-class MultiHeadAttention(nn.Module):
+class MultiHeadAttention(nn.Module, PerHeadViews):
     """Multi-head attention, hookable, with an exact manual path and an SDPA fast path.
 
     The manual path (scores, softmax, weighted sum) is the reference and feeds the hooks
     ``hook_scores`` and ``hook_pattern``; ``torch.nn.functional.scaled_dot_product_attention``
     is used whenever no hook needs those (and ``use_sdpa`` is True). Dropout is not applied:
-    attnlens analyses trained models in inference mode.
+    attnlens analyses trained models in inference mode. ``QK``, ``OV``, ``group_size`` and
+    ``W_O_effective()`` come from ``PerHeadViews``.
 
     Hook shapes: ``hook_q``/``hook_k``/``hook_v [batch, pos, head, d_head]`` (keys and values
     have ``n_kv_heads`` heads; q and k are taken after rotary embedding), ``hook_scores`` and
@@ -229,19 +230,8 @@ class MultiHeadAttention(nn.Module):
             nn.init.normal_(self.W_O, std=(self.n_heads * self.d_head_v) ** -0.5)
 
     @property
-    def group_size(self) -> int:
-        return self.n_heads // self.n_kv_heads
-
-    @property
     def needs_manual_path(self) -> bool:
         return not self.use_sdpa or self.hook_scores.has_hooks or self.hook_pattern.has_hooks
-
-    def W_O_effective(self) -> torch.Tensor:
-        """``W_O``, or without a projection the block-identity placing each head in its slice."""
-        if self.W_O is not None:
-            return self.W_O
-        eye = torch.eye(self.d_out, device=self.W_V.device, dtype=self.W_V.dtype)
-        return rearrange(eye, "(head d_head_v) d_out -> head d_head_v d_out", head=self.n_heads)
 
     def _project(
         self, x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None
@@ -421,21 +411,6 @@ class MultiHeadAttention(nn.Module):
             return z_flat
         weight = rearrange(self.W_O, "head d_head_v d_out -> d_out (head d_head_v)")
         return F.linear(z_flat, weight, self.b_O)
-
-    # Factored views -------------------------------------------------------------------
-    def _kv_per_query_head(self, W: torch.Tensor) -> torch.Tensor:
-        return W.repeat_interleave(self.group_size, dim=0) if self.group_size > 1 else W
-
-    @property
-    def QK(self) -> FactoredMatrix:
-        """Per-head ``W_Q W_K^T [head, d_in, d_kv_in]`` (the seed's patterns matrix W_P)."""
-        W_K = self._kv_per_query_head(self.W_K)
-        return FactoredMatrix(self.W_Q, W_K.transpose(-1, -2))
-
-    @property
-    def OV(self) -> FactoredMatrix:
-        """Per-head ``W_V W_O [head, d_kv_in, d_out]`` (the seed's messages matrix W_M)."""
-        return FactoredMatrix(self._kv_per_query_head(self.W_V), self.W_O_effective())
 
     def extra_repr(self) -> str:
         return (

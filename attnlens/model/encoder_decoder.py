@@ -22,9 +22,9 @@ from torch import nn
 
 from attnlens.errors import ConfigError
 from attnlens.hooks import HookedModule
-from attnlens.model.attention import MultiHeadAttention
 from attnlens.model.config import TransformerConfig
 from attnlens.model.layers import LMHead
+from attnlens.model.protocol import AttentionLayer
 from attnlens.model.transformer import HookedTransformer
 
 AttentionType = Literal["encoder", "decoder", "cross"]
@@ -97,19 +97,6 @@ class EncoderDecoderConfig:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class AttentionLayer:
-    """One gated attention layer: its type, its layer in its stack and its module."""
-
-    attention: str
-    layer: int
-    attn: MultiHeadAttention
-    hook_prefix: str  # e.g. "decoder.blocks.2.cross_attn."
-
-    def label(self) -> str:
-        return f"{self.attention}.{self.layer}"
-
-
 def shift_right(
     input_ids: torch.Tensor, attention_mask: torch.Tensor | None, start_id: int, pad_id: int | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -137,6 +124,9 @@ class EncoderDecoderTransformer(HookedModule):
     logits ``[batch, target_pos, vocab]`` (or the decoder's hidden states). Without decoder
     inputs the decoder reads the source shifted right (``shift_right``), as BART does.
     """
+
+    backend = "native"
+    tokenizer = None  # set by ``attnlens.load``
 
     def __init__(self, cfg: EncoderDecoderConfig) -> None:
         super().__init__()
@@ -206,6 +196,10 @@ class EncoderDecoderTransformer(HookedModule):
         """The ``hook_z`` of each gate row (per-example gates scale heads there)."""
         return [row.hook_prefix + "hook_z" for row in self.attention_layers]
 
+    def weight_problems(self) -> dict[str, str]:
+        """Nothing is missing: attnlens' own modules hold every weight."""
+        return {}
+
     def set_use_sdpa(self, enabled: bool) -> None:
         self.encoder.set_use_sdpa(enabled)
         self.decoder.set_use_sdpa(enabled)
@@ -224,6 +218,10 @@ class EncoderDecoderTransformer(HookedModule):
             )
         n_enc, n_dec = self.cfg.encoder.n_layers, self.cfg.decoder.n_layers
         return head_mask[:n_enc], head_mask[n_enc : n_enc + n_dec], head_mask[n_enc + n_dec :]
+
+    def decoder_token_ids(self) -> tuple[int, int | None]:
+        """(decoder start id, pad id): what the decoder reads a source shifted right with."""
+        return self.cfg.decoder_start_token_id, self.cfg.pad_token_id
 
     def decoder_inputs(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None

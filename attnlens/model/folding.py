@@ -49,11 +49,16 @@ class NormParams:
 
 
 def attention_input_norm(model: HookedTransformer, layer: int) -> NormParams | None:
-    """The norm between the residual stream and ``layer``'s attention (pre-norm), else None."""
+    """The norm between the residual stream and ``layer``'s attention (pre-norm), else None.
+
+    The hf backend's blocks give their verified norm as ``NormParams`` (or None) directly.
+    """
+    ln1 = model.blocks[layer].ln1
+    if ln1 is None or isinstance(ln1, NormParams):
+        return ln1
     cfg = model.cfg
     if cfg.norm_position != "pre" or not cfg.use_norm:
         return None
-    ln1 = model.blocks[layer].ln1
     bias = getattr(ln1, "bias", None)
     return NormParams(
         cfg.norm,

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 import torch
 
+from attnlens.model.protocol import gate_hook_names
 from attnlens.model.transformer import HookedTransformer
 
 
@@ -51,10 +52,7 @@ def gated_forward(
     if row_gates is None:
         return model(**inputs, head_mask=head_mask, return_type=return_type)
     hooks = []
-    # Encoder-decoder models name the hook_z of each gate row (encoder, decoder, cross).
-    names = model.gate_hook_names() if hasattr(model, "gate_hook_names") else [
-        f"blocks.{layer}.attn.hook_z" for layer in range(model.n_layers)
-    ]
+    names = gate_hook_names(model)  # the hook_z of each gate row (encoder, decoder, cross)
     for layer, (n, name) in enumerate(zip(model.heads_per_layer, names, strict=True)):
         gate = row_gates[:, layer, :n]  # [batch, head]
 

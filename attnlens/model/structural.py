@@ -15,10 +15,8 @@ import copy
 import torch
 
 from attnlens.errors import ConfigError
+from attnlens.model.head_views import KV_SIDE, QUERY_SIDE
 from attnlens.model.transformer import HookedTransformer
-
-QUERY_SIDE = ("W_Q", "b_Q", "W_O")  # indexed by query head
-KV_SIDE = ("W_K", "b_K", "W_V", "b_V")  # indexed by key/value head
 
 
 def _kept_heads(model: HookedTransformer, head_mask: torch.Tensor) -> list[tuple[list, list]]:

@@ -17,6 +17,7 @@ from attnlens.model.attention import (
 from attnlens.model.config import TransformerConfig
 from attnlens.model.layers import MLP, FirstTokenHead, LMHead, MaskedLMHead, make_norm
 from attnlens.model.masks import AttentionMask, mask_from_parts
+from attnlens.model.protocol import AttentionLayer
 from attnlens.model.query_blocks import QueryBlocks
 from attnlens.model.relative import RelativePositionBias
 
@@ -119,6 +120,9 @@ class HookedTransformer(HookedModule):
     has an LM/MLM/classifier head, otherwise the final hidden states ``[batch, pos, d_model]``.
     """
 
+    backend = "native"
+    tokenizer = None  # set by ``attnlens.load``
+
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.cfg = cfg
@@ -178,6 +182,20 @@ class HookedTransformer(HookedModule):
     @property
     def heads_per_layer(self) -> list[int]:
         return [block.attn.n_heads for block in self.blocks]
+
+    @property
+    def attention_layers(self) -> list[AttentionLayer]:
+        """Every attention layer as a gate row (``AttentionModel``): self-attention only.
+
+        A decoder stack's cross-attention is gated through ``cross_head_mask``; the
+        encoder-decoder model that owns it lists those rows.
+        """
+        return [AttentionLayer("self", i, block.attn, f"blocks.{i}.attn.")
+                for i, block in enumerate(self.blocks)]
+
+    def weight_problems(self) -> dict[str, str]:
+        """Nothing is missing: attnlens' own modules hold every weight."""
+        return {}
 
     @property
     def head_ids(self) -> list[list[int]]:

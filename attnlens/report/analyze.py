@@ -21,7 +21,7 @@ from typing import Any
 from attnlens.data.batch import Batch
 from attnlens.distributed import SINGLE, DistContext, run_sharded
 from attnlens.measures.registry import Measure, report_measures
-from attnlens.model.encoder_decoder import is_encoder_decoder
+from attnlens.model.protocol import has_several_attention_types
 from attnlens.model.transformer import HookedTransformer
 from attnlens.report.encoder_decoder import by_attention_type
 from attnlens.report.figure_pool import figure_pool
@@ -138,7 +138,7 @@ def analyze(
         command, invoked = invoked_command()
         options = options or invoked
     sections = list(default_sections() if sections is None else sections)
-    if is_encoder_decoder(model):  # every section per attention type, tables with a column
+    if has_several_attention_types(model):  # every section per attention type, tables with a column
         sections = [by_attention_type(s) for s in sections]
     start = time.perf_counter()
     per_section = [s.analyzers(model, tokenizer) for s in sections]

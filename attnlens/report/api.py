@@ -59,6 +59,8 @@ def analyze(
         from attnlens.loaders import load
 
         model, tokenizer = load(None if model is None else str(model), **load_options)
+    elif tokenizer is None and getattr(model, "tokenizer", None) is not None:
+        tokenizer = model.tokenizer  # set by attnlens.load
     elif tokenizer is None:
         raise ConfigError("pass the model's tokenizer with a loaded model: "
                           "analyze(model, tokenizer, ...).")

@@ -15,7 +15,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from attnlens.model.encoder_decoder import ATTENTION_TYPES, EncoderDecoderTransformer
+from attnlens.model.encoder_decoder import ATTENTION_TYPES
+from attnlens.model.protocol import AttentionModel
 from attnlens.report.catalog import FigureDoc, SectionDoc
 from attnlens.report.sections import Section, SectionOutput
 from attnlens.runs.io import figure_naming, write_table
@@ -74,7 +75,7 @@ class AttentionTypeSection(Section):
         self.doc = doc_by_attention(section.doc, self.attentions)
         self.views: dict = {}
 
-    def analyzers(self, model: EncoderDecoderTransformer, tokenizer) -> list[Analyzer]:
+    def analyzers(self, model: AttentionModel, tokenizer) -> list[Analyzer]:
         self.views = attention_views(model)
         tagged = []
         for attention in self.attentions:
@@ -85,7 +86,7 @@ class AttentionTypeSection(Section):
 
     def write(
         self,
-        model: EncoderDecoderTransformer,
+        model: AttentionModel,
         analyzers: list[Analyzer],
         out_dir: Path,
         formats: tuple[str, ...],

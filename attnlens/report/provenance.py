@@ -66,6 +66,7 @@ def model_record(model) -> dict[str, Any]:
         "path": source.get("path", ""),
         "architecture": source.get("architecture", ""),
         "model_type": source.get("model_type", ""),
+        "backend": getattr(model, "backend", "native"),
         "layers": cfg.n_layers,
         "heads": heads,
         "d_model": cfg.d_model,
@@ -80,6 +81,11 @@ def model_record(model) -> dict[str, Any]:
         record["kv_heads_per_layer"] = list(kv)  # grouped-query attention
     if head_ids:
         record["head_ids"] = [list(row) for row in head_ids]
+    if source.get("native_refused"):
+        record["native_refused"] = source["native_refused"]
+    problems = model.weight_problems()
+    if problems:
+        record["not_available"] = problems
     return record
 
 

@@ -19,7 +19,8 @@ import torch
 from attnlens.data.batch import Batch
 from attnlens.errors import ConfigError
 from attnlens.hooks import HookPoint
-from attnlens.model.encoder_decoder import ATTENTION_TYPES, EncoderDecoderTransformer
+from attnlens.model.encoder_decoder import ATTENTION_TYPES
+from attnlens.model.protocol import AttentionModel
 from attnlens.progress import progress_bar
 from attnlens.stream.attention_view import attention_views
 from attnlens.stream.base import Analyzer
@@ -32,7 +33,7 @@ def _forward(feeder: LayerFeeder, view_name: str, x: torch.Tensor, hook: HookPoi
 
 @torch.no_grad()
 def run_by_attention(
-    model: EncoderDecoderTransformer,
+    model: AttentionModel,
     batches: Iterable[Batch],
     analyzers: Sequence[Analyzer],
     total: int | None = None,

@@ -37,7 +37,8 @@ from attnlens.data.batch import Batch
 from attnlens.errors import ConfigError
 from attnlens.hooks import HookPoint
 from attnlens.model.attention import MultiHeadAttention
-from attnlens.model.encoder_decoder import ATTENTION_TYPES, EncoderDecoderTransformer
+from attnlens.model.encoder_decoder import ATTENTION_TYPES
+from attnlens.model.protocol import AttentionLayer, AttentionModel
 
 _CROSS_BLOCK_HOOKS = {
     "hook_resid_pre": "hook_resid_mid",
@@ -49,10 +50,19 @@ _NAME_RE = re.compile(r"^blocks\.(\d+)\.(.+)$")
 
 @dataclass(frozen=True)
 class ViewBlock:
-    """What analyzers read from ``model.blocks[i]``: the attention and the norm before it."""
+    """What analyzers read from ``model.blocks[i]``: the attention and the norm before it
+    (read when asked: an hf-backed block raises there when its norm is not reproducible)."""
 
-    attn: MultiHeadAttention
-    ln1: nn.Module
+    block: nn.Module
+    cross: bool = False
+
+    @property
+    def attn(self) -> MultiHeadAttention:
+        return self.block.cross_attn if self.cross else self.block.attn
+
+    @property
+    def ln1(self) -> nn.Module:
+        return self.block.ln_cross if self.cross else self.block.ln1
 
 
 def shift_batch(batch: Batch, start_id: int, pad_id: int | None) -> Batch:
@@ -91,9 +101,14 @@ def shift_batch(batch: Batch, start_id: int, pad_id: int | None) -> Batch:
 
 
 class AttentionView:
-    """One attention type of an ``EncoderDecoderTransformer`` as a stack (module docstring)."""
+    """One attention type of an encoder-decoder model as a stack (module docstring).
 
-    def __init__(self, model: EncoderDecoderTransformer, attention: str) -> None:
+    The model (``EncoderDecoderTransformer`` or an hf-backed encoder-decoder) has ``encoder``
+    and ``decoder`` stacks whose ``blocks`` hold ``attn``, ``ln1`` (and in the decoder
+    ``cross_attn``, ``ln_cross``), and ``decoder_token_ids()``.
+    """
+
+    def __init__(self, model: AttentionModel, attention: str) -> None:
         if attention not in ATTENTION_TYPES:
             raise ConfigError(f"unknown attention type {attention!r}; choose one of "
                               f"{', '.join(ATTENTION_TYPES)}.")
@@ -104,10 +119,7 @@ class AttentionView:
         self.cfg = dataclasses.replace(
             stack.cfg, causal=attention == "decoder", cross_attention=False, source=source
         )
-        if attention == "cross":
-            self.blocks = [ViewBlock(b.cross_attn, b.ln_cross) for b in stack.blocks]
-        else:
-            self.blocks = [ViewBlock(b.attn, b.ln1) for b in stack.blocks]
+        self.blocks = [ViewBlock(b, cross=attention == "cross") for b in stack.blocks]
 
     def __repr__(self) -> str:
         return f"AttentionView({self.attention}, {self.n_layers} layers)"
@@ -115,6 +127,20 @@ class AttentionView:
     @property
     def n_layers(self) -> int:
         return len(self.blocks)
+
+    @property
+    def backend(self) -> str:
+        return self.model.backend
+
+    @property
+    def attention_layers(self) -> list[AttentionLayer]:
+        """The view's layers as a single stack's gate rows (``AttentionModel``)."""
+        return [AttentionLayer("self", i, b.attn, f"blocks.{i}.attn.")
+                for i, b in enumerate(self.blocks)]
+
+    def weight_problems(self) -> dict[str, str]:
+        """What the model cannot give (``AttentionModel``), for any of its attention types."""
+        return self.model.weight_problems()
 
     @property
     def heads_per_layer(self) -> list[int]:
@@ -177,10 +203,10 @@ class AttentionView:
         """What the analyzers of this view see of a source batch (module docstring)."""
         if self.attention != "decoder":
             return batch
-        cfg = self.model.cfg
-        return shift_batch(batch, cfg.decoder_start_token_id, cfg.pad_token_id)
+        start, pad = self.model.decoder_token_ids()
+        return shift_batch(batch, start, pad)
 
 
-def attention_views(model: EncoderDecoderTransformer) -> dict[str, AttentionView]:
+def attention_views(model: AttentionModel) -> dict[str, AttentionView]:
     """The three views of a model, in ``ATTENTION_TYPES`` order."""
     return {attention: AttentionView(model, attention) for attention in ATTENTION_TYPES}

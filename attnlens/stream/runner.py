@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 import torch
 
 from attnlens.data.batch import Batch
-from attnlens.model.encoder_decoder import is_encoder_decoder
+from attnlens.model.protocol import has_several_attention_types
 from attnlens.model.transformer import HookedTransformer
 from attnlens.progress import progress_bar
 from attnlens.stream.base import Analyzer
@@ -36,7 +36,7 @@ def run_analyzers(
     On an encoder-decoder model every analyzer must name its ``attention`` type; it then
     reads that type as a plain stack (``stream.attention_types``).
     """
-    if is_encoder_decoder(model):
+    if has_several_attention_types(model):
         from attnlens.stream.attention_types import run_by_attention
 
         return run_by_attention(model, batches, analyzers, total, show_progress, description)

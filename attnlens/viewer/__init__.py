@@ -44,6 +44,8 @@ def view(
         from attnlens.loaders import load
 
         model, tokenizer = load(model, **load_options)
+    elif tokenizer is None and getattr(model, "tokenizer", None) is not None:
+        tokenizer = model.tokenizer  # set by attnlens.load
     elif tokenizer is None:
         raise ConfigError("pass the model's tokenizer with a loaded model: "
                           "view(text, model, tokenizer).")

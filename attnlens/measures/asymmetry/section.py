@@ -10,6 +10,7 @@ import pandas as pd
 from attnlens.measures.asymmetry.pattern_asymmetry import PatternAsymmetry
 from attnlens.measures.asymmetry.weight_asymmetry import weight_asymmetry_table
 from attnlens.model.head_ids import head_ids_of, renumber_heads, renumber_tables
+from attnlens.model.protocol import left_out_note, missing_parts
 from attnlens.model.query_blocks import whole_matrix_note
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import layer_head_heatmap
@@ -17,6 +18,10 @@ from attnlens.report.catalog import CardItem, FigureDoc, SectionDoc, TableDoc
 from attnlens.report.papers import VASWANI
 from attnlens.report.sections import Section, SectionOutput
 from attnlens.runs.io import save_figure, write_table
+
+# What the two halves read from the model (attnlens.model.protocol.PARTS).
+WEIGHT_PARTS = ("QK", "norm", "rotary")
+PATTERN_PARTS = ("norm",)
 
 ASYMMETRY = SectionDoc(
     about=(
@@ -84,22 +89,32 @@ class AsymmetrySection(Section):
         self.needs_corpus = not weights_only
 
     def analyzers(self, model: HookedTransformer, tokenizer) -> list[PatternAsymmetry]:
-        if self.weights_only or model.cfg.causal:
+        if self.weights_only or model.cfg.causal or missing_parts(model, PATTERN_PARTS):
             return []
         return [PatternAsymmetry.for_model(model, factor=self.factor)]
 
     def write(self, model, analyzers, out_dir: Path, formats) -> SectionOutput:
-        weights = renumber_heads(weight_asymmetry_table(model), head_ids_of(model))
-        write_table(weights, out_dir, "weight_asymmetry")
-        output = SectionOutput(self.title, tables={"weight_asymmetry": weights})
-        fig = partial(  # a recipe: built and drawn in a figure worker
-            layer_head_heatmap,
-            weights[weights["measure"] == "antisym_share"],
-            "Antisymmetric share of ||W_Q W_K^T||_F^2",
-            vmin=0,
-            vmax=1,
-        )
-        output.figures += save_figure(fig, out_dir, "asymmetry_weights", formats)
+        output = SectionOutput(self.title)
+        notes = []
+        weights = None
+        missing = missing_parts(model, WEIGHT_PARTS)
+        if missing:
+            notes.append(left_out_note("the weight asymmetry of W_Q W_K^T", missing))
+        else:
+            weights = renumber_heads(weight_asymmetry_table(model), head_ids_of(model))
+            write_table(weights, out_dir, "weight_asymmetry")
+            output.tables["weight_asymmetry"] = weights
+            fig = partial(  # a recipe: built and drawn in a figure worker
+                layer_head_heatmap,
+                weights[weights["measure"] == "antisym_share"],
+                "Antisymmetric share of ||W_Q W_K^T||_F^2",
+                vmin=0,
+                vmax=1,
+            )
+            output.figures += save_figure(fig, out_dir, "asymmetry_weights", formats)
+        missing = missing_parts(model, PATTERN_PARTS)
+        if missing and not self.weights_only and not model.cfg.causal:
+            notes.append(left_out_note("the pattern asymmetry and its baseline", missing))
         patterns = baseline = None
         found = [a for a in analyzers if isinstance(a, PatternAsymmetry)]
         if found:
@@ -124,7 +139,8 @@ class AsymmetrySection(Section):
                 vmax=1,
             )
             output.figures += save_figure(fig, out_dir, "asymmetry_directed", formats)
-        output.summary = asymmetry_summary_text(weights, patterns, baseline)
+        text = asymmetry_summary_text(weights, patterns, baseline) if weights is not None else ""
         if found:
-            output.summary += "\n" + whole_matrix_note("Pattern asymmetry measures", model)
+            notes.append(whole_matrix_note("Pattern asymmetry measures", model))
+        output.summary = "\n".join(filter(None, [text, *notes]))
         return output

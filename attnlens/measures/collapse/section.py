@@ -11,6 +11,7 @@ import pandas as pd
 from attnlens.measures.collapse.paths import PathCollapse
 from attnlens.measures.collapse.synthetic import machine_floor
 from attnlens.measures.collapse.variant_collapse import VariantCollapse
+from attnlens.model.protocol import left_out_note, missing_parts
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import collapse_curves, double_log_fit, path_collapse_curve
 from attnlens.report.catalog import FigureDoc, SectionDoc, TableDoc
@@ -67,18 +68,20 @@ def _floor_depths(curves: pd.DataFrame, threshold: float = 1e-13, norm: str = "c
 
 
 def write_pretrained_collapse(
-    variants: VariantCollapse,
+    variants: VariantCollapse | None,
     paths: PathCollapse,
     out_dir: str | Path,
     formats: tuple[str, ...],
     title: str = "Rank collapse",
 ) -> SectionOutput:
-    """Tables and figures of the pretrained variants and the head paths of one model."""
-    tables = {**variants.result(), **paths.result()}  # path labels: original head numbers
+    """Tables and figures of the pretrained variants (None: left out) and the head paths."""
+    variant_tables = variants.result() if variants is not None else {}
+    tables = {**variant_tables, **paths.result()}  # path labels: original head numbers
     output = SectionOutput(title, tables=tables)
     for name, table in tables.items():
         write_table(table, out_dir, name)
-    curves, fits = tables["collapse_variants"], tables["collapse_fits"]
+    curves = tables.get("collapse_variants", pd.DataFrame())
+    fits = tables.get("collapse_fits", pd.DataFrame())
     if not curves.empty:
         fig = partial(  # a recipe: built and drawn in a figure worker
             collapse_curves,
@@ -179,13 +182,15 @@ class CollapseSection(Section):
 
     def analyzers(self, model: HookedTransformer, tokenizer) -> list:
         variants = {} if self.variants is None else {"variants": self.variants}
-        return [
+        own = [] if missing_parts(model, ["blocks"]) else [
             VariantCollapse.for_model(
                 model,
                 per_batch=self.per_batch,
                 max_sentences=self.max_sentences,
                 **variants,
-            ),
+            )]
+        return [
+            *own,
             PathCollapse.for_model(
                 model,
                 n_paths=self.n_paths,
@@ -195,6 +200,12 @@ class CollapseSection(Section):
         ]
 
     def write(self, model, analyzers, out_dir: Path, formats) -> SectionOutput:
-        (variants,) = [a for a in analyzers if isinstance(a, VariantCollapse)]
+        variants = next((a for a in analyzers if isinstance(a, VariantCollapse)), None)
         (paths,) = [a for a in analyzers if isinstance(a, PathCollapse)]
-        return write_pretrained_collapse(variants, paths, out_dir, formats, self.title)
+        output = write_pretrained_collapse(variants, paths, out_dir, formats, self.title)
+        missing = missing_parts(model, ["blocks"])
+        if missing:
+            note = left_out_note("the block variants (the model rebuilt without skips, MLPs "
+                                 "or norms)", missing)
+            output.summary = "\n\n".join(filter(None, [output.summary, note]))
+        return output

@@ -37,6 +37,7 @@ from attnlens.measures.pruning.structural import pruned_parameter_count
 from attnlens.metrics.base import Metric
 from attnlens.model.gates import full_mask, heads_text, parse_heads
 from attnlens.model.head_ids import head_ids_of, head_positions, original_heads, renumber_heads
+from attnlens.model.protocol import has_several_attention_types
 from attnlens.model.transformer import HookedTransformer
 from attnlens.progress import progress_bar
 from attnlens.runs.io import atomic_open, write_table
@@ -292,9 +293,9 @@ class PruneRun:
 
 def scope_masks(model, start_mask: torch.Tensor) -> dict[str, torch.Tensor]:
     """Per attention type, ``[layer, head]`` 1 on its gate rows (encoder-decoder models)."""
-    rows = getattr(model, "attention_layers", None)
-    if rows is None:
+    if not has_several_attention_types(model):
         return {}
+    rows = model.attention_layers
     masks = {}
     for attention in SCOPES:
         scope = torch.zeros_like(start_mask)

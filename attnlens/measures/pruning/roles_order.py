@@ -21,6 +21,7 @@ import torch
 
 from attnlens.errors import ConfigError, DataError
 from attnlens.model.head_ids import head_ids_of
+from attnlens.model.protocol import has_several_attention_types
 
 ROLE_TABLE = "head_roles.csv"
 # Where a report folder keeps it (older runs: beside run.json).
@@ -92,7 +93,7 @@ def role_mask(model, roles: RoleHeads) -> torch.Tensor:
     """``[layer, head]`` True for role heads, in the model's gate rows (encoder-decoder too)."""
     n_rows = model.n_layers
     mask = torch.zeros(n_rows, max(model.heads_per_layer), dtype=torch.bool)
-    rows = getattr(model, "attention_layers", None)
+    rows = model.attention_layers if has_several_attention_types(model) else None
     head_ids = head_ids_of(model)  # the table names heads by their original numbers
     for attention, layer, head in roles.heads:
         if rows is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from attnlens.model.structural import KV_SIDE, QUERY_SIDE, prune_heads
+from attnlens.model.structural import prune_heads
 from attnlens.model.transformer import HookedTransformer
 
 __all__ = ["head_parameter_counts", "prune_heads", "pruned_parameter_count"]
@@ -23,12 +23,7 @@ def head_parameter_counts(model: HookedTransformer) -> torch.Tensor:
     """
     counts = torch.zeros(model.n_layers, max(model.heads_per_layer), dtype=torch.float64)
     for layer, block in enumerate(model.blocks):
-        attn = block.attn
-        q_side = sum(getattr(attn, n)[0].numel() for n in QUERY_SIDE if getattr(attn, n)
-                     is not None)
-        kv_side = sum(getattr(attn, n)[0].numel() for n in KV_SIDE if getattr(attn, n)
-                      is not None)
-        counts[layer, : attn.n_heads] = q_side + kv_side / attn.group_size
+        counts[layer, : block.attn.n_heads] = block.attn.head_parameter_count()
     return counts
 
 

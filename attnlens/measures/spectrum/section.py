@@ -11,12 +11,16 @@ from attnlens.measures.circuits.circuits import circuit_tables
 from attnlens.measures.circuits.shared_subspace import shared_subspace_tables
 from attnlens.measures.spectrum.spectrum import SpectrumAnalyzer
 from attnlens.model.head_ids import renumber_tables
+from attnlens.model.protocol import left_out_note, missing_parts
 from attnlens.model.transformer import HookedTransformer
 from attnlens.plots import cumulative_curves_by_layer, layer_head_heatmap, shared_subspace_curves
 from attnlens.report.catalog import CardItem, FigureDoc, SectionDoc, TableDoc
 from attnlens.report.papers import CORDONNIER, LINFORMER
 from attnlens.report.sections import Section, SectionOutput
 from attnlens.runs.io import save_figure, write_table
+
+# What the weight spectra read from the model (attnlens.model.protocol.PARTS).
+WEIGHT_PARTS = ("QK", "OV", "norm")
 
 SPECTRUM = SectionDoc(
     about=(
@@ -112,7 +116,15 @@ def weight_summary_text(dims: pd.DataFrame, d_model: int) -> str:
 def write_weight_spectra(
     model: HookedTransformer, out_dir: Path, formats: tuple[str, ...], output: SectionOutput
 ) -> None:
-    """Circuit spectra (QK/OV) and shared-subspace tables and figure (no corpus needed)."""
+    """Circuit spectra (QK/OV) and shared-subspace tables and figure (no corpus needed).
+
+    Left out, with a note saying why, when the model cannot give its per-head weights.
+    """
+    missing = missing_parts(model, WEIGHT_PARTS)
+    if missing:
+        note = left_out_note("the QK/OV circuit spectra and shared subspaces", missing)
+        output.summary = "\n".join(filter(None, [output.summary, note]))
+        return
     tables = renumber_tables({**circuit_tables(model), **shared_subspace_tables(model)}, model)
     for name, table in tables.items():
         write_table(table, out_dir, name)
