@@ -39,7 +39,8 @@ from attnlens.measures.rollout.rollout import (
     token_vocabulary,
 )
 from attnlens.model.transformer import HookedTransformer
-from attnlens.stream.base import Analyzer, Batch, pattern_hook_names
+from attnlens.stream.base import Batch
+from attnlens.stream.head_patterns import HeadPatternAnalyzer
 
 FLOW_SCALE = 2**28  # capacities <= 1 become integers <= 2**28; sums stay far below 2**31
 FLOW_MAX_TOKENS = 40
@@ -111,7 +112,7 @@ def attention_flow(
     return normalise_rows(raw), raw
 
 
-class FlowAnalyzer(Analyzer):
+class FlowAnalyzer(HeadPatternAnalyzer):
     """Attention flow of the sentences with corpus index below ``keep`` (all when None) and at
     most ``max_tokens`` tokens; longer ones are listed in ``skipped``.
 
@@ -122,7 +123,6 @@ class FlowAnalyzer(Analyzer):
     """
 
     name = "flow"
-    layerwise = True
     state_fields = ("kept", "skipped")
 
     def __init__(
@@ -144,13 +144,12 @@ class FlowAnalyzer(Analyzer):
         self._seen = 0
 
     @classmethod
-    def for_model(cls, model: HookedTransformer, tokenizer=None, **options) -> FlowAnalyzer:
-        analyzer = cls(model.n_layers, vocab=token_vocabulary(tokenizer), **options)
-        analyzer.identify_model(model)
-        return analyzer
+    def model_options(cls, model: HookedTransformer) -> dict:
+        return {"n_layers": model.n_layers}  # heads are fused
 
-    def hook_names(self, model: HookedTransformer) -> list[str]:
-        return pattern_hook_names(model)
+    @classmethod
+    def for_model(cls, model: HookedTransformer, tokenizer=None, **options) -> FlowAnalyzer:
+        return super().for_model(model, vocab=token_vocabulary(tokenizer), **options)
 
     def settings(self) -> dict:
         return {"n_layers": self.n_layers, "residual": self.residual, "fusion": self.fusion,
