@@ -6,8 +6,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.setup-stamp
 TORCH := torch==2.13.0
 
-.PHONY: setup demo test test-kernels lint clean-venv browser sample-report screenshots bench \
-	verify-models
+.PHONY: setup demo test test-fast test-kernels lint clean-venv browser sample-report screenshots \
+	bench verify-models
 
 setup: $(STAMP)
 
@@ -30,6 +30,12 @@ lint: setup
 test: setup browser
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
+
+# The fast loop: every test that starts no process and reads no real corpus (the markers
+# tests/conftest.py gives each test: unit and parity run, cli and e2e do not). `make test`
+# (CI) still runs everything. Wall and CPU time as measured: docs/architecture.md, Tests.
+test-fast: setup
+	$(BIN)/pytest -q -p no:cacheprovider -m "not cli and not e2e"
 
 # Headless Chromium for tests/test_browser.py: installed with apt when this is root on a
 # Debian/Ubuntu machine and it is missing (quick when present). Elsewhere the browser tests

@@ -1,4 +1,8 @@
-"""Build step for the one C extension; the project's metadata lives in pyproject.toml.
+"""Build step for the one C extension and the package list; the metadata lives in pyproject.toml.
+
+The packages are every package under ``attnlens/`` (a new ``attnlens/measures/<topic>/`` is
+found without a line anywhere) and ``cli/`` installed as ``attnlens.cli`` (no top-level ``cli``
+package is installed).
 
 ``attnlens.measures.spectrum._spectral_kernel`` (eigenvalues of many small Gram matrices, the CPU
 spectral path) is optional: without a C compiler the package installs without it and the
@@ -7,9 +11,10 @@ spectrum falls back to LAPACK (slower, same results within 1e-9 on the curve).
 
 import os
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 
 setup(
+    packages=[*find_packages(include=["attnlens", "attnlens.*"]), "attnlens.cli"],
     ext_modules=[
         Extension(
             "attnlens.measures.spectrum._spectral_kernel",

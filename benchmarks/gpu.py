@@ -214,7 +214,7 @@ def main() -> None:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: torch.cuda.is_available() is False")
     if device.type == "cuda":
-        torch.cuda.set_device(device)
+        torch.cuda.set_device(device.index or 0)  # a bare 'cuda' has no index
         print(f"device {torch.cuda.get_device_name(device)}, torch {torch.__version__}")
     torch.set_grad_enabled(False)
     batch, length = (4, 32) if args.quick else (64, 128)

@@ -9,10 +9,14 @@ import signal
 import sys
 
 import typer
+from attnlens.cli import help_layout
 from attnlens.cli.known_errors import known_error
 from attnlens.cli.runner import NUMERIC_DEFAULTS, Interrupted
 
 from attnlens.errors import RunInterrupted
+from attnlens.measures.registry import measure_commands
+
+help_layout.install()  # --help fits 80 columns (cli/help_layout.py)
 
 app = typer.Typer(
     name="attnlens",
@@ -29,11 +33,11 @@ def _root() -> None:
     """Explain what the attention heads of a transformer do. Layers and heads count from 0."""
 
 
-# Each module defines register(app). Order = order in `attnlens --help`.
-COMMAND_MODULES = [
-    "analyze", "report", "compare", "view", "heads", "spectrum", "asymmetry", "collapse",
-    "rollout", "sparse", "linear", "prune", "eval", "models",
-]
+# Each module defines register(app). Order = order in `attnlens --help`: the report commands,
+# then each measure's command in the order of attnlens.measures.registry.MEASURES, then the rest.
+REPORT_COMMANDS = ["analyze", "report", "compare", "view"]
+OTHER_COMMANDS = ["eval", "models"]
+COMMAND_MODULES = [*REPORT_COMMANDS, *measure_commands(), *OTHER_COMMANDS]
 
 for _module in COMMAND_MODULES:
     importlib.import_module(f"attnlens.cli.{_module}").register(app)

@@ -29,10 +29,6 @@ PathsOpt = typer.Option(
     None, "--paths", min=1, help="Head paths sampled per path length. (default 32)",
     show_default=False,
 )
-MaxSentencesOpt = typer.Option(
-    None, "--max-sentences", min=1,
-    help="Run the variants on at most this many sentences. (default all)", show_default=False,
-)
 
 
 def _synthetic(run: CommandRun, variants: list[str], given: dict[str, float]) -> None:
@@ -67,7 +63,6 @@ def collapse(
     tokens: int | None = TokensOpt,
     qk_gain: float | None = QKGainOpt,
     paths: int | None = PathsOpt,
-    max_sentences: int | None = MaxSentencesOpt,
 ) -> None:
     """How fast token representations collapse towards rank one with depth (Dong et al. 2021).
 
@@ -85,7 +80,7 @@ def collapse(
                       "tokens": tokens, "qk_gain": qk_gain}
     given = {k: v for k, v in synthetic_opts.items() if v is not None}
     if synthetic:
-        if paths is not None or max_sentences is not None:
+        if paths is not None or run.corpus.max_sentences is not None:
             raise ConfigError("--synthetic builds random stacks; drop MODEL, --text, "
                               "--treebank, --paths and --max-sentences.")
         return _synthetic(run, chosen, given)
@@ -96,7 +91,7 @@ def collapse(
     from attnlens.measures.collapse.section import CollapseSection
 
     section = CollapseSection(variants=chosen, n_paths=32 if paths is None else paths,
-                              per_batch=None, max_sentences=max_sentences, path_sentences=None)
+                              per_batch=None, max_sentences=None, path_sentences=None)
     run.write_report([section])
 
 

@@ -55,7 +55,7 @@ def stsb(run: CommandRun, pairs: Path = PairsOpt, score_range: str | None = Scor
     )
 
 
-command(eval_app, "stsb", batch_size=32, max_length=256)(stsb)
+command(eval_app, "stsb", batch_size=32)(stsb)
 
 
 def register(app: typer.Typer) -> None:

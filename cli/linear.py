@@ -6,20 +6,14 @@ import typer
 from attnlens.cli.analyze import DEFAULT_OUT
 from attnlens.cli.runner import CommandRun, command
 
-MaxSentencesOpt = typer.Option(
-    None, "--max-sentences", min=1,
-    help="Read at most this many sentences (batches come in a shuffled order). (default all)",
-    show_default=False,
-)
 
-
-def linear(run: CommandRun, max_sentences: int | None = MaxSentencesOpt) -> None:
+def linear(run: CommandRun) -> None:
     """Per head: key interference (mean |cos| of distinct keys), effective orthogonal keys
     against length and d_head, and the output error of linear attention (elu+1, Katharopoulos
     et al. 2020) and of the unnormalised (Q K^T) V; most and least linearisable heads."""
     from attnlens.measures.linear.section import LinearSection
 
-    run.write_report([LinearSection(per_batch=None, max_sentences=max_sentences)])
+    run.write_report([LinearSection(per_batch=None, max_sentences=None)])
 
 
 def register(app: typer.Typer) -> None:

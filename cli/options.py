@@ -13,7 +13,11 @@ from pathlib import Path
 import typer
 
 KW = inspect.Parameter.KEYWORD_ONLY
-MODEL_PANEL, CORPUS_PANEL, OUTPUT_PANEL, METHOD_PANEL = "Model", "Corpus", "Output", "Method"
+MODEL_PANEL, CORPUS_PANEL, OUTPUT_PANEL = "Model", "Corpus", "Output"
+METHOD_PANEL = "Method"  # a command's own options (runner.command puts them there)
+MAX_LENGTH_HELP = ("Truncate inputs to this many tokens. Default: the length the model was "
+                   "trained on, from its checkpoint (sentence_bert_config.json, else "
+                   "config.json positions; 512 when it states none).")
 
 
 def _param(name: str, annotation, default) -> inspect.Parameter:
@@ -70,25 +74,38 @@ def corpus() -> list[inspect.Parameter]:
         _param("parse", bool, typer.Option(
             False, "--parse", rich_help_panel=CORPUS_PANEL,
             help="Dependency-parse the --text file with spaCy (optional extra).")),
+        _param("max_sentences", int | None, typer.Option(
+            None, "--max-sentences", min=1, show_default=False, rich_help_panel=CORPUS_PANEL,
+            help="Read at most the first N sentences of the corpus (default: all).")),
     ]
 
 
-def batching(batch_size: int, max_length: int, unit: str) -> list[inspect.Parameter]:
+def batching(batch_size: int, unit: str) -> list[inspect.Parameter]:
     return [
         _param("batch_size", int, typer.Option(
-            batch_size, "--batch-size", min=1, help=f"{unit} per forward pass.")),
-        _param("max_length", int, typer.Option(
-            max_length, "--max-length", min=4, help="Truncate inputs to this many tokens.")),
+            batch_size, "--batch-size", min=1, help=f"{unit} per forward pass.",
+            rich_help_panel=MODEL_PANEL)),
+        _param("max_length", int | None, typer.Option(
+            None, "--max-length", min=4, show_default=False, help=MAX_LENGTH_HELP,
+            rich_help_panel=MODEL_PANEL)),
         _param("query_block", int | None, typer.Option(
-            None, "--query-block", min=1, show_default=False,
+            None, "--query-block", min=1, show_default=False, rich_help_panel=MODEL_PANEL,
             help="Long inputs: attention patterns are computed and analysed this many query "
             "rows at a time (default: from free memory; docs/long-context.md).")),
         _param("whole_matrix_limit", int, typer.Option(
-            4096, "--whole-matrix-limit", min=0,
+            4096, "--whole-matrix-limit", min=0, rich_help_panel=MODEL_PANEL,
             help="Longest input (tokens) an analysis needing whole attention matrices "
             "(rollout, flow, pattern asymmetry, head clustering, full spectra) may read; "
             "longer inputs are refused with the analysis named.")),
     ]
+
+
+def hidden_alias(old: str, annotation) -> inspect.Parameter:
+    """A hidden option kept under an old name (``runner.command``'s ``aliases``: it warns and
+    passes the value to the new option)."""
+    name = "alias_" + old.lstrip("-").replace("-", "_")
+    return _param(name, annotation | None, typer.Option(None, old, hidden=True,
+                                                       show_default=False))
 
 
 def output(default: Path, figures: bool) -> list[inspect.Parameter]:
@@ -117,7 +134,8 @@ def resuming(checkpoints: bool) -> list[inspect.Parameter]:
 
 
 def quiet() -> list[inspect.Parameter]:
-    return [_param("quiet", bool, typer.Option(False, "--quiet", "-q", help="No progress bars."))]
+    return [_param("quiet", bool, typer.Option(False, "--quiet", "-q", help="No progress bars.",
+                                               rich_help_panel=OUTPUT_PANEL))]
 
 
 def null_model() -> list[inspect.Parameter]:

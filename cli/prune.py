@@ -15,9 +15,16 @@ METRIC_HELP = (
     "seq2seq (encoder-decoder models: source<TAB>target lines)."
 )
 DATA_KINDS = "pairs CSV, text or labelled CSV, see --metric"
+PAIRS_KIND = "CSV of sentence1,sentence2,score"
+PairsOpt = typer.Option(
+    None, "--pairs", show_default=False,
+    help="Sentence pairs, CSV sentence1,sentence2,score (--metric sts): the evaluation data "
+    "(split in two unless --importance-data is given).",
+)
 DataOpt = typer.Option(
-    ..., "--data", help="Evaluation data (split in two unless --importance-data is given).",
-    show_default=False,
+    None, "--data", show_default=False,
+    help="Evaluation data that is not sentence pairs: text, labelled CSV or source<TAB>target "
+    "lines (see --metric; split in two unless --importance-data is given).",
 )
 ImportanceDataOpt = typer.Option(
     None, "--importance-data", show_default=False,
@@ -65,7 +72,8 @@ MaxFractionOpt = typer.Option(0.9, "--max-fraction", help="Stop at this fraction
 RescoreOpt = typer.Option(
     False, "--rescore", help="Recompute the order after every step (Michel's exact mode)."
 )
-MinHeadsOpt = typer.Option(1, "--min-heads-per-layer", min=0)
+MinHeadsOpt = typer.Option(1, "--min-heads-per-layer", min=0,
+                           help="Heads every layer keeps, whatever the order.")
 SeedsOpt = typer.Option(3, "--seeds", min=1, help="Seeds of the random order (a band).")
 AbsModeOpt = typer.Option(
     "example", "--abs-mode", help="example: E|dL/dxi| per example (Michel's definition); "
@@ -83,6 +91,7 @@ ScoreRangeOpt = typer.Option(
 def _export(model, curve, order: str, step: int | None, folder, force: bool) -> str:
     """Structurally prune by one curve's mask, export it, and describe what was written."""
     from attnlens.errors import ConfigError
+    from attnlens.head_names import head_name
     from attnlens.loaders.export import export_hf, pad_heads_to_uniform, removed_heads
     from attnlens.measures.pruning import final_mask, prune_heads
 
@@ -97,8 +106,8 @@ def _export(model, curve, order: str, step: int | None, folder, force: bool) -> 
     n_full = sum(p.numel() for p in pad_heads_to_uniform(pruned).parameters())
     n_after = sum(p.numel() for p in pruned.parameters())
     removed = removed_heads(pruned)
-    listed = "; ".join(f"L{layer}: {', '.join(map(str, heads))}"
-                       for layer, heads in removed.items()) or "none"
+    listed = ", ".join(head_name(layer, head) for layer, heads in removed.items()
+                       for head in heads) or "none"
     return (
         f"exported the {order} curve's model ({sum(pruned.heads_per_layer)} heads kept, per "
         f"layer {pruned.heads_per_layer}) to {folder.given}/: the folder holds it padded to full "
@@ -158,6 +167,32 @@ def _export_folder(run: CommandRun, export: Path | None):
     return folder
 
 
+def _data_option(metric: str, pairs: Path | None, data: Path | None) -> tuple[str, Path, str]:
+    """``(metric, data, option)``: --pairs (metric sts) or --data, exactly one of them."""
+    from attnlens.errors import ConfigError
+
+    if (pairs is None) == (data is None):
+        raise ConfigError("give the evaluation data once: --pairs FILE for sentence pairs "
+                          "(sentence1,sentence2,score), else --data FILE.")
+    if pairs is None:
+        return metric, data, "--data"
+    from attnlens.metrics import METRIC_NAMES
+
+    if metric in METRIC_NAMES and metric != "sts":  # an unknown name: _check_options says so
+        raise ConfigError(f"--pairs holds sentence pairs, scored by --metric sts, not "
+                          f"{metric!r}; give other data with --data.")
+    return ("sts" if metric == "auto" else metric), pairs, "--pairs"
+
+
+def _warn_pairs_as_data(name: str, option: str) -> None:
+    """Sentence pairs given as --data (the old name): works, with a warning."""
+    import sys
+
+    if name == "sts" and option == "--data":
+        print("Warning: --data with sentence pairs is the old spelling; use --pairs "
+              "(it means the same).", file=sys.stderr)
+
+
 def _check_options(metric: str, data: Path, importance_data: Path | None,
                    export: Path | None, export_step: int | None) -> None:
     """The metric name, data paths and --export-step (before anything heavy is imported)."""
@@ -172,7 +207,6 @@ def _check_options(metric: str, data: Path, importance_data: Path | None,
     if metric not in ("auto", *METRIC_NAMES):
         raise ConfigError(f"unknown --metric {metric!r}; choose auto or one of "
                           f"{', '.join(METRIC_NAMES)}.")
-    check_input_file(data, "--data", "data")
     check_input_file(importance_data, "--importance-data", "data")
 
 
@@ -194,7 +228,8 @@ def _print_result(run: CommandRun, result, metrics, message: str | None, out: Pa
 def prune(
     run: CommandRun,
     metric: str = MetricOpt,
-    data: Path = DataOpt,
+    pairs: Path | None = PairsOpt,
+    data: Path | None = DataOpt,
     importance_data: Path | None = ImportanceDataOpt,
     eval_fraction: float = EvalFractionOpt,
     split_seed: int = SplitSeedOpt,
@@ -220,8 +255,9 @@ def prune(
 ) -> None:
     """Rank MODEL's heads, prune them step by step while tracking a metric, export the result.
 
-    Layers and heads are numbered from 0; removed heads are written as layer.head.
+    Layers and heads are numbered from 0; heads are written L2H8 (layer 2, head 8).
     """
+    metric, data, data_option = _data_option(metric, pairs, data)
     from attnlens.cli import prune_extras as extras
 
     from attnlens.data.pairs import parse_score_range
@@ -233,7 +269,7 @@ def prune(
     settings = _settings(order, step, max_fraction, rescore, min_heads_per_layer, seeds,
                          abs_mode, normalize, roles, eval_fraction)
     scale = parse_score_range(score_range)
-    check_metric_data(metric, data, "--data", scale)
+    check_metric_data(metric, data, data_option, scale)
     check_metric_data(metric, importance_data, "--importance-data", scale)
     _check_model(run.model.name, settings, export_step, export)
     export_folder = _export_folder(run, export)
@@ -246,6 +282,7 @@ def prune(
         settings.orders = extras.default_orders(model, method)
     extras.check_model_options(model, settings.orders, export)
     name = auto_metric(model, data) if metric == "auto" else metric
+    _warn_pairs_as_data(name, data_option)
     metrics = build_metrics(name, model, tokenizer, data, importance_data, eval_fraction,
                             split_seed, run.batch_size, run.max_length, score_range=scale)
     description = _description(run, model, name, metrics, data, importance_data,
@@ -351,6 +388,7 @@ def _run_curves(run: CommandRun, work: Path, ctx, model, metrics, settings, desc
 
 
 def register(app: typer.Typer) -> None:
-    command(app, "prune", out=Path("attnlens-prune"), batch_size=32, max_length=128,
+    command(app, "prune", out=Path("attnlens-prune"), batch_size=32,
             batch_unit="Examples", resumable=True,
-            inputs={"data": DATA_KINDS, "importance_data": DATA_KINDS})(prune)
+            inputs={"pairs": PAIRS_KIND, "data": DATA_KINDS,
+                    "importance_data": DATA_KINDS})(prune)

@@ -25,7 +25,7 @@ ResidualOpt = typer.Option(
 )
 FusionOpt = typer.Option("mean", "--head-fusion", help="Fuse heads by mean, max or min.")
 SentencesOpt = typer.Option(
-    50, "--sentences", min=1,
+    50, "--matrix-sentences", min=1,
     help="Write matrices (table, figures) for the first N sentences; layer shares use all.",
 )
 FlowMaxOpt = typer.Option(
@@ -64,7 +64,7 @@ def rollout(
     method: str = MethodOpt,
     residual: float = ResidualOpt,
     head_fusion: str = FusionOpt,
-    sentences: int = SentencesOpt,
+    matrix_sentences: int = SentencesOpt,
     flow_max_tokens: int = FlowMaxOpt,
     figures: int = FiguresOpt,
 ) -> None:
@@ -97,7 +97,7 @@ def rollout(
 
     corpus = (Corpus(f"{len(texts)} sentences from the command line", texts=texts)
               if texts else run.read_corpus())
-    section = RolloutSection(residual=residual, fusion=head_fusion, sentences=sentences,
+    section = RolloutSection(residual=residual, fusion=head_fusion, sentences=matrix_sentences,
                              method=method, flow_max_tokens=flow_max_tokens,
                              max_figures=figures)
     run.write_report([section], corpus=corpus)
@@ -105,4 +105,5 @@ def rollout(
 
 def register(app: typer.Typer) -> None:
     command(app, "rollout", model=False, loading=True, corpus=True, out=DEFAULT_OUT,
-            usage="[MODEL] [TEXT]...", null=True)(rollout)
+            usage="[MODEL] [TEXT]...", null=True,
+            aliases={"--sentences": "matrix_sentences"})(rollout)

@@ -73,11 +73,12 @@ class ModelOptions:
 
 @dataclass
 class CorpusOptions:
-    """--text, --treebank, --parse (neither: the embedded sample treebank)."""
+    """--text, --treebank, --parse (neither: the embedded sample treebank), --max-sentences."""
 
     text: Path | None = None
     treebank: Path | None = None
     parse: bool = False
+    max_sentences: int | None = None
 
     @property
     def given(self) -> bool:
@@ -151,7 +152,7 @@ class CommandRun:
     corpus: CorpusOptions | None = None
     output: OutputOptions | None = None
     batch_size: int = 16
-    max_length: int = 128
+    max_length: int | None = None  # None: the model's trained length, set by load_model
     query_block: int | None = None  # query rows per attention block (None: from free memory)
     whole_matrix_limit: int = 4096  # longest input whole-matrix analyses may read
     quiet: bool = False
@@ -206,12 +207,18 @@ class CommandRun:
         from attnlens.data.corpus import load_corpus
 
         options = self.corpus or CorpusOptions()
-        return load_corpus(text=options.text, treebank=options.treebank, parse=options.parse)
+        return load_corpus(text=options.text, treebank=options.treebank, parse=options.parse,
+                           max_sentences=options.max_sentences)
 
     def load_model(self):
         """``(HookedTransformer, Tokenizer)`` from MODEL and the loading options, with the
-        query-block settings (--query-block, --whole-matrix-limit) applied."""
+        query-block settings (--query-block, --whole-matrix-limit) applied; a --max-length
+        left out becomes the model's trained length."""
         model, tokenizer = (self.model or ModelOptions()).load()
+        if self.max_length is None:
+            from attnlens.loaders.trained_length import default_max_length
+
+            self.max_length = default_max_length(model.cfg.source.get("path"))
         set_blocks = getattr(model, "set_query_blocks", None)
         if set_blocks is not None:
             from attnlens.model.query_blocks import QueryBlocks
@@ -333,7 +340,7 @@ def _example_pages(model, tokenizer, out: Path) -> list[Path]:
 # message names when the command was given more than the default (cli/known_errors.py).
 NUMERIC_DEFAULTS: dict[str, dict[str, Any]] = {}
 _SHARED = ("model", "device", "dtype", "allow_pickle", "backend", "device_map", "max_memory",
-           "text", "treebank", "parse", "batch_size", "max_length", "query_block",
+           "text", "treebank", "parse", "max_sentences", "batch_size", "max_length", "query_block",
            "whole_matrix_limit", "out", "fmt", "force", "resume", "checkpoint_every", "quiet",
            "null", "null_seed")
 
@@ -345,14 +352,15 @@ def _shared_run(values: dict[str, Any], resumable: bool) -> CommandRun:
                              values["allow_pickle"], values.get("device_map"),
                              values.get("max_memory"), values.get("backend", "auto"))
     if "text" in values:
-        corpus = CorpusOptions(values["text"], values["treebank"], values["parse"])
+        corpus = CorpusOptions(values["text"], values["treebank"], values["parse"],
+                               values.get("max_sentences"))
     if "out" in values:
         output = OutputOptions(values["out"], values.get("fmt"), force=values["force"],
                                resume=values.get("resume", False), resumable=resumable,
                                checkpoint_every=values.get("checkpoint_every"))
     return CommandRun(model=model, corpus=corpus, output=output,
                       batch_size=values.get("batch_size", 16),
-                      max_length=values.get("max_length", 128),
+                      max_length=values.get("max_length"),
                       query_block=values.get("query_block"),
                       whole_matrix_limit=values.get("whole_matrix_limit", 4096),
                       quiet=values.get("quiet", False),
@@ -404,6 +412,32 @@ def _numeric_options(params: Sequence[inspect.Parameter]) -> list[tuple[str, str
     return found
 
 
+def _in_panel(param: inspect.Parameter) -> inspect.Parameter:
+    """A command's own option without a ``rich_help_panel`` goes to the Method panel."""
+    info = param.default
+    if type(info).__name__ == "OptionInfo" and info.rich_help_panel is None:
+        info.rich_help_panel = options.METHOD_PANEL
+    return param
+
+
+def _take_alias(values: dict[str, Any], old: str, key: str, new: inspect.Parameter) -> None:
+    """The hidden option ``old`` (``values[key]``) given: warn, and pass its value on to the
+    option that replaced it (both given: an error)."""
+    value = values.pop(key)
+    if value is None:
+        return
+    import sys
+
+    from attnlens.errors import ConfigError
+
+    spelling = next(d for d in new.default.param_decls if d.startswith("--"))
+    if values[new.name] != new.default.default:
+        raise ConfigError(f"{old} is the old name of {spelling}; give {spelling} only.")
+    print(f"Warning: {old} is an old name; use {spelling} (it means the same).",
+          file=sys.stderr)
+    values[new.name] = value
+
+
 def _usage_line(arguments: str) -> type:
     """A command class whose usage line shows ``[OPTIONS] arguments``."""
     from typer.core import TyperCommand
@@ -425,13 +459,13 @@ def command(
     out: Path | None = None,
     figures: bool = True,
     batch_size: int | None = 16,
-    max_length: int = 128,
     batch_unit: str = "Sentences",
     device_map: bool = False,
     resumable: bool = False,
     checkpoints: bool = False,
     inputs: dict[str, str] | None = None,
     usage: str | None = None,
+    aliases: dict[str, str] | None = None,
     null: bool = False,
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Register ``body(run, **own)`` as ``name`` with the shared option groups it asks for.
@@ -442,29 +476,36 @@ def command(
     ``figures``) and --force; ``resumable``: --resume (and the run's manifest), with
     ``checkpoints`` also --checkpoint-every; ``inputs``: the body's own options that name
     input files, with what each holds (checked first, hashed for --resume; --out may not hold
-    them); ``batch_size``: --batch-size/--max-length with these defaults (None: none).
+    them); ``batch_size``: --batch-size with this default and --max-length (default: the
+    model's trained length; None: neither).
     ``device_map``: --device-map/--max-memory (models spread over devices). --quiet always.
     ``null``: --null/--null-seed (commands that write a report of per-head measures).
     ``usage``: the arguments as the usage line shows them (e.g. ``[MODEL] TEXT`` for a
     command that reads an optional MODEL before TEXT itself), instead of Click's own.
+    ``aliases``: old option name -> the body's parameter it now feeds (a hidden option that
+    warns). The body's own options without a panel go to the Method panel of ``--help``.
     """
 
     def decorate(body: Callable[..., None]) -> Callable[..., None]:
         hints = typing.get_type_hints(body)
         own = [
-            p.replace(annotation=hints.get(p.name, p.annotation), kind=options.KW)
+            _in_panel(p.replace(annotation=hints.get(p.name, p.annotation), kind=options.KW))
             for p in inspect.signature(body).parameters.values() if p.name != "run"
         ]
+        renamed = {old: next(p for p in own if p.name == new) for old, new in
+                   (aliases or {}).items()}
+        hidden = {old: options.hidden_alias(old, p.annotation) for old, p in renamed.items()}
         shared_front = options.model_argument() if model else []
         shared_back = [
             *(options.corpus() if corpus else []),
-            *(options.batching(batch_size, max_length, batch_unit) if batch_size else []),
+            *(options.batching(batch_size, batch_unit) if batch_size else []),
             *(options.output(out, figures) if out is not None else []),
             *(options.resuming(checkpoints) if out is not None and resumable else []),
             *(options.model_loading() if (model if loading is None else loading) else []),
             *(options.device_map() if device_map else []),
             *(options.null_model() if null else []),
             *options.quiet(),
+            *hidden.values(),
         ]
         params = [*shared_front, *own, *shared_back]
         numeric = _numeric_options(params)
@@ -479,6 +520,8 @@ def command(
 
             for key, option, integer, low, high in numeric:  # finite, in range, no overflow
                 check_number(option, values.get(key), integer=integer, low=low, high=high)
+            for old, alias in hidden.items():
+                _take_alias(values, old, alias.name, renamed[old])
             shared = {k: values.pop(k) for k in _SHARED if k in values}
             run = _shared_run(shared, resumable)
             run.inputs = {k: shared[k] for k in ("text", "treebank") if k in shared}

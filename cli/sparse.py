@@ -6,12 +6,6 @@ import typer
 from attnlens.cli.analyze import DEFAULT_OUT
 from attnlens.cli.runner import CommandRun, command
 
-MaxSentencesOpt = typer.Option(
-    None, "--max-sentences", min=1,
-    help="Read at most this many sentences (batches come in a shuffled order). (default all)",
-    show_default=False,
-)
-
 WindowsOpt = typer.Option("1,2,4,8,16", "--windows", help="Window half-widths w, comma-separated.")
 GlobalOpt = typer.Option(
     2, "--global-tokens", min=0, help="Global tokens: special tokens plus the first G positions."
@@ -30,7 +24,6 @@ def parse_windows(value: str) -> tuple[int, ...]:
 
 def sparse(
     run: CommandRun,
-    max_sentences: int | None = MaxSentencesOpt,
     windows: str = WindowsOpt,
     global_tokens: int = GlobalOpt,
     coverage: float = CoverageOpt,
@@ -42,7 +35,7 @@ def sparse(
     chosen = parse_windows(windows)
     from attnlens.measures.sparse.section import SparseSection
 
-    section = SparseSection(per_batch=None, max_sentences=max_sentences, windows=chosen,
+    section = SparseSection(per_batch=None, max_sentences=None, windows=chosen,
                             n_global=global_tokens, coverage=coverage, seed=seed)
     run.write_report([section])
 

@@ -53,9 +53,8 @@ VIEWS = ("head", "text", "model", "matrix")
 def _heads(value: str | None, layer: int | None) -> tuple[list[int] | None, int | None]:
     """``--heads`` as head numbers of one layer: ``0,3,7`` or ``L2H0,L2H8`` (which sets the
     layer; ``2.8`` and ``2-8`` are read as L2H8 too)."""
-    import re
-
     from attnlens.errors import ConfigError
+    from attnlens.head_names import is_head, parse_head
     from attnlens.numeric import check_number
 
     if value is None:
@@ -65,12 +64,10 @@ def _heads(value: str | None, layer: int | None) -> tuple[list[int] | None, int 
         if item.isdigit():
             heads.append(check_number("--heads", int(item), integer=True, low=0))
             continue
-        match = re.fullmatch(r"[Ll](\d+)[Hh](\d+)|(\d+)[.-](\d+)", item)
-        if not match:
+        if not is_head(item):
             raise ConfigError(f"--heads {value!r}: give head numbers like 0,3,7 or heads like "
                               "L2H8 (layer 2, head 8).")
-        numbers = [check_number("--heads", int(g), integer=True, low=0)
-                   for g in match.groups() if g is not None]
+        numbers = [check_number("--heads", n, integer=True, low=0) for n in parse_head(item)]
         layers.add(numbers[0])
         heads.append(numbers[1])
     if not heads:

@@ -24,32 +24,22 @@ from attnlens.measures.linear.linear_attention import LinearAttentionView
 from attnlens.measures.rollout.flow import FlowAnalyzer
 from attnlens.measures.rollout.rollout import RolloutAnalyzer
 from attnlens.measures.sparse.sparse import SparseCoverage
-from attnlens.model import HookedTransformer, TransformerConfig
+from attnlens.model import HookedTransformer
 from attnlens.stream.base import Analyzer, model_fingerprint
 from attnlens.stream.runner import run_analyzers
 from attnlens.stream.state import load_state, save_state, split_state
+from tests.fixtures import plain_tiny_model, tiny_batches
 
 
 def tiny_model(seed: int = 0, **overrides) -> HookedTransformer:
-    torch.manual_seed(seed)
-    cfg = dict(d_model=16, n_layers=3, n_heads=4, d_mlp=32, vocab_size=50, n_ctx=32)
-    return HookedTransformer(TransformerConfig(**{**cfg, **overrides})).eval()
+    return plain_tiny_model(seed, **{"n_layers": 3, **overrides})
 
 
 def batches() -> list[Batch]:
-    gen = torch.Generator().manual_seed(1)
-    out, seen = [], 0
-    for lengths in ([5, 7, 7], [3, 9], [8, 8, 4, 6]):
-        width = max(lengths)
-        ids = torch.randint(3, 50, (len(lengths), width), generator=gen)
-        mask = (torch.arange(width)[None] < torch.tensor(lengths)[:, None]).long()
-        ids[:, 0] = 1  # [CLS]
-        # corpus indices, as Corpus.batches gives them (BigBird's random keys are seeded by them)
-        index = list(range(seen, seen + len(lengths)))
-        seen += len(lengths)
-        out.append(Batch(input_ids=ids * mask, attention_mask=mask,
-                         special_mask=(ids == 1) & mask.bool(), extra={"index": index}))
-    return out
+    """Three batches; corpus indices as Corpus.batches gives them (BigBird's random keys are
+    seeded by them)."""
+    return tiny_batches([[5, 7, 7], [3, 9], [8, 8, 4, 6]], seed=1, vocab=50, low=3, cls_id=1,
+                        index=True)
 
 
 # Each case builds an analyzer for a model; "other" changes one setting.

@@ -26,6 +26,7 @@ from attnlens.model.folding import attention_weights
 from attnlens.model.transformer import HookedTransformer
 from attnlens.stream.base import Batch
 from attnlens.stream.runner import run_analyzers
+from tests.fixtures import tiny_batches
 
 
 def explicit_shares(M: np.ndarray) -> tuple[float, float]:
@@ -93,8 +94,8 @@ def test_affine_shares_with_biases_match_the_augmented_matrix():
         assert float(measures["key_bias_norm"][h]) == pytest.approx(np.linalg.norm(u))
 
 
-def test_weight_table_covers_every_head_with_grouped_query_attention(tiny_model):
-    table = weight_asymmetry_table(tiny_model)
+def test_weight_table_covers_every_head_with_grouped_query_attention(tiny_gqa):
+    table = weight_asymmetry_table(tiny_gqa)
     assert list(table.columns) == ["layer", "head", "measure", "value"]
     shares = table[table["measure"] == "sym_share"]
     assert len(shares) == 2 * 4
@@ -155,14 +156,6 @@ def test_bad_settings_are_config_errors():
 
 # --- streaming on tiny random models ------------------------------------------------------
 @pytest.fixture(scope="module")
-def tiny_model():
-    torch.manual_seed(0)
-    cfg = TransformerConfig(d_model=16, n_layers=2, n_heads=4, d_mlp=32, vocab_size=60,
-                            n_ctx=64, n_kv_heads=2)
-    return HookedTransformer(cfg).eval()
-
-
-@pytest.fixture(scope="module")
 def pre_norm_model():
     torch.manual_seed(1)
     cfg = TransformerConfig(d_model=16, n_layers=2, n_heads=2, d_mlp=32, vocab_size=60,
@@ -171,14 +164,7 @@ def pre_norm_model():
 
 
 def make_batches(lengths: list[list[int]], seed: int = 0) -> list[Batch]:
-    gen = torch.Generator().manual_seed(seed)
-    batches = []
-    for group in lengths:
-        width = max(group)
-        ids = torch.randint(1, 60, (len(group), width), generator=gen)
-        mask = (torch.arange(width)[None, :] < torch.tensor(group)[:, None]).long()
-        batches.append(Batch(input_ids=ids * mask, attention_mask=mask))
-    return batches
+    return tiny_batches(lengths, seed)
 
 
 LENGTHS = [[5, 7, 7], [3, 12], [9, 9, 4, 20]]
@@ -195,7 +181,7 @@ def results_close(a: dict, b: dict, atol: float) -> None:
         )
 
 
-@pytest.mark.parametrize("fixture", ["tiny_model", "pre_norm_model"])
+@pytest.mark.parametrize("fixture", ["tiny_gqa", "pre_norm_model"])
 def test_merge_of_halves_equals_whole_and_streaming_matches(fixture, request):
     model = request.getfixturevalue(fixture)
     batches = make_batches(LENGTHS)

@@ -85,7 +85,7 @@ class Env:
         shutil.copy(self.prune_pairs, self.tmp / "pairs.csv")
 
     def prune(self, *extra: str) -> list[str]:
-        return ["prune", str(self.tiny), "--metric", "sts", "--data", "pairs.csv", "--order",
+        return ["prune", str(self.tiny), "--metric", "sts", "--pairs", "pairs.csv", "--order",
                 "importance,random", "--seeds", "2", "--step", "0.25", "--max-fraction", "0.75",
                 "--batch-size", "8", "--out", "out", *extra]
 
@@ -386,7 +386,7 @@ CASES = [
     Case("prune-score-range-excludes-data", lambda e: _with_pairs(e, "--score-range", "0,1"),
          "is outside 0..1", "--score-range"),
     Case("prune-resume-changed-data", _changed_data,
-         r"--resume refused: the contents of --data \(.*pairs.csv\) changed", "same inputs"),
+         r"--resume refused: the contents of --pairs \(.*pairs.csv\) changed", "same inputs"),
     Case("prune-resume-other-step", lambda e: e.run_copy() or e.prune("--resume", "--step", "0.5"),
          "--resume refused: --step was 0.25, now 0.5", "same inputs and options"),
     Case("prune-resume-corrupt-settings", _corrupt_settings, "prune_settings.json is damaged",

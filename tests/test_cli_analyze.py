@@ -4,24 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from attnlens.measures.heads.head_stats import MEASURES
-
-
-def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "attnlens.cli.app", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+from tests.fixtures import run_cli
 
 
 @pytest.fixture(scope="module")

@@ -43,7 +43,7 @@ def usage_cases(tmp: Path) -> list[tuple[list[str], str]]:
         (["analyze", "--no-such-option"], "--no-such-option"),
         (["heads", "--max-length"], "see 'attnlens heads --help'"),
         (["eval", "stsb", "--pairs"], "see 'attnlens eval stsb --help'"),
-        (["prune"], "Missing option '--data'"),
+        (["prune"], "give the evaluation data once: --pairs FILE"),
         (["eval", "stsb"], "Missing option '--pairs'"),
         (["spectrum", "a", "b"], "unexpected extra argument"),
         (["collapse", "--tokens", "1", "--synthetic"], "'--tokens'"),

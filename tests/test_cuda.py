@@ -5,9 +5,6 @@ Run on a GPU machine:  pytest -q tests/test_cuda.py
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +16,7 @@ from attnlens.data.batch import Batch
 from attnlens.measures.heads.head_stats import HeadStats
 from attnlens.measures.spectrum.spectrum import SpectrumAnalyzer
 from attnlens.stream.runner import run_analyzers
+from tests.fixtures import run_cli
 from tests.helpers import tiny_inputs, tiny_model
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
@@ -154,10 +152,7 @@ def test_no_synchronisation_per_query_block_on_cuda():
 
 
 # --- the commands on a GPU ---------------------------------------------------------------------
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "ATTNLENS_FIGURE_WORKERS": "0"}
-    return subprocess.run([sys.executable, "-m", "attnlens.cli", *args], env=env,
-                          capture_output=True, text=True, timeout=600)
+NO_FIGURE_WORKERS = {"ATTNLENS_FIGURE_WORKERS": "0"}
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +178,8 @@ def test_analyze_command_on_cuda(toy, tmp_path, dtype):
     for device in ("cpu", "cuda"):
         out = tmp_path / device
         done = run_cli("analyze", str(model), "--text", str(text), "--out", str(out), "-q",
-                       "--device", device, "--dtype", dtype if device == "cuda" else "float32")
+                       "--device", device, "--dtype", dtype if device == "cuda" else "float32",
+                       env=NO_FIGURE_WORKERS)
         assert done.returncode == 0, done.stderr[-3000:]
         outs[device] = out
     spectrum = [pd.read_csv(outs[d] / "tables" / "spectrum_summary.csv")["value"]
@@ -198,9 +194,10 @@ def test_prune_command_on_cuda(toy, tmp_path):
     curves = {}
     for device in ("cpu", "cuda"):
         out = tmp_path / device
-        done = run_cli("prune", str(model), "--metric", "sts", "--data", str(pairs), "--order",
+        done = run_cli("prune", str(model), "--metric", "sts", "--pairs", str(pairs), "--order",
                        "importance,random", "--seeds", "1", "--step", "0.25", "--max-fraction",
-                       "0.5", "--batch-size", "8", "--out", str(out), "-q", "--device", device)
+                       "0.5", "--batch-size", "8", "--out", str(out), "-q", "--device", device,
+                       env=NO_FIGURE_WORKERS)
         assert done.returncode == 0, done.stderr[-3000:]
         curves[device] = pd.read_csv(out / "prune_curve.csv", keep_default_na=False)
     cpu, gpu = curves["cpu"], curves["cuda"]

@@ -4,23 +4,16 @@ apart), so a result can be checked by rerunning it."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 
+from tests.fixtures import run_cli
 from tests.pruning_toys import write_pairs
 
-CLI = [sys.executable, "-m", "attnlens.cli.app"]
 # Fields allowed to differ: wall-clock times, the creation time and the command line, whose
 # --out differs between the two runs.
 TIMING_FIELDS = {"seconds", "timings", "created", "command"}
-
-
-def _run(args: list[str], cwd: Path) -> None:
-    result = subprocess.run([*CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stderr
 
 
 def _record(path: Path) -> dict:
@@ -58,7 +51,7 @@ def _same_folders(a: Path, b: Path, timed_csv: dict[str, str] | None = None,
 
 def test_two_analyze_runs_write_identical_tables(tmp_path):
     for out in ("a", "b"):
-        _run(["analyze", "--out", out, "--quiet"], tmp_path)
+        run_cli("analyze", "--out", out, "--quiet", cwd=tmp_path, timeout=900, check=True)
     tables = _same_folders(tmp_path / "a", tmp_path / "b")
     # every section's CSV and Markdown tables were compared
     assert len(tables) >= 40 and all(t.startswith("tables/") for t in tables)
@@ -74,9 +67,9 @@ def test_two_prune_runs_write_identical_tables(tmp_path):
     word_tokenizer().hf.save_pretrained(str(tmp_path / "tiny"))
     write_pairs(tmp_path / "pairs.csv", 32)
     for out in ("a", "b"):
-        _run(["prune", "tiny", "--metric", "sts", "--data", "pairs.csv", "--step", "0.25",
+        run_cli("prune", "tiny", "--metric", "sts", "--pairs", "pairs.csv", "--step", "0.25",
               "--max-fraction", "0.75", "--batch-size", "8", "--rescore", "--out", out,
-              "--quiet"], tmp_path)
+              "--quiet", cwd=tmp_path, timeout=900, check=True)
     # prune_curve's last column, "seconds", is each step's wall-clock time (also in the .md)
     md_a = (tmp_path / "a" / "prune_curve.md").read_text().splitlines()
     md_b = (tmp_path / "b" / "prune_curve.md").read_text().splitlines()

@@ -210,7 +210,7 @@ def test_torchrun_prune_spreads_evaluations_and_matches_one_process(tmp_path, re
     word_tokenizer().hf.save_pretrained(str(checkpoint))
     pairs = write_pairs(tmp_path / "pairs.csv", 32)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ATTNLENS_FIGURE_WORKERS": "0"}
-    common = ["-m", "attnlens.cli", "prune", str(checkpoint), "--metric", "sts", "--data",
+    common = ["-m", "attnlens.cli", "prune", str(checkpoint), "--metric", "sts", "--pairs",
               str(pairs), "--order", "importance,random,confidence", "--seeds", "2", "--step",
               "0.25", "--max-fraction", "0.75", "--batch-size", "8", "--quiet",
               *(["--rescore"] if rescore else [])]

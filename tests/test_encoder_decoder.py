@@ -10,10 +10,10 @@ from attnlens.errors import ConfigError
 from attnlens.model.config import TransformerConfig
 from attnlens.model.encoder_decoder import (
     EncoderDecoderConfig,
-    EncoderDecoderTransformer,
     shift_right,
 )
 from attnlens.stream.attention_view import AttentionView, shift_batch
+from tests.fixtures import tiny_encoder_decoder
 from tests.parity_utils import padded_batch
 
 # The stable public list of hook names (module order) of a 1-layer encoder-decoder model.
@@ -56,18 +56,6 @@ def tiny_config(n_enc: int = 1, n_dec: int = 1, norm_position: str = "post",
     )
 
 
-def tiny_model(seed: int = 0, **kwargs) -> EncoderDecoderTransformer:
-    torch.manual_seed(seed)
-    model = EncoderDecoderTransformer(tiny_config(**kwargs)).eval()
-    with torch.no_grad():  # biases and norms away from 0/1 so that every part matters
-        for name, p in model.named_parameters():
-            if p.dim() == 1 or "b_" in name:
-                p.normal_(0.0, 0.1)
-            elif "rel_pos_bias" in name:
-                p.normal_(0.0, 1.0)
-    return model
-
-
 def batches():
     src = padded_batch((7, 4, 2), vocab=23, low=2, seed=3)
     tgt = padded_batch((3, 6, 5), vocab=23, low=2, seed=4)
@@ -76,7 +64,7 @@ def batches():
 
 
 def test_hook_names_are_pinned():
-    model = tiny_model()
+    model = tiny_encoder_decoder(0, tiny_config())
     assert list(model.hook_dict) == EXPECTED_HOOKS
     # The stacks key their hooks by the same, qualified names (run_with_cache on a stack works).
     assert set(model.encoder.hook_dict) == {n for n in EXPECTED_HOOKS if n.startswith("encoder.")}
@@ -92,7 +80,7 @@ def test_decoder_only_models_keep_their_hook_names():
 
 
 def test_cross_attention_shapes_and_rows():
-    model = tiny_model(n_enc=2, n_dec=2)
+    model = tiny_encoder_decoder(0, tiny_config(n_enc=2, n_dec=2))
     inputs = batches()
     logits, cache = model.run_with_cache(**inputs)
     assert logits.shape == (3, 6, 23)
@@ -109,7 +97,8 @@ def test_cross_attention_shapes_and_rows():
 @pytest.mark.parametrize(("norm_position", "positional"),
                          [("post", "learned"), ("pre", "learned"), ("pre", "relative")])
 def test_sdpa_and_manual_paths_agree(norm_position, positional):
-    model = tiny_model(n_enc=2, n_dec=2, norm_position=norm_position, positional=positional)
+    model = tiny_encoder_decoder(0, tiny_config(n_enc=2, n_dec=2, norm_position=norm_position,
+                                                positional=positional))
     inputs = batches()
     with torch.no_grad():
         fast = model(**inputs)
@@ -123,7 +112,7 @@ def test_sdpa_and_manual_paths_agree(norm_position, positional):
 
 def test_head_gate_covers_every_attention_type():
     """Row r of head_mask is gate row r: encoder layers, decoder self, then cross layers."""
-    model = tiny_model(n_enc=1, n_dec=2)
+    model = tiny_encoder_decoder(0, tiny_config(n_enc=1, n_dec=2))
     inputs = batches()
     rows = model.attention_layers
     assert [r.label() for r in rows] == ["encoder.0", "decoder.0", "decoder.1", "cross.0",
@@ -156,7 +145,7 @@ def test_shift_right_reads_the_source_teacher_forced():
     dec, dec_mask = shift_right(ids, mask, start_id=2, pad_id=0)
     assert dec.tolist() == [[2, 5, 6, 7], [2, 5, 0, 0]]  # the last real token is dropped
     assert dec_mask.tolist() == mask.tolist()  # k real tokens -> k real decoder inputs
-    model = tiny_model()
+    model = tiny_encoder_decoder(0, tiny_config())
     with torch.no_grad():
         implicit = model(ids, mask)
         explicit = model(ids, mask, decoder_input_ids=torch.tensor([[1, 5, 6, 7], [1, 5, 0, 0]]),
@@ -165,7 +154,7 @@ def test_shift_right_reads_the_source_teacher_forced():
 
 
 def test_views_map_names_and_batches():
-    model = tiny_model(n_enc=2, n_dec=3)
+    model = tiny_encoder_decoder(0, tiny_config(n_enc=2, n_dec=3))
     cross = AttentionView(model, "cross")
     assert cross.n_layers == 3 and cross.heads_per_layer == [4, 4, 4]
     assert cross.real_name("blocks.2.attn.hook_pattern") == (

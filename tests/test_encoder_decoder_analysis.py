@@ -17,6 +17,7 @@ from attnlens.model.encoder_decoder import ATTENTION_TYPES
 from attnlens.stream.attention_types import run_by_attention, with_attention_column
 from attnlens.stream.attention_view import AttentionView
 from attnlens.stream.runner import run_analyzers
+from tests.fixtures import invoke_cli
 from tests.seq2seq_utils import tiny_bart_with_tokenizer
 
 
@@ -127,17 +128,10 @@ def test_states_of_different_attention_types_do_not_merge():
         a.load_state_dict(b.state_dict())
 
 
-def run_cli(*args: str):
-    from attnlens.cli.app import app
-    from typer.testing import CliRunner
-
-    return CliRunner().invoke(app, list(args))
-
-
 @pytest.mark.parametrize("command", ["heads", "spectrum"])
 def test_cli_tables_have_an_attention_column(command, tiny_bart, tmp_path):
     out = tmp_path / command
-    result = run_cli(command, str(tiny_bart), "--out", str(out), "--quiet")
+    result = invoke_cli(command, str(tiny_bart), "--out", str(out), "--quiet")
     assert result.exit_code == 0, result.output
     tables = sorted((out / "tables").glob("*.csv"))
     assert len(tables) >= 5
@@ -174,7 +168,7 @@ def test_analyze_runs_each_section_on_its_attention_types(tiny_bart, tmp_path):
     from attnlens.report.encoder_decoder import SECTION_ATTENTION
 
     out = tmp_path / "report"
-    result = run_cli("analyze", str(tiny_bart), "--out", str(out), "--quiet")
+    result = invoke_cli("analyze", str(tiny_bart), "--out", str(out), "--quiet")
     assert result.exit_code == 0, result.output
     run = json.loads((out / "run.json").read_text())
     for section in run["sections"]:

@@ -7,27 +7,14 @@ import os
 import shlex
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from tests.fixtures import run_cli, start_cli
 from tests.pruning_toys import write_pairs
-
-CLI = [sys.executable, "-m", "attnlens.cli.app"]
-
-
-def _start(args: list[str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen([*CLI, *args], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-
-
-def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    result = subprocess.run([*CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stderr
-    return result
 
 
 def _wait_for(process: subprocess.Popen, ready, what: str, timeout: float = 600) -> None:
@@ -53,7 +40,7 @@ def _rows(path: Path) -> int:
 # prune ---------------------------------------------------------------------------------------
 def _prune_args(rescore: bool) -> list[str]:
     # The embedded MiniLM on 40 pairs: each step takes long enough to be cut between steps.
-    return ["prune", "--metric", "sts", "--data", "pairs.csv", "--order", "importance,random",
+    return ["prune", "--metric", "sts", "--pairs", "pairs.csv", "--order", "importance,random",
             "--seeds", "1", "--step", "0.25", "--max-fraction", "0.75", "--batch-size", "16",
             "--out", "out", "--quiet", *(["--rescore"] if rescore else [])]
 
@@ -74,9 +61,9 @@ def test_prune_killed_with_sigkill_resumes_to_the_uninterrupted_tables(pairs, tm
     for folder in (whole, cut):
         folder.mkdir()
         (folder / "pairs.csv").write_bytes(pairs.read_bytes())
-    _run(_prune_args(rescore), whole)
+    run_cli(*_prune_args(rescore), cwd=whole, timeout=900, check=True)
 
-    process = _start(_prune_args(rescore), cut)
+    process = start_cli(*_prune_args(rescore), cwd=cut)
     partial_curve = cut / ".out.partial" / "prune_curve.csv"
     _wait_for(process, lambda: _rows(partial_curve) >= 3, "three rows of the curve")
     process.send_signal(signal.SIGKILL)
@@ -86,7 +73,7 @@ def test_prune_killed_with_sigkill_resumes_to_the_uninterrupted_tables(pairs, tm
     kept = _rows(partial_curve)
     assert 3 <= kept < len(_tables(whole / "out")["curve"])
 
-    resumed = _run([*_prune_args(rescore), "--resume"], cut)
+    resumed = run_cli(*_prune_args(rescore), "--resume", cwd=cut, timeout=900, check=True)
     assert "unpruned" in resumed.stderr
     assert not (cut / ".out.partial").exists()
     expected, got = _tables(whole / "out"), _tables(cut / "out")
@@ -98,7 +85,7 @@ def test_prune_killed_with_sigkill_resumes_to_the_uninterrupted_tables(pairs, tm
 
 def test_ctrl_c_says_what_was_kept_and_the_resume_command_works(pairs, tmp_path):
     (tmp_path / "pairs.csv").write_bytes(pairs.read_bytes())
-    process = _start(_prune_args(False), tmp_path)
+    process = start_cli(*_prune_args(False), cwd=tmp_path)
     partial_curve = tmp_path / ".out.partial" / "prune_curve.csv"
     _wait_for(process, lambda: _rows(partial_curve) >= 2, "two rows of the curve")
     process.send_signal(signal.SIGINT)
@@ -110,13 +97,13 @@ def test_ctrl_c_says_what_was_kept_and_the_resume_command_works(pairs, tmp_path)
     assert f"in {tmp_path / '.out.partial'}; resume with: attnlens prune " in lines[0]
     command = shlex.split(lines[0].split("resume with: ", 1)[1])
     assert command[0] == "attnlens" and command[-1] == "--resume"
-    _run(command[1:], tmp_path)
+    run_cli(*command[1:], cwd=tmp_path, timeout=900, check=True)
     curve = pd.read_csv(tmp_path / "out" / "prune_curve.csv", keep_default_na=False)
     assert curve["step"].tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
 
 
 def test_ctrl_c_before_any_progress_leaves_nothing(tmp_path):
-    process = _start(["spectrum", "--out", "rep", "--quiet"], tmp_path)
+    process = start_cli("spectrum", "--out", "rep", "--quiet", cwd=tmp_path)
     # the work folder appears once the model is loaded and the corpus pass begins
     _wait_for(process, lambda: any(tmp_path.glob(".rep.*.tmp")), "the work folder")
     process.send_signal(signal.SIGINT)
@@ -128,7 +115,7 @@ def test_ctrl_c_before_any_progress_leaves_nothing(tmp_path):
 
 
 def test_sigterm_is_handled_like_ctrl_c(tmp_path):
-    process = _start(["asymmetry", "--weights-only", "--out", "rep", "--quiet"], tmp_path)
+    process = start_cli("asymmetry", "--weights-only", "--out", "rep", "--quiet", cwd=tmp_path)
     _wait_for(process, lambda: any(tmp_path.glob(".rep.*.tmp")), "the work folder")
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=120)
@@ -159,14 +146,14 @@ def test_analysis_killed_with_sigkill_resumes_to_the_uninterrupted_tables(tmp_pa
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     whole.mkdir()
     cut.mkdir()
-    _run(args, whole)
-    process = _start(args, cut)
+    run_cli(*args, cwd=whole, timeout=900, check=True)
+    process = start_cli(*args, cwd=cut)
     latest = cut / ".out.partial" / "checkpoint" / "latest.json"
     _wait_for(process, latest.is_file, "the first checkpoint")
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=60)
     assert process.returncode == -signal.SIGKILL and not (cut / "out").exists()
-    _run([*args, "--resume"], cut)
+    run_cli(*args, "--resume", cwd=cut, timeout=900, check=True)
     tables = "tables"  # a report folder keeps its tables there
     expected = sorted(p.name for p in (whole / "out" / tables).glob("*.csv"))
     assert len(expected) >= (15 if command == "analyze" else 8), expected

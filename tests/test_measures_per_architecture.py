@@ -79,12 +79,16 @@ def test_rare_word_chance_follows_the_causal_mask() -> None:
         def rarest(self, words, k):
             return [2, 0, 1, 3][:k]
 
-    def chance(causal: bool) -> float:
+    def chance(causal: bool, attending=(0, 1, 3), tokenless=frozenset()) -> float:
         heads = RareWordHeads(1, 1, rarity=Rarity(), causal=causal)
-        return heads._chance([0, 1, 3], [2], 4, 0)
+        return heads._chance(list(attending), [2], 4, 0, set(tokenless))
 
     assert chance(False) == pytest.approx(0.75)
     assert chance(True) == pytest.approx(0.25)
+    # Word 1 has no token of its own: it neither attends nor can be chosen, so the others
+    # choose among 3 words (2 x 1/3 unmasked); under the mask word 3 sees words 0, 2, 3.
+    assert chance(False, (0, 3), {1}) == pytest.approx(2 / 3)
+    assert chance(True, (0, 3), {1}) == pytest.approx(1 / 3)
 
 
 @pytest.fixture(scope="module")

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from attnlens.cli.app import app
 from attnlens.cli.rollout import split_model_and_texts
 from typer.testing import CliRunner
 
@@ -17,6 +14,7 @@ from attnlens.measures.linear.section import LinearSection
 from attnlens.measures.rollout.section import RolloutSection
 from attnlens.measures.sparse.section import SparseSection
 from attnlens.report.analyze import default_sections
+from tests.fixtures import invoke_cli, run_cli
 from tests.parity_utils import TINY, save_tiny
 from tests.pruning_toys import vocab_size, word_tokenizer
 
@@ -57,12 +55,6 @@ def text_file(tmp_path) -> Path:
     return path
 
 
-def _invoke(*args: str):
-    result = runner.invoke(app, [*args, "-q"])
-    assert result.exit_code == 0, result.output
-    return result
-
-
 def _check_rollout_table(table: pd.DataFrame, n_layers: int, lengths: list[int]) -> None:
     assert list(table.columns[:7]) == ROLLOUT_COLUMNS
     assert sorted(table["sentence"].unique()) == list(range(len(lengths)))
@@ -76,8 +68,8 @@ def _check_rollout_table(table: pd.DataFrame, n_layers: int, lengths: list[int])
 
 def test_rollout_on_a_tiny_bert_with_texts(tiny_bert, tmp_path):
     out = tmp_path / "rollout"
-    result = _invoke("rollout", str(tiny_bert), "the cat sat", "a big red dog ran near the tree",
-                     "--out", str(out))
+    result = invoke_cli("rollout", str(tiny_bert), "the cat sat", "a big red dog ran near the tree",
+                     "--out", str(out), "-q", ok=True)
     assert "Information moved per layer" in result.output
     table = pd.read_csv(out / "tables" / "rollout.csv", keep_default_na=False)
     _check_rollout_table(table, 2, [5, 10])  # [CLS] + words + [SEP]
@@ -93,9 +85,9 @@ def test_rollout_on_a_tiny_bert_with_texts(tiny_bert, tmp_path):
 
 def test_flow_on_a_tiny_bert(tiny_bert, tmp_path):
     out = tmp_path / "flow"
-    result = _invoke("rollout", str(tiny_bert), "the cat sat", "a dog", "--method", "flow",
+    result = invoke_cli("rollout", str(tiny_bert), "the cat sat", "a dog", "--method", "flow",
                      "--head-fusion", "max", "--residual", "0.7", "--flow-max-tokens", "4",
-                     "--out", str(out))
+                     "--out", str(out), "-q", ok=True)
     assert "skipped as too long: sentences 0" in result.output  # 5 tokens > 4
     flow = pd.read_csv(out / "tables" / "flow.csv", keep_default_na=False)
     assert list(flow.columns) == [*ROLLOUT_COLUMNS, "max_flow"]
@@ -110,7 +102,8 @@ def test_flow_on_a_tiny_bert(tiny_bert, tmp_path):
 
 def test_rollout_on_a_causal_model_reads_the_last_token(tiny_gpt2, tmp_path):
     out = tmp_path / "causal"
-    _invoke("rollout", str(tiny_gpt2), "the cat sat on the mat", "--out", str(out))
+    invoke_cli("rollout", str(tiny_gpt2), "the cat sat on the mat", "--out", str(out), "-q",
+               ok=True)
     table = pd.read_csv(out / "tables" / "rollout.csv", keep_default_na=False)
     _check_rollout_table(table, 2, [6])
     # causal: position i draws only on tokens <= i
@@ -120,8 +113,8 @@ def test_rollout_on_a_causal_model_reads_the_last_token(tiny_gpt2, tmp_path):
 
 def test_sparse_and_linear_on_a_tiny_bert(tiny_bert, text_file, tmp_path):
     out = tmp_path / "sparse"
-    result = _invoke("sparse", str(tiny_bert), "--text", str(text_file), "--windows", "1,3",
-                     "--global-tokens", "1", "--out", str(out))
+    result = invoke_cli("sparse", str(tiny_bert), "--text", str(text_file), "--windows", "1,3",
+                     "--global-tokens", "1", "--out", str(out), "-q", ok=True)
     assert "window ±3" in result.output and "BigBird" in result.output
     heads = pd.read_csv(out / "tables" / "sparse_heads.csv")
     assert len(heads) == 2 * 4 * 5 and set(heads["layer"]) == {0, 1}
@@ -129,7 +122,8 @@ def test_sparse_and_linear_on_a_tiny_bert(tiny_bert, text_file, tmp_path):
     assert set(coverage["window"].dropna()) == {1, 3}
     assert (out / "figures" / "sparse_window90.png").is_file()
     out = tmp_path / "linear"
-    result = _invoke("linear", str(tiny_bert), "--text", str(text_file), "--out", str(out))
+    result = invoke_cli("linear", str(tiny_bert), "--text", str(text_file), "--out", str(out),
+                        "-q", ok=True)
     assert "Most linearisable heads" in result.output
     table = pd.read_csv(out / "tables" / "linear_attention.csv")
     assert len(table) == 2 * 4 * 7
@@ -138,16 +132,11 @@ def test_sparse_and_linear_on_a_tiny_bert(tiny_bert, text_file, tmp_path):
 
 def test_rollout_on_minilm_end_to_end(tmp_path):
     out = tmp_path / "minilm"
-    _invoke("rollout", "The cat sat on the mat.", "It rained.", "--out", str(out))
+    invoke_cli("rollout", "The cat sat on the mat.", "It rained.", "--out", str(out), "-q", ok=True)
     table = pd.read_csv(out / "tables" / "rollout.csv", keep_default_na=False)
     _check_rollout_table(table, 6, [9, 5])  # [CLS] the cat sat on the mat . [SEP]
     tokens = table[(table["sentence"] == 1) & (table["layer"] == 5) & (table["query"] == 0)]
     assert tokens["key_token"].tolist() == ["[CLS]", "it", "rained", ".", "[SEP]"]
-
-
-def _run_main(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "attnlens.cli.app", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -159,7 +148,7 @@ def _run_main(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 ])
 def test_bad_options_are_one_line_errors_before_loading(tmp_path, args, message):
     (tmp_path / "corpus.txt").write_text("one line\n", encoding="utf-8")
-    result = _run_main(*args, "--out", str(tmp_path / "never"), cwd=tmp_path)
+    result = run_cli(*args, "--out", str(tmp_path / "never"), cwd=tmp_path, timeout=300)
     assert result.returncode == 1, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: ") and message in lines[0]
@@ -196,7 +185,8 @@ def test_encoder_decoder_models_get_rollout_per_stack_and_coverage_per_type(tmp_
                 "linear": ({"encoder", "decoder", "cross"}, "linear_attention.csv")}
     for command, (attentions, table_name) in expected.items():
         out = tmp_path / command
-        _invoke(command, str(tmp_path / "bart"), "--text", str(text), "--out", str(out))
+        invoke_cli(command, str(tmp_path / "bart"), "--text", str(text), "--out", str(out), "-q",
+                   ok=True)
         table = pd.read_csv(out / "tables" / table_name)
         assert set(table["attention"]) == attentions, command
     rollout = pd.read_csv(out.parent / "rollout" / "tables" / "rollout.csv",

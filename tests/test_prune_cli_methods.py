@@ -37,7 +37,7 @@ def run_prune(monkeypatch, checkpoint: Path, pairs: Path, out: Path, *extra: str
     """`attnlens prune` in this process; returns the exit code."""
     from attnlens.cli.app import main
 
-    argv = ["attnlens", "prune", str(checkpoint), "--metric", "sts", "--data", str(pairs),
+    argv = ["attnlens", "prune", str(checkpoint), "--metric", "sts", "--pairs", str(pairs),
             "--batch-size", "8", "--out", str(out), "--quiet", *extra]
     monkeypatch.setattr(sys, "argv", argv)
     monkeypatch.delenv("ATTNLENS_DEBUG", raising=False)

@@ -144,7 +144,7 @@ def _head_pairs(folder: Path) -> dict[str, set[tuple[int, int]]]:
 def test_prune_export_analyze_compare_keeps_head_numbers(tiny, tmp_path):
     pairs = write_pairs(tmp_path / "pairs.csv", 32)
     result = runner.invoke(app, [
-        "prune", str(tiny), "--metric", "sts", "--data", str(pairs), "--order", "random",
+        "prune", str(tiny), "--metric", "sts", "--pairs", str(pairs), "--order", "random",
         "--seeds", "1", "--step", "0.25", "--max-fraction", "0.25", "--batch-size", "8",
         "--out", str(tmp_path / "run"), "--export", str(tmp_path / "export")])
     assert result.exit_code == 0, result.output
@@ -212,7 +212,7 @@ def test_viewer_and_prune_name_heads_by_their_numbers(exported, tmp_path):
     assert "layer 1 has no head 2; its heads are 1, 3, 4, 6, 7" in str(result.exception)
     pairs = write_pairs(tmp_path / "pairs.csv", 32)
     result = runner.invoke(app, [
-        "prune", str(exported), "--metric", "sts", "--data", str(pairs), "--order", "random",
+        "prune", str(exported), "--metric", "sts", "--pairs", str(pairs), "--order", "random",
         "--seeds", "1", "--step", "0.2", "--max-fraction", "0.2", "--batch-size", "8",
         "--out", str(tmp_path / "again"), "-q"])
     assert result.exit_code == 0, result.output

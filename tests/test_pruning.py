@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from attnlens.measures.pruning.loop import select_heads
 from attnlens.measures.pruning.structural import pruned_parameter_count
 from attnlens.metrics.sts_task import StsMetric
 from attnlens.model.gates import full_mask
+from tests.fixtures import run_cli
 from tests.helpers import tiny_inputs, tiny_model
 from tests.parity_utils import TINY, save_tiny
 from tests.pruning_toys import vocab_size, word_tokenizer, write_pairs
@@ -255,11 +255,6 @@ def test_exported_pruned_bert_reloads_in_transformers_with_the_same_outputs(tmp_
 
 
 # The command line ----------------------------------------------------------------------
-def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "attnlens.cli.app", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
-
-
 @pytest.fixture
 def tiny_checkpoint(tmp_path) -> Path:
     from transformers import BertConfig, BertModel
@@ -272,11 +267,11 @@ def tiny_checkpoint(tmp_path) -> Path:
 
 def test_cli_prunes_exports_and_resumes(tiny_checkpoint, pairs_csv, tmp_path, monkeypatch):
     out = tmp_path / "run"
-    args = ["prune", str(tiny_checkpoint), "--metric", "sts", "--data", str(pairs_csv),
+    args = ["prune", str(tiny_checkpoint), "--metric", "sts", "--pairs", str(pairs_csv),
             "--order", "importance,random", "--seeds", "2", "--step", "0.25",
             "--max-fraction", "0.75", "--batch-size", "8", "--out", str(out),
             "--export", str(tmp_path / "exported"), "--quiet"]
-    result = run_cli(*args, cwd=tmp_path)
+    result = run_cli(*args, cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr
     curve = pd.read_csv(out / "prune_curve.csv", keep_default_na=False)
     assert len(curve) == 3 * 4 and set(curve["order"]) == {"importance", "random"}
@@ -308,7 +303,8 @@ def test_cli_prunes_exports_and_resumes(tiny_checkpoint, pairs_csv, tmp_path, mo
     ("extra", "message"),
     [
         (["--order", "importance,magnitude"], "unknown order 'magnitude'"),
-        (["--metric", "mlm"], "--metric mlm needs a model with a mlm head"),
+        # sentence pairs scored as MLM: refused from the options, before the model loads
+        (["--metric", "mlm"], "--pairs holds sentence pairs, scored by --metric sts, not 'mlm'"),
         (["--step", "0"], "--step must be a fraction"),
         (["--eval-fraction", "1.5"], "evaluation fraction must be between 0 and 1"),
     ],
@@ -317,7 +313,7 @@ def test_cli_errors_are_one_line(tiny_checkpoint, pairs_csv, tmp_path, extra, me
                                  monkeypatch, capsys):
     from attnlens.cli.app import main
 
-    argv = ["attnlens", "prune", str(tiny_checkpoint), "--data", str(pairs_csv), "--out",
+    argv = ["attnlens", "prune", str(tiny_checkpoint), "--pairs", str(pairs_csv), "--out",
             str(tmp_path / "o"), *extra]
     monkeypatch.setattr(sys, "argv", argv)
     monkeypatch.delenv("ATTNLENS_DEBUG", raising=False)
@@ -327,6 +323,23 @@ def test_cli_errors_are_one_line(tiny_checkpoint, pairs_csv, tmp_path, extra, me
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("Error: ")
     assert message in err
+
+
+def test_mlm_on_a_model_without_its_head_is_one_line(tiny_checkpoint, tmp_path, monkeypatch,
+                                                     capsys):
+    """Text --data scored as MLM by a model without an MLM head: one line, after the model."""
+    from attnlens.cli.app import main
+
+    text = tmp_path / "lines.txt"
+    text.write_text("a man plays a guitar\nthe cat sleeps on the sofa\n" * 4, encoding="utf-8")
+    monkeypatch.setattr(sys, "argv", ["attnlens", "prune", str(tiny_checkpoint), "--data",
+                                      str(text), "--metric", "mlm", "--out", str(tmp_path / "o")])
+    monkeypatch.delenv("ATTNLENS_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--metric mlm needs a model with a mlm head" in err, err
 
 
 def test_a_kill_between_the_two_tables_loses_no_scores(pairs_csv, tmp_path):

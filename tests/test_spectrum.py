@@ -26,6 +26,7 @@ from attnlens.model.config import TransformerConfig
 from attnlens.model.transformer import HookedTransformer
 from attnlens.stream.base import Batch
 from attnlens.stream.runner import run_analyzers
+from tests.fixtures import tiny_batches
 
 
 def random_patterns(batch: int, n: int, seed: int = 0, sharpness: float = 3.0) -> torch.Tensor:
@@ -197,25 +198,8 @@ def test_length_groups_handle_right_and_left_padding():
 
 
 # --- streaming on a tiny random model ----------------------------------------------------
-@pytest.fixture(scope="module")
-def tiny_model():
-    torch.manual_seed(0)
-    cfg = TransformerConfig(
-        d_model=16, n_layers=2, n_heads=4, d_mlp=32, vocab_size=60, n_ctx=64,
-        n_kv_heads=2,  # grouped-query attention: v and k are repeated per query head
-    )
-    return HookedTransformer(cfg).eval()
-
-
 def make_batches(lengths: list[list[int]], seed: int = 0) -> list[Batch]:
-    gen = torch.Generator().manual_seed(seed)
-    batches = []
-    for group in lengths:
-        width = max(group)
-        ids = torch.randint(1, 60, (len(group), width), generator=gen)
-        mask = (torch.arange(width)[None, :] < torch.tensor(group)[:, None]).long()
-        batches.append(Batch(input_ids=ids * mask, attention_mask=mask))
-    return batches
+    return tiny_batches(lengths, seed)
 
 
 def all_at_once(batches: list[Batch]) -> Batch:
@@ -243,25 +227,25 @@ def assert_tables_close(a: dict, b: dict, atol: float) -> None:
 LENGTHS = [[5, 7, 7], [3, 12], [9, 9, 4, 20]]
 
 
-def test_streamed_average_equals_all_at_once(tiny_model):
+def test_streamed_average_equals_all_at_once(tiny_gqa):
     batches = make_batches(LENGTHS)
-    streamed = SpectrumAnalyzer.for_model(tiny_model)
-    run_analyzers(tiny_model, batches, [streamed], show_progress=False)
-    once = SpectrumAnalyzer.for_model(tiny_model)
-    run_analyzers(tiny_model, [all_at_once(batches)], [once], show_progress=False)
+    streamed = SpectrumAnalyzer.for_model(tiny_gqa)
+    run_analyzers(tiny_gqa, batches, [streamed], show_progress=False)
+    once = SpectrumAnalyzer.for_model(tiny_gqa)
+    run_analyzers(tiny_gqa, [all_at_once(batches)], [once], show_progress=False)
     assert streamed.sentences == once.sentences == 9
     # Padding changes float32 rounding of the patterns only: O(1) rows of <= 20 keys in other
     # batch shapes, 20 x 1.19e-7 relative in the measures (measured <= 4.1e-7)
     assert_tables_close(streamed.result(), once.result(), atol=1e-5)
 
 
-def test_merge_of_two_halves_equals_the_whole(tiny_model):
+def test_merge_of_two_halves_equals_the_whole(tiny_gqa):
     batches = make_batches(LENGTHS, seed=1)
-    whole = SpectrumAnalyzer.for_model(tiny_model)
-    run_analyzers(tiny_model, batches, [whole], show_progress=False)
-    first, second = SpectrumAnalyzer.for_model(tiny_model), SpectrumAnalyzer.for_model(tiny_model)
-    run_analyzers(tiny_model, batches[:1], [first], show_progress=False)
-    run_analyzers(tiny_model, batches[1:], [second], show_progress=False)
+    whole = SpectrumAnalyzer.for_model(tiny_gqa)
+    run_analyzers(tiny_gqa, batches, [whole], show_progress=False)
+    first, second = SpectrumAnalyzer.for_model(tiny_gqa), SpectrumAnalyzer.for_model(tiny_gqa)
+    run_analyzers(tiny_gqa, batches[:1], [first], show_progress=False)
+    run_analyzers(tiny_gqa, batches[1:], [second], show_progress=False)
     merged = first.merge(second)
     assert merged.sentences == whole.sentences
     assert_tables_close(merged.result(), whole.result(), atol=1e-12)  # same values, float64 sums
@@ -269,14 +253,14 @@ def test_merge_of_two_halves_equals_the_whole(tiny_model):
         merged.merge(SpectrumAnalyzer([4, 4], rank_fractions=(0.5,)))
 
 
-def test_analyzer_rows_average_per_sentence_reference(tiny_model):
+def test_analyzer_rows_average_per_sentence_reference(tiny_gqa):
     """The analyzer's means equal a per-sentence loop written independently in numpy."""
     batches = make_batches([[6, 11, 11]], seed=2)
-    analyzer = SpectrumAnalyzer.for_model(tiny_model, rank_fractions=(0.25,))
-    run_analyzers(tiny_model, batches, [analyzer], show_progress=False)
+    analyzer = SpectrumAnalyzer.for_model(tiny_gqa, rank_fractions=(0.25,))
+    run_analyzers(tiny_gqa, batches, [analyzer], show_progress=False)
     tables = analyzer.result()
     batch = batches[0]
-    _, cache = tiny_model.run_with_cache(**batch.model_inputs(), names_filter=None)
+    _, cache = tiny_gqa.run_with_cache(**batch.model_inputs(), names_filter=None)
     for layer in range(2):
         pattern = cache["pattern", layer].double().numpy()
         values = {"cum_at_quarter": [], "effective_rank": [], "rank90": [], "p_error": []}
@@ -302,9 +286,9 @@ def test_analyzer_rows_average_per_sentence_reference(tiny_model):
             np.testing.assert_allclose(got["value"].to_numpy(), expected, atol=1e-5)
 
 
-def test_tables_are_tidy_and_complete(tiny_model):
-    analyzer = SpectrumAnalyzer.for_model(tiny_model)
-    run_analyzers(tiny_model, make_batches(LENGTHS), [analyzer], show_progress=False)
+def test_tables_are_tidy_and_complete(tiny_gqa):
+    analyzer = SpectrumAnalyzer.for_model(tiny_gqa)
+    run_analyzers(tiny_gqa, make_batches(LENGTHS), [analyzer], show_progress=False)
     tables = analyzer.result()
     assert set(tables) == {
         "spectrum_summary", "spectrum_curve", "spectrum_curve_by_length", "low_rank_cost"
@@ -317,12 +301,12 @@ def test_tables_are_tidy_and_complete(tiny_model):
     assert by_length.groupby("bucket")["sentences"].first().to_dict() == {
         "1-8": 5, "9-16": 3, "17-32": 1  # lengths 5 7 7 3 4 | 12 9 9 | 20
     }
-    without = SpectrumAnalyzer.for_model(tiny_model, low_rank_cost=False)
-    assert "blocks.0.attn.hook_v" not in without.hook_names(tiny_model)
-    run_analyzers(tiny_model, make_batches(LENGTHS), [without], show_progress=False)
+    without = SpectrumAnalyzer.for_model(tiny_gqa, low_rank_cost=False)
+    assert "blocks.0.attn.hook_v" not in without.hook_names(tiny_gqa)
+    run_analyzers(tiny_gqa, make_batches(LENGTHS), [without], show_progress=False)
     assert "low_rank_cost" not in without.result()
     with pytest.raises(ConfigError, match="no sentences"):
-        SpectrumAnalyzer.for_model(tiny_model).result()
+        SpectrumAnalyzer.for_model(tiny_gqa).result()
 
 
 def test_causal_model_has_no_linformer_error_but_everything_else():

@@ -3,8 +3,6 @@ computation with plain transformers + scipy, on real STS-B dev and on a tiny CSV
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.conftest import shared_file
+from tests.fixtures import run_cli
 
 # all-MiniLM-L6-v2 with plain transformers, max_length 256, gives 86.72 on STS-B dev.
 # The tolerance is that figure's 2-decimal rounding (measured |score - 86.72| = 0.0037). A
@@ -30,13 +29,6 @@ TINY_PAIRS = [
     ("He is reading a newspaper.", "A man reads the news on paper.", 3.8),
     ("The sun is shining.", "It is raining heavily.", 0.6),
 ]
-
-
-def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "attnlens.cli.app", *args],
-        cwd=cwd, capture_output=True, text=True, timeout=600,
-    )
 
 
 def full_score(stderr: str) -> float:
@@ -179,8 +171,7 @@ def test_cosines_equal_within_rounding_are_refused(minilm, monkeypatch):
 def test_pairs_of_identical_sentences_are_refused_before_the_model(tmp_path):
     """`eval stsb` on pairs whose sentences are identical printed "Spearman x 100 = 77.46"."""
     path = write_csv(tmp_path / "same.csv", [(a, a, s) for a, _, s in TINY_PAIRS])
-    result = subprocess.run([sys.executable, "-m", "attnlens.cli.app", "eval", "stsb", "--pairs",
-                             str(path)], capture_output=True, text=True, timeout=300,
-                            env={**__import__("os").environ, "ATTNLENS_FORBID_MODEL_LOAD": "1"})
+    result = run_cli("eval", "stsb", "--pairs", str(path), timeout=300,
+                     env={"ATTNLENS_FORBID_MODEL_LOAD": "1"})
     assert result.returncode == 1
     assert "the two sentences are identical" in result.stderr, result.stderr

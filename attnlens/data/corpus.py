@@ -72,10 +72,22 @@ class Corpus:
 
 
 def load_corpus(
-    text: str | Path | None = None, treebank: str | Path | None = None, parse: bool = False
+    text: str | Path | None = None, treebank: str | Path | None = None, parse: bool = False,
+    max_sentences: int | None = None,
 ) -> Corpus:
     """The corpus a command was given: ``treebank`` (CoNLL-U), else ``text`` (one sentence per
-    line; dependency-parsed by spaCy when ``parse``), else the embedded sample treebank."""
+    line; dependency-parsed by spaCy when ``parse``), else the embedded sample treebank; with
+    ``max_sentences``, its first ``max_sentences`` sentences (``--max-sentences``)."""
+    corpus = _read_corpus(text, treebank, parse)
+    if max_sentences is None or len(corpus) <= max_sentences:
+        return corpus
+    if corpus.sentences is not None:
+        return Corpus(f"{corpus.name}, first {max_sentences}",
+                      sentences=corpus.sentences[:max_sentences])
+    return Corpus(f"{corpus.name}, first {max_sentences}", texts=corpus.texts[:max_sentences])
+
+
+def _read_corpus(text: str | Path | None, treebank: str | Path | None, parse: bool) -> Corpus:
     from attnlens.data import conllu
     from attnlens.data.text import read_text_file
 

@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+FALLBACK_LENGTH = 512  # the default --max-length when a checkpoint states no trained length
+
 # Models whose position ids start at pad_token_id + 1 (position_offset in their loaders).
 PADDING_OFFSET_TYPES = ("roberta", "xlm-roberta", "camembert", "longformer")
 
@@ -60,3 +62,10 @@ def trained_length(folder: str | Path) -> TrainedLength | None:
         else:
             found.append(TrainedLength(value, f"config.json {key}"))
     return min(found, key=lambda t: t.tokens) if found else None
+
+
+def default_max_length(folder: str | Path | None) -> int:
+    """Every command's default ``--max-length``: the trained length of the checkpoint in
+    ``folder``, else ``FALLBACK_LENGTH``."""
+    found = trained_length(folder) if folder else None
+    return found.tokens if found else FALLBACK_LENGTH

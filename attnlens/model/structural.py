@@ -30,7 +30,7 @@ def _kept_heads(model: HookedTransformer, head_mask: torch.Tensor) -> list[tuple
         row = head_mask[layer, : attn.n_heads].detach().cpu()
         bad = [h for h, v in enumerate(row.tolist()) if v not in (0.0, 1.0)]
         if bad:
-            raise ConfigError(f"head {layer}.{bad[0]} has gate {row[bad[0]].item():g}; "
+            raise ConfigError(f"head L{layer}H{bad[0]} has gate {row[bad[0]].item():g}; "
                               "structural pruning needs a mask of 0 (remove) and 1 (keep).")
         keep_q = [h for h in range(attn.n_heads) if row[h] == 1.0]
         if not keep_q:

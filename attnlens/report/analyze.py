@@ -7,6 +7,7 @@ and the page is rendered from those files alone (``attnlens.report.folder`` has 
 
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
 import tempfile
@@ -19,15 +20,7 @@ from typing import Any
 
 from attnlens.data.batch import Batch
 from attnlens.distributed import SINGLE, DistContext, run_sharded
-from attnlens.measures.asymmetry.section import AsymmetrySection
-from attnlens.measures.collapse.section import CollapseSection
-from attnlens.measures.heads.section import HeadRolesSection
-from attnlens.measures.linear.section import LinearSection
-from attnlens.measures.lm_heads.run import LmHeads
-from attnlens.measures.lm_heads.section import LmHeadsSection
-from attnlens.measures.rollout.section import RolloutSection
-from attnlens.measures.sparse.section import SparseSection
-from attnlens.measures.spectrum.section import SpectrumSection
+from attnlens.measures.registry import Measure, report_measures
 from attnlens.model.protocol import has_several_attention_types
 from attnlens.model.transformer import HookedTransformer
 from attnlens.report.encoder_decoder import by_attention_type
@@ -52,20 +45,25 @@ from attnlens.stream.base import Analyzer
 TIMED_METHODS = ("begin_batch", "update_layer", "end_batch", "update")
 
 
-def default_sections(lm: LmHeads | None = None) -> list[Section]:
-    """Every section `attnlens analyze` runs, in report order (``lm``: the language-model
-    heads measure with its options; default ones when None)."""
-    lm_heads = LmHeadsSection(lm)
-    return [
-        HeadRolesSection(lm=lm_heads),
-        lm_heads,
-        SpectrumSection(low_rank_cost=False),  # eigenvectors: `attnlens spectrum` has them
-        AsymmetrySection(),
-        CollapseSection(),
-        RolloutSection(),  # corpus shares; matrices and figures of the first 2 sentences only
-        SparseSection(),
-        LinearSection(),
-    ]
+def section_class(measure: Measure) -> type[Section]:
+    """The report section class a ``MEASURES`` entry names (in ``<measure>/section.py``)."""
+    return getattr(importlib.import_module(measure.section_module), measure.section)
+
+
+def default_sections(lm=None) -> list[Section]:
+    """Every section `attnlens analyze` runs, in report order: the ``MEASURES`` entries with
+    ``report=True``, each section built with its report defaults (``Section.for_report``);
+    ``lm`` (an ``LmHeads`` with the command's options) replaces the language-model heads
+    measure's defaults, and the head-roles section lists that measure's roles."""
+    sections = [section_class(m).for_report() for m in report_measures()]
+    by_name = {s.name: s for s in sections}
+    lm_heads = by_name.get("lm_heads")
+    if lm_heads is not None:
+        if lm is not None:
+            lm_heads.lm = lm
+        if "heads" in by_name:
+            by_name["heads"].lm = lm_heads
+    return sections
 
 
 @contextmanager

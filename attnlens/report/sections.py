@@ -42,6 +42,12 @@ class Section(ABC):
     null_control = False
     doc = SectionDoc()
 
+    @classmethod
+    def for_report(cls) -> Section:
+        """The section as `attnlens analyze` runs it (its report defaults); its own command
+        may pass other options."""
+        return cls()
+
     def analyzers(self, model: HookedTransformer, tokenizer) -> list[Analyzer]:
         return []
 

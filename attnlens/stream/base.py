@@ -326,7 +326,9 @@ def model_fingerprint(model: HookedTransformer) -> str:
 
     sha256 over the config (provenance left out) and, per parameter, its name, shape, dtype
     and first 256 values: cheap for any size, and different for two checkpoints of one
-    architecture (fine-tunes, pruned copies) or one checkpoint in two dtypes.
+    architecture (fine-tunes, pruned copies) or one checkpoint in two dtypes. A parameter on
+    the meta device (offloaded by ``--device-map auto``: its values live elsewhere) enters with
+    its name, shape and dtype only.
     """
     if model in _FINGERPRINTS:
         return _FINGERPRINTS[model]
@@ -334,8 +336,10 @@ def model_fingerprint(model: HookedTransformer) -> str:
     config = {k: v for k, v in model.cfg.to_dict().items() if k != "source"}
     digest.update(json.dumps(config, sort_keys=True, default=str).encode())
     for name, param in model.named_parameters():
-        head = param.detach().flatten()[:_FINGERPRINT_VALUES].float().cpu()
         digest.update(f"{name}{tuple(param.shape)}{param.dtype}".encode())
+        if param.device.type == "meta":
+            continue
+        head = param.detach().flatten()[:_FINGERPRINT_VALUES].float().cpu()
         digest.update(head.numpy().tobytes())
     _FINGERPRINTS[model] = digest.hexdigest()[:16]
     return _FINGERPRINTS[model]

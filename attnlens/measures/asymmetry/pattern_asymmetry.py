@@ -33,7 +33,8 @@ from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
 from attnlens.model.folding import NormParams, attention_input_norm
 from attnlens.model.transformer import HookedTransformer
-from attnlens.stream.base import Analyzer, Batch
+from attnlens.stream.base import Batch
+from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.real_tokens import LengthGroup, gather_square, gather_tokens, length_groups
 
 PATTERN_MEASURES = ("asym_ratio", "directed_share", "reciprocity")
@@ -90,7 +91,7 @@ def unweighted_attention(X: torch.Tensor) -> torch.Tensor:
     return torch.softmax(X @ X.mT / X.shape[-1] ** 0.5, dim=-1)
 
 
-class PatternAsymmetry(Analyzer):
+class PatternAsymmetry(HeadPatternAnalyzer):
     """Streaming asymmetry of attention patterns per head, plus the unweighted baseline.
 
     Layerwise: each layer's patterns (and residual input, for the baseline) are folded in as
@@ -100,7 +101,6 @@ class PatternAsymmetry(Analyzer):
     """
 
     name = "pattern_asymmetry"
-    layerwise = True
     state_fields = ("sentences", "ratio_sum", "counts", "base_ratio_sum", "base_counts",
                     "base_violations")
 
@@ -116,8 +116,7 @@ class PatternAsymmetry(Analyzer):
             raise ConfigError(f"the direction factor must be at least 1, not {factor}.")
         if edge_level <= 0:
             raise ConfigError(f"the edge level must be positive, not {edge_level}.")
-        self.heads_per_layer = list(heads_per_layer)
-        self.n_layers, self.n_heads = len(heads_per_layer), max(heads_per_layer)
+        self.set_heads(heads_per_layer)
         self.factor, self.edge_level, self.baseline = factor, edge_level, baseline
         self.input_norms = list(input_norms or [None] * self.n_layers)
         f64 = torch.float64
@@ -130,13 +129,11 @@ class PatternAsymmetry(Analyzer):
         self._groups: list[LengthGroup] = []
 
     @classmethod
-    def for_model(cls, model: HookedTransformer, **kwargs) -> PatternAsymmetry:
+    def model_options(cls, model: HookedTransformer) -> dict:
         if model.cfg.causal:
             raise ConfigError("pattern asymmetry needs a bidirectional (encoder) model.")
         norms = [attention_input_norm(model, layer) for layer in range(model.n_layers)]
-        analyzer = cls(model.heads_per_layer, input_norms=norms, **kwargs)
-        analyzer.identify_model(model)
-        return analyzer
+        return {"heads_per_layer": list(model.heads_per_layer), "input_norms": norms}
 
     def settings(self) -> dict:
         return {

@@ -33,7 +33,8 @@ import torch
 from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
 from attnlens.stats.bootstrap import Inference, estimate_shares
-from attnlens.stream.base import Analyzer, Batch, PatternBlock, pattern_hook_names
+from attnlens.stream.base import Batch, PatternBlock
+from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
 
 BEHAVIOURS = ("vertical", "diagonal", "broad")
@@ -48,11 +49,10 @@ def broad_threshold(n_keys: torch.Tensor | int, entropy: float = BROAD_ENTROPY,
     return entropy / math.log(length) * torch.log(n.clamp_min(1))
 
 
-class HeadBehaviour(PerSentenceRows, Analyzer):
+class HeadBehaviour(PerSentenceRows, HeadPatternAnalyzer):
     """Streaming per-sentence vertical, diagonal and broad attention per head."""
 
     name = "behaviour"
-    layerwise = True
     reads_blocks = True
     state_fields = ("sentences", "sentence_sums", "sentence_rows")
     row_fields = ("sentence_sums", "sentence_rows")
@@ -67,9 +67,8 @@ class HeadBehaviour(PerSentenceRows, Analyzer):
         inference: Inference | None = None,
         causal: bool = False,
     ) -> None:
-        self.n_layers, self.n_heads = n_layers, n_heads
+        self.set_heads(heads_per_layer, n_layers, n_heads)
         self.causal = causal  # a row sees keys 0..i only: its threshold counts those
-        self.heads_per_layer = list(heads_per_layer or [n_heads] * n_layers)
         self.broad_entropy, self.broad_length = broad_entropy, broad_length
         self.inference = inference or Inference()
         self.sentences: list[int] = []
@@ -77,13 +76,8 @@ class HeadBehaviour(PerSentenceRows, Analyzer):
         self.sentence_rows: list[torch.Tensor] = []  # per batch [sentence]
 
     @classmethod
-    def for_model(cls, model: HookedTransformer, **kwargs) -> HeadBehaviour:
-        kwargs.setdefault("causal", bool(getattr(model.cfg, "causal", False)))
-        return cls(model.n_layers, max(model.heads_per_layer),
-                   heads_per_layer=model.heads_per_layer, **kwargs)
-
-    def hook_names(self, model: HookedTransformer) -> list[str]:
-        return pattern_hook_names(model)
+    def model_options(cls, model: HookedTransformer) -> dict:
+        return {**cls.head_shape(model), "causal": bool(getattr(model.cfg, "causal", False))}
 
     def row_width(self, field: str) -> tuple[int, ...]:
         if field == "sentence_sums":

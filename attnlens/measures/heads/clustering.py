@@ -34,16 +34,15 @@ import pandas as pd
 import torch
 
 from attnlens.hooks import ActivationCache
-from attnlens.model.transformer import HookedTransformer
 from attnlens.stats.bootstrap import Inference
-from attnlens.stream.base import Analyzer, Batch, pattern_hook_names
+from attnlens.stream.base import Batch
+from attnlens.stream.head_patterns import HeadPatternAnalyzer
 
 
-class HeadClustering(Analyzer):
+class HeadClustering(HeadPatternAnalyzer):
     """Streaming mean JS divergence between every pair of heads; MDS embedding in result."""
 
     name = "clustering"
-    layerwise = True
     state_fields = ("js_sum", "js_sentence_sum", "rows", "sentences", "long_skipped")
 
     def __init__(
@@ -55,8 +54,7 @@ class HeadClustering(Analyzer):
         chunk_elements: int = 1 << 22,
         skips_long_inputs: bool = False,
     ) -> None:
-        self.n_layers, self.n_heads = n_layers, n_heads
-        self.heads_per_layer = list(heads_per_layer or [n_heads] * n_layers)
+        self.set_heads(heads_per_layer, n_layers, n_heads)
         self.inference = inference or Inference()
         self.chunk_elements = chunk_elements
         self.skips_long_inputs = skips_long_inputs
@@ -70,14 +68,6 @@ class HeadClustering(Analyzer):
         self.rows = 0
         self.sentences = 0
         self._kept: list[tuple[int, torch.Tensor, torch.Tensor]] = []
-
-    @classmethod
-    def for_model(cls, model: HookedTransformer, **kwargs) -> HeadClustering:
-        return cls(model.n_layers, max(model.heads_per_layer),
-                   heads_per_layer=model.heads_per_layer, **kwargs)
-
-    def hook_names(self, model: HookedTransformer) -> list[str]:
-        return pattern_hook_names(model)
 
     def settings(self) -> dict:
         return {"n_layers": self.n_layers, "heads_per_layer": self.heads_per_layer,

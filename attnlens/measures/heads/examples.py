@@ -29,7 +29,8 @@ import torch
 
 from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
-from attnlens.stream.base import Analyzer, Batch, pattern_hook_names
+from attnlens.stream.base import Batch
+from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.per_sentence import sentence_ids_of
 
 from .head_stats import (
@@ -59,11 +60,10 @@ def top_k(values: torch.Tensor, sentences: torch.Tensor, k: int) -> torch.Tensor
     return order.gather(-1, ranked)[..., :k]
 
 
-class HeadExamples(Analyzer):
+class HeadExamples(HeadPatternAnalyzer):
     """Streaming top-k example sentences per head and measure (module docstring)."""
 
     name = "head_examples"
-    layerwise = True
     # Examples are short excerpts: inputs above the whole-matrix limit are left out (their
     # statistics still count in head_stats, which reads query blocks).
     skips_long_inputs = True
@@ -77,10 +77,10 @@ class HeadExamples(Analyzer):
         chosen = tuple(m for m in measures if m in EXAMPLE_MEASURES)
         self.reader = TokenMeasures(chosen, cls_ids, sep_ids, punct_ids)
         self.measures = self.reader.measures
-        self.n_layers, self.n_heads, self.k, self.window = n_layers, n_heads, k, window
-        self.heads_per_layer = list(heads_per_layer or [n_heads] * n_layers)
+        self.set_heads(heads_per_layer, n_layers, n_heads)
+        self.k, self.window = k, window
         self.cls_ids, self.sep_ids, self.punct_ids = set(cls_ids), set(sep_ids), set(punct_ids)
-        shape = (len(self.measures), n_layers, n_heads, k)
+        shape = (len(self.measures), self.n_layers, self.n_heads, k)
         self.top_value = torch.full(shape, -torch.inf)  # [measure, layer, head, rank]
         self.top_sentence = torch.full(shape, -1, dtype=torch.long)  # corpus index
         self.top_query = torch.zeros(shape, dtype=torch.long)
@@ -96,14 +96,8 @@ class HeadExamples(Analyzer):
         cls_ids, sep_ids = special_id_sets(tokenizer)
         before, after = _special_layout(tokenizer)
         measures = measures_for(model_is_causal(model), bool(before), bool(after))
-        examples = cls(model.n_layers, max(model.heads_per_layer), cls_ids, sep_ids,
-                       punctuation_ids(tokenizer), measures,
-                       heads_per_layer=model.heads_per_layer, k=k)
-        examples.identify_model(model)
-        return examples
-
-    def hook_names(self, model: HookedTransformer) -> list[str]:
-        return pattern_hook_names(model)
+        return super().for_model(model, cls_ids=cls_ids, sep_ids=sep_ids,
+                                 punct_ids=punctuation_ids(tokenizer), measures=measures, k=k)
 
     def settings(self) -> dict:
         return {"n_layers": self.n_layers, "heads_per_layer": self.heads_per_layer,

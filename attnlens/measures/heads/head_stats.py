@@ -40,7 +40,8 @@ import torch.nn.functional as F
 from attnlens.errors import DataError
 from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
-from attnlens.stream.base import Analyzer, Batch, PatternBlock, pattern_hook_names
+from attnlens.stream.base import Batch, PatternBlock
+from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
 
 # Every statistic HeadStats can compute, in table order; ``MEASURES`` is the set of a
@@ -188,11 +189,10 @@ class TokenMeasures:
         return row.argmax(-1)
 
 
-class HeadStats(PerSentenceRows, Analyzer):
+class HeadStats(PerSentenceRows, HeadPatternAnalyzer):
     """Streaming token-level statistics per head (see the module docstring)."""
 
     name = "head_stats"
-    layerwise = True
     reads_blocks = True
     state_fields = ("sums", "rows", "measure_rows", "sentences", "sentence_sums",
                     "sentence_rows")
@@ -210,8 +210,7 @@ class HeadStats(PerSentenceRows, Analyzer):
     ) -> None:
         self.reader = TokenMeasures(measures, cls_ids, sep_ids, punct_ids)
         self.measures = self.reader.measures
-        self.n_layers, self.n_heads = n_layers, n_heads
-        self.heads_per_layer = list(heads_per_layer or [n_heads] * n_layers)
+        self.set_heads(heads_per_layer, n_layers, n_heads)
         self.cls_ids, self.sep_ids, self.punct_ids = set(cls_ids), set(sep_ids), set(punct_ids)
         m = len(self.measures)
         self.sums = torch.zeros(m, n_layers, n_heads, dtype=torch.float64)
@@ -222,19 +221,14 @@ class HeadStats(PerSentenceRows, Analyzer):
         self.sentence_rows: list[torch.Tensor] = []  # per batch [sentence, measure] rows
 
     @classmethod
-    def for_model(cls, model: HookedTransformer, tokenizer) -> HeadStats:
+    def for_model(cls, model: HookedTransformer, tokenizer, **options) -> HeadStats:
         """The statistics this model and tokenizer can give (``measures_for``)."""
         cls_ids, sep_ids = special_id_sets(tokenizer)
         before, after = _special_layout(tokenizer)
-        measures = measures_for(model_is_causal(model), bool(before), bool(after))
-        stats = cls(model.n_layers, max(model.heads_per_layer), cls_ids, sep_ids,
-                    punctuation_ids(tokenizer), heads_per_layer=model.heads_per_layer,
-                    measures=measures)
-        stats.identify_model(model)
-        return stats
-
-    def hook_names(self, model: HookedTransformer) -> list[str]:
-        return pattern_hook_names(model)
+        options.setdefault("measures", measures_for(model_is_causal(model), bool(before),
+                                                    bool(after)))
+        return super().for_model(model, cls_ids=cls_ids, sep_ids=sep_ids,
+                                 punct_ids=punctuation_ids(tokenizer), **options)
 
     def row_width(self, field: str) -> tuple[int, ...]:
         if field == "sentence_sums":
@@ -269,15 +263,15 @@ class HeadStats(PerSentenceRows, Analyzer):
         self._scratch[:, :, layer, : block.n_heads] += per_sentence.transpose(0, 1)
 
     def end_batch(self, batch: Batch) -> None:
-        # one transfer per batch; the per-sentence rows stay on the model's device
-        self.sums += self._scratch.sum(0).double().cpu()
-        self.rows += int(self._plain_rows)
-        self.measure_rows += self.sentence_rows[-1].sum(0).double().cpu()
+        # the running sums and the per-sentence rows stay on the model's device (move_state)
+        self.sums += self._scratch.sum(0)
+        self.rows += int(self._plain_rows)  # one read per batch
+        self.measure_rows += self.sentence_rows[-1].sum(0).to(self.measure_rows.dtype)
         self.sentence_sums.append(self._scratch)
         self._scratch = None
 
     def result(self) -> dict[str, pd.DataFrame]:
-        means = (self.sums / self.measure_rows.clamp_min(1)[:, None, None]).numpy()
+        means = (self.sums.cpu() / self.measure_rows.cpu().clamp_min(1)[:, None, None]).numpy()
         records = [
             {
                 "layer": layer,

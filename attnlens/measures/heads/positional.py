@@ -27,9 +27,9 @@ import pandas as pd
 import torch
 
 from attnlens.hooks import ActivationCache
-from attnlens.model.transformer import HookedTransformer
 from attnlens.stats.bootstrap import Inference, estimate_shares, threshold_tests
-from attnlens.stream.base import Analyzer, Batch, PatternBlock, pattern_hook_names
+from attnlens.stream.base import Batch, PatternBlock
+from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
 
 OFFSETS = (-3, -2, -1, 0, 1, 2, 3)
@@ -44,11 +44,10 @@ MIN_SENTENCES = 20
 MIN_TOKENS = 100  # query tokens: the same 100 as --min-examples
 
 
-class PositionalHeads(PerSentenceRows, Analyzer):
+class PositionalHeads(PerSentenceRows, HeadPatternAnalyzer):
     """Streaming per-sentence counts of the maximum-attention offset per head."""
 
     name = "positional"
-    layerwise = True
     reads_blocks = True
     state_fields = ("sentences", "sentence_counts", "sentence_rows")
     row_fields = ("sentence_counts", "sentence_rows")
@@ -63,8 +62,8 @@ class PositionalHeads(PerSentenceRows, Analyzer):
         min_tokens: int = MIN_TOKENS,
         min_sentences: int = MIN_SENTENCES,
     ) -> None:
-        self.n_layers, self.n_heads, self.threshold = n_layers, n_heads, threshold
-        self.heads_per_layer = list(heads_per_layer or [n_heads] * n_layers)
+        self.set_heads(heads_per_layer, n_layers, n_heads)
+        self.threshold = threshold
         self.min_tokens, self.min_sentences = min_tokens, min_sentences
         self.inference = inference or Inference()
         self.sentences: list[int] = []  # corpus index of every sentence seen
@@ -72,15 +71,6 @@ class PositionalHeads(PerSentenceRows, Analyzer):
         # query tokens per sentence [sentence]; both on the model's device
         self.sentence_counts: list[torch.Tensor] = []
         self.sentence_rows: list[torch.Tensor] = []
-
-    @classmethod
-    def for_model(cls, model: HookedTransformer, threshold: float = 0.9,
-                  **kwargs) -> PositionalHeads:
-        return cls(model.n_layers, max(model.heads_per_layer), threshold,
-                   heads_per_layer=model.heads_per_layer, **kwargs)
-
-    def hook_names(self, model: HookedTransformer) -> list[str]:
-        return pattern_hook_names(model)
 
     def row_width(self, field: str) -> tuple[int, ...]:
         if field == "sentence_counts":

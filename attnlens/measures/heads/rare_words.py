@@ -40,7 +40,8 @@ from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
 from attnlens.stats.bootstrap import Inference, estimate_shares, pooled, threshold_tests
-from attnlens.stream.base import Analyzer, Batch, PatternBlock, pattern_hook_names
+from attnlens.stream.base import Batch, PatternBlock
+from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
 
 RANKS = {"rarest": 1, "two_rarest": 2}
@@ -51,11 +52,10 @@ RARE_SELF = ("include", "exclude")
 MIN_WORDS = 100
 
 
-class RareWordHeads(PerSentenceRows, Analyzer):
+class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
     """Streaming per-sentence counts of maximum attention landing on the rarest word(s)."""
 
     name = "rare_words"
-    layerwise = True
     reads_blocks = True
     state_fields = ("sentences", "sentence_hits", "sentence_rows", "sentence_chance",
                     "skipped_batches")
@@ -76,8 +76,8 @@ class RareWordHeads(PerSentenceRows, Analyzer):
     ) -> None:
         if rare_self not in RARE_SELF:
             raise ConfigError(f"--rare-self must be include or exclude, not {rare_self!r}.")
-        self.n_layers, self.n_heads, self.threshold = n_layers, n_heads, threshold
-        self.heads_per_layer = list(heads_per_layer or [n_heads] * n_layers)
+        self.set_heads(heads_per_layer, n_layers, n_heads)
+        self.threshold = threshold
         self.rarity = rarity if rarity is not None else WordRarity.wordfreq("en")
         self.rare_self, self.min_words = rare_self, min_words
         self.causal = causal
@@ -91,13 +91,8 @@ class RareWordHeads(PerSentenceRows, Analyzer):
         self._scratch: torch.Tensor | None = None
 
     @classmethod
-    def for_model(cls, model: HookedTransformer, **kwargs) -> RareWordHeads:
-        kwargs.setdefault("causal", bool(getattr(model.cfg, "causal", False)))
-        return cls(model.n_layers, max(model.heads_per_layer),
-                   heads_per_layer=model.heads_per_layer, **kwargs)
-
-    def hook_names(self, model: HookedTransformer) -> list[str]:
-        return pattern_hook_names(model)
+    def model_options(cls, model: HookedTransformer) -> dict:
+        return {**cls.head_shape(model), "causal": bool(getattr(model.cfg, "causal", False))}
 
     def row_width(self, field: str) -> tuple[int, ...]:
         if field == "sentence_hits":

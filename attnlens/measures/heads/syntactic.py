@@ -35,17 +35,16 @@ from attnlens.measures.heads.syntactic_arcs import (
     SentenceArcs,
 )
 from attnlens.measures.heads.syntactic_tables import syntactic_tables
-from attnlens.model.transformer import HookedTransformer
 from attnlens.stats.bootstrap import Inference
-from attnlens.stream.base import Analyzer, Batch, PatternBlock, pattern_hook_names
+from attnlens.stream.base import Batch, PatternBlock
+from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
 
 
-class SyntacticHeads(PerSentenceRows, Analyzer):
+class SyntacticHeads(PerSentenceRows, HeadPatternAnalyzer):
     """Streaming per-sentence, per-relation hit counts of every head, and arc offsets."""
 
     name = "syntactic"
-    layerwise = True
     reads_blocks = True
     state_fields = ("sentences", "offsets", "pair_sentence", "pair_relation", "pair_arcs",
                     "pair_hits", "arc_sentence", "arc_relation", "arc_offset")
@@ -63,8 +62,7 @@ class SyntacticHeads(PerSentenceRows, Analyzer):
         inference: Inference | None = None,
         words: WordAttentionContext | None = None,
     ) -> None:
-        self.n_layers, self.n_heads = n_layers, n_heads
-        self.heads_per_layer = list(heads_per_layer or [n_heads] * n_layers)
+        self.set_heads(heads_per_layer, n_layers, n_heads)
         self.min_examples, self.margin, self.base_relations = min_examples, margin, base_relations
         self.inference = inference or Inference()
         self.words = words or WordAttentionContext()
@@ -78,14 +76,6 @@ class SyntacticHeads(PerSentenceRows, Analyzer):
         self.arc_relation: list[str] = []
         self.arc_offset: list[int] = []
         self._scratch: torch.Tensor | None = None
-
-    @classmethod
-    def for_model(cls, model: HookedTransformer, **kwargs) -> SyntacticHeads:
-        return cls(model.n_layers, max(model.heads_per_layer),
-                   heads_per_layer=model.heads_per_layer, **kwargs)
-
-    def hook_names(self, model: HookedTransformer) -> list[str]:
-        return pattern_hook_names(model)
 
     def row_width(self, field: str) -> tuple[int, ...]:
         return (len(DIRECTIONS), self.n_layers, self.n_heads)  # pair_hits

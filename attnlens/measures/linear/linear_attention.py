@@ -37,7 +37,8 @@ import torch.nn.functional as F
 
 from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
-from attnlens.stream.base import Analyzer, Batch
+from attnlens.stream.base import Batch
+from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.sentence_sample import check_sample_options, sample_batch
 
 MEASURES = (
@@ -134,11 +135,11 @@ def linear_outputs(
     return kernel @ v, scores @ v
 
 
-class LinearAttentionView(Analyzer):
+class LinearAttentionView(HeadPatternAnalyzer):
     """Streaming fast-weight / linear-attention measures per head (see the module docstring)."""
 
     name = "linear_attention"
-    layerwise = True
+    hook_kinds = ("q", "k", "v", "pattern")
     state_fields = ("sums", "sentences", "by_length", "length_counts")
 
     def __init__(
@@ -155,8 +156,8 @@ class LinearAttentionView(Analyzer):
         check_sample_options(per_batch, max_sentences)
         self.per_batch, self.max_sentences = per_batch, max_sentences
         # heads each layer really has (structurally pruned models): only those are listed
-        self.heads_per_layer = list(heads_per_layer or [n_heads] * n_layers)
-        self.n_layers, self.n_heads, self.d_head, self.causal = n_layers, n_heads, d_head, causal
+        self.set_heads(heads_per_layer, n_layers, n_heads)
+        self.d_head, self.causal = d_head, causal
         kwargs = {"dtype": torch.float64, "device": device}
         self.sums = torch.zeros(len(MEASURES), n_layers, n_heads, **kwargs)
         self.sentences = 0
@@ -165,16 +166,9 @@ class LinearAttentionView(Analyzer):
         self.length_counts = torch.zeros(len(LENGTH_EDGES) + 1, **kwargs)
 
     @classmethod
-    def for_model(cls, model: HookedTransformer, **options) -> LinearAttentionView:
-        analyzer = cls(model.n_layers, max(model.heads_per_layer), model.cfg.d_head,
-                       causal=model.cfg.causal, device=model.device,
-                       heads_per_layer=model.heads_per_layer, **options)
-        analyzer.identify_model(model)
-        return analyzer
-
-    def hook_names(self, model: HookedTransformer) -> list[str]:
-        return [f"blocks.{i}.attn.hook_{kind}" for i in range(model.n_layers)
-                for kind in ("q", "k", "v", "pattern")]
+    def model_options(cls, model: HookedTransformer) -> dict:
+        return {**cls.head_shape(model), "d_head": model.cfg.d_head, "causal": model.cfg.causal,
+                "device": model.device}
 
     def settings(self) -> dict:
         return {"n_layers": self.n_layers, "n_heads": self.n_heads, "d_head": self.d_head,

@@ -68,7 +68,7 @@ def select_heads(
         if len(chosen) == n_remove:
             break
         if math.isnan(score):
-            raise ConfigError(f"head {layer}.{head} has no score; cannot order it.")
+            raise ConfigError(f"head L{layer}H{head} has no score; cannot order it.")
         if alive[layer] > min_heads_per_layer:
             chosen.append((layer, head))
             alive[layer] -= 1

@@ -103,7 +103,7 @@ def role_mask(model, roles: RoleHeads) -> torch.Tensor:
             matches = [i for i, r in enumerate(rows) if (r.attention, r.layer) == (attention,
                                                                                      layer)]
             if not matches:
-                raise ConfigError(f"role head {attention} {layer}.{head} is not in this model.")
+                raise ConfigError(f"role head {attention} L{layer}H{head} is not in this model.")
             row = matches[0]
         else:
             if attention is not None:
@@ -112,7 +112,7 @@ def role_mask(model, roles: RoleHeads) -> torch.Tensor:
         numbers = head_ids[row] if head_ids is not None and row < n_rows else None
         if row >= n_rows or (head not in numbers if numbers is not None
                              else head >= model.heads_per_layer[row]):
-            raise ConfigError(f"role head {layer}.{head} is not in this model; was the table "
+            raise ConfigError(f"role head L{layer}H{head} is not in this model; was the table "
                               "made for another model?")
         mask[row, numbers.index(head) if numbers is not None else head] = True
     return mask

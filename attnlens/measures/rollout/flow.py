@@ -39,7 +39,8 @@ from attnlens.measures.rollout.rollout import (
     token_vocabulary,
 )
 from attnlens.model.transformer import HookedTransformer
-from attnlens.stream.base import Analyzer, Batch, pattern_hook_names
+from attnlens.stream.base import Batch
+from attnlens.stream.head_patterns import HeadPatternAnalyzer
 
 FLOW_SCALE = 2**28  # capacities <= 1 become integers <= 2**28; sums stay far below 2**31
 FLOW_MAX_TOKENS = 40
@@ -111,7 +112,7 @@ def attention_flow(
     return normalise_rows(raw), raw
 
 
-class FlowAnalyzer(Analyzer):
+class FlowAnalyzer(HeadPatternAnalyzer):
     """Attention flow of the sentences with corpus index below ``keep`` (all when None) and at
     most ``max_tokens`` tokens; longer ones are listed in ``skipped``.
 
@@ -122,7 +123,6 @@ class FlowAnalyzer(Analyzer):
     """
 
     name = "flow"
-    layerwise = True
     state_fields = ("kept", "skipped")
 
     def __init__(
@@ -144,13 +144,12 @@ class FlowAnalyzer(Analyzer):
         self._seen = 0
 
     @classmethod
-    def for_model(cls, model: HookedTransformer, tokenizer=None, **options) -> FlowAnalyzer:
-        analyzer = cls(model.n_layers, vocab=token_vocabulary(tokenizer), **options)
-        analyzer.identify_model(model)
-        return analyzer
+    def model_options(cls, model: HookedTransformer) -> dict:
+        return {"n_layers": model.n_layers}  # heads are fused
 
-    def hook_names(self, model: HookedTransformer) -> list[str]:
-        return pattern_hook_names(model)
+    @classmethod
+    def for_model(cls, model: HookedTransformer, tokenizer=None, **options) -> FlowAnalyzer:
+        return super().for_model(model, vocab=token_vocabulary(tokenizer), **options)
 
     def settings(self) -> dict:
         return {"n_layers": self.n_layers, "residual": self.residual, "fusion": self.fusion,
@@ -160,15 +159,19 @@ class FlowAnalyzer(Analyzer):
         self._real = batch.attention_mask.bool()  # [batch, pos]
         self._ids = _sentence_ids(batch, self._seen)
         self._rows = [b for b, i in enumerate(self._ids) if self.keep is None or i < self.keep]
+        # the kept sentences as an index on the patterns' device, made once per batch (a
+        # Python list as an index is copied to the device on every layer: a synchronisation)
+        self._index = torch.tensor(self._rows, dtype=torch.long, device=self._real.device)
         self._mixed: list[torch.Tensor] = []
 
     def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
         if not self._rows:
             return
-        pattern = cache["pattern", layer][self._rows].double()  # [kept, head, query, key]
+        pattern = cache["pattern", layer].index_select(0, self._index).double()
+        # pattern: [kept, head, query, key]
         self._mixed.append(
             residual_attention(fuse_heads(pattern, self.fusion), self.residual,
-                               self._real[self._rows])
+                               self._real.index_select(0, self._index))
         )
 
     def end_batch(self, batch: Batch) -> None:

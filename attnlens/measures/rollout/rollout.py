@@ -41,7 +41,8 @@ import torch
 from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
-from attnlens.stream.base import Analyzer, Batch, pattern_hook_names
+from attnlens.stream.base import Batch
+from attnlens.stream.head_patterns import HeadPatternAnalyzer
 
 FUSIONS = ("mean", "max", "min")
 LAYER_MEASURES = ("special_share", "self_share", "moved", "distance", "mixing")
@@ -130,7 +131,7 @@ def token_strings(vocab: list[str] | None, ids: list[int]) -> list[str]:
     return [vocab[i] if 0 <= i < len(vocab) else str(i) for i in ids]
 
 
-class RolloutAnalyzer(Analyzer):
+class RolloutAnalyzer(HeadPatternAnalyzer):
     """Streaming attention rollout: per-layer corpus shares plus the matrices of kept sentences.
 
     ``keep``: how many sentences to keep whole (those with corpus index below ``keep``;
@@ -142,7 +143,6 @@ class RolloutAnalyzer(Analyzer):
     """
 
     name = "rollout"
-    layerwise = True
     state_fields = ("sums", "rows", "sentences", "kept", "skipped")
 
     def __init__(
@@ -167,14 +167,12 @@ class RolloutAnalyzer(Analyzer):
         self.skipped: list[int] = []  # corpus indices to keep whose matrices exceed max_entries
 
     @classmethod
-    def for_model(cls, model: HookedTransformer, tokenizer=None, **options) -> RolloutAnalyzer:
-        analyzer = cls(model.n_layers, vocab=token_vocabulary(tokenizer), device=model.device,
-                       **options)
-        analyzer.identify_model(model)
-        return analyzer
+    def model_options(cls, model: HookedTransformer) -> dict:
+        return {"n_layers": model.n_layers, "device": model.device}  # heads are fused
 
-    def hook_names(self, model: HookedTransformer) -> list[str]:
-        return pattern_hook_names(model)
+    @classmethod
+    def for_model(cls, model: HookedTransformer, tokenizer=None, **options) -> RolloutAnalyzer:
+        return super().for_model(model, vocab=token_vocabulary(tokenizer), **options)
 
     def settings(self) -> dict:
         return {"n_layers": self.n_layers, "residual": self.residual, "fusion": self.fusion,
@@ -198,6 +196,9 @@ class RolloutAnalyzer(Analyzer):
                     if self.n_layers * int(lengths[b]) ** 2 <= self.max_entries}
             self.skipped += [ids[b] for b in self._keep_rows if b not in fits]
             self._keep_rows = [b for b in self._keep_rows if b in fits]
+        # the kept rows as an index on the device, made once per batch (a Python list as an
+        # index is copied to the device on every layer: a synchronisation)
+        self._keep_index = torch.tensor(self._keep_rows, dtype=torch.long, device=real.device)
         self._kept_layers: list[torch.Tensor] = []
         self._ids = ids
 
@@ -218,7 +219,7 @@ class RolloutAnalyzer(Analyzer):
         self.sums[:, layer] += (per_row * self._row_weight).sum(dim=(1, 2)).to(self.sums.device)
         self._rolled = rolled
         if self._keep_rows:
-            self._kept_layers.append(rolled[self._keep_rows])
+            self._kept_layers.append(rolled.index_select(0, self._keep_index))
 
     def end_batch(self, batch: Batch) -> None:
         self.rows += int(self._real.sum())

@@ -42,7 +42,8 @@ from attnlens.hooks import ActivationCache
 from attnlens.measures.linear.linear_attention import per_query_head
 from attnlens.measures.rollout.rollout import _sentence_ids
 from attnlens.model.transformer import HookedTransformer
-from attnlens.stream.base import Analyzer, Batch, PatternBlock
+from attnlens.stream.base import Batch, PatternBlock
+from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.sentence_sample import check_sample_options, sample_batch
 
 WINDOWS = (1, 2, 4, 8, 16)
@@ -140,7 +141,7 @@ def _columns(mask: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor, to
     return select, valid, distance
 
 
-class SparseCoverage(Analyzer):
+class SparseCoverage(HeadPatternAnalyzer):
     """Streaming sparse-pattern coverage per head (see the module docstring).
 
     Reads query blocks: every set is a set of keys per query row, so masses and histograms
@@ -149,7 +150,7 @@ class SparseCoverage(Analyzer):
     """
 
     name = "sparse"
-    layerwise = True
+    hook_kinds = ("v", "pattern")
     reads_blocks = True
     state_fields = ("by_distance", "nonglobal_by_distance", "masses", "errors", "rows",
                     "sentences")
@@ -172,7 +173,7 @@ class SparseCoverage(Analyzer):
         check_sample_options(per_batch, max_sentences)
         self.per_batch, self.max_sentences = per_batch, max_sentences
         # heads each layer really has (structurally pruned models): only those are listed
-        self.heads_per_layer = list(heads_per_layer or [n_heads] * n_layers)
+        self.set_heads(heads_per_layer, n_layers, n_heads)
         windows = tuple(sorted(set(int(w) for w in windows)))
         if not windows or windows[0] < 0:
             raise ConfigError("windows must be non-negative integers, e.g. 1,2,4,8,16.")
@@ -180,7 +181,7 @@ class SparseCoverage(Analyzer):
             raise ConfigError(f"the number of global tokens must be at least 0, not {n_global}.")
         if not 0.0 < coverage <= 1.0:
             raise ConfigError(f"coverage must lie in (0, 1], not {coverage}.")
-        self.n_layers, self.n_heads, self.causal = n_layers, n_heads, causal
+        self.causal = causal
         self.windows, self.n_global, self.coverage, self.seed = windows, n_global, coverage, seed
         self.max_distance = max(max_distance, windows[-1])
         shape = (n_layers, n_heads)
@@ -195,15 +196,8 @@ class SparseCoverage(Analyzer):
         self.sentences = 0
 
     @classmethod
-    def for_model(cls, model: HookedTransformer, **options) -> SparseCoverage:
-        analyzer = cls(model.n_layers, max(model.heads_per_layer), causal=model.cfg.causal,
-                       device=model.device, heads_per_layer=model.heads_per_layer, **options)
-        analyzer.identify_model(model)
-        return analyzer
-
-    def hook_names(self, model: HookedTransformer) -> list[str]:
-        return [f"blocks.{i}.attn.hook_{kind}" for i in range(model.n_layers)
-                for kind in ("v", "pattern")]
+    def model_options(cls, model: HookedTransformer) -> dict:
+        return {**cls.head_shape(model), "causal": model.cfg.causal, "device": model.device}
 
     def settings(self) -> dict:
         return {"n_layers": self.n_layers, "n_heads": self.n_heads, "causal": self.causal,
@@ -220,6 +214,8 @@ class SparseCoverage(Analyzer):
         if self._skip:
             return
         real = batch.attention_mask.bool()  # [batch, pos]
+        if self._rows is not None:  # the sample's index on the device, moved once per batch
+            self._rows = self._rows.to(real.device)
         n = real.shape[1]
         pos = torch.arange(n, device=real.device)
         special = (batch.special_mask.bool() if batch.special_mask is not None
@@ -325,7 +321,7 @@ class SparseCoverage(Analyzer):
 
     def _take(self, x: torch.Tensor) -> torch.Tensor:
         """The sampled sentences of an activation ``[batch, ...]``."""
-        return x if self._rows is None else x[self._rows.to(x.device)]
+        return x if self._rows is None else x.index_select(0, self._rows)
 
     def _histograms(self, layer: int, masked: torch.Tensor, n_heads: int,
                     block: PatternBlock) -> None:

@@ -156,6 +156,11 @@ class SpectrumSection(Section):
         self.low_rank_cost = low_rank_cost
         self.top_k, self.top_k_min_n = top_k, top_k_min_n  # long inputs: top-k spectra only
 
+    @classmethod
+    def for_report(cls) -> SpectrumSection:
+        """Without the low-rank cost (its eigenvectors): `attnlens spectrum` has it."""
+        return cls(low_rank_cost=False)
+
     def analyzers(self, model: HookedTransformer, tokenizer) -> list[SpectrumAnalyzer]:
         return [SpectrumAnalyzer.for_model(model, low_rank_cost=self.low_rank_cost,
                                            top_k=self.top_k, top_k_min_n=self.top_k_min_n)]

@@ -72,7 +72,8 @@ from attnlens.measures.spectrum.spectrum_tables import (  # the measures' names,
     spectrum_tables,
 )
 from attnlens.model.transformer import HookedTransformer
-from attnlens.stream.base import Analyzer, Batch, PatternBlock
+from attnlens.stream.base import Batch, PatternBlock
+from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.real_tokens import (  # re-exported: tests use them here
     BlockGroup,
     LengthGroup,
@@ -110,7 +111,7 @@ def length_bucket(n: int) -> int:
     return max(8, 1 << max(0, n - 1).bit_length())
 
 
-class SpectrumAnalyzer(Analyzer):
+class SpectrumAnalyzer(HeadPatternAnalyzer):
     """Streaming singular-value statistics of every head's attention blocks (module doc).
 
     State: running float64 sums over sentences, so ``merge`` adds and a streamed or
@@ -121,7 +122,6 @@ class SpectrumAnalyzer(Analyzer):
     """
 
     name = "spectrum"
-    layerwise = True
     reads_blocks = True
     state_fields = (
         "sentences", "token_sum", "curve_sum", "summary_sum", "cost_sum", "bucket_sum",
@@ -145,8 +145,7 @@ class SpectrumAnalyzer(Analyzer):
             raise ConfigError("rank fractions must lie in (0, 1], for example 0.25 for n/4.")
         if top_k < 0 or top_k_min_n < 1:
             raise ConfigError("top-k must be >= 0 (0 = off) and its minimum length >= 1.")
-        self.heads_per_layer = list(heads_per_layer)
-        self.n_layers, self.n_heads = len(heads_per_layer), max(heads_per_layer)
+        self.set_heads(heads_per_layer)
         self.rank_fractions = tuple(rank_fractions)
         self.low_rank_cost, self.method, self.causal = low_rank_cost, method, causal
         self.top_k, self.top_k_min_n = top_k, top_k_min_n
@@ -170,12 +169,12 @@ class SpectrumAnalyzer(Analyzer):
         self._grid = self.grid
 
     @classmethod
-    def for_model(cls, model: HookedTransformer, **kwargs) -> SpectrumAnalyzer:
-        return cls(model.heads_per_layer, causal=model.cfg.causal, **kwargs)
+    def model_options(cls, model: HookedTransformer) -> dict:
+        return {"heads_per_layer": list(model.heads_per_layer), "causal": model.cfg.causal}
 
-    def hook_names(self, model: HookedTransformer) -> list[str]:
-        kinds = ["pattern", "v"] if self.low_rank_cost else ["pattern"]
-        return [f"blocks.{i}.attn.hook_{kind}" for i in range(model.n_layers) for kind in kinds]
+    @property
+    def hook_kinds(self) -> tuple[str, ...]:
+        return ("pattern", "v") if self.low_rank_cost else ("pattern",)
 
     def settings(self) -> dict:
         return {
