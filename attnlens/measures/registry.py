@@ -59,7 +59,8 @@ MEASURES: tuple[Measure, ...] = (
             findings=True, docs="heads.md"),
     Measure("lm_heads", "previous-token, duplicate-token, induction, sink, retrieval and "
             "streaming heads of language models, ablated against random heads",
-            section="LmHeadsSection", report=True, findings=True, docs="lm-heads.md"),
+            section="LmHeadsSection", report=True, command="heads", findings=True,
+            docs="lm-heads.md"),
     Measure("spectrum", "how low-rank each head's attention is (Linformer) and the cost of "
             "low-rank approximations", section="SpectrumSection", report=True,
             command="spectrum", findings=True, docs="spectrum.md"),
@@ -87,8 +88,9 @@ BY_NAME: dict[str, Measure] = {m.name: m for m in MEASURES}
 
 
 def measure_commands() -> list[str]:
-    """The measures' command modules (``cli/<command>.py``), in registry order."""
-    return [m.command for m in MEASURES if m.command]
+    """The measures' command modules (``cli/<command>.py``), in registry order, each once
+    (`attnlens heads` runs both heads and lm_heads)."""
+    return list(dict.fromkeys(m.command for m in MEASURES if m.command))
 
 
 def report_measures() -> list[Measure]:
