@@ -23,6 +23,7 @@ from attnlens.measures.findings import (
     untested_reason,
     versus_null,
 )
+from attnlens.measures.lm_heads.findings import LM_ROLE_WORDS, LM_ROLES
 
 MAIN_DIRECTIONS = ("dep->head", "head->dep")
 NOT_RELATIONS = ("all relations", "punct")
@@ -31,12 +32,15 @@ NOT_RELATIONS = ("all relations", "punct")
 @finder("heads")
 def role_counts(tables: Mapping[str, pd.DataFrame]) -> list[Finding]:
     roles = tables["head_roles"]["roles"].fillna("none").astype(str)
-    count = {r: int(roles.str.contains(r, regex=False).sum())
-             for r in ("positional", "syntactic", "rare-word")}
+    named = roles.str.split("; ")  # "positional; induction" or "none"
+    count = {r: int(named.apply(lambda found, r=r: r in found).sum())
+             for r in ("positional", "syntactic", "rare-word", *LM_ROLES)}
     with_role = int((roles != "none").sum())
+    lm = ", ".join(f"{count[r]} {LM_ROLE_WORDS[r]}" for r in LM_ROLES if count[r])
     return [Finding("heads", [
         f"{with_role} of {len(roles)} heads have a role: {count['positional']} positional, "
-        f"{count['syntactic']} syntactic, {count['rare-word']} rare-word."], "head_roles")]
+        f"{count['syntactic']} syntactic, {count['rare-word']} rare-word"
+        + (f"; language-model roles: {lm}." if lm else ".")], "head_roles")]
 
 
 @finder("heads")
