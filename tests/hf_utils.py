@@ -28,6 +28,17 @@ FAMILIES: dict[str, tuple[dict, str]] = {
     "gpt_oss": ({**DECODER, "num_key_value_heads": 2, "head_dim": 8, "sliding_window": 4,
                  "num_local_experts": 4, "num_experts_per_tok": 2}, "GptOssForCausalLM"),
     "gpt_neox": ({**DECODER, "rotary_pct": 0.5}, "GPTNeoXForCausalLM"),
+    # The other families issue 24 names (Qwen2.5, Gemma 3, Phi-3, OLMo 2, StarCoder2,
+    # XLM-R, ELECTRA): each loaded and analysed end to end in tests/test_hf_cli.py.
+    "qwen2": ({**DECODER, "num_key_value_heads": 2}, "Qwen2ForCausalLM"),
+    "gemma3_text": ({**DECODER, "num_key_value_heads": 2, "head_dim": 8, "sliding_window": 4},
+                    "Gemma3ForCausalLM"),
+    "phi3": ({**DECODER, "num_key_value_heads": 2}, "Phi3ForCausalLM"),  # fused qkv_proj
+    "olmo2": ({**DECODER, "num_key_value_heads": 2}, "Olmo2ForCausalLM"),
+    "starcoder2": ({**DECODER, "num_key_value_heads": 2, "sliding_window": 4},
+                   "Starcoder2ForCausalLM"),
+    "xlm-roberta": ({**DECODER}, "XLMRobertaForMaskedLM"),
+    "electra": ({**DECODER, "embedding_size": 16}, "ElectraForPreTraining"),
     "opt": ({"hidden_size": 32, "ffn_dim": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
              "word_embed_proj_dim": 32, "max_position_embeddings": 64}, "OPTForCausalLM"),
     "modernbert": ({**DECODER, "local_attention": 4, "global_attn_every_n_layers": 2,

@@ -14,7 +14,10 @@ from typer.testing import CliRunner
 import attnlens
 from tests.hf_utils import TEXT, max_diff, save_checkpoint
 
-FAMILIES = ["llama", "qwen3", "gemma2", "gpt_neox", "opt", "modernbert"]
+# Every family issue 24 names: Llama 3, Qwen2.5/Qwen3, Gemma 2/3, Mistral, Phi-3, OLMo 2,
+# Pythia (GPT-NeoX), OPT, StarCoder2, ModernBERT, XLM-R, ELECTRA.
+FAMILIES = ["llama", "qwen2", "qwen3", "gemma2", "gemma3_text", "mistral", "phi3", "olmo2",
+            "gpt_neox", "opt", "starcoder2", "modernbert", "xlm-roberta", "electra"]
 runner = CliRunner()
 
 
