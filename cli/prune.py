@@ -212,13 +212,15 @@ def _check_options(metric: str, data: Path, importance_data: Path | None,
 
 def _print_result(run: CommandRun, result, metrics, message: str | None, out: Path,
                   elapsed: float) -> None:
+    from attnlens.metrics.change import change_text
+
     label = metrics.evaluation.label
     run.note(f"unpruned {label}: {result.baseline:.4f} on {metrics.evaluation.n_examples} "
              f"held-out examples ({metrics.split})")
     for (order, seed), rows in result.curve.groupby(["order", "seed"], sort=False):
         last = rows.iloc[-1]
-        run.note(f"  {order} (seed {seed}): {last['fraction_pruned']:.0%} pruned -> "
-                 f"{last['metric']:.4f} ({last['change']:+.4f})")
+        run.note(f"  {order} (seed {seed}): {last['fraction_pruned']:.0%} pruned: {label} "
+                 f"{change_text(result.baseline, last['metric'], last['change'])}")
     if message:
         run.note(message)
     run.note(f"wrote prune_curve.csv/.md, prune_scores.csv and the chart to {out}/ "
@@ -300,7 +302,7 @@ def prune(
     _print_result(run, result, metrics, message, run.output.folder,
                   time.perf_counter() - started)
     if l0_summary is not None:
-        extras.note_l0(run, l0_summary)
+        extras.note_l0(run, l0_summary, result.baseline, metrics.evaluation.label)
 
 
 def _settings(order: str | None, step: float, max_fraction: float, rescore: bool,

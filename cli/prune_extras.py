@@ -112,7 +112,10 @@ def write_l0(run: CommandRun, model, metrics, settings, result, out: Path, resum
     return summary
 
 
-def note_l0(run: CommandRun, summary) -> None:
+def note_l0(run: CommandRun, summary, baseline: float, label: str) -> None:
+    from attnlens.metrics.change import change_text
+
     for row in summary.itertuples(index=False):
         run.note(f"  L0 lambda {row[0]:g}: {row.n_kept} heads kept (per layer "
-                 f"{row.kept_per_layer}) -> {row.metric:.4f} ({row.change:+.4f})")
+                 f"{row.kept_per_layer}): {label} "
+                 f"{change_text(baseline, row.metric, row.change)}")

@@ -22,8 +22,11 @@ def pruning(tables: Mapping[str, pd.DataFrame]) -> list[Finding]:
         if len(rows) > 1:
             half = rows.iloc[(rows["fraction_pruned"] - 0.5).abs().argsort().iloc[0]]
             start = rows.sort_values("step").iloc[0]
+            change = half["change"]  # signed so that positive is better
+            verdict = "worse" if change < 0 else "better" if change > 0 else "unchanged"
             found.append(Finding("prune", [
                 f"Pruning {int(half['n_pruned'])} heads ({pct(half['fraction_pruned'])}) by "
                 f"importance moves the metric from {num(start['metric'])} to "
-                f"{num(half['metric'])} ({half['change']:+.3g})."], "prune_curve"))
+                f"{num(half['metric'])} ({half['metric'] - start['metric']:+.3g}, {verdict})."],
+                "prune_curve"))
     return found
