@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-PANEL = "Heads of language models"
+PANEL = "Method: heads of language models"
 INPUTS = {"probe_file": "token ids, one probe sequence per line",
           "sts_data": "CSV of sentence1,sentence2,score"}
 

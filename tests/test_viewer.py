@@ -265,6 +265,10 @@ def test_trained_length_reads_the_checkpoint_files(tmp_path: Path) -> None:
     roberta = trained_length(folder("roberta", {"model_type": "roberta", "pad_token_id": 1,
                                                 "max_position_embeddings": 514}))
     assert roberta.tokens == 512 and "pad_token_id + 1" in roberta.source
+    # padding id 0: positions start at 1, one fewer usable
+    xlmr = trained_length(folder("xlmr", {"model_type": "xlm-roberta", "pad_token_id": 0,
+                                          "max_position_embeddings": 64}))
+    assert xlmr.tokens == 63
     assert trained_length(folder("t5", {"model_type": "t5"})) is None
     assert trained_length(tmp_path / "nowhere") is None
 

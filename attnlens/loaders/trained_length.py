@@ -56,7 +56,7 @@ def trained_length(folder: str | Path) -> TrainedLength | None:
             continue
         pad = config.get("pad_token_id")
         if (key == "max_position_embeddings" and config.get("model_type") in PADDING_OFFSET_TYPES
-                and _positive_int(pad) and value > pad + 1):
+                and isinstance(pad, int) and pad >= 0 and value > pad + 1):
             found.append(TrainedLength(value - pad - 1, f"config.json {key} {value} - "
                                        f"{pad + 1} (positions start at pad_token_id + 1)"))
         else:

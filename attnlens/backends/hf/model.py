@@ -138,9 +138,18 @@ def _summary(hf: nn.Module, rows: list[LayerMap], causal: bool, source: dict) ->
 def _positions(text) -> int:
     """The longest input the checkpoint declares (``max_position_embeddings``; GPT-2's
     ``n_positions`` through its attribute map); ``TransformerConfig``'s 512 when it names
-    none. Learned position tables (OPT, BERT, GPT-2) take no more."""
+    none. Learned position tables (OPT, BERT, GPT-2) take no more; RoBERTa-style models
+    number positions from ``pad_token_id + 1``, so that many fewer are usable."""
+    from attnlens.loaders.trained_length import PADDING_OFFSET_TYPES
+
     value = getattr(text, "max_position_embeddings", None)
-    return value if isinstance(value, int) and value > 0 else TransformerConfig.n_ctx
+    if not (isinstance(value, int) and value > 0):
+        return TransformerConfig.n_ctx
+    pad = getattr(text, "pad_token_id", None)
+    if (getattr(text, "model_type", None) in PADDING_OFFSET_TYPES and isinstance(pad, int)
+            and 0 <= pad < value - 1):
+        return value - pad - 1
+    return value
 
 
 class HFAttentionModel(HookedModule):
