@@ -25,7 +25,9 @@ produces them: each row's largest weights and the thumbnails are kept, never the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -251,13 +253,29 @@ def capture_attention(model, inputs: dict[str, torch.Tensor], budget_bytes: int,
 
     names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(len(heads))]
     inputs = {key: value.to(model.device) for key, value in inputs.items()}
-    output = model.run_with_hooks(**inputs, fwd_hooks=[(name, take) for name in names])
+    with _whole_patterns_up_to(model, n):
+        output = model.run_with_hooks(**inputs, fwd_hooks=[(name, take) for name in names])
     layers = [kept[layer] for layer in range(len(heads))]
     if whole:
         return output, layers, None
     streamed = Streamed(RowCandidates.concat([c for c, _ in layers]),
                         np.concatenate([t for _, t in layers]))
     return output, None, streamed
+
+
+@contextmanager
+def _whole_patterns_up_to(model, n: int) -> Iterator[None]:
+    """The viewer takes one layer's whole pattern at a time, by design (the page packs it
+    layer by layer): lift the model's whole-matrix limit to ``n`` tokens for its forward."""
+    blocks = getattr(model, "query_blocks", None)
+    if blocks is None or n <= blocks.whole_matrix_limit:
+        yield
+        return
+    model.set_query_blocks(replace(blocks, whole_matrix_limit=n))
+    try:
+        yield
+    finally:
+        model.set_query_blocks(blocks)
 
 
 def checkpoint_folder(model) -> Path | None:
