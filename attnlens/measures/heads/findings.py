@@ -143,6 +143,8 @@ def focus_and_sinks(tables: Mapping[str, pd.DataFrame]) -> list[Finding]:
         rows = stats[stats["measure"] == name]
         if rows.empty:  # not computed: 0 by construction for this model
             continue
+        if name == "sink" and (stats["measure"] == "to_cls").any():
+            continue  # the first token is [CLS]: said once, above
         by_layer = rows.groupby("layer")["value"].mean()
         if by_layer.max() >= 0.3:
             layer = by_layer.idxmax()
