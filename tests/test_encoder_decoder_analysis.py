@@ -154,11 +154,12 @@ def test_cli_tables_have_an_attention_column(command, tiny_bart, tmp_path):
                              for f in captioned)
     if command == "heads":
         stats = pd.read_csv(out / "tables" / "head_stats.csv")
-        # 2 encoder layers, 3 decoder layers (self and cross), 4 heads, 9 measures; the
+        # 2 encoder layers, 3 decoder layers (self and cross), 4 heads, 9 measures plus the
+        # language-model heads' sink (first-token attention, every attention type); the
         # causal decoder self-attention has 7: no to_cls, to_sep, to_next (0 by
         # construction under its mask), and sink
         assert stats.groupby("attention").size().to_dict() == {
-            "cross": 3 * 4 * 9, "decoder": 3 * 4 * 7, "encoder": 2 * 4 * 9}
+            "cross": 3 * 4 * 10, "decoder": 3 * 4 * 7, "encoder": 2 * 4 * 10}
         decoder = stats[stats["attention"] == "decoder"]
         assert "sink" in set(decoder["measure"]) and "to_next" not in set(decoder["measure"])
         assert "[cross-attention" in result.output

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # a layer are independent of each other.
 LAYERS: list[set[str]] = [
     {"errors", "lazy", "runs"},
-    {"runs.io", "numeric", "head_names"},
+    {"runs.io", "numeric", "head_names", "position_ids"},
     {"runs.manifest", "runs.folder_lock"},
     {"runs.outputs"},
     {"hooks", "progress", "device", "stats", "plots"},

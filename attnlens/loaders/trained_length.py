@@ -13,10 +13,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnlens.position_ids import position_offset
+
 FALLBACK_LENGTH = 512  # the default --max-length when a checkpoint states no trained length
 
-# Models whose position ids start at pad_token_id + 1 (position_offset in their loaders).
-PADDING_OFFSET_TYPES = ("roberta", "xlm-roberta", "camembert", "longformer")
 
 
 @dataclass(frozen=True)
@@ -54,11 +54,10 @@ def trained_length(folder: str | Path) -> TrainedLength | None:
         value = _positive_int(config.get(key))
         if value is None:
             continue
-        pad = config.get("pad_token_id")
-        if (key == "max_position_embeddings" and config.get("model_type") in PADDING_OFFSET_TYPES
-                and isinstance(pad, int) and pad >= 0 and value > pad + 1):
-            found.append(TrainedLength(value - pad - 1, f"config.json {key} {value} - "
-                                       f"{pad + 1} (positions start at pad_token_id + 1)"))
+        offset = position_offset(config.get("model_type"), config.get("pad_token_id"))
+        if key == "max_position_embeddings" and offset and value > offset:
+            found.append(TrainedLength(value - offset, f"config.json {key} {value} - "
+                                       f"{offset} (positions start at pad_token_id + 1)"))
         else:
             found.append(TrainedLength(value, f"config.json {key}"))
     return min(found, key=lambda t: t.tokens) if found else None

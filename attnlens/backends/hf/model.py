@@ -140,16 +140,14 @@ def _positions(text) -> int:
     ``n_positions`` through its attribute map); ``TransformerConfig``'s 512 when it names
     none. Learned position tables (OPT, BERT, GPT-2) take no more; RoBERTa-style models
     number positions from ``pad_token_id + 1``, so that many fewer are usable."""
-    from attnlens.loaders.trained_length import PADDING_OFFSET_TYPES
+    from attnlens.position_ids import position_offset
 
     value = getattr(text, "max_position_embeddings", None)
     if not (isinstance(value, int) and value > 0):
         return TransformerConfig.n_ctx
-    pad = getattr(text, "pad_token_id", None)
-    if (getattr(text, "model_type", None) in PADDING_OFFSET_TYPES and isinstance(pad, int)
-            and 0 <= pad < value - 1):
-        return value - pad - 1
-    return value
+    offset = position_offset(getattr(text, "model_type", None),
+                             getattr(text, "pad_token_id", None))
+    return value - offset if value > offset else value
 
 
 class HFAttentionModel(HookedModule):

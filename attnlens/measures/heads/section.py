@@ -402,9 +402,10 @@ class HeadRolesSection(Section):
                    f"correction, {inference.bootstrap} bootstrap replicates over sentences")
         else:
             how = "untested point rules (--bootstrap 0)"
+        tested = tables.get("role_tests")  # absent when only the encoder roles ran
+        tested_roles = set() if tested is None else set(tested["role"])
         lm_counts = ", ".join(f"{role.replace('_', '-')} {counts[role]}"
-                              for role in ROLES[3:] if (tables["role_tests"]["role"] == role)
-                              .any())
+                              for role in ROLES[3:] if role in tested_roles)
         lines = [
             f"Heads with a role (layers and heads from 0; {how}): positional "
             f"{counts['positional']}, syntactic {counts['syntactic']}, rare-word "
