@@ -41,9 +41,11 @@ TOLERANCES = {
     # float64 variants of float32 embeddings: a residual is the difference of a unit-scale
     # matrix and its rank-one part, so its absolute error is set by the inputs' float32
     # rounding contracted through the blocks, whatever its size: measured 4.2e-13 (avx512)
-    # and 1.1e-12 (ATEN_CPU_CAPABILITY=default, MKL_CBWR=COMPATIBLE) against the reference.
-    # atol 5e-12 bounds that; rtol 1e-9 the well-conditioned large values.
-    "collapse_variants": (1e-9, 5e-12),
+    # and 1.1e-12 (ATEN_CPU_CAPABILITY=default, MKL_CBWR=COMPATIBLE) against the reference,
+    # and 7.7e-12 under default kernels after the sample sentence's re-tokenisation (issue
+    # 23; geo_mean of a variant at 7.1e-9, where float32 inputs leave ~1e-3 relative).
+    # atol 2e-11 bounds that; rtol 1e-9 the well-conditioned large values.
+    "collapse_variants": (1e-9, 2e-11),
     # Log-linear fits through those residuals, down to 1e-9 for the collapsing variants: an
     # absolute 1e-12 there is 1e-3 in log space, and the fitted factor moved by 0.9 % (default
     # kernels, san+mlp single_factor); rtol 3e-2.
