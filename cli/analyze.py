@@ -6,6 +6,31 @@ from pathlib import Path
 
 import typer
 from attnlens.cli import lm_options as lm
+from attnlens.cli.options import (
+    AllowPickle,
+    Backend,
+    BatchSize,
+    CheckpointEvery,
+    Device,
+    DeviceMap,
+    Dtype,
+    Force,
+    Format,
+    MaxLength,
+    MaxMemory,
+    MaxSentences,
+    Model,
+    Null,
+    NullSeed,
+    Out,
+    Parse,
+    QueryBlock,
+    Quiet,
+    Resume,
+    Text,
+    Treebank,
+    WholeMatrixLimit,
+)
 from attnlens.cli.runner import CommandRun, command
 
 DEFAULT_OUT = Path("attnlens-report")
@@ -18,6 +43,7 @@ PruneOpt = typer.Option(
 
 def analyze(
     run: CommandRun,
+    model: Model = None,
     prune: Path | None = PruneOpt,
     probe_sequences: int = lm.ProbeSequencesOpt,
     probe_length: int = lm.ProbeLengthOpt,
@@ -31,6 +57,28 @@ def analyze(
     controls: int = lm.ControlsOpt,
     ablation: str = lm.AblationOpt,
     sts_data: Path | None = lm.StsDataOpt,
+    text: Text = None,
+    treebank: Treebank = None,
+    parse: Parse = False,
+    max_sentences: MaxSentences = None,
+    batch_size: BatchSize = 16,
+    max_length: MaxLength = None,
+    query_block: QueryBlock = None,
+    whole_matrix_limit: WholeMatrixLimit = 4096,
+    out: Out = DEFAULT_OUT,
+    fmt: Format = "png",
+    force: Force = False,
+    resume: Resume = False,
+    checkpoint_every: CheckpointEvery = None,
+    device: Device = "cpu",
+    dtype: Dtype = "float32",
+    allow_pickle: AllowPickle = False,
+    backend: Backend = "auto",
+    device_map: DeviceMap = None,
+    max_memory: MaxMemory = None,
+    null: Null = "random-init",
+    null_seed: NullSeed = 0,
+    quiet: Quiet = False,
 ) -> None:
     """Analyse every attention head of MODEL on a corpus and write a report folder.
 
@@ -53,5 +101,4 @@ def analyze(
 
 
 def register(app: typer.Typer) -> None:
-    command(app, "analyze", corpus=True, out=DEFAULT_OUT, device_map=True, resumable=True,
-            checkpoints=True, null=True, inputs=lm.INPUTS)(analyze)
+    command(app, "analyze", inputs=lm.INPUTS)(analyze)

@@ -4,6 +4,27 @@ from __future__ import annotations
 
 import typer
 from attnlens.cli.analyze import DEFAULT_OUT
+from attnlens.cli.options import (
+    AllowPickle,
+    Backend,
+    BatchSize,
+    Device,
+    Dtype,
+    Force,
+    Format,
+    MaxLength,
+    MaxSentences,
+    Model,
+    Null,
+    NullSeed,
+    Out,
+    Parse,
+    QueryBlock,
+    Quiet,
+    Text,
+    Treebank,
+    WholeMatrixLimit,
+)
 from attnlens.cli.runner import CommandRun, command
 
 WeightsOnlyOpt = typer.Option(
@@ -15,8 +36,30 @@ FactorOpt = typer.Option(
 )
 
 
-def asymmetry(run: CommandRun, weights_only: bool = WeightsOnlyOpt,
-              factor: float = FactorOpt) -> None:
+def asymmetry(
+    run: CommandRun,
+    model: Model = None,
+    weights_only: bool = WeightsOnlyOpt,
+    factor: float = FactorOpt,
+    text: Text = None,
+    treebank: Treebank = None,
+    parse: Parse = False,
+    max_sentences: MaxSentences = None,
+    batch_size: BatchSize = 16,
+    max_length: MaxLength = None,
+    query_block: QueryBlock = None,
+    whole_matrix_limit: WholeMatrixLimit = 4096,
+    out: Out = DEFAULT_OUT,
+    fmt: Format = "png",
+    force: Force = False,
+    device: Device = "cpu",
+    dtype: Dtype = "float32",
+    allow_pickle: AllowPickle = False,
+    backend: Backend = "auto",
+    null: Null = "random-init",
+    null_seed: NullSeed = 0,
+    quiet: Quiet = False,
+) -> None:
     """How asymmetric MODEL's query/key maps and attention patterns are (layers/heads from 0).
 
     The patterns part is compared with unweighted self-attention softmax(X X^T / sqrt(C)) on
@@ -34,4 +77,4 @@ def asymmetry(run: CommandRun, weights_only: bool = WeightsOnlyOpt,
 
 
 def register(app: typer.Typer) -> None:
-    command(app, "asymmetry", corpus=True, out=DEFAULT_OUT, null=True)(asymmetry)
+    command(app, "asymmetry")(asymmetry)

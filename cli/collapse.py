@@ -4,6 +4,25 @@ from __future__ import annotations
 
 import typer
 from attnlens.cli.analyze import DEFAULT_OUT
+from attnlens.cli.options import (
+    AllowPickle,
+    Backend,
+    BatchSize,
+    Device,
+    Dtype,
+    Force,
+    Format,
+    MaxLength,
+    MaxSentences,
+    Model,
+    Out,
+    Parse,
+    QueryBlock,
+    Quiet,
+    Text,
+    Treebank,
+    WholeMatrixLimit,
+)
 from attnlens.cli.runner import CommandRun, command
 
 ALL_VARIANTS = "san,san+skip,san+mlp,san+ln,full"
@@ -54,6 +73,7 @@ def _synthetic(run: CommandRun, variants: list[str], given: dict[str, float]) ->
 
 def collapse(
     run: CommandRun,
+    model: Model = None,
     synthetic: bool = SyntheticOpt,
     variants: str = VariantsOpt,
     depth: int | None = DepthOpt,
@@ -63,6 +83,22 @@ def collapse(
     tokens: int | None = TokensOpt,
     qk_gain: float | None = QKGainOpt,
     paths: int | None = PathsOpt,
+    text: Text = None,
+    treebank: Treebank = None,
+    parse: Parse = False,
+    max_sentences: MaxSentences = None,
+    batch_size: BatchSize = 16,
+    max_length: MaxLength = None,
+    query_block: QueryBlock = None,
+    whole_matrix_limit: WholeMatrixLimit = 4096,
+    out: Out = DEFAULT_OUT,
+    fmt: Format = "png",
+    force: Force = False,
+    device: Device = "cpu",
+    dtype: Dtype = "float32",
+    allow_pickle: AllowPickle = False,
+    backend: Backend = "auto",
+    quiet: Quiet = False,
 ) -> None:
     """How fast token representations collapse towards rank one with depth (Dong et al. 2021).
 
@@ -96,4 +132,4 @@ def collapse(
 
 
 def register(app: typer.Typer) -> None:
-    command(app, "collapse", corpus=True, out=DEFAULT_OUT)(collapse)
+    command(app, "collapse")(collapse)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from attnlens.cli.options import Force, Out, Quiet
 from attnlens.cli.runner import CommandRun, command
 
 ReportA = typer.Argument(..., help="First report folder (A).", show_default=False)
@@ -14,8 +15,15 @@ ReportB = typer.Argument(..., help="Second report folder (B); differences are B 
 TopOpt = typer.Option(50, "--top", min=1, help="Rows of the largest-differences table.")
 
 
-def compare(run: CommandRun, dir_a: Path = ReportA, dir_b: Path = ReportB,
-            top: int = TopOpt) -> None:
+def compare(
+    run: CommandRun,
+    dir_a: Path = ReportA,
+    dir_b: Path = ReportB,
+    top: int = TopOpt,
+    out: Out = Path("attnlens-compare"),
+    force: Force = False,
+    quiet: Quiet = False,
+) -> None:
     """Compare two reports head by head: difference heatmaps per measure, heads whose role
     changed, and the largest differences. Reads only the folders' tables (no model).
 
@@ -41,5 +49,4 @@ def compare(run: CommandRun, dir_a: Path = ReportA, dir_b: Path = ReportB,
 
 
 def register(app: typer.Typer) -> None:
-    command(app, "compare", model=False, out=Path("attnlens-compare"), figures=False,
-            batch_size=None, usage="DIR_A DIR_B")(compare)
+    command(app, "compare", usage="DIR_A DIR_B")(compare)

@@ -6,6 +6,18 @@ import time
 from pathlib import Path
 
 import typer
+from attnlens.cli.options import (
+    AllowPickle,
+    Backend,
+    BatchSize,
+    Device,
+    Dtype,
+    MaxLength,
+    Model,
+    QueryBlock,
+    Quiet,
+    WholeMatrixLimit,
+)
 from attnlens.cli.runner import CommandRun, command
 
 from attnlens.runs.io import check_input_file
@@ -25,7 +37,21 @@ ScoreRangeOpt = typer.Option(
 )
 
 
-def stsb(run: CommandRun, pairs: Path = PairsOpt, score_range: str | None = ScoreRangeOpt) -> None:
+def stsb(
+    run: CommandRun,
+    model: Model = None,
+    pairs: Path = PairsOpt,
+    score_range: str | None = ScoreRangeOpt,
+    batch_size: BatchSize = 32,
+    max_length: MaxLength = None,
+    query_block: QueryBlock = None,
+    whole_matrix_limit: WholeMatrixLimit = 4096,
+    device: Device = "cpu",
+    dtype: Dtype = "float32",
+    allow_pickle: AllowPickle = False,
+    backend: Backend = "auto",
+    quiet: Quiet = False,
+) -> None:
     """STS Benchmark Spearman x 100 of embedding cosines vs gold scores (printed on stdout).
 
     Embeddings are mean-pooled over real tokens and L2-normalised (sentence-transformers).
@@ -55,7 +81,7 @@ def stsb(run: CommandRun, pairs: Path = PairsOpt, score_range: str | None = Scor
     )
 
 
-command(eval_app, "stsb", batch_size=32)(stsb)
+command(eval_app, "stsb")(stsb)
 
 
 def register(app: typer.Typer) -> None:

@@ -7,6 +7,29 @@ from pathlib import Path
 import typer
 from attnlens.cli import lm_options as lm
 from attnlens.cli.analyze import DEFAULT_OUT
+from attnlens.cli.options import (
+    AllowPickle,
+    Backend,
+    BatchSize,
+    CheckpointEvery,
+    Device,
+    Dtype,
+    Force,
+    Format,
+    MaxLength,
+    MaxSentences,
+    Model,
+    Null,
+    NullSeed,
+    Out,
+    Parse,
+    QueryBlock,
+    Quiet,
+    Resume,
+    Text,
+    Treebank,
+    WholeMatrixLimit,
+)
 from attnlens.cli.runner import CommandRun, command
 
 PositionalThresholdOpt = typer.Option(
@@ -77,6 +100,7 @@ ClustersOpt = typer.Option(
 
 def heads(
     run: CommandRun,
+    model: Model = None,
     positional_threshold: float = PositionalThresholdOpt,
     min_examples: int = MinExamplesOpt,
     margin: float = MarginOpt,
@@ -104,6 +128,26 @@ def heads(
     controls: int = lm.ControlsOpt,
     ablation: str = lm.AblationOpt,
     sts_data: Path | None = lm.StsDataOpt,
+    text: Text = None,
+    treebank: Treebank = None,
+    parse: Parse = False,
+    max_sentences: MaxSentences = None,
+    batch_size: BatchSize = 16,
+    max_length: MaxLength = None,
+    query_block: QueryBlock = None,
+    whole_matrix_limit: WholeMatrixLimit = 4096,
+    out: Out = DEFAULT_OUT,
+    fmt: Format = "png",
+    force: Force = False,
+    resume: Resume = False,
+    checkpoint_every: CheckpointEvery = None,
+    device: Device = "cpu",
+    dtype: Dtype = "float32",
+    allow_pickle: AllowPickle = False,
+    backend: Backend = "auto",
+    null: Null = "random-init",
+    null_seed: NullSeed = 0,
+    quiet: Quiet = False,
 ) -> None:
     """Find the heads of MODEL and their roles (layers/heads from 0).
 
@@ -173,6 +217,6 @@ def _statistics(bootstrap: int, seed: int, alpha: float, correction: str, poolin
 
 
 def register(app: typer.Typer) -> None:
-    command(app, "heads", corpus=True, out=DEFAULT_OUT, resumable=True, checkpoints=True, null=True,
+    command(app, "heads",
             inputs={"rarity_corpus": "text, one sentence per line",
                     "select_on": "CoNLL-U treebank", **lm.INPUTS})(heads)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from attnlens.cli.options import Quiet
 from attnlens.cli.runner import CommandRun, command
 
 FolderArg = typer.Argument(..., help="A report folder written by `attnlens analyze --out DIR`.",
@@ -15,7 +16,12 @@ PruneOpt = typer.Option(
 )
 
 
-def report(run: CommandRun, folder: Path = FolderArg, prune: Path | None = PruneOpt) -> None:
+def report(
+    run: CommandRun,
+    folder: Path = FolderArg,
+    prune: Path | None = PruneOpt,
+    quiet: Quiet = False,
+) -> None:
     """Rebuild DIR/index.html from DIR/run.json, DIR/tables and DIR/figures.
 
     Use it after editing or adding tables, to attach a pruning run, or to get the current
@@ -36,4 +42,4 @@ def report(run: CommandRun, folder: Path = FolderArg, prune: Path | None = Prune
 
 
 def register(app: typer.Typer) -> None:
-    command(app, "report", model=False, batch_size=None, usage="DIR")(report)
+    command(app, "report", usage="DIR")(report)

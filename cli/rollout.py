@@ -4,9 +4,31 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from attnlens.cli.analyze import DEFAULT_OUT
+from attnlens.cli.options import (
+    AllowPickle,
+    Backend,
+    BatchSize,
+    Device,
+    Dtype,
+    Force,
+    Format,
+    MaxLength,
+    MaxSentences,
+    Null,
+    NullSeed,
+    Out,
+    Parse,
+    QueryBlock,
+    Quiet,
+    Text,
+    Treebank,
+    WholeMatrixLimit,
+    hidden_alias,
+)
 from attnlens.cli.runner import CommandRun, command
 
 _HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
@@ -67,6 +89,25 @@ def rollout(
     matrix_sentences: int = SentencesOpt,
     flow_max_tokens: int = FlowMaxOpt,
     figures: int = FiguresOpt,
+    text: Text = None,
+    treebank: Treebank = None,
+    parse: Parse = False,
+    max_sentences: MaxSentences = None,
+    batch_size: BatchSize = 16,
+    max_length: MaxLength = None,
+    query_block: QueryBlock = None,
+    whole_matrix_limit: WholeMatrixLimit = 4096,
+    out: Out = DEFAULT_OUT,
+    fmt: Format = "png",
+    force: Force = False,
+    device: Device = "cpu",
+    dtype: Dtype = "float32",
+    allow_pickle: AllowPickle = False,
+    backend: Backend = "auto",
+    null: Null = "random-init",
+    null_seed: NullSeed = 0,
+    quiet: Quiet = False,
+    alias_sentences: Annotated[int | None, hidden_alias("--sentences")] = None,
 ) -> None:
     """Which input tokens each position draws on after every layer: attention rollout
     (R_l = Ã_l R_(l-1), Ã_l = r·fuse(A_l) + (1-r)·I) or attention flow (max-flow).
@@ -104,6 +145,5 @@ def rollout(
 
 
 def register(app: typer.Typer) -> None:
-    command(app, "rollout", model=False, loading=True, corpus=True, out=DEFAULT_OUT,
-            usage="[MODEL] [TEXT]...", null=True,
-            aliases={"--sentences": "matrix_sentences"})(rollout)
+    command(app, "rollout", usage="[MODEL] [TEXT]...",
+            aliases={"alias_sentences": "matrix_sentences"})(rollout)

@@ -339,10 +339,6 @@ def _example_pages(model, tokenizer, out: Path) -> list[Path]:
 # command name -> {--option: default} of its int and float options: the sizes an out-of-memory
 # message names when the command was given more than the default (cli/known_errors.py).
 NUMERIC_DEFAULTS: dict[str, dict[str, Any]] = {}
-_SHARED = ("model", "device", "dtype", "allow_pickle", "backend", "device_map", "max_memory",
-           "text", "treebank", "parse", "max_sentences", "batch_size", "max_length", "query_block",
-           "whole_matrix_limit", "out", "fmt", "force", "resume", "checkpoint_every", "quiet",
-           "null", "null_seed")
 
 
 def _shared_run(values: dict[str, Any], resumable: bool) -> CommandRun:
@@ -396,32 +392,64 @@ def _libraries_quiet(quiet: bool) -> Iterator[None]:
                                   logging.WARNING)
 
 
+def _info(param: inspect.Parameter):
+    """The typer ``OptionInfo`` / ``ArgumentInfo`` of a parameter: in its ``Annotated`` type
+    or (the older spelling) its default; None for neither."""
+    if typing.get_origin(param.annotation) is typing.Annotated:
+        found = [m for m in param.annotation.__metadata__ if hasattr(m, "param_decls")]
+        if found:
+            return found[-1]
+    return param.default if hasattr(param.default, "param_decls") else None
+
+
+def _base_type(param: inspect.Parameter):
+    """The parameter's type without ``Annotated``."""
+    if typing.get_origin(param.annotation) is typing.Annotated:
+        return typing.get_args(param.annotation)[0]
+    return param.annotation
+
+
+def _default(param: inspect.Parameter) -> Any:
+    """The value an option takes when not given."""
+    info = param.default
+    return info.default if hasattr(info, "param_decls") else info
+
+
+def _spelling(info) -> str:
+    """An option's long name (``--matrix-sentences``) from its declarations."""
+    decls = [d for d in info.param_decls if isinstance(d, str)]
+    if isinstance(info.default, str) and info.default.startswith("-"):
+        decls.insert(0, info.default)  # Annotated style: the first name is passed as default
+    return next(d for d in decls if d.startswith("--")).split("/")[0]
+
+
 def _numeric_options(params: Sequence[inspect.Parameter]) -> list[tuple[str, str, bool, Any, Any]]:
     """(name, --option, integer, declared min, declared max) of every int or float option:
     what ``attnlens.numeric.check_number`` checks before the command runs."""
     found = []
     for p in params:
-        kinds = set(typing.get_args(p.annotation)) or {p.annotation}
+        base = _base_type(p)
+        kinds = set(typing.get_args(base)) or {base}
         number = next((k for k in (int, float) if k in kinds), None)
-        info = p.default
-        if number is None or not getattr(info, "param_decls", None):
+        info = _info(p)
+        if number is None or info is None or type(info).__name__ != "OptionInfo":
             continue
-        spelling = next((d for d in info.param_decls if d.startswith("--")), info.param_decls[0])
-        found.append((p.name, spelling.split("/")[0], number is int, getattr(info, "min", None),
+        found.append((p.name, _spelling(info), number is int, getattr(info, "min", None),
                       getattr(info, "max", None)))
     return found
 
 
 def _in_panel(param: inspect.Parameter) -> inspect.Parameter:
     """A command's own option without a ``rich_help_panel`` goes to the Method panel."""
-    info = param.default
-    if type(info).__name__ == "OptionInfo" and info.rich_help_panel is None:
+    info = _info(param)
+    if (type(info).__name__ == "OptionInfo" and info.rich_help_panel is None
+            and not info.hidden):
         info.rich_help_panel = options.METHOD_PANEL
     return param
 
 
-def _take_alias(values: dict[str, Any], old: str, key: str, new: inspect.Parameter) -> None:
-    """The hidden option ``old`` (``values[key]``) given: warn, and pass its value on to the
+def _take_alias(values: dict[str, Any], key: str, new: inspect.Parameter) -> None:
+    """The hidden old option ``values[key]`` given: warn, and pass its value on to the
     option that replaced it (both given: an error)."""
     value = values.pop(key)
     if value is None:
@@ -430,12 +458,29 @@ def _take_alias(values: dict[str, Any], old: str, key: str, new: inspect.Paramet
 
     from attnlens.errors import ConfigError
 
-    spelling = next(d for d in new.default.param_decls if d.startswith("--"))
-    if values[new.name] != new.default.default:
+    old = "--" + key.removeprefix("alias_").replace("_", "-")
+    spelling = _spelling(_info(new))
+    if values[new.name] != _default(new):
         raise ConfigError(f"{old} is the old name of {spelling}; give {spelling} only.")
     print(f"Warning: {old} is an old name; use {spelling} (it means the same).",
           file=sys.stderr)
     values[new.name] = value
+
+
+def _groups(name: str, names: set[str]) -> set[str]:
+    """The shared option groups a command declares, each whole (else a TypeError naming what
+    is missing: a programming mistake, found when the app is built)."""
+    found = set()
+    for group, members in options.GROUPS.items():
+        present = [m for m in members if m in names]
+        if present and len(present) < len(members):
+            missing = ", ".join(m for m in members if m not in names)
+            raise TypeError(f"command {name!r} takes part of the {group} options; add {missing}.")
+        if present:
+            found.add(group)
+    if "quiet" not in found:
+        raise TypeError(f"command {name!r} must take quiet: Quiet = False.")
+    return found
 
 
 def _usage_line(arguments: str) -> type:
@@ -453,66 +498,37 @@ def command(
     app: typer.Typer,
     name: str,
     *,
-    model: bool = True,
-    loading: bool | None = None,
-    corpus: bool = False,
-    out: Path | None = None,
-    figures: bool = True,
-    batch_size: int | None = 16,
-    batch_unit: str = "Sentences",
-    device_map: bool = False,
-    resumable: bool = False,
-    checkpoints: bool = False,
     inputs: dict[str, str] | None = None,
     usage: str | None = None,
     aliases: dict[str, str] | None = None,
-    null: bool = False,
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Register ``body(run, **own)`` as ``name`` with the shared option groups it asks for.
+    """Register ``body(run, **options)`` as ``name``.
 
-    ``model``: MODEL and --device/--dtype/--allow-pickle (``loading``: the options without
-    the argument, for a command that reads MODEL itself; default ``model``); ``corpus``:
-    --text/--treebank/--parse; ``out``: --out with this default (and --format when
-    ``figures``) and --force; ``resumable``: --resume (and the run's manifest), with
-    ``checkpoints`` also --checkpoint-every; ``inputs``: the body's own options that name
-    input files, with what each holds (checked first, hashed for --resume; --out may not hold
-    them); ``batch_size``: --batch-size with this default and --max-length (default: the
-    model's trained length; None: neither).
-    ``device_map``: --device-map/--max-memory (models spread over devices). --quiet always.
-    ``null``: --null/--null-seed (commands that write a report of per-head measures).
-    ``usage``: the arguments as the usage line shows them (e.g. ``[MODEL] TEXT`` for a
-    command that reads an optional MODEL before TEXT itself), instead of Click's own.
-    ``aliases``: old option name -> the body's parameter it now feeds (a hidden option that
-    warns). The body's own options without a panel go to the Method panel of ``--help``.
+    The body's signature declares every option, the shared ones through the ``Annotated``
+    aliases of ``options.py`` (``treebank: Treebank = None``); ``run`` is the
+    ``CommandRun`` built from the shared groups it declares (checked before the body runs:
+    paths, output folder, model config) and is left out of the command line. A declared
+    ``resume`` makes the run resumable (its manifest), ``checkpoint_every`` adds analyzer
+    checkpoints. ``inputs``: the body's own options that name input files, with what each
+    holds (checked first, hashed for --resume; --out may not hold them). ``usage``: the
+    arguments as the usage line shows them (e.g. ``[MODEL] TEXT`` for a command that reads
+    an optional MODEL before TEXT itself), instead of Click's own. ``aliases``: a hidden old
+    option's parameter (``alias_sentences``) -> the parameter it now feeds (it warns). The
+    body's own options without a panel go to the Method panel of ``--help``.
     """
 
     def decorate(body: Callable[..., None]) -> Callable[..., None]:
-        hints = typing.get_type_hints(body)
-        own = [
-            _in_panel(p.replace(annotation=hints.get(p.name, p.annotation), kind=options.KW))
+        hints = typing.get_type_hints(body, include_extras=True)
+        params = [
+            _in_panel(p.replace(annotation=hints.get(p.name, p.annotation)))
             for p in inspect.signature(body).parameters.values() if p.name != "run"
         ]
-        renamed = {old: next(p for p in own if p.name == new) for old, new in
-                   (aliases or {}).items()}
-        hidden = {old: options.hidden_alias(old, p.annotation) for old, p in renamed.items()}
-        shared_front = options.model_argument() if model else []
-        shared_back = [
-            *(options.corpus() if corpus else []),
-            *(options.batching(batch_size, batch_unit) if batch_size else []),
-            *(options.output(out, figures) if out is not None else []),
-            *(options.resuming(checkpoints) if out is not None and resumable else []),
-            *(options.model_loading() if (model if loading is None else loading) else []),
-            *(options.device_map() if device_map else []),
-            *(options.null_model() if null else []),
-            *options.quiet(),
-            *hidden.values(),
-        ]
-        params = [*shared_front, *own, *shared_back]
+        by_name = {p.name: p for p in params}
+        groups = _groups(name, set(by_name))
+        resumable, checkpoints = "resume" in groups, "checkpoints" in groups
+        renamed = {old: by_name[new] for old, new in (aliases or {}).items()}
         numeric = _numeric_options(params)
-        NUMERIC_DEFAULTS[name] = {
-            option: getattr(p.default, "default", None)
-            for p in params for key, option, *_ in numeric if key == p.name
-        }
+        NUMERIC_DEFAULTS[name] = {option: _default(by_name[key]) for key, option, *_ in numeric}
 
         @functools.wraps(body)
         def wrapper(**values: Any) -> None:
@@ -520,9 +536,9 @@ def command(
 
             for key, option, integer, low, high in numeric:  # finite, in range, no overflow
                 check_number(option, values.get(key), integer=integer, low=low, high=high)
-            for old, alias in hidden.items():
-                _take_alias(values, old, alias.name, renamed[old])
-            shared = {k: values.pop(k) for k in _SHARED if k in values}
+            for old, new in renamed.items():
+                _take_alias(values, old, new)
+            shared = {k: values[k] for k in options.SHARED if k in values}
             run = _shared_run(shared, resumable)
             run.inputs = {k: shared[k] for k in ("text", "treebank") if k in shared}
             run.inputs.update({k: values[k] for k in inputs or {}})
@@ -530,7 +546,8 @@ def command(
                                "treebank": "CoNLL-U treebank", **(inputs or {})}
             run.check()
             if run.output is not None:
-                run.output.record(name, {**shared, **values}, run.inputs, run.model)
+                own = {k: v for k, v in values.items() if k not in shared}
+                run.output.record(name, {**shared, **own}, run.inputs, run.model)
                 # A finished report is final; a finished pruning run may still be exported.
                 if checkpoints and run.output.target.resumes_complete:
                     run.note(f"{run.output.folder}/ already holds this run, complete; "
@@ -538,11 +555,11 @@ def command(
                     return
             try:
                 with _libraries_quiet(run.quiet):
-                    body(run, **values)
+                    body(run, **values, **{old: None for old in renamed})
             except KeyboardInterrupt as exc:
                 raise Interrupted from exc
 
-        del wrapper.__wrapped__  # typer must read the signature below, not the body's
+        del wrapper.__wrapped__  # typer reads the signature below: the body's, without run
         wrapper.__signature__ = inspect.Signature(params)
         wrapper.__annotations__ = {p.name: p.annotation for p in params}
         app.command(name, **({"cls": _usage_line(usage)} if usage else {}))(wrapper)

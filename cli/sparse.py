@@ -4,6 +4,27 @@ from __future__ import annotations
 
 import typer
 from attnlens.cli.analyze import DEFAULT_OUT
+from attnlens.cli.options import (
+    AllowPickle,
+    Backend,
+    BatchSize,
+    Device,
+    Dtype,
+    Force,
+    Format,
+    MaxLength,
+    MaxSentences,
+    Model,
+    Null,
+    NullSeed,
+    Out,
+    Parse,
+    QueryBlock,
+    Quiet,
+    Text,
+    Treebank,
+    WholeMatrixLimit,
+)
 from attnlens.cli.runner import CommandRun, command
 
 WindowsOpt = typer.Option("1,2,4,8,16", "--windows", help="Window half-widths w, comma-separated.")
@@ -24,10 +45,29 @@ def parse_windows(value: str) -> tuple[int, ...]:
 
 def sparse(
     run: CommandRun,
+    model: Model = None,
     windows: str = WindowsOpt,
     global_tokens: int = GlobalOpt,
     coverage: float = CoverageOpt,
     seed: int = SeedOpt,
+    text: Text = None,
+    treebank: Treebank = None,
+    parse: Parse = False,
+    max_sentences: MaxSentences = None,
+    batch_size: BatchSize = 16,
+    max_length: MaxLength = None,
+    query_block: QueryBlock = None,
+    whole_matrix_limit: WholeMatrixLimit = 4096,
+    out: Out = DEFAULT_OUT,
+    fmt: Format = "png",
+    force: Force = False,
+    device: Device = "cpu",
+    dtype: Dtype = "float32",
+    allow_pickle: AllowPickle = False,
+    backend: Backend = "auto",
+    null: Null = "random-init",
+    null_seed: NullSeed = 0,
+    quiet: Quiet = False,
 ) -> None:
     """Per head: attention mass inside windows ±w, on global tokens and under BigBird's
     pattern, the smallest window keeping --coverage of it, and the output error
@@ -41,4 +81,4 @@ def sparse(
 
 
 def register(app: typer.Typer) -> None:
-    command(app, "sparse", corpus=True, out=DEFAULT_OUT, null=True)(sparse)
+    command(app, "sparse")(sparse)

@@ -4,6 +4,27 @@ from __future__ import annotations
 
 import typer
 from attnlens.cli.analyze import DEFAULT_OUT
+from attnlens.cli.options import (
+    AllowPickle,
+    Backend,
+    BatchSize,
+    Device,
+    Dtype,
+    Force,
+    Format,
+    MaxLength,
+    MaxSentences,
+    Model,
+    Null,
+    NullSeed,
+    Out,
+    Parse,
+    QueryBlock,
+    Quiet,
+    Text,
+    Treebank,
+    WholeMatrixLimit,
+)
 from attnlens.cli.runner import CommandRun, command
 
 NoCostOpt = typer.Option(
@@ -24,8 +45,31 @@ TopKMinOpt = typer.Option(
 )
 
 
-def spectrum(run: CommandRun, no_low_rank_cost: bool = NoCostOpt, top_k: int = TopKOpt,
-             top_k_min_n: int = TopKMinOpt) -> None:
+def spectrum(
+    run: CommandRun,
+    model: Model = None,
+    no_low_rank_cost: bool = NoCostOpt,
+    top_k: int = TopKOpt,
+    top_k_min_n: int = TopKMinOpt,
+    text: Text = None,
+    treebank: Treebank = None,
+    parse: Parse = False,
+    max_sentences: MaxSentences = None,
+    batch_size: BatchSize = 16,
+    max_length: MaxLength = None,
+    query_block: QueryBlock = None,
+    whole_matrix_limit: WholeMatrixLimit = 4096,
+    out: Out = DEFAULT_OUT,
+    fmt: Format = "png",
+    force: Force = False,
+    device: Device = "cpu",
+    dtype: Dtype = "float32",
+    allow_pickle: AllowPickle = False,
+    backend: Backend = "auto",
+    null: Null = "random-init",
+    null_seed: NullSeed = 0,
+    quiet: Quiet = False,
+) -> None:
     """Singular-value spectra of MODEL's attention matrices on a corpus (layers/heads from 0).
 
     Also the spectra of each head's QK/OV circuits and the layers' shared query/key subspaces.
@@ -37,4 +81,4 @@ def spectrum(run: CommandRun, no_low_rank_cost: bool = NoCostOpt, top_k: int = T
 
 
 def register(app: typer.Typer) -> None:
-    command(app, "spectrum", corpus=True, out=DEFAULT_OUT, null=True)(spectrum)
+    command(app, "spectrum")(spectrum)

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import typer
+from attnlens.cli.options import AllowPickle, Backend, Device, Dtype, Quiet
 from attnlens.cli.runner import CommandRun, command
 
 FirstArg = typer.Argument(None, metavar="[MODEL] TEXT", show_default=False,
@@ -177,6 +178,11 @@ def view(
     report: Path | None = ReportOpt,
     rollout: bool = RolloutOpt,
     budget_mb: float = BudgetOpt,
+    device: Device = "cpu",
+    dtype: Dtype = "float32",
+    allow_pickle: AllowPickle = False,
+    backend: Backend = "auto",
+    quiet: Quiet = False,
 ) -> None:
     """Write an interactive attention viewer for TEXT (head, text, model, matrix).
 
@@ -254,5 +260,4 @@ def view(
 
 
 def register(app: typer.Typer) -> None:
-    command(app, "view", model=False, loading=True, batch_size=None,
-            usage="[MODEL] TEXT")(view)
+    command(app, "view", usage="[MODEL] TEXT")(view)

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Annotated
 
 import pytest
 import typer
 from attnlens.cli import runner as cli_runner
+from attnlens.cli.options import Quiet, hidden_alias
 from attnlens.cli.runner import CommandRun
 from typer.testing import CliRunner
 
@@ -149,11 +151,11 @@ def _alias_app(seen: dict):
     app = typer.Typer()
 
     def probe(run: CommandRun, matrix_sentences: int = typer.Option(
-            50, "--matrix-sentences", help="Sentences.")) -> None:
+            50, "--matrix-sentences", help="Sentences."), quiet: Quiet = False,
+            alias_sentences: Annotated[int | None, hidden_alias("--sentences")] = None) -> None:
         seen["value"] = matrix_sentences
 
-    cli_runner.command(app, "alias-probe", model=False, batch_size=None,
-            aliases={"--sentences": "matrix_sentences"})(probe)
+    cli_runner.command(app, "alias-probe", aliases={"alias_sentences": "matrix_sentences"})(probe)
 
     @app.command("other")
     def other() -> None:  # a second command, so that the probe is a subcommand
@@ -190,7 +192,7 @@ def test_rollout_keeps_sentences_as_a_hidden_alias() -> None:
 
 # prune: --pairs, and --data holding pairs -------------------------------------------------------
 def test_prune_takes_pairs_or_data_once(tmp_path: Path) -> None:
-    from attnlens.cli.prune import _data_option
+    from attnlens.measures.pruning.job import data_option_of as _data_option
 
     pairs, text = tmp_path / "p.csv", tmp_path / "t.txt"
     assert _data_option("auto", pairs, None) == ("sts", pairs, "--pairs")
@@ -205,7 +207,7 @@ def test_prune_takes_pairs_or_data_once(tmp_path: Path) -> None:
 
 
 def test_prune_data_with_pairs_warns(capsys) -> None:
-    from attnlens.cli.prune import _warn_pairs_as_data
+    from attnlens.measures.pruning.job import warn_pairs_as_data as _warn_pairs_as_data
 
     _warn_pairs_as_data("sts", "--data")
     assert "--data with sentence pairs is the old spelling; use --pairs" in capsys.readouterr().err
