@@ -162,8 +162,10 @@ def heads(
     settings = lm.lm_heads_settings(probe_sequences, probe_length, probe_seed, probe_file,
                                     probes, sink_tokens, window, streaming_threshold, context,
                                     controls, ablation, sts_data)
-    inference = _statistics(bootstrap, seed, alpha, correction, pooling, rare_self,
-                            select_fraction)
+    from attnlens.measures.heads.settings import head_inference
+
+    inference = head_inference(bootstrap, seed, alpha, correction, pooling, rare_self,
+                               select_fraction)
     from attnlens.runs.io import check_input_file
 
     check_input_file(select_on, "--select-on", "CoNLL-U treebank")
@@ -199,21 +201,6 @@ def heads(
         lm=LmHeadsSection(LmHeads(settings, inference, min_examples, pairs)),
     )
     run.write_report([section, section.lm], corpus=corpus)
-
-
-def _statistics(bootstrap: int, seed: int, alpha: float, correction: str, pooling: str,
-                rare_self: str, select_fraction: float):
-    """The statistics options as an ``Inference``, checked before anything is loaded."""
-    from attnlens.errors import ConfigError
-    from attnlens.stats.bootstrap import Inference
-
-    if rare_self not in ("include", "exclude"):
-        raise ConfigError(f"--rare-self must be include or exclude, not {rare_self!r}.")
-    if not 0 < select_fraction < 1:
-        raise ConfigError(f"--select-fraction must lie strictly between 0 and 1, "
-                          f"not {select_fraction}.")
-    return Inference(bootstrap=bootstrap, seed=seed, alpha=alpha, correction=correction,
-                     pooling=pooling)
 
 
 def register(app: typer.Typer) -> None:

@@ -249,7 +249,7 @@ def test_heads_are_written_l2h8_and_read_in_three_notations() -> None:
 
 @pytest.mark.parametrize("value", ["L2H8,L2H3", "2.8,2.3", "2-8,2-3", "L2H8,2.3"])
 def test_view_heads_accepts_every_notation(value) -> None:
-    from attnlens.cli.view import _heads
+    from attnlens.viewer.inputs import parse_heads as _heads
 
     assert _heads(value, None) == ([8, 3], 2)
 
