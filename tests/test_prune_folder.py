@@ -21,8 +21,8 @@ OPTIONS = ("--order", "importance,random", "--seeds", "1", "--step", "0.25",
            "--max-fraction", "0.5", "--max-length", "32")
 
 
-def test_a_python_user_gets_the_prune_folder_of_the_command(checkpoint, pairs, tmp_path,
-                                                            monkeypatch, capsys):
+def test_a_python_user_gets_the_prune_folder_of_the_command(checkpoint, pairs,  # noqa: F811
+                                                            tmp_path, monkeypatch, capsys):
     cli_out, lib_out = tmp_path / "cli", tmp_path / "lib"
     code = run_prune(monkeypatch, checkpoint, pairs, cli_out, *OPTIONS)
     assert code == 0, capsys.readouterr().err
