@@ -31,11 +31,12 @@ test: setup browser
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
 
-# The fast loop: every test that starts no process and reads no real corpus (the markers
-# tests/conftest.py gives each test: unit and parity run, cli and e2e do not). `make test`
-# (CI) still runs everything. Wall and CPU time as measured: docs/architecture.md, Tests.
+# The fast loop: every test that starts no process, reads no real corpus and was not measured
+# slow (the markers tests/conftest.py gives each test: unit and parity run; cli, e2e and slow
+# do not). `make test` (CI) still runs everything. Wall and CPU time as measured:
+# docs/architecture.md, Tests.
 test-fast: setup
-	$(BIN)/pytest -q -p no:cacheprovider -m "not cli and not e2e"
+	$(BIN)/pytest -q -p no:cacheprovider -m "not cli and not e2e and not slow"
 
 # Headless Chromium for tests/test_browser.py: installed with apt when this is root on a
 # Debian/Ubuntu machine and it is missing (quick when present). Elsewhere the browser tests
