@@ -6,8 +6,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.setup-stamp
 TORCH := torch==2.13.0
 
-.PHONY: setup demo test test-fast test-kernels lint clean-venv browser sample-report screenshots \
-	bench verify-models
+.PHONY: setup demo test test-fast test-js test-kernels lint clean-venv browser node sample-report \
+	screenshots bench verify-models
 
 setup: $(STAMP)
 
@@ -24,12 +24,21 @@ $(STAMP): pyproject.toml setup.py attnlens/measures/spectrum/_spectral_kernel.c
 demo: setup
 	$(BIN)/attnlens analyze --out attnlens-report --force
 
-lint: setup
+lint: setup node
 	$(BIN)/ruff check .
+	npx --no-install eslint .
 
-test: setup browser
+test: setup browser node
 	$(BIN)/ruff check .
+	npx --no-install eslint .
+	node --test tests/js/
 	$(BIN)/pytest -q
+
+# The report's and the viewer's scripts: ESLint (eslint.config.js) and node's unit tests of
+# their pure functions (tests/js/*.test.js: sorting, filtering, pivoting, number formatting).
+test-js: node
+	npx --no-install eslint .
+	node --test tests/js/
 
 # The fast loop: every test that starts no process, reads no real corpus and was not measured
 # slow (the markers tests/conftest.py gives each test: unit and parity run; cli, e2e and slow
@@ -48,6 +57,22 @@ browser:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    chromium chromium-driver >/dev/null) || echo "could not install chromium: browser tests will skip"; \
 	else echo "no chromium and cannot install it (needs root and apt): browser tests will skip"; fi
+
+# Node for test-js: Debian's nodejs and npm, installed with apt when this is root on a
+# Debian/Ubuntu machine and they are missing (as chromium is); then ESLint, pinned in
+# package.json and package-lock.json, with npm ci into node_modules/ (again when the lock
+# file changes).
+NODE_STAMP := node_modules/.package-lock.json
+node: $(NODE_STAMP)
+
+$(NODE_STAMP): package.json package-lock.json
+	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing nodejs and npm (apt)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; \
+	else echo "no node and npm, and cannot install them (needs root and apt)"; exit 1; fi
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $(NODE_STAMP)
 
 # The sample report in reports/minilm (embedded model, embedded sample treebank, the
 # STS-B pruning run of reports/prune attached) and the README's screenshots.
