@@ -66,18 +66,18 @@ def stsb(
     from attnlens.progress import progress_bar
 
     start = time.perf_counter()
-    model, tokenizer = run.load_model()
+    loaded, tokenizer = run.load_model()
     n_sentences = len(distinct_sentences(data))
     with torch.inference_mode(), progress_bar(
         "embedding sentences", n_sentences, enabled=run.show_progress
     ) as advance:
-        score = sts_spearman(model, tokenizer, data, run.batch_size, run.max_length,
+        score = sts_spearman(loaded, tokenizer, data, run.batch_size, run.max_length,
                              progress=advance)
     seconds = time.perf_counter() - start
     typer.echo(f"{score:.2f}")
     run.note(
         f"STS-B Spearman x 100 = {score:.4f} on {len(data)} pairs ({n_sentences} distinct "
-        f"sentences), {model.cfg.source['name']}, max length {run.max_length}, {seconds:.1f} s"
+        f"sentences), {loaded.cfg.source['name']}, max length {run.max_length}, {seconds:.1f} s"
     )
 
 

@@ -91,3 +91,32 @@ def test_the_count_leaves_out_option_declarations_only(tmp_path: Path) -> None:
         "    print(y)\n", encoding="utf-8")
     # counted: the module docstring, the import, `y = x + 1`, `print(y)`
     assert counted_lines(module) == 4
+
+
+def _commands():
+    """(command path, its click command, the body function in cli/<module>.py)."""
+    import importlib
+
+    import typer
+    from attnlens.cli.app import app
+
+    found = []
+    for name, command in typer.main.get_command(app).commands.items():
+        module = importlib.import_module(f"attnlens.cli.{name}")
+        subcommands = getattr(command, "commands", None)
+        for sub, leaf in (subcommands or {name: command}).items():
+            found.append((f"{name} {sub}" if subcommands else name, leaf,
+                          getattr(module, sub if subcommands else name)))
+    return found
+
+
+def test_every_option_is_declared_in_the_command_signature() -> None:
+    """Reading cli/<command>.py shows every option: the runner adds none."""
+    import inspect
+
+    for path, command, body in _commands():
+        declared = [p for p in inspect.signature(body).parameters if p != "run"]
+        assert [p.name for p in command.params] == declared, path
+        assert "treebank" not in declared or "text" in declared
+    heads = {p.name for p in next(c for n, c, _ in _commands() if n == "heads").params}
+    assert {"treebank", "text", "out", "device", "quiet", "margin"} <= heads
