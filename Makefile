@@ -26,18 +26,18 @@ demo: setup
 
 lint: setup node
 	$(BIN)/ruff check .
-	npx --no-install eslint .
+	node_modules/.bin/eslint .
 
 test: setup browser node
 	$(BIN)/ruff check .
-	npx --no-install eslint .
+	node_modules/.bin/eslint .
 	node --test tests/js/
 	$(BIN)/pytest -q
 
 # The report's and the viewer's scripts: ESLint (eslint.config.js) and node's unit tests of
 # their pure functions (tests/js/*.test.js: sorting, filtering, pivoting, number formatting).
 test-js: node
-	npx --no-install eslint .
+	node_modules/.bin/eslint .
 	node --test tests/js/
 
 # The fast loop: every test that starts no process, reads no real corpus and was not measured
