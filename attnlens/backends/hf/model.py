@@ -160,7 +160,7 @@ class HFAttentionModel(HookedModule):
     """
 
     backend = "hf"
-    # The whole-matrix limit of the analyses that need whole patterns (stream.feeder reads it).
+    # Query blocks and the whole-matrix limit (stream.feeder reads it; set_query_blocks).
     query_blocks: QueryBlocks = DEFAULT_BLOCKS
 
     def __init__(self, hf: nn.Module, source: dict, probe: Callable[[nn.Module], Any] | None = None,
@@ -248,9 +248,12 @@ class HFAttentionModel(HookedModule):
         return [row.hook_prefix + "hook_z" for row in self.attention_layers]
 
     def set_query_blocks(self, blocks: QueryBlocks) -> None:
-        """``--whole-matrix-limit`` for analyses that need whole patterns. The model's eager
-        attention forms each layer's whole pattern, so ``--query-block`` has no effect here."""
+        """How every attention layer splits long patterns into blocks of query rows
+        (``--query-block``) and the whole-matrix limit (``--whole-matrix-limit``), as
+        attnlens' own models (``attention.EagerRows``; docs/long-context.md)."""
         self.query_blocks = blocks
+        for slot in self._slots:
+            slot.query_blocks = blocks
 
     def weight_problems(self) -> dict[str, str]:
         """Part ("QK", "OV", "norm", "rotary", "blocks") -> why it cannot be given."""
