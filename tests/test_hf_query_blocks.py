@@ -12,6 +12,7 @@ another order).
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 import torch
 
@@ -212,3 +213,67 @@ def test_hf_run_analyzers_in_blocks_equals_the_whole_matrix_path(model_type, row
     model.set_query_blocks(QueryBlocks())
     for mine, reference in zip(blocked_run, whole, strict=True):
         assert_tables_equal(mine.result(), reference.result())
+
+
+# On a GPU (skipped without CUDA) -----------------------------------------------------------
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@cuda
+def test_hf_blocks_synchronise_nothing_per_block_on_cuda():
+    """The hf backend's blocks on the GPU: CUDA's count of synchronisations of a forward pass
+    feeding block-reading analyzers (head statistics, positional heads, sparse coverage, the
+    language-model probes and sinks) is the same with blocks of 8 rows as with blocks of 4
+    (twice as many blocks), and the tables equal the CPU's whole-matrix path."""
+    from attnlens.measures.lm_heads.sinks import SinkKeys, SinkScores
+    from attnlens.measures.lm_heads.streaming import StreamingError
+    from tests.sync_utils import count_cuda_syncs
+
+    def analyzers(model):
+        return [HeadStats(2, 4, {1}, {2}, {3}), PositionalHeads(2, 4),
+                SparseCoverage(2, 4, causal=True, windows=(1, 2)),
+                SinkScores.for_model(model), SinkKeys.for_model(model),
+                StreamingError.for_model(model, sink_tokens=1, window=3)]
+
+    cpu = wrap("llama")
+    hf = tiny_hf("llama").cuda()  # the same seed: the same weights
+    gpu = HFAttentionModel(hf, {"architecture": type(hf).__name__})
+    batches = [b.to("cuda") for b in _model_batches(cpu, n=4, length=48)]
+    run_analyzers(gpu, batches[:1], analyzers(gpu), show_progress=False)  # warm-up
+    counts = {}
+    for rows in (8, 4):
+        gpu.set_query_blocks(QueryBlocks(rows=rows))
+        with count_cuda_syncs() as found:
+            run_analyzers(gpu, batches, analyzers(gpu), show_progress=False)
+        counts[rows] = len(found)
+    print("CUDA synchronisations, hf backend, blocks of 8 and of 4 rows:", counts)
+    assert counts[4] <= counts[8], counts
+    gpu.set_query_blocks(QueryBlocks(rows=5))
+    on_gpu = analyzers(gpu)
+    run_analyzers(gpu, batches, on_gpu, show_progress=False)
+    gpu.set_query_blocks(QueryBlocks())
+    on_cpu = analyzers(cpu)
+    run_analyzers(cpu, _model_batches(cpu, n=4, length=48), on_cpu, show_progress=False)
+    for mine, reference in zip(on_gpu, on_cpu, strict=True):
+        for name, table in reference.result().items():
+            if name == "sink_keys":  # near-uniform heads: the top keys are near-ties
+                continue
+            # fp32 kernels on two devices: a few ulps of weights <= 1, summed over rows
+            pd.testing.assert_frame_equal(mine.result()[name].reset_index(drop=True),
+                                          table.reset_index(drop=True), check_exact=False,
+                                          rtol=1e-4, atol=1e-5, check_dtype=False)
+
+
+@cuda
+def test_hf_blocks_on_cuda_are_rows_of_the_whole_pattern():
+    hf = tiny_hf("gemma2").cuda()
+    model = HFAttentionModel(hf, {"architecture": type(hf).__name__})
+    ids, mask = (t.cuda() for t in inputs())
+    found, hidden = blocked(model, ids, mask, rows=5)
+    whole, whole_hidden = blocked(model, ids, mask, rows=10_000)
+    for layer in range(model.n_layers):
+        pattern = torch.cat([x for _, x in found[layer]], -2)
+        assert pattern.device.type == "cuda"
+        # the same rows from products of other shapes (the parity bound)
+        assert max_diff(pattern, whole[layer][0][1]) <= TOL
+    assert max_diff(hidden, whole_hidden) <= TOL
