@@ -31,8 +31,10 @@ TOL = 1e-6  # the hf backend's parity bound in float32 (tests/test_hf_backend.py
 LENGTH = 23  # longer than the sliding windows (4) of mistral, gemma2, gpt_oss
 # llama: grouped keys; qwen3: q/k norms; mistral: sliding window; gemma2: soft-capping and
 # alternating sliding-window layers; gpt_oss: sink logits and sliding windows; gpt_neox:
-# partial rotary, fused projections.
-FAMILIES = ["llama", "qwen3", "mistral", "gemma2", "gpt_oss", "gpt_neox"]
+# partial rotary, fused projections; qwen2, phi3 (fused qkv), olmo2, starcoder2 (sliding
+# window): the other families whose long inputs get masks built by rows.
+FAMILIES = ["llama", "qwen3", "mistral", "gemma2", "gpt_oss", "gpt_neox", "qwen2", "phi3",
+            "olmo2", "starcoder2"]
 
 
 def wrap(model_type: str, **kwargs) -> HFAttentionModel:
@@ -69,11 +71,36 @@ def blocked(model: HFAttentionModel, ids, mask, rows: int):
     return found, hidden
 
 
+@pytest.fixture
+def row_masks(monkeypatch):
+    """Every input counts as long for the mask: transformers' eager mask comes as a
+    ``RowMask`` built by rows (for the families of ``ROW_MASK_MODEL_TYPES``); returns the
+    number of row builds seen."""
+    from attnlens.backends.hf import row_mask
+
+    monkeypatch.setattr(row_mask, "ROW_MASK_BYTES", 0)
+    built = {"rows": 0}
+    original = row_mask.RowMask.rows
+
+    def rows(self, start, stop):
+        built["rows"] += 1
+        return original(self, start, stop)
+
+    monkeypatch.setattr(row_mask.RowMask, "rows", rows)
+    return built
+
+
+@pytest.mark.parametrize("mask_by_rows", [False, True], ids=["whole_mask", "row_mask"])
 @pytest.mark.parametrize("model_type", FAMILIES)
-def test_hf_blocks_are_rows_of_eager_patterns_and_give_eager_hidden_states(model_type):
+def test_hf_blocks_are_rows_of_eager_patterns_and_give_eager_hidden_states(
+        model_type, mask_by_rows, request):
+    built = request.getfixturevalue("row_masks") if mask_by_rows else None
     model = wrap(model_type)
     ids, mask = inputs()
     found, hidden = blocked(model, ids, mask, rows=5)
+    if built is not None:  # 5 blocks per layer, each building its rows of the mask
+        assert built["rows"] >= 5 * model.n_layers
+        built["rows"] = 0
     reference = eager(model, input_ids=ids, attention_mask=mask)
     for layer, expected in enumerate(reference.attentions):
         blocks = found[layer]
@@ -82,6 +109,41 @@ def test_hf_blocks_are_rows_of_eager_patterns_and_give_eager_hidden_states(model
         pattern = torch.cat([x for _, x in blocks], -2)
         assert max_diff(pattern, expected) <= TOL, (model_type, layer)
     assert max_diff(hidden, reference.last_hidden_state) <= TOL
+
+
+def test_row_mask_rows_are_the_rows_of_transformers_eager_mask(row_masks):
+    """Padding, causal and a sliding window of 4: each block of rows, built on its own, is
+    bit for bit those rows of ``eager_mask``'s whole mask (the same mask function on the same
+    positions)."""
+    from transformers import LlamaConfig
+    from transformers.masking_utils import eager_mask, sliding_window_causal_mask_function
+
+    from attnlens.backends.hf.row_mask import RowMask, attnlens_mask, mask_rows
+
+    padding = torch.ones(2, 23, dtype=torch.bool)  # as create_causal_mask passes it
+    padding[1, 17:] = False
+    args = {"batch_size": 2, "q_length": 23, "kv_length": 23, "attention_mask": padding,
+            "mask_function": sliding_window_causal_mask_function(4)}
+    whole = eager_mask(**args)  # [batch, 1, query_pos, key_pos]
+    rows = attnlens_mask(**args, config=LlamaConfig())
+    assert isinstance(rows, RowMask) and rows.shape == (2, 1, 23, 23)
+    for start in range(0, 23, 5):
+        stop = min(start + 5, 23)
+        assert torch.equal(mask_rows(rows, start, stop, 23), whole[:, :, start:stop])
+    assert torch.equal(rows.dense(), whole)
+
+
+def test_row_masks_only_for_long_inputs_of_the_listed_families():
+    from transformers import BertConfig, LlamaConfig
+
+    from attnlens.backends.hf.row_mask import ROW_MASK_BYTES, ROW_MASK_MODEL_TYPES, row_mask_applies
+
+    assert set(FAMILIES) >= ROW_MASK_MODEL_TYPES  # every listed family checked against eager
+
+    long = int((ROW_MASK_BYTES // 4) ** 0.5) + 1  # a float32 mask just above the bound
+    assert row_mask_applies(LlamaConfig(), 1, long, long, torch.float32)
+    assert not row_mask_applies(LlamaConfig(), 1, long - 1, long - 1, torch.float32)
+    assert not row_mask_applies(BertConfig(), 1, long, long, torch.float32)
 
 
 def test_gemma2_blocks_keep_the_soft_cap_and_the_sliding_window():

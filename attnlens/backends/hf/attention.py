@@ -27,7 +27,8 @@ import torch
 import torch.nn.functional as F
 
 from attnlens.backends.hf.conventions import eager_conventions
-from attnlens.backends.hf.slots import current_slot, record
+from attnlens.backends.hf.row_mask import attnlens_mask, dense, mask_rows
+from attnlens.backends.hf.slots import current_slot, record, recording_calls
 from attnlens.errors import AttnlensError
 from attnlens.hooks import QueryBlock
 
@@ -167,8 +168,7 @@ def attnlens_attention(
                           groups), None
     key_states = repeat_kv(key, groups)  # [batch, head, key_pos, d_head]
     value_states = repeat_kv(value, groups)  # [batch, head, key_pos, d_head_v]
-    mask = None if attention_mask is None else attention_mask[:, :, :, : key_states.shape[-2]]
-    eager = EagerRows(query, key_states, value_states, mask, scaling, softcap,
+    eager = EagerRows(query, key_states, value_states, attention_mask, scaling, softcap,
                       position_bias, sink_logits, conventions)
     rows = query.shape[-2] if slot is None else slot.block_rows(
         query.shape[0], query.shape[1], query.shape[-2], key_states.shape[-2], query.device)
@@ -177,7 +177,8 @@ def attnlens_attention(
     if slot is not None:
         z = slot.fire("z", z)
         z = slot.gate(z)
-    record(module, query, key, value, attention_mask, z, kwargs, scaling)
+    if recording_calls():
+        record(module, query, key, value, dense(attention_mask), z, kwargs, scaling)
     return z.contiguous(), pattern
 
 
@@ -200,7 +201,7 @@ class EagerRows:
     fire once per block with ``hook.query_block`` set; one block is the whole matrix.
     ``query [batch, head, query_pos, d_head]``, ``keys``/``values [batch, head, key_pos, d]``
     (grouped heads repeated), ``mask`` additive ``[batch | 1, 1 | head, query_pos | 1,
-    key_pos]`` or None.
+    key_pos]``, a ``RowMask`` (long inputs: its rows built per block) or None.
     """
 
     def __init__(self, query, keys, values, mask, scaling, softcap, position_bias,
@@ -224,7 +225,7 @@ class EagerRows:
         bias = _query_rows(self.position_bias, start, stop, self.query_len)
         if bias is not None:
             scores = scores + bias
-        mask = _query_rows(self.mask, start, stop, self.query_len)
+        mask = mask_rows(self.mask, start, stop, self.keys_t.shape[-1])
         if mask is not None:
             scores = scores + mask
         return scores
@@ -286,7 +287,7 @@ def _fast_path(slot, query, key, value, attention_mask, position_bias, scaling, 
     Equal to the eager computation up to the kernels' rounding (not bitwise); the model's
     ``set_use_sdpa(False)`` turns it off, and any hook on scores or patterns does.
     """
-    mask = attention_mask
+    mask = dense(attention_mask)
     if mask is not None:
         mask = mask[:, :, :, : key.shape[-2]]
     if position_bias is not None:
@@ -301,7 +302,7 @@ def _fast_path(slot, query, key, value, attention_mask, position_bias, scaling, 
 def register() -> None:
     """Register ``attnlens`` on transformers' attention and mask interfaces (idempotent)."""
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+    from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(IMPLEMENTATION, attnlens_attention)
-    AttentionMaskInterface.register(IMPLEMENTATION, eager_mask)
+    AttentionMaskInterface.register(IMPLEMENTATION, attnlens_mask)

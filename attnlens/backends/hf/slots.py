@@ -132,6 +132,11 @@ def recording() -> Iterator[list[CallRecord]]:
         _RECORDS.remove(records)
 
 
+def recording_calls() -> bool:
+    """Whether a ``recording`` block is open (``record`` keeps the calls)."""
+    return bool(_RECORDS)
+
+
 def record(module, query, key, value, mask, z, keywords, scaling) -> None:
     """Keep batch row 0 of one call when a ``recording`` block is open."""
     if not _RECORDS:
