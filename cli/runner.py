@@ -296,7 +296,7 @@ class CommandRun:
                 show_progress=self.show_progress,
                 corpus_name=corpus.name if corpus else corpus_name, prune_dir=prune_dir,
                 dist=ctx, checkpoint=self.checkpoint(work), null=self.null_options(),
-                example_pages=_example_pages,
+                example_pages=functools.partial(_example_pages, max_length=self.max_length),
             )
         self.end_processes()
         if not ctx.is_main:
@@ -328,11 +328,24 @@ class CommandRun:
             self.note(line)
 
 
-def _example_pages(model, tokenizer, out: Path) -> list[Path]:
-    """Viewer pages of the head examples (attnlens.viewer.examples), for every report."""
+def _example_pages(model, tokenizer, out: Path, max_length: int | None = None) -> list[Path]:
+    """Viewer pages of the head examples (attnlens.viewer.examples), for every report: each
+    page reads at most ``example_length`` tokens."""
     from attnlens.viewer.examples import write_example_pages
 
-    return write_example_pages(model, tokenizer, out)
+    return write_example_pages(model, tokenizer, out,
+                               max_length=example_length(model, max_length))
+
+
+def example_length(model, max_length: int | None) -> int | None:
+    """Tokens an example page reads: the run's ``--max-length`` (what was analysed), at most
+    the whole-matrix limit, since a page holds one layer's whole pattern at a time
+    (docs/long-context.md); None (the model's trained length) without either."""
+    blocks = getattr(model, "query_blocks", None)
+    limit = None if blocks is None else blocks.whole_matrix_limit
+    if max_length is None or limit is None:
+        return max_length if limit is None else limit
+    return min(max_length, limit)
 
 
 # Registration ------------------------------------------------------------------------------
