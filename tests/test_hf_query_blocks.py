@@ -282,11 +282,15 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 
 
 @cuda
-def test_hf_blocks_synchronise_nothing_per_block_on_cuda():
+@pytest.mark.parametrize("mask_by_rows", [False, True], ids=["whole_mask", "row_mask"])
+def test_hf_blocks_synchronise_nothing_per_block_on_cuda(mask_by_rows, request):
     """The hf backend's blocks on the GPU: CUDA's count of synchronisations of a forward pass
     feeding block-reading analyzers (head statistics, positional heads, sparse coverage, the
-    language-model probes and sinks) is the same with blocks of 8 rows as with blocks of 4
-    (twice as many blocks), and the tables equal the CPU's whole-matrix path."""
+    language-model sinks, sink keys and streaming error) is the same with blocks of 8 rows
+    as with blocks of 4 (twice as many blocks), with transformers' whole mask and with
+    masks built by rows, and the tables equal the CPU's whole-matrix path."""
+    if mask_by_rows:
+        request.getfixturevalue("row_masks")
     from attnlens.measures.lm_heads.sinks import SinkKeys, SinkScores
     from attnlens.measures.lm_heads.streaming import StreamingError
     from tests.sync_utils import count_cuda_syncs
