@@ -19,10 +19,7 @@ from typer.testing import CliRunner
 from attnlens.data.text import sample_sentences, text_batches
 from attnlens.errors import ConfigError
 from attnlens.measures.collapse.paths import PathCollapse
-from attnlens.measures.collapse.residual import (
-    depth_hook_names,
-    relative_residual,
-)
+from attnlens.measures.collapse.residual import depth_hook_names, relative_residual
 from attnlens.measures.collapse.section import CollapseSection
 from attnlens.measures.collapse.variant_collapse import VariantCollapse, cast_weights, run_variant
 from attnlens.model.config import TransformerConfig
@@ -210,31 +207,3 @@ def test_variants_and_paths_on_a_pruned_pre_norm_causal_model() -> None:
         _, ref = model.run_with_cache(**batch.model_inputs(), names_filter=names)
     got = run_variant(model, batch.model_inputs(), "full")
     assert all(torch.equal(ref[n], h) for n, h in zip(names, got, strict=True))
-
-
-def test_variant_weights_are_cast_once_per_sample_and_give_the_same_residuals(monkeypatch):
-    """The float64 copy of the weights is made once and reused by every batch of the sample
-    (it was made again for every batch), with the same residuals, and dropped once the
-    sample is complete."""
-    import attnlens.measures.collapse.variant_collapse as module
-    from tests.fixtures import tiny_batches, tiny_model
-
-    model = tiny_model()
-    batches = tiny_batches([[5, 7], [6, 4], [3, 8]], vocab=model.cfg.vocab_size)
-    casts = []
-    real_cast = module.cast_weights
-    monkeypatch.setattr(module, "cast_weights", lambda m, d: casts.append(1) or real_cast(m, d))
-    reused = VariantCollapse.for_model(model, variants="san,full", max_sentences=5)
-    for batch in batches:
-        reused.model_pass(model, batch)
-    assert len(casts) == 1 and reused.sentences == 5
-    assert reused._weights is None
-    fresh = VariantCollapse.for_model(model, variants="san,full", max_sentences=5)
-    for batch in batches:
-        fresh._weights = None  # cast again for every batch, as before
-        fresh.model_pass(model, batch)
-    assert len(casts) == 4
-    for variant in ("san", "full"):
-        assert len(reused.values[variant]) == 3
-        for mine, theirs in zip(reused.values[variant], fresh.values[variant], strict=True):
-            assert torch.equal(mine, theirs)

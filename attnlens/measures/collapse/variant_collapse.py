@@ -10,7 +10,6 @@ argument of ``model_pass`` for each batch.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 
 import pandas as pd
@@ -170,26 +169,13 @@ class VariantCollapse(Analyzer):
         if n == 0:
             return
         inputs = {k: v.to(model.device) for k, v in batch.model_inputs().items()}
-        weights = self._cast_weights(model)
+        dtype = None if self.dtype is None else getattr(torch, self.dtype)
+        weights = cast_weights(model, dtype) if dtype not in (None, model.dtype) else None
         for variant in self.variants:
             hidden = run_variant(model, inputs, variant, weights)
             per_depth = [depth_residuals(h, inputs["attention_mask"]) for h in hidden]
             self.values[variant].append(torch.stack(per_depth, dim=1))  # [norm, depth, batch]
         self.sentences += n
-        if self.max_sentences is not None and self.sentences >= self.max_sentences:
-            self._weights = None  # the sample is complete: no more passes
-
-    def _cast_weights(self, model: HookedTransformer) -> dict[str, torch.Tensor] | None:
-        """The model's weights in ``dtype`` (None: its own), cast once and reused by the
-        following batches' passes while the sample fills (the same values every batch)."""
-        dtype = None if self.dtype is None else getattr(torch, self.dtype)
-        if dtype in (None, model.dtype):
-            return None
-        cached = getattr(self, "_weights", None)  # (weak reference to the model, weights)
-        if cached is None or cached[0]() is not model:
-            cached = (weakref.ref(model), cast_weights(model, dtype))
-            self._weights = cached
-        return cached[1]
 
     def result(self) -> dict[str, pd.DataFrame]:
         tables = []
