@@ -267,6 +267,7 @@ def main() -> None:
     parser.add_argument("--pass-only", action="store_true",
                         help="only the bare forward and the corpus pass (a quick iteration)")
     args = parser.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # each figure as it comes, also into a file
     torch.set_num_threads(args.threads)
     if args.cpu:
         global CLOCK
