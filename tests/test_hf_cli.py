@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from attnlens.cli.app import app
@@ -47,6 +48,14 @@ def test_analyze_and_view_run_end_to_end(model_type: str, tmp_path: Path, text_f
     sections = {s["name"]: s for s in record["sections"]}
     collapse_notes = " ".join(sections["collapse"]["notes"])
     assert "Left out: the block variants" in collapse_notes  # said, not silently dropped
+    scores = pd.read_csv(out / "tables" / "probe_scores.csv")
+    copying = scores[scores["measure"] == "copying"]
+    lm_notes = " ".join(sections["lm_heads"]["notes"])
+    if model_type == "electra":  # 16-wide embeddings projected to the 32-wide stream
+        assert copying.empty and "No copying scores: the token embedding is 16 wide" in lm_notes
+    else:  # OV copying scores on the hf backend, for every head
+        assert len(copying) == len(scores[scores["measure"] == "induction"]) > 0  # every head
+        assert copying["value"].between(0, 1).all() and "No copying scores" not in lm_notes
     page = tmp_path / "view.html"
     result = runner.invoke(app, ["view", str(folder), TEXT[0], "--out", str(page),
                                  "--backend", "hf", "-q"])

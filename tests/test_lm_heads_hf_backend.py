@@ -1,7 +1,8 @@
 """The language-model heads measure through the hf backend (``--backend hf``): on every
 single-stack family the backend is tested on, the sink and probe scores equal an independent
 computation from the same checkpoint's eager attentions (``output_attentions=True``), and the
-whole measure runs (copying is left out with its reason: it reads attnlens' own modules)."""
+whole measure runs, copying scores included (read through ``token_maps()``; ELECTRA, whose
+embeddings are projected to the residual width, gets the reason instead)."""
 
 from __future__ import annotations
 
@@ -79,8 +80,12 @@ def test_the_whole_measure_runs_through_the_hf_backend(model_type, tmp_path) -> 
     result = lm.compute(model)
     scores = result.tables["probe_scores"]
     assert set(scores["measure"]) == {"previous_token", "duplicate_token", "induction",
-                                      "retrieval"}  # no copying: weights of attnlens' own
-    assert "attnlens' own" in result.facts["copying_missing"]
+                                      "retrieval", "copying", "copying_ratio"}
+    assert result.facts["copying_missing"] is None
+    copying = scores[scores["measure"] == "copying"]
+    assert len(copying) == sum(model.heads_per_layer) and copying["value"].between(0, 1).all()
+    form = "unembedding" if model.cfg.head == "lm" else "embedding"
+    assert set(copying["detail"]) == {f"OV circuit, {form} form"}
     assert result.tables["streaming_heads"]["probes_error"].notna().all()
     causal_lm = model.cfg.head == "lm" and model.cfg.causal
     assert result.facts["metrics"] == (["second_repeat_loss", "perplexity"] if causal_lm
