@@ -39,6 +39,13 @@ def test_analyze_and_view_run_end_to_end(model_type: str, tmp_path: Path, text_f
     record = json.loads((out / "run.json").read_text())
     assert record["model"]["backend"] == "hf"
     assert record["model"]["model_type"] == model_type
+    # --max-length left out: the record states the trained length used and its source
+    from attnlens.loaders.trained_length import resolved_max_length
+
+    trained = resolved_max_length(folder)  # config.json max_position_embeddings 64 (XLM-R: less)
+    assert trained.tokens <= 64 and trained.source.startswith("config.json max_position")
+    assert (record["options"]["max_length"], record["options"]["max_length_source"]) == (
+        trained.tokens, trained.source)
     assert (out / "index.html").is_file()
     stats = (out / "tables" / "head_stats.csv").read_text()
     header = stats.splitlines()[0].split(",")  # kv_head after head for grouped-query models
