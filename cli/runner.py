@@ -153,6 +153,7 @@ class CommandRun:
     output: OutputOptions | None = None
     batch_size: int = 16
     max_length: int | None = None  # None: the model's trained length, set by load_model
+    max_length_source: str | None = None  # where load_model's max_length comes from
     query_block: int | None = None  # query rows per attention block (None: from free memory)
     whole_matrix_limit: int = 4096  # longest input whole-matrix analyses may read
     quiet: bool = False
@@ -216,9 +217,12 @@ class CommandRun:
         left out becomes the model's trained length."""
         model, tokenizer = (self.model or ModelOptions()).load()
         if self.max_length is None:
-            from attnlens.loaders.trained_length import default_max_length
+            from attnlens.loaders.trained_length import resolved_max_length
 
-            self.max_length = default_max_length(model.cfg.source.get("path"))
+            found = resolved_max_length(model.cfg.source.get("path"))
+            self.max_length, self.max_length_source = found.tokens, found.source
+        elif self.max_length_source is None:
+            self.max_length_source = "--max-length"
         set_blocks = getattr(model, "set_query_blocks", None)
         if set_blocks is not None:
             from attnlens.model.query_blocks import QueryBlocks
@@ -297,6 +301,7 @@ class CommandRun:
                 corpus_name=corpus.name if corpus else corpus_name, prune_dir=prune_dir,
                 dist=ctx, checkpoint=self.checkpoint(work), null=self.null_options(),
                 example_pages=functools.partial(_example_pages, max_length=self.max_length),
+                resolved_options=self.resolved_options(),
             )
         self.end_processes()
         if not ctx.is_main:
@@ -312,6 +317,13 @@ class CommandRun:
         self._note_null(out)
         return outputs
 
+
+    def resolved_options(self) -> dict[str, Any]:
+        """Options whose value is settled once the model is loaded (a left-out --max-length
+        becomes the model's trained length), as the run record states them."""
+        if self.max_length is None:
+            return {}
+        return {"max_length": self.max_length, "max_length_source": self.max_length_source}
 
     def _note_null(self, out: Path) -> None:
         """The null model and its cost, from the report's run.json (stderr)."""
