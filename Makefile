@@ -124,6 +124,7 @@ ifeq ($(QUICK),1)
 BENCH_FIXED := --rounds 1
 BENCH_FORWARD := --rounds 3
 BENCH_ANALYZE := --sentences 64
+BENCH_CORPUS_PASS := --max-sentences 64
 BENCH_SPECTRUM := --rounds 1 --sentences 64 --long 256
 BENCH_MEMORY := --quick
 BENCH_BATCHING := --sentences 32
@@ -137,6 +138,7 @@ BENCH := OMP_NUM_THREADS=$(BENCH_THREADS) $(BIN)/python benchmarks
 bench: setup
 	$(BENCH)/fixed_costs.py --phases $(BENCH_FIXED)
 	$(BENCH)/forward.py --threads $(BENCH_THREADS) $(BENCH_FORWARD)
+	$(BENCH)/corpus_pass.py --threads $(BENCH_THREADS) $(BENCH_CORPUS_PASS)
 	$(BENCH)/analyze_corpus.py --threads $(BENCH_THREADS) --breakdown $(BENCH_ANALYZE)
 	$(BENCH)/spectrum.py --threads $(BENCH_THREADS) $(BENCH_SPECTRUM)
 	$(BENCH)/memory.py $(BENCH_MEMORY)

@@ -24,7 +24,11 @@ On a GPU (``--gpu``): a random 1B-class Llama-style config (16 layers, 32 heads,
 and time (skipped without CUDA). ``--quick`` uses small lengths (a check that the script
 works, not the targets' figures).
 
-    python benchmarks/long_context.py [--quick] [--query-block 512] [--gpu]
+``--backend hf`` runs the same commands with `attnlens heads --backend hf` (the checkpoint run
+through transformers' own modules, attnlens' attention function computing the query
+blocks) and times the attention-output comparison on the hf backend's attention function.
+
+    python benchmarks/long_context.py [--quick] [--query-block 512] [--gpu] [--backend hf]
 """
 
 from __future__ import annotations
@@ -139,7 +143,8 @@ def compare_tables(a: Path, b: Path) -> tuple[int, float]:
 def cpu_case(args) -> None:
     lengths = (1024, 2048, 4096) if args.quick else (4096, 8192, 16384)
     reference = 512 if args.quick else 2048
-    block = ["--query-block", str(args.query_block)]
+    backend = ["--backend", args.backend]
+    block = [*backend, "--query-block", str(args.query_block)]
     # head clustering reads whole matrices: on by default it runs at and below the
     # whole-matrix limit (4,096) only, so the scaling runs leave it out at every length
     scaling = [*block, "--no-clusters"]
@@ -148,10 +153,11 @@ def cpu_case(args) -> None:
         toy_llama(tmp / "llama", positions=max(lengths))
         long_document(tmp / "doc.txt", max(lengths) + 100)
         whole = measure(tmp / "llama", tmp / "doc.txt", tmp / "whole", reference,
-                        ["--query-block", str(reference)])
+                        [*backend, "--query-block", str(reference)])
         blocks = measure(tmp / "llama", tmp / "doc.txt", tmp / "blocks", reference,
-                         ["--query-block", str(args.compare_block)])
+                         [*backend, "--query-block", str(args.compare_block)])
         count, worst = compare_tables(tmp / "whole", tmp / "blocks")
+        print(f"backend {args.backend}")
         print(f"{reference:,} tokens: {count} tables (head clustering included), --query-block "
               f"{args.compare_block} vs one block (the whole matrix): largest difference "
               f"{worst:.1e} (target <= {TOLERANCE:.0e}); {whole['seconds']:.1f} s vs "
@@ -169,7 +175,7 @@ def cpu_case(args) -> None:
     print(f"ratio time {lengths[-1]:,} / {lengths[0]:,}: "
           f"{last['seconds'] / first['seconds']:.2f} wall, {last['cpu'] / first['cpu']:.2f} CPU"
           "  (target <= 20)")
-    print_output_paths(lengths[-1], args.query_block, "cpu", args.rounds)
+    print_output_paths(lengths[-1], args.query_block, "cpu", args.rounds, args.backend)
     if worst > TOLERANCE:
         raise SystemExit(f"tables differ by {worst:.1e} > {TOLERANCE:.0e}")
 
@@ -254,9 +260,68 @@ class _hooked:
         self.remove()
 
 
-def print_output_paths(length: int, rows: int, device: str, rounds: int = 3) -> None:
-    blocks, fused = output_paths(length, rows, device, rounds=rounds)
-    print(f"attention output at {length:,} tokens, blocks of {rows} ({device}, median of "
+def hf_output_paths(length: int, rows: int, device: str = "cpu", heads: int = 4,
+                    d_head: int = 16, rounds: int = 3) -> tuple[float, float]:
+    """``output_paths`` for the hf backend's attention function (``EagerRows``), on one
+    causal layer's queries, keys and values with transformers' eager mask: (output from the
+    blocks; SDPA's fused kernel plus the blocks' patterns recomputed)."""
+    import statistics
+
+    import torch
+    import torch.nn.functional as F
+
+    from attnlens.backends.hf.attention import EagerRows
+    from attnlens.backends.hf.conventions import EagerConventions
+    from attnlens.backends.hf.slots import AttentionSlot
+    from attnlens.hooks import HookPoint, accepts_query_blocks
+    from attnlens.model.query_blocks import QueryBlocks
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, heads, length, d_head, device=device) for _ in range(3))
+    mask = torch.full((length, length), torch.finfo(torch.float32).min, device=device)
+    mask = mask.triu(1)[None, None]  # [1, 1, query_pos, key_pos], as eager_mask makes it
+    points = {kind: HookPoint() for kind in ("q", "k", "v", "scores", "pattern", "z")}
+    slot = AttentionSlot(0, points, query_blocks=QueryBlocks(rows=rows))
+    seen = []
+
+    @accepts_query_blocks
+    def read(pattern, hook):  # what an analyzer does at least: touch every block
+        seen.append(pattern.amax())
+
+    points["pattern"].add_hook(read)
+    eager = EagerRows(q, k, v, mask, d_head ** -0.5, None, None, None, EagerConventions())
+
+    def sync():
+        if device != "cpu":
+            torch.cuda.synchronize()
+
+    def blocks_path():
+        eager.attend(slot, rows)
+        sync()
+
+    def fused_path():
+        F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=d_head ** -0.5)
+        for start in range(0, length, rows):  # statistics: the blocks' patterns again
+            read(eager.pattern_rows(start, min(start + rows, length)), None)
+        sync()
+
+    times = {"blocks": [], "fused": []}
+    with torch.no_grad():
+        for fn in (blocks_path, fused_path):
+            fn()  # warm-up
+        for _ in range(rounds):
+            for name, fn in (("blocks", blocks_path), ("fused", fused_path)):
+                start = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - start)
+    return statistics.median(times["blocks"]), statistics.median(times["fused"])
+
+
+def print_output_paths(length: int, rows: int, device: str, rounds: int = 3,
+                       backend: str = "native") -> None:
+    paths = hf_output_paths if backend == "hf" else output_paths
+    blocks, fused = paths(length, rows, device, rounds=rounds)
+    print(f"{backend} attention output at {length:,} tokens, blocks of {rows} ({device}, median of "
           f"{rounds}): from the blocks {1000 * blocks:.0f} ms, fused kernel + recomputed "
           f"blocks {1000 * fused:.0f} ms (ratio fused / blocks {fused / blocks:.2f})")
 
@@ -293,6 +358,9 @@ def main() -> None:
                         help="query rows per block of the run compared with the whole matrix "
                         "(300 divides neither 512 nor 2,048)")
     parser.add_argument("--gpu", action="store_true", help="the 1B-class case on CUDA only")
+    parser.add_argument("--backend", choices=("native", "hf"), default="native",
+                        help="attnlens heads --backend (hf: transformers' modules, attnlens' "
+                        "attention function)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="timed calls of each attention-output path (their median)")
     args = parser.parse_args()

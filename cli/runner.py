@@ -153,6 +153,7 @@ class CommandRun:
     output: OutputOptions | None = None
     batch_size: int = 16
     max_length: int | None = None  # None: the model's trained length, set by load_model
+    max_length_source: str | None = None  # where load_model's max_length comes from
     query_block: int | None = None  # query rows per attention block (None: from free memory)
     whole_matrix_limit: int = 4096  # longest input whole-matrix analyses may read
     quiet: bool = False
@@ -216,9 +217,12 @@ class CommandRun:
         left out becomes the model's trained length."""
         model, tokenizer = (self.model or ModelOptions()).load()
         if self.max_length is None:
-            from attnlens.loaders.trained_length import default_max_length
+            from attnlens.loaders.trained_length import resolved_max_length
 
-            self.max_length = default_max_length(model.cfg.source.get("path"))
+            found = resolved_max_length(model.cfg.source.get("path"))
+            self.max_length, self.max_length_source = found.tokens, found.source
+        elif self.max_length_source is None:
+            self.max_length_source = "--max-length"
         set_blocks = getattr(model, "set_query_blocks", None)
         if set_blocks is not None:
             from attnlens.model.query_blocks import QueryBlocks
@@ -296,7 +300,8 @@ class CommandRun:
                 show_progress=self.show_progress,
                 corpus_name=corpus.name if corpus else corpus_name, prune_dir=prune_dir,
                 dist=ctx, checkpoint=self.checkpoint(work), null=self.null_options(),
-                example_pages=_example_pages,
+                example_pages=functools.partial(_example_pages, max_length=self.max_length),
+                resolved_options=self.resolved_options(),
             )
         self.end_processes()
         if not ctx.is_main:
@@ -313,6 +318,13 @@ class CommandRun:
         return outputs
 
 
+    def resolved_options(self) -> dict[str, Any]:
+        """Options whose value is settled once the model is loaded (a left-out --max-length
+        becomes the model's trained length), as the run record states them."""
+        if self.max_length is None:
+            return {}
+        return {"max_length": self.max_length, "max_length_source": self.max_length_source}
+
     def _note_null(self, out: Path) -> None:
         """The null model and its cost, from the report's run.json (stderr)."""
         import json
@@ -328,11 +340,24 @@ class CommandRun:
             self.note(line)
 
 
-def _example_pages(model, tokenizer, out: Path) -> list[Path]:
-    """Viewer pages of the head examples (attnlens.viewer.examples), for every report."""
+def _example_pages(model, tokenizer, out: Path, max_length: int | None = None) -> list[Path]:
+    """Viewer pages of the head examples (attnlens.viewer.examples), for every report: each
+    page reads at most ``example_length`` tokens."""
     from attnlens.viewer.examples import write_example_pages
 
-    return write_example_pages(model, tokenizer, out)
+    return write_example_pages(model, tokenizer, out,
+                               max_length=example_length(model, max_length))
+
+
+def example_length(model, max_length: int | None) -> int | None:
+    """Tokens an example page reads: the run's ``--max-length`` (what was analysed), at most
+    the whole-matrix limit, since a page holds one layer's whole pattern at a time
+    (docs/long-context.md); None (the model's trained length) without either."""
+    blocks = getattr(model, "query_blocks", None)
+    limit = None if blocks is None else blocks.whole_matrix_limit
+    if max_length is None or limit is None:
+        return max_length if limit is None else limit
+    return min(max_length, limit)
 
 
 # Registration ------------------------------------------------------------------------------

@@ -234,3 +234,42 @@ def test_baseline_uses_the_attention_input_and_matches_a_direct_computation(pre_
             # relative, amplified by the cancellation in alpha - alpha^T (measured <= 1.7e-6
             # relative) -> 1e-5
             assert got == pytest.approx(expected, rel=1e-5)
+
+
+def test_padded_batch_in_one_call_equals_each_sentence_alone():
+    """The analyzer's one call per layer (masked_*) gives each sentence's own measures: the
+    same integer counts and, for the norms, the same sums in another order."""
+    from attnlens.measures.asymmetry.pattern_asymmetry import (
+        masked_dominance_violations,
+        masked_pattern_asymmetry,
+        masked_unweighted_attention,
+        real_pairs,
+    )
+
+    gen = torch.Generator().manual_seed(3)
+    lengths = [5, 7, 7, 3, 9]
+    pos = max(lengths) + 2  # two padding columns for every sentence
+    mask = torch.tensor([[i < n for i in range(pos)] for n in lengths])
+    mask[1] = mask[1].roll(2)  # one sentence padded on the left
+    logits = torch.randn(len(lengths), 4, pos, pos, generator=gen)
+    P = torch.softmax(logits.masked_fill(~mask[:, None, None, :], -torch.inf), -1)
+    X = torch.randn(len(lengths), pos, 6, generator=gen)
+    n = mask.sum(-1)
+    pairs = real_pairs(mask)
+    ratio, counts = masked_pattern_asymmetry(P, pairs, n, factor=1.5, edge_level=0.7)
+    alpha = masked_unweighted_attention(X, mask)
+    base_ratio, base_counts = masked_pattern_asymmetry(alpha, pairs, n, 1.5, 0.7)
+    violations = masked_dominance_violations(alpha, pairs, n)
+    for b in range(len(lengths)):
+        real = mask[b].nonzero().flatten()
+        block = P[b][:, real][:, :, real]  # [head, n, n]
+        want_ratio, want_counts = pattern_asymmetry(block, factor=1.5, edge_level=0.7)
+        assert torch.equal(counts[b], want_counts)
+        # float32 Frobenius norms of the same entries summed in another order: a few ulp
+        torch.testing.assert_close(ratio[b], want_ratio, rtol=1e-6, atol=1e-7)
+        own = unweighted_attention(X[b, real])
+        torch.testing.assert_close(alpha[b][real][:, real], own, rtol=1e-14, atol=1e-15)
+        want_ratio, want_counts = pattern_asymmetry(own, factor=1.5, edge_level=0.7)
+        assert torch.equal(base_counts[b], want_counts)
+        torch.testing.assert_close(base_ratio[b], want_ratio, rtol=1e-12, atol=1e-14)
+        assert torch.equal(violations[b], dominance_violations(own))

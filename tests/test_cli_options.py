@@ -117,6 +117,11 @@ def test_default_max_length_reads_the_checkpoint(tmp_path: Path, minilm) -> None
     assert default_max_length(model.cfg.source.get("path")) == 256  # sentence_bert_config
     assert default_max_length(tmp_path) == FALLBACK_LENGTH == 512  # states no length
     assert default_max_length(None) == FALLBACK_LENGTH
+    from attnlens.loaders.trained_length import resolved_max_length
+
+    found = resolved_max_length(model.cfg.source.get("path"))
+    assert (found.tokens, found.source) == (256, "sentence_bert_config.json max_seq_length")
+    assert resolved_max_length(tmp_path).source.startswith("fallback")
 
 
 def test_the_runner_sets_max_length_from_the_model(monkeypatch) -> None:
@@ -129,9 +134,14 @@ def test_the_runner_sets_max_length_from_the_model(monkeypatch) -> None:
     monkeypatch.setattr(runner.ModelOptions, "load", lambda self: loaded)
     run = runner.CommandRun()
     assert run.load_model() == loaded and run.max_length == 512
+    # the run record states the value used and where it came from, not null
+    assert run.resolved_options() == {
+        "max_length": 512, "max_length_source": "fallback: the checkpoint states no trained "
+                                                "length"}
     run = runner.CommandRun(max_length=40)
     run.load_model()
     assert run.max_length == 40
+    assert run.resolved_options() == {"max_length": 40, "max_length_source": "--max-length"}
 
 
 def test_max_sentences_reads_the_first_sentences(tmp_path: Path) -> None:

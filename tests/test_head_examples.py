@@ -4,6 +4,7 @@ and the viewer pages the head cards link to."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -119,5 +120,9 @@ def test_every_head_has_examples_and_linked_viewer_pages(tiny_report: Path) -> N
         html = (tiny_report / page).read_text(encoding="utf-8")
         text = linked[linked["viewer_page"] == page]["sentence"].iloc[0]
         assert text.split()[0] in html  # the page shows the example's sentence
+        data = json.loads(re.search(r'id="attnlens-data">(.*?)</script>', html, re.S).group(1))
+        # the role badges name the report's own table, not the work folder it was written in
+        assert data["roles"]["source"] == "this report's tables/head_roles.csv"
+        assert ".partial" not in html
     run = json.loads((tiny_report / "run.json").read_text())
     assert run["example_pages"] == len(set(linked["viewer_page"]))

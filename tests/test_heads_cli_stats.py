@@ -36,6 +36,10 @@ def test_select_on_another_treebank_and_sentence_pooling(tmp_path):
     assert held["evaluated_on"].str.contains("first.conllu").all()
     table1 = pd.read_csv(out / "tables" / "syntactic_table1.csv")
     assert {"95% CI", "held-out head", "held-out accuracy", "held-out 95% CI"} <= set(table1)
+    # one notation (issue 28 item 6): heads in the table's label columns are L2H8
+    assert table1["best head"].str.fullmatch(r"L\d+H\d+").all()
+    held_heads = table1["held-out head"].dropna()
+    assert len(held_heads) and held_heads.str.fullmatch(r"L\d+H\d+").all()
     assert (pd.read_csv(out / "tables" / "head_stats.csv")["pooling"] == "sentence").all()
     tests = pd.read_csv(out / "tables" / "role_tests.csv")
     assert {"role", "tested", "p_value", "q_value", "ci_low", "ci_high", "n_sentences",

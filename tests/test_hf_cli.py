@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from attnlens.cli.app import app
@@ -38,6 +39,13 @@ def test_analyze_and_view_run_end_to_end(model_type: str, tmp_path: Path, text_f
     record = json.loads((out / "run.json").read_text())
     assert record["model"]["backend"] == "hf"
     assert record["model"]["model_type"] == model_type
+    # --max-length left out: the record states the trained length used and its source
+    from attnlens.loaders.trained_length import resolved_max_length
+
+    trained = resolved_max_length(folder)  # config.json max_position_embeddings 64 (XLM-R: less)
+    assert trained.tokens <= 64 and trained.source.startswith("config.json max_position")
+    assert (record["options"]["max_length"], record["options"]["max_length_source"]) == (
+        trained.tokens, trained.source)
     assert (out / "index.html").is_file()
     stats = (out / "tables" / "head_stats.csv").read_text()
     header = stats.splitlines()[0].split(",")  # kv_head after head for grouped-query models
@@ -47,6 +55,14 @@ def test_analyze_and_view_run_end_to_end(model_type: str, tmp_path: Path, text_f
     sections = {s["name"]: s for s in record["sections"]}
     collapse_notes = " ".join(sections["collapse"]["notes"])
     assert "Left out: the block variants" in collapse_notes  # said, not silently dropped
+    scores = pd.read_csv(out / "tables" / "probe_scores.csv")
+    copying = scores[scores["measure"] == "copying"]
+    lm_notes = " ".join(sections["lm_heads"]["notes"])
+    if model_type == "electra":  # 16-wide embeddings projected to the 32-wide stream
+        assert copying.empty and "No copying scores: the token embedding is 16 wide" in lm_notes
+    else:  # OV copying scores on the hf backend, for every head
+        assert len(copying) == len(scores[scores["measure"] == "induction"]) > 0  # every head
+        assert copying["value"].between(0, 1).all() and "No copying scores" not in lm_notes
     page = tmp_path / "view.html"
     result = runner.invoke(app, ["view", str(folder), TEXT[0], "--out", str(page),
                                  "--backend", "hf", "-q"])

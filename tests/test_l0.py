@@ -142,6 +142,30 @@ def test_runs_are_seeded_and_resumable(toy, tmp_path):
                baseline, tmp_path, resume=True)
 
 
+def test_an_old_notation_run_resumes_in_l2h8(toy, tmp_path):
+    """An L0 run of an older version wrote ``heads_removed`` as ``2.8``: resumed, it ends with
+    the tables of a new run, every cell in ``L2H8``."""
+    import re
+
+    model, metric = toy
+    fast = {"steps": 60, "learning_rate": 0.2, "init_log_alpha": 1.0, "seed": 4}  # closes gates
+    settings = L0Settings(lambdas=(100.0, 0.05), **fast)
+    baseline = metric.evaluate(model)
+    summary, _, _ = run_l0(model, metric, metric, settings, baseline, tmp_path / "new")
+    cells = summary["heads_removed"].tolist()
+    assert any(cells) and all(re.fullmatch(r"(L\d+H\d+( |$))*", c) for c in cells)
+    old = tmp_path / "old"
+    run_l0(model, metric, metric, L0Settings(lambdas=(100.0,), **fast), baseline, old)
+    (old / "l0_settings.json").write_text((tmp_path / "new" / "l0_settings.json").read_text())
+    table = pd.read_csv(old / "l0_summary.csv", keep_default_na=False)
+    table["heads_removed"] = [re.sub(r"L(\d+)H(\d+)", r"\1.\2", c) for c in
+                              table["heads_removed"]]
+    assert "." in table["heads_removed"].iloc[0]
+    table.to_csv(old / "l0_summary.csv", index=False)
+    again, _, _ = run_l0(model, metric, metric, settings, baseline, old, resume=True)
+    assert again["heads_removed"].tolist() == cells
+
+
 def test_comparison_interpolates_the_curves_at_the_same_head_count():
     from attnlens.measures.pruning.l0_run import compare_with_curves
 

@@ -1,7 +1,8 @@
 """The language-model heads measure through the hf backend (``--backend hf``): on every
 single-stack family the backend is tested on, the sink and probe scores equal an independent
 computation from the same checkpoint's eager attentions (``output_attentions=True``), and the
-whole measure runs (copying is left out with its reason: it reads attnlens' own modules)."""
+whole measure runs, copying scores included (read through ``token_maps()``; ELECTRA, whose
+embeddings are projected to the residual width, gets the reason instead)."""
 
 from __future__ import annotations
 
@@ -78,9 +79,18 @@ def test_the_whole_measure_runs_through_the_hf_backend(model_type, tmp_path) -> 
     run_analyzers(model, corpus, analyzers, show_progress=False)
     result = lm.compute(model)
     scores = result.tables["probe_scores"]
-    assert set(scores["measure"]) == {"previous_token", "duplicate_token", "induction",
-                                      "retrieval"}  # no copying: weights of attnlens' own
-    assert "attnlens' own" in result.facts["copying_missing"]
+    probes = {"previous_token", "duplicate_token", "induction", "retrieval"}
+    if model_type == "electra":  # its 16-wide embeddings are projected to the 32-wide stream
+        assert set(scores["measure"]) == probes
+        assert "a projection sits between them" in result.facts["copying_missing"]
+    else:
+        assert set(scores["measure"]) == probes | {"copying", "copying_ratio"}
+        assert result.facts["copying_missing"] is None
+        copying = scores[scores["measure"] == "copying"]
+        assert len(copying) == sum(model.heads_per_layer)
+        assert copying["value"].between(0, 1).all()
+        form = "unembedding" if model.cfg.head == "lm" else "embedding"
+        assert set(copying["detail"]) == {f"OV circuit, {form} form"}
     assert result.tables["streaming_heads"]["probes_error"].notna().all()
     causal_lm = model.cfg.head == "lm" and model.cfg.causal
     assert result.facts["metrics"] == (["second_repeat_loss", "perplexity"] if causal_lm

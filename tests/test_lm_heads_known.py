@@ -216,20 +216,28 @@ def test_no_probes_keeps_the_corpus_measures(model) -> None:
     assert result.tables["role_ablation"]["role"].tolist() == ["sink"]
 
 
-def test_a_model_without_attnlens_modules_gets_no_copying_scores(model, monkeypatch) -> None:
-    """Copying reads attnlens' own embedding, blocks and head: a model without them (another
-    backend's) gets the other measures and a summary line saying why copying is missing."""
+def test_a_model_without_token_maps_gets_no_copying_scores(model, monkeypatch) -> None:
+    """Copying reads the model's token maps and per-head W_V, W_O: a model that cannot give
+    them gets the other measures and a summary line saying why copying is missing."""
     from types import SimpleNamespace
 
     from attnlens.measures.lm_heads import run
     from attnlens.measures.lm_heads.copying import copying_unavailable
     from attnlens.measures.lm_heads.section import notes
     from attnlens.measures.lm_heads.settings import LmHeadsSettings
+    from attnlens.model.token_maps import TokenMapsUnavailable
     from tests.lm_heads_toys import toy_tokenizer
 
     assert copying_unavailable(model) is None
-    other = SimpleNamespace(blocks=[], head=None, final_norm=None)
-    assert "has no embed of attnlens' own" in copying_unavailable(other)
+
+    def no_maps():
+        raise TokenMapsUnavailable("the model has no embed")
+
+    other = SimpleNamespace(weight_problems=dict, token_maps=no_maps)
+    assert copying_unavailable(other) == "the model has no embed"
+    other = SimpleNamespace(weight_problems=lambda: {"OV": "no output projection"},
+                            token_maps=no_maps)
+    assert copying_unavailable(other) == "OV: no output projection"
     monkeypatch.setattr(run, "copying_unavailable", lambda m: "the model has no embed")
     lm = run.LmHeads(LmHeadsSettings(probes=False, window=4, sink_tokens=1, controls=2).check(),
                      INFERENCE)

@@ -23,6 +23,7 @@ from attnlens.errors import ModelLoadError
 from attnlens.loaders import load_model
 from attnlens.loaders.export import export_hf
 from attnlens.measures.pruning import prune_heads
+from attnlens.model.gates import parse_heads
 from attnlens.model.head_ids import renumber_heads
 from tests.parity_utils import save_tiny
 from tests.pruning_toys import sentences, vocab_size, word_tokenizer, write_pairs
@@ -149,7 +150,7 @@ def test_prune_export_analyze_compare_keeps_head_numbers(tiny, tmp_path):
         "--out", str(tmp_path / "run"), "--export", str(tmp_path / "export")])
     assert result.exit_code == 0, result.output
     curve = pd.read_csv(tmp_path / "run" / "prune_curve.csv", keep_default_na=False)
-    removed = [tuple(map(int, h.split("."))) for h in curve["heads_removed"].iloc[-1].split()]
+    removed = parse_heads(curve["heads_removed"].iloc[-1])
     assert len(removed) == 4
     kept = {(layer, h) for layer in (0, 1) for h in range(8)} - set(removed)
     config = json.loads((tmp_path / "export" / "config.json").read_text())
@@ -220,7 +221,7 @@ def test_viewer_and_prune_name_heads_by_their_numbers(exported, tmp_path):
     assert {(a, b) for a, b in zip(scores["layer"], scores["head"], strict=True)} == {
         (layer, h) for layer in (0, 1) for h in KEPT[layer]}
     curve = pd.read_csv(tmp_path / "again" / "prune_curve.csv", keep_default_na=False)
-    gone = [tuple(map(int, h.split("."))) for h in curve["heads_removed"].iloc[-1].split()]
+    gone = parse_heads(curve["heads_removed"].iloc[-1])
     assert gone and all(h in KEPT[layer] for layer, h in gone)
 
 

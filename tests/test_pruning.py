@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from attnlens.errors import ConfigError
+from attnlens.errors import ConfigError, DataError
 from attnlens.loaders import load_model
 from attnlens.loaders.export import export_hf
 from attnlens.measures.pruning import PruneSettings, final_mask, prune, prune_heads
@@ -109,7 +110,8 @@ def test_pruning_curve_records_every_step(pairs_csv):
         mask = full_mask(model)
         for row in rows.itertuples():
             for label in row.heads_removed.split():
-                layer, head = map(int, label.split("."))
+                assert re.fullmatch(r"L\d+H\d+", label), label  # one notation: L2H8
+                layer, head = map(int, label[1:].split("H"))
                 mask[layer, head] = 0.0
             # exact: the loop evaluates the same mask with the same ops (measured 0.0)
             assert row.metric == pytest.approx(evaluation.evaluate(model, mask), abs=1e-12)
@@ -154,6 +156,34 @@ def test_resume_after_an_interruption_gives_the_same_table(pairs_csv, tmp_path, 
     again = prune(model, importance, evaluation, settings, out, resume=True,
                   on_step=lambda row: pytest.fail("a finished run was recomputed"))
     pd.testing.assert_frame_equal(again.curve, resumed.curve, check_dtype=False)
+
+
+def test_a_run_written_in_the_old_notation_resumes_in_l2h8(pairs_csv, tmp_path):
+    """Older versions wrote ``heads_removed`` as ``2.8`` (and the CLI read ``2-8``): resuming
+    such a run reads them and ends with the table of an uninterrupted run, all in ``L2H8``."""
+    model = toy_model()
+    importance, evaluation = sts_metrics(pairs_csv)
+    settings = PruneSettings(orders=["importance", "random"], step=0.25, max_fraction=0.75,
+                             seeds=1)
+    whole = prune(model, importance, evaluation, settings, tmp_path / "whole")
+    assert all(re.fullmatch(r"(L\d+H\d+( |$))*", t) for t in whole.curve["heads_removed"])
+    out = tmp_path / "old"
+    prune(model, importance, evaluation, settings, out)
+    path = out / "prune_curve.csv"
+    curve = pd.read_csv(path, keep_default_na=False)
+    old = [re.sub(r"L(\d+)H(\d+)", r"\1.\2" if i % 2 else r"\1-\2", t)
+           for i, t in enumerate(curve["heads_removed"])]
+    assert any("." in t for t in old) and any("-" in t for t in old)
+    curve["heads_removed"] = old
+    curve.iloc[:4].to_csv(path, index=False)  # interrupted after four rows, old notation
+    resumed = prune(model, importance, evaluation, settings, out, resume=True)
+    pd.testing.assert_frame_equal(_without_time(resumed.curve), _without_time(whole.curve))
+    on_disk = pd.read_csv(path, keep_default_na=False)
+    assert on_disk["heads_removed"].tolist() == whole.curve["heads_removed"].tolist()
+    curve.loc[1, "heads_removed"] = "two.eight"  # a damaged cell: refused with its remedy
+    curve.iloc[:4].to_csv(path, index=False)
+    with pytest.raises(DataError, match=r"damaged.*--force"):
+        prune(model, importance, evaluation, settings, out, resume=True)
 
 
 def test_resume_refuses_different_settings(pairs_csv, tmp_path):

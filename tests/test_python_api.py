@@ -27,6 +27,10 @@ def test_analyze_returns_the_report_it_wrote(python_report: Report) -> None:
     stats = python_report.tables["head_stats"]
     assert set(stats["layer"]) == set(range(6)) and set(stats["head"]) == set(range(12))
     assert "3 given sentences" in (python_report.path / "run.json").read_text()
+    # max_length left out: MiniLM's trained length, recorded with its source (was 128, null)
+    options = python_report.run["options"]
+    assert options["max_length"] == 256
+    assert options["max_length_source"] == "sentence_bert_config.json max_seq_length"
     html = python_report._repr_html_()
     assert "<iframe" in html and len(html) > 1000
 

@@ -218,6 +218,33 @@ def test_prune_run_adds_head_importance(report: Report, tmp_path: Path) -> None:
         in texts
 
 
+def test_an_older_prune_run_attaches_with_heads_in_l2h8(tmp_path: Path) -> None:
+    """A pruning run of an older version wrote ``heads_removed`` as ``2.8`` (or ``2-8``): the
+    report's copy writes ``L2H8``; a cell that names no head is refused with the table's path."""
+    from attnlens.errors import DataError
+    from attnlens.measures.pruning.section import attach_prune_run
+
+    prune_dir = tmp_path / "prune"
+    prune_dir.mkdir()
+    pd.DataFrame([{"order": "importance", "seed": 0, "scored_after_step": 0, "layer": 0,
+                   "head": 1, "score": 0.5}]).to_csv(prune_dir / "prune_scores.csv",
+                                                     index=False)
+    curve = pd.DataFrame({
+        "order": "importance", "seed": 0, "step": [0, 1, 2], "n_pruned": [0, 2, 3],
+        "fraction_pruned": [0.0, 0.5, 0.75], "heads_removed": ["", "2.8 1.11", "0-3"],
+        "metric": 1.0, "change": 0.0, "params": 10, "seconds": 0.1})
+    curve.to_csv(prune_dir / "prune_curve.csv", index=False)
+    attach_prune_run(prune_dir, tmp_path / "tables", tmp_path / "figures")
+    written = pd.read_csv(tmp_path / "tables" / "prune_curve.csv", keep_default_na=False)
+    assert written["heads_removed"].tolist() == ["", "L2H8 L1H11", "L0H3"]
+    assert written.drop(columns="heads_removed").equals(
+        curve.drop(columns="heads_removed"))  # only that column changes
+    curve.loc[1, "heads_removed"] = "two.eight"
+    curve.to_csv(prune_dir / "prune_curve.csv", index=False)
+    with pytest.raises(DataError, match=r"prune_curve.csv cannot be read.*two.eight"):
+        attach_prune_run(prune_dir, tmp_path / "tables2", tmp_path / "figures2")
+
+
 def test_section_doc_round_trips_through_json() -> None:
     doc = SectionDoc(about="a", papers=(Paper("p", "https://x.org"),), command="attnlens x",
                      tables=(TableDoc("t", "c", pivot=("measure", "value"), keys=("k",)),),

@@ -66,5 +66,13 @@ def trained_length(folder: str | Path) -> TrainedLength | None:
 def default_max_length(folder: str | Path | None) -> int:
     """Every command's default ``--max-length``: the trained length of the checkpoint in
     ``folder``, else ``FALLBACK_LENGTH``."""
+    return resolved_max_length(folder).tokens
+
+
+def resolved_max_length(folder: str | Path | None) -> TrainedLength:
+    """``default_max_length`` with where it comes from (the file and field, or the fallback),
+    as a run record states it."""
     found = trained_length(folder) if folder else None
-    return found.tokens if found else FALLBACK_LENGTH
+    if found is not None:
+        return found
+    return TrainedLength(FALLBACK_LENGTH, "fallback: the checkpoint states no trained length")

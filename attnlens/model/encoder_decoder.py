@@ -25,6 +25,7 @@ from attnlens.hooks import HookedModule
 from attnlens.model.config import TransformerConfig
 from attnlens.model.layers import LMHead
 from attnlens.model.protocol import AttentionLayer
+from attnlens.model.token_maps import TokenMaps, own_token_maps
 from attnlens.model.transformer import HookedTransformer
 
 AttentionType = Literal["encoder", "decoder", "cross"]
@@ -199,6 +200,12 @@ class EncoderDecoderTransformer(HookedModule):
     def weight_problems(self) -> dict[str, str]:
         """Nothing is missing: attnlens' own modules hold every weight."""
         return {}
+
+    def token_maps(self) -> TokenMaps:
+        """The decoder's token maps: the shared embedding, the LM head and the decoder's
+        final norm (``attnlens.model.token_maps``)."""
+        decoder = self.decoder
+        return own_token_maps(decoder.embed, self.head, decoder.final_norm, decoder.cfg.norm)
 
     def set_use_sdpa(self, enabled: bool) -> None:
         self.encoder.set_use_sdpa(enabled)

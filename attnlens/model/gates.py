@@ -6,6 +6,8 @@ from collections.abc import Iterable
 
 import torch
 
+from attnlens.head_names import head_name
+from attnlens.head_names import parse_heads as parse_head_list
 from attnlens.model.protocol import gate_hook_names
 from attnlens.model.transformer import HookedTransformer
 
@@ -19,21 +21,17 @@ def full_mask(model: HookedTransformer) -> torch.Tensor:
     return mask
 
 
-def head_label(layer: int, head: int) -> str:
-    """``layer.head``, both numbered from 0."""
-    return f"{layer}.{head}"
-
-
 def heads_text(heads: Iterable[tuple[int, int]]) -> str:
-    """Heads as space-separated ``layer.head`` labels (the pruning tables' format)."""
-    return " ".join(head_label(layer, head) for layer, head in heads)
+    """Heads as space-separated ``L2H8`` names (the pruning tables' ``heads_removed`` cells)."""
+    return " ".join(head_name(layer, head) for layer, head in heads)
 
 
 def parse_heads(text: str) -> list[tuple[int, int]]:
-    """Inverse of ``heads_text``."""
+    """Inverse of ``heads_text``; also reads the cells of older runs (``2.8``, ``2-8``), as
+    the CLI reads heads. An empty (or missing) cell is no heads."""
     if not isinstance(text, str) or not text.strip():
         return []
-    return [(int(a), int(b)) for a, b in (item.split(".") for item in text.split())]
+    return parse_head_list(text, "heads_removed")
 
 
 def gated_forward(

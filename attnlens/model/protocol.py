@@ -62,6 +62,9 @@ class AttentionModel(Protocol):
     architecture (``d_model``, ``causal``, ``norm_position``, ``source`` with the checkpoint's
     path, name and ``backend``). ``weight_problems()`` names the ``PARTS`` the model cannot
     give, with the reason; analyses needing them are left out, and the report says why.
+    ``token_maps()`` gives the token embedding, unembedding and final norm gain
+    (``attnlens.model.token_maps.TokenMaps``) or raises ``TokenMapsUnavailable`` with the
+    reason.
     """
 
     backend: str
@@ -85,6 +88,8 @@ class AttentionModel(Protocol):
     def dtype(self) -> torch.dtype: ...
 
     def weight_problems(self) -> dict[str, str]: ...
+
+    def token_maps(self) -> Any: ...
 
     def hooks(self, fwd_hooks: Iterable = (), bwd_hooks: Iterable = ()
               ) -> AbstractContextManager: ...

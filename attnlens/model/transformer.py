@@ -20,6 +20,7 @@ from attnlens.model.masks import AttentionMask, mask_from_parts
 from attnlens.model.protocol import AttentionLayer
 from attnlens.model.query_blocks import QueryBlocks
 from attnlens.model.relative import RelativePositionBias
+from attnlens.model.token_maps import TokenMaps, own_token_maps
 
 ReturnType = Literal["auto", "hidden", "logits", "pooled"]
 
@@ -196,6 +197,12 @@ class HookedTransformer(HookedModule):
     def weight_problems(self) -> dict[str, str]:
         """Nothing is missing: attnlens' own modules hold every weight."""
         return {}
+
+    def token_maps(self) -> TokenMaps:
+        """Token embedding, the causal-LM head's unembedding (None for other heads) and the
+        final norm's gain (``attnlens.model.token_maps``)."""
+        lm_head = self.head if self.cfg.head == "lm" else None
+        return own_token_maps(self.embed, lm_head, self.final_norm, self.cfg.norm)
 
     @property
     def head_ids(self) -> list[list[int]]:

@@ -131,6 +131,7 @@ def analyze(
     checkpoint: AnalysisCheckpoint | None = None,
     null: NullOptions | None = None,
     example_pages: Callable[[HookedTransformer, Any, Path], list[Path]] | None = None,
+    resolved_options: dict[str, Any] | None = None,
 ) -> list[SectionOutput]:
     """Run all sections' analyzers in one pass over ``batches``; write the report folder.
 
@@ -142,6 +143,9 @@ def analyze(
     the null model's columns to every per-head table (``attnlens.report.null_run``).
     ``example_pages(model, tokenizer, out)``, when given, writes viewer pages of the head
     examples before the page is rendered (``attnlens.viewer.examples``; the commands pass it).
+    ``resolved_options`` replace the recorded options' values where the command settled them
+    after reading the model (``max_length`` and ``max_length_source`` for a defaulted
+    ``--max-length``).
     """
     out = check_output_dir(out_dir) if dist.is_main else Path(out_dir)
     if not command:  # inside any CLI command: its command line and options
@@ -189,7 +193,7 @@ def analyze(
         "corpus": corpus_name,
         "sentences": n_sentences,
         "processes": dist.world_size,
-        "options": options or {},
+        "options": {**(options or {}), **(resolved_options or {})},
         "packages": package_versions(),
         "null": (null_result.record(total) if null_result is not None
                  else {"kind": "none" if not null.on else "not run (no corpus)"}),

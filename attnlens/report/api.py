@@ -19,7 +19,7 @@ def analyze(
     out: str | Path | None = None,
     sections: Sequence | None = None,
     batch_size: int = 16,
-    max_length: int = 128,
+    max_length: int | None = None,
     formats: tuple[str, ...] = ("png",),
     prune: str | Path | None = None,
     show_progress: bool = False,
@@ -36,7 +36,9 @@ def analyze(
     result's ``write(DIR)`` copies it). In Jupyter the result shows its summary and head map.
     ``null``: ``"random-init"`` (default) holds every per-head measure to a randomly
     initialised copy of the model (columns ``null_mean``, ``null_low``, ``null_high``;
-    seeded by ``null_seed``), ``"none"`` leaves it out (docs/report.md).
+    seeded by ``null_seed``), ``"none"`` leaves it out (docs/report.md). ``max_length`` None:
+    the model's trained length, as the commands' default (run.json records the value used and
+    its source).
     """
     from attnlens.data.corpus import Corpus, load_corpus
     from attnlens.errors import ConfigError
@@ -65,12 +67,20 @@ def analyze(
         raise ConfigError("pass the model's tokenizer with a loaded model: "
                           "analyze(model, tokenizer, ...).")
     folder = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="attnlens-report-"))
+    if max_length is None:  # the model's trained length, as every command's default
+        from attnlens.loaders.trained_length import resolved_max_length
+
+        found = resolved_max_length(model.cfg.source.get("path"))
+        max_length, max_length_source = found.tokens, found.source
+    else:
+        max_length_source = "max_length="
     batches = corpus.batches(tokenizer, batch_size=batch_size, max_length=max_length)
     run_analysis(
         model, tokenizer, batches, folder, sections=sections, formats=formats,
         show_progress=show_progress, corpus_name=corpus.name, prune_dir=prune,
         command="attnlens.analyze(...)", null=null_options,
-        options={"batch_size": batch_size, "max_length": max_length, "formats": list(formats),
+        options={"batch_size": batch_size, "max_length": max_length,
+                 "max_length_source": max_length_source, "formats": list(formats),
                  "treebank": str(treebank) if treebank else None,
                  "text": str(text) if text else None, "prune": str(prune) if prune else None,
                  "null": null, "null_seed": null_seed},

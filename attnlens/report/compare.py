@@ -12,7 +12,7 @@ A's and B's distributions of where each token's maximum attention goes
 
 Heads are matched by (layer, head). A structurally pruned model keeps its heads' original
 numbers in every table (``model.head_ids``; an export records its removed heads in
-``pruned_heads`` and loads pruned), so head 1-7 of a pruned model is compared with head 1-7 of
+``pruned_heads`` and loads pruned), so head L1H7 of a pruned model is compared with head L1H7 of
 the unpruned one, and removed heads have no difference. Tables written before attnlens kept
 the numbers (a pruned layer's heads then renumbered 0, 1, ...) do not match: the page warns
 when the head counts differ and neither run records its head numbers.

@@ -79,9 +79,14 @@ def write_example_pages(model, tokenizer, report_dir: str | Path, max_pages: int
 def _roles(report: Path):
     """The report's role badges for the viewer, where the viewer shows them (else None)."""
     try:
-        from attnlens.viewer.roles import read_head_roles  # the viewer's role badges
+        from attnlens.viewer.roles import (  # the viewer's role badges
+            ROLE_TABLE,
+            read_head_roles,
+        )
     except ImportError:
         return None
     if not (report / "tables" / "head_roles.csv").is_file():
         return None
-    return read_head_roles(report)
+    # The pages are written while the report is a work folder (``.NAME.partial``) and are
+    # moved with it: name the table as the report holds it, not by that passing path.
+    return {**read_head_roles(report), "source": f"this report's tables/{ROLE_TABLE}"}

@@ -3,7 +3,8 @@
 ``attention`` (the registered function), ``conventions`` (each model's eager precision),
 ``slots`` (which layer a call is), ``discovery`` (mapping a model by probing it), ``checks``
 (what reproduces each layer), ``layer_map`` (what is known of a layer), ``weights`` (per-head
-weights by naming convention), ``blocks``, ``wiring`` and ``model`` (the hooked wrapper),
+weights by naming convention), ``row_mask`` (transformers' eager mask built by query rows on
+long inputs), ``blocks``, ``wiring`` and ``model`` (the hooked wrapper),
 ``loading`` (checkpoints). Names are imported on first use: importing the package loads
 neither torch nor transformers.
 """

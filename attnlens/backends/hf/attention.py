@@ -27,8 +27,10 @@ import torch
 import torch.nn.functional as F
 
 from attnlens.backends.hf.conventions import eager_conventions
-from attnlens.backends.hf.slots import current_slot, record
+from attnlens.backends.hf.row_mask import attnlens_mask, dense, mask_rows
+from attnlens.backends.hf.slots import current_slot, record, recording_calls
 from attnlens.errors import AttnlensError
+from attnlens.hooks import QueryBlock
 
 IMPLEMENTATION = "attnlens"
 
@@ -166,42 +168,117 @@ def attnlens_attention(
                           groups), None
     key_states = repeat_kv(key, groups)  # [batch, head, key_pos, d_head]
     value_states = repeat_kv(value, groups)  # [batch, head, key_pos, d_head_v]
-
-    if conventions.float32_scores:
-        score_dtype = at_least_float32(query.dtype)
-        scores = torch.matmul(query.to(score_dtype),
-                              key_states.to(score_dtype).transpose(2, 3)) * scaling
-    else:
-        scores = torch.matmul(query, key_states.transpose(2, 3)) * scaling
-    if softcap is not None:
-        scores = torch.tanh(scores / softcap) * softcap
-    if position_bias is not None:
-        scores = scores + position_bias
-    if attention_mask is not None:
-        scores = scores + attention_mask[:, :, :, : key_states.shape[-2]]
-    if slot is not None:
-        scores = slot.fire("scores", scores)  # [batch, head, query_pos, key_pos]
-    output_scale = None
-    if sink_logits is not None and conventions.sink_scales_output:
-        lse = torch.logsumexp(scores, dim=-1)  # [batch, head, query_pos]
-        output_scale = (lse - sink_logits.view(1, -1, 1)).to(at_least_float32(lse.dtype))
-        output_scale = output_scale.sigmoid()
-        sink_logits = None
-    if sink_logits is not None:
-        pattern = _sink_softmax(scores, sink_logits, conventions.float32_softmax, value.dtype)
-    else:
-        pattern = _softmax(scores, conventions.float32_softmax, value.dtype)
-    if slot is not None:
-        pattern = slot.fire("pattern", pattern)  # [batch, head, query_pos, key_pos]
-    z = torch.matmul(pattern, value_states)  # [batch, head, query_pos, d_head_v]
-    if output_scale is not None:  # the sinks' share, taken from the output (Granite SWA)
-        z = z * output_scale.unsqueeze(-1).to(z.dtype)
+    eager = EagerRows(query, key_states, value_states, attention_mask, scaling, softcap,
+                      position_bias, sink_logits, conventions)
+    rows = query.shape[-2] if slot is None else slot.block_rows(
+        query.shape[0], query.shape[1], query.shape[-2], key_states.shape[-2], query.device)
+    z, pattern = eager.attend(slot, rows)  # z [batch, head, query_pos, d_head_v]
     z = z.transpose(1, 2)  # [batch, query_pos, head, d_head_v]
     if slot is not None:
         z = slot.fire("z", z)
         z = slot.gate(z)
-    record(module, query, key, value, attention_mask, z, kwargs, scaling)
+    if recording_calls():
+        record(module, query, key, value, dense(attention_mask), z, kwargs, scaling)
     return z.contiguous(), pattern
+
+
+def _query_rows(x: torch.Tensor | None, start: int, stop: int, length: int
+                ) -> torch.Tensor | None:
+    """Rows ``start:stop`` of ``x [..., query_pos | 1, key_pos]`` (a broadcast row stays)."""
+    if x is None or x.dim() < 2 or x.shape[-2] != length or length == 1:
+        return x
+    return x[..., start:stop, :]
+
+
+class EagerRows:
+    """The model's eager attention computed for blocks of query rows (issue 27).
+
+    Each block is ``scores = q[rows] k^T * scaling`` (soft-capped, plus the position bias and
+    the mask's rows), the softmax over every key (so each row is complete and exactly the
+    whole matrix's row), and ``z[rows] = pattern @ v``: the same operations, in the same
+    order, as ``eager_attention_forward`` applies to the whole matrix, never holding
+    ``[batch, head, query_pos, key_pos]`` on long inputs. The hooks on scores and patterns
+    fire once per block with ``hook.query_block`` set; one block is the whole matrix.
+    ``query [batch, head, query_pos, d_head]``, ``keys``/``values [batch, head, key_pos, d]``
+    (grouped heads repeated), ``mask`` additive ``[batch | 1, 1 | head, query_pos | 1,
+    key_pos]``, a ``RowMask`` (long inputs: its rows built per block) or None.
+    """
+
+    def __init__(self, query, keys, values, mask, scaling, softcap, position_bias,
+                 sink_logits, conventions) -> None:
+        self.query_len = query.shape[-2]
+        score_dtype = (at_least_float32(query.dtype) if conventions.float32_scores
+                       else query.dtype)
+        self.query = query.to(score_dtype)  # no-op unless the scores are formed in float32
+        self.keys_t = keys.to(score_dtype).transpose(2, 3)  # [batch, head, d_head, key_pos]
+        self.values = values
+        self.mask, self.position_bias = mask, position_bias
+        self.scaling, self.softcap = scaling, softcap
+        self.sink_logits, self.conventions = sink_logits, conventions
+
+    def scores(self, start: int, stop: int) -> torch.Tensor:
+        """``[batch, head, rows, key_pos]`` scaled, soft-capped, biased and masked scores."""
+        q_rows = self.query if stop - start == self.query_len else self.query[:, :, start:stop]
+        scores = torch.matmul(q_rows, self.keys_t) * self.scaling
+        if self.softcap is not None:
+            scores = torch.tanh(scores / self.softcap) * self.softcap
+        bias = _query_rows(self.position_bias, start, stop, self.query_len)
+        if bias is not None:
+            scores = scores + bias
+        mask = mask_rows(self.mask, start, stop, self.keys_t.shape[-1])
+        if mask is not None:
+            scores = scores + mask
+        return scores
+
+    def softmax(self, scores: torch.Tensor, start: int, stop: int
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(pattern ``[batch, head, rows, key_pos]`` in the values' dtype, the sinks' output
+        factor ``[batch, head, rows]`` or None)."""
+        sinks, conventions, dtype = self.sink_logits, self.conventions, self.values.dtype
+        if sinks is not None and conventions.sink_scales_output:
+            lse = torch.logsumexp(scores, dim=-1)  # [batch, head, rows]
+            output_scale = (lse - sinks.view(1, -1, 1)).to(at_least_float32(lse.dtype))
+            return _softmax(scores, conventions.float32_softmax, dtype), output_scale.sigmoid()
+        if sinks is not None:
+            sinks = _query_rows(sinks, start, stop, self.query_len)
+            return _sink_softmax(scores, sinks, conventions.float32_softmax, dtype), None
+        return _softmax(scores, conventions.float32_softmax, dtype), None
+
+    def pattern_rows(self, start: int, stop: int) -> torch.Tensor:
+        """Rows ``start:stop`` of the pattern, recomputed (the hooks' edits not applied)."""
+        return self.softmax(self.scores(start, stop), start, stop)[0]
+
+    def block(self, slot, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One block: (``z [batch, head, rows, d_head_v]``, its pattern), hooks fired."""
+        block = QueryBlock(start, stop, self.query_len)
+        scores = self.scores(start, stop)
+        if slot is not None:
+            scores = slot.fire_block("scores", scores, block)
+        pattern, output_scale = self.softmax(scores, start, stop)
+        if slot is not None:
+            pattern = slot.fire_block("pattern", pattern, block)
+        z = torch.matmul(pattern, self.values)  # [batch, head, rows, d_head_v]
+        if output_scale is not None:  # the sinks' share, taken from the output (Granite SWA)
+            z = z * output_scale.unsqueeze(-1).to(z.dtype)
+        return z, pattern
+
+    def attend(self, slot, rows: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(z [batch, head, query_pos, d_head_v], pattern)``, ``rows`` query rows per block;
+        the pattern is None when it came in several blocks (it was never whole)."""
+        length = self.query_len
+        if rows >= length:
+            return self.block(slot, 0, length)
+        batch, heads = self.query.shape[:2]
+        z = self.values.new_empty(batch, heads, length, self.values.shape[-1])
+        point = slot.points["pattern"]
+        point.pattern_rows = self.pattern_rows  # analyzers may recompute rows
+        try:
+            for start in range(0, length, rows):
+                stop = min(start + rows, length)
+                z[:, :, start:stop] = self.block(slot, start, stop)[0]
+        finally:
+            point.pattern_rows = None
+        return z, None
 
 
 def _fast_path(slot, query, key, value, attention_mask, position_bias, scaling, groups):
@@ -210,7 +287,7 @@ def _fast_path(slot, query, key, value, attention_mask, position_bias, scaling, 
     Equal to the eager computation up to the kernels' rounding (not bitwise); the model's
     ``set_use_sdpa(False)`` turns it off, and any hook on scores or patterns does.
     """
-    mask = attention_mask
+    mask = dense(attention_mask)
     if mask is not None:
         mask = mask[:, :, :, : key.shape[-2]]
     if position_bias is not None:
@@ -225,7 +302,7 @@ def _fast_path(slot, query, key, value, attention_mask, position_bias, scaling, 
 def register() -> None:
     """Register ``attnlens`` on transformers' attention and mask interfaces (idempotent)."""
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+    from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(IMPLEMENTATION, attnlens_attention)
-    AttentionMaskInterface.register(IMPLEMENTATION, eager_mask)
+    AttentionMaskInterface.register(IMPLEMENTATION, attnlens_mask)

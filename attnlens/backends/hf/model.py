@@ -25,6 +25,7 @@ from torch import nn
 from attnlens.backends.hf.blocks import HookBlock
 from attnlens.backends.hf.discovery import map_layers
 from attnlens.backends.hf.layer_map import LayerMap
+from attnlens.backends.hf.token_maps import TokenMapsRecipe, token_maps_recipe
 from attnlens.backends.hf.wiring import Wiring
 from attnlens.errors import ConfigError
 from attnlens.hooks import HookedModule, HookPoint
@@ -32,6 +33,7 @@ from attnlens.model.config import TransformerConfig
 from attnlens.model.encoder_decoder import shift_right
 from attnlens.model.protocol import AttentionLayer
 from attnlens.model.query_blocks import DEFAULT_BLOCKS, QueryBlocks
+from attnlens.model.token_maps import TokenMaps, TokenMapsUnavailable
 
 _HEADS_BY_SUFFIX = (
     ("ForCausalLM", "lm"), ("LMHeadModel", "lm"), ("ForConditionalGeneration", "lm"),
@@ -160,7 +162,7 @@ class HFAttentionModel(HookedModule):
     """
 
     backend = "hf"
-    # The whole-matrix limit of the analyses that need whole patterns (stream.feeder reads it).
+    # Query blocks and the whole-matrix limit (stream.feeder reads it; set_query_blocks).
     query_blocks: QueryBlocks = DEFAULT_BLOCKS
 
     def __init__(self, hf: nn.Module, source: dict, probe: Callable[[nn.Module], Any] | None = None,
@@ -172,6 +174,8 @@ class HFAttentionModel(HookedModule):
         with torch.no_grad():  # the encoder runs first: its length is the first call's
             rows = map_layers(hf, lambda: probe(hf), 0 if self.encoder_decoder else None)
         self.layer_maps = rows
+        self._probe = probe
+        self._token_maps: TokenMapsRecipe | TokenMapsUnavailable | None = None
         self.tokenizer = None
         by_type: dict[str, list[LayerMap]] = defaultdict(list)
         for row in rows:
@@ -248,9 +252,12 @@ class HFAttentionModel(HookedModule):
         return [row.hook_prefix + "hook_z" for row in self.attention_layers]
 
     def set_query_blocks(self, blocks: QueryBlocks) -> None:
-        """``--whole-matrix-limit`` for analyses that need whole patterns. The model's eager
-        attention forms each layer's whole pattern, so ``--query-block`` has no effect here."""
+        """How every attention layer splits long patterns into blocks of query rows
+        (``--query-block``) and the whole-matrix limit (``--whole-matrix-limit``), as
+        attnlens' own models (``attention.EagerRows``; docs/long-context.md)."""
         self.query_blocks = blocks
+        for slot in self._slots:
+            slot.query_blocks = blocks
 
     def weight_problems(self) -> dict[str, str]:
         """Part ("QK", "OV", "norm", "rotary", "blocks") -> why it cannot be given."""
@@ -267,6 +274,18 @@ class HFAttentionModel(HookedModule):
                     reasons.setdefault(part, reason)
         return {part: f"{reasons[part]}" + (f" ({', '.join(layers)})" if layers else "")
                 for part, layers in found.items()}
+
+    def token_maps(self) -> TokenMaps:
+        """Token embedding, unembedding and final norm gain, verified on the mapping probe
+        (``backends.hf.token_maps``; read once); ``TokenMapsUnavailable`` with the reason."""
+        if self._token_maps is None:
+            try:
+                self._token_maps = token_maps_recipe(self, self._probe)
+            except TokenMapsUnavailable as error:
+                self._token_maps = error
+        if isinstance(self._token_maps, TokenMapsUnavailable):
+            raise TokenMapsUnavailable(str(self._token_maps))
+        return self._token_maps.read()
 
     def decoder_token_ids(self) -> tuple[int, int | None]:
         """(decoder start id, pad id) of an encoder-decoder model's config."""

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import torch
 
 from attnlens.errors import AttnlensError
-from attnlens.hooks import HookPoint
+from attnlens.hooks import HookPoint, QueryBlock
+from attnlens.model.query_blocks import DEFAULT_BLOCKS, QueryBlocks
 
 _BINDING = "_attnlens_binding"
 SLOT_HOOKS = ("q", "k", "v", "scores", "pattern", "z")
@@ -30,6 +31,7 @@ class AttentionSlot:
     points: dict[str, HookPoint]
     gate_value: torch.Tensor | None = None  # [head] or None
     use_sdpa: bool = True  # the fast path, when no hook reads scores or patterns
+    query_blocks: QueryBlocks = DEFAULT_BLOCKS  # long inputs: blocks of query rows
 
     @property
     def fast(self) -> bool:
@@ -40,6 +42,23 @@ class AttentionSlot:
     def fire(self, kind: str, x: torch.Tensor) -> torch.Tensor:
         point = self.points[kind]
         return point(x) if point.has_hooks else x
+
+    def fire_block(self, kind: str, x: torch.Tensor, block: QueryBlock) -> torch.Tensor:
+        """``fire`` for one block of query rows (``hook.query_block`` set while hooks run)."""
+        point = self.points[kind]
+        return point.fire_block(x, block) if point.has_hooks else x
+
+    def block_rows(self, batch: int, heads: int, query_len: int, key_len: int,
+                   device: torch.device) -> int:
+        """Query rows per block: all of them when a hook on scores or patterns needs the
+        whole matrix (refused above the whole-matrix limit), else ``query_blocks``'s."""
+        for kind in ("scores", "pattern"):
+            point = self.points[kind]
+            if point.has_hooks and point.needs_whole:
+                self.query_blocks.check_whole(query_len,
+                                              f"a hook on {point.name or 'hook_' + kind}")
+                return query_len
+        return self.query_blocks.block_rows(batch, heads, query_len, key_len, device)
 
     def gate(self, z: torch.Tensor) -> torch.Tensor:
         """Scale each head's output ``z [batch, pos, head, d_head_v]`` by its gate."""
@@ -111,6 +130,11 @@ def recording() -> Iterator[list[CallRecord]]:
         yield records
     finally:
         _RECORDS.remove(records)
+
+
+def recording_calls() -> bool:
+    """Whether a ``recording`` block is open (``record`` keeps the calls)."""
+    return bool(_RECORDS)
 
 
 def record(module, query, key, value, mask, z, keywords, scaling) -> None:

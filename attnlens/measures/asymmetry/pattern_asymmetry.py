@@ -35,7 +35,6 @@ from attnlens.model.folding import NormParams, attention_input_norm
 from attnlens.model.transformer import HookedTransformer
 from attnlens.stream.base import Batch
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
-from attnlens.stream.real_tokens import LengthGroup, gather_square, gather_tokens, length_groups
 
 PATTERN_MEASURES = ("asym_ratio", "directed_share", "reciprocity")
 BASELINE_MEASURES = (*PATTERN_MEASURES, "product_violations", "dominance_violations")
@@ -91,6 +90,86 @@ def unweighted_attention(X: torch.Tensor) -> torch.Tensor:
     return torch.softmax(X @ X.mT / X.shape[-1] ** 0.5, dim=-1)
 
 
+# --- the same on padded batches, every sentence at once -------------------------------------
+# ``pattern_asymmetry``, ``dominance_violations`` and ``unweighted_attention`` above take one
+# sentence's real-token block (or a stack of equal lengths). The analyzer instead reads the
+# padded batch in one call per layer: entries outside a sentence's real block are set to 0, which
+# adds nothing to the norms and makes no edge (the edge level is positive), so the counts are
+# the same integers and the norms the same sums in another order (float32 rounding).
+_MASKS: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _upper_and_off(n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[n, n]`` strict upper triangle and off-diagonal masks (made once per size)."""
+    key = (n, str(device))
+    if key not in _MASKS:
+        upper = torch.ones(n, n, dtype=torch.bool, device=device).triu(1)
+        _MASKS[key] = (upper, ~torch.eye(n, dtype=torch.bool, device=device))
+    return _MASKS[key]
+
+
+def real_pairs(mask: torch.Tensor) -> torch.Tensor:
+    """``[batch, pos, pos]`` True where query and key are both real tokens (``mask [batch,
+    pos]``)."""
+    mask = mask.bool()
+    return mask[:, :, None] & mask[:, None, :]
+
+
+def masked_pattern_asymmetry(
+    P: torch.Tensor, pairs: torch.Tensor, lengths: torch.Tensor, factor: float = 2.0,
+    edge_level: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``pattern_asymmetry`` of each sentence's real block of a padded ``P [batch, ..., pos,
+    pos]``: ``asym_ratio [batch, ...]`` and counts ``[batch, ..., 4]``.
+
+    ``pairs [batch, pos, pos]`` (``real_pairs``), ``lengths [batch]`` real tokens (> 0).
+    """
+    extra = P.dim() - 3  # head axes between batch and the matrix
+    pairs = pairs.reshape(pairs.shape[0], *([1] * extra), *pairs.shape[1:])
+    P = torch.where(pairs, P, 0)
+    Pt = P.mT
+    norm = torch.linalg.matrix_norm(P).double().clamp_min(torch.finfo(torch.float64).tiny)
+    ratio = torch.linalg.matrix_norm(P - Pt).double() / norm
+    # the level edge_level / n in float64, then in P's dtype (as a Python float would be)
+    level = (edge_level / lengths.to(torch.float64)).to(P.dtype)
+    level = level.reshape(-1, *([1] * (P.dim() - 1)))
+    upper, off = _upper_and_off(P.shape[-1], P.device)
+    edge = (level <= P) & off
+    edge_t = edge.mT
+    mutual = edge & edge_t
+    any_edge = (edge | edge_t) & upper
+    directed = any_edge & (torch.maximum(P, Pt) >= factor * torch.minimum(P, Pt))
+    counts = torch.stack(
+        [m.sum(dim=(-1, -2)) for m in (edge, mutual, any_edge, directed)], dim=-1
+    ).double()
+    return ratio, counts
+
+
+def masked_unweighted_attention(X: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``unweighted_attention`` of each sentence's real tokens of ``X [batch, pos, C]``:
+    ``[batch, pos, pos]`` in float64, 0 outside the real block."""
+    X = X.double()
+    logits = (X @ X.mT / X.shape[-1] ** 0.5).masked_fill(~mask.bool()[:, None, :], -torch.inf)
+    alpha = torch.softmax(logits, dim=-1)
+    return torch.where(real_pairs(mask), alpha, 0)
+
+
+def masked_dominance_violations(alpha: torch.Tensor, pairs: torch.Tensor,
+                                lengths: torch.Tensor) -> torch.Tensor:
+    """``dominance_violations`` of each sentence's real block of ``alpha [batch, pos, pos]``
+    (0 outside it): ``[batch, 3]``."""
+    diag = alpha.diagonal(dim1=-2, dim2=-1)  # [batch, pos]
+    _, off = _upper_and_off(alpha.shape[-1], alpha.device)
+    off = off & pairs
+    tol = 1 + RELATIVE_TOL
+    product = (alpha * alpha.mT > tol * diag[..., :, None] * diag[..., None, :]) & off
+    dominance = (alpha > tol * torch.maximum(diag[..., :, None], diag[..., None, :])) & off
+    n = lengths.to(torch.float64)
+    return torch.stack(
+        [n * (n - 1), product.sum(dim=(-1, -2)).double(), dominance.sum(dim=(-1, -2)).double()],
+        -1)
+
+
 class PatternAsymmetry(HeadPatternAnalyzer):
     """Streaming asymmetry of attention patterns per head, plus the unweighted baseline.
 
@@ -126,7 +205,7 @@ class PatternAsymmetry(HeadPatternAnalyzer):
         self.base_ratio_sum = torch.zeros(self.n_layers, dtype=f64)
         self.base_counts = torch.zeros(self.n_layers, _COUNTS, dtype=f64)
         self.base_violations = torch.zeros(self.n_layers, 3, dtype=f64)
-        self._groups: list[LengthGroup] = []
+        self._lengths = self._real = self._pairs = self._mask = None
 
     @classmethod
     def model_options(cls, model: HookedTransformer) -> dict:
@@ -150,32 +229,40 @@ class PatternAsymmetry(HeadPatternAnalyzer):
 
     def begin_batch(self, batch: Batch) -> None:
         self.move_state(batch.attention_mask.device)
-        self._groups = length_groups(batch.attention_mask)  # one host read of the lengths
-        self.sentences += sum(len(group.rows) for group in self._groups)
+        mask = batch.attention_mask.bool()  # [batch, pos]
+        self._lengths = mask.sum(-1)  # [batch]
+        self._real = self._lengths > 0  # sentences with a token (the corpus refuses others)
+        self._pairs = real_pairs(mask)  # [batch, pos, pos]
+        self._mask = mask
+        self.sentences += int(self._real.sum())  # one host read of the lengths per batch
 
     def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
+        # Every sentence of the batch in one call: entries outside each sentence's real
+        # block are 0 (masked_pattern_asymmetry), so no loop over lengths or sentences.
         heads = self.heads_per_layer[layer]
         patterns = cache["pattern", layer]  # [batch, head, query_pos, key_pos]
+        real = self._real.to(torch.float64)  # [batch]
+        lengths = self._lengths.clamp_min(1)
+        ratio, counts = masked_pattern_asymmetry(patterns, self._pairs, lengths, self.factor,
+                                                 self.edge_level)
+        self.ratio_sum[layer, :heads] += real @ ratio  # [head]
+        self.counts[layer, :heads] += counts.sum(0)  # [head, 4]
+        if not self.baseline:
+            return
+        X_all = cache["resid_pre", layer]  # [batch, pos, d_model]
         norm = self.input_norms[layer]
-        if self.baseline:
-            X_all = cache["resid_pre", layer]  # [batch, pos, d_model]
-            if norm is not None:
-                X_all = norm.to(X_all.device).apply(X_all)  # the attention's own input
-        for group in self._groups:
-            P = gather_square(patterns, group)  # [group, head, n, n]
-            ratio, counts = pattern_asymmetry(P, self.factor, self.edge_level)
-            self.ratio_sum[layer, :heads] += ratio.sum(0)  # [head]
-            self.counts[layer, :heads] += counts.sum(0)  # [head, 4]
-            if not self.baseline:
-                continue
-            alpha = unweighted_attention(gather_tokens(X_all, group))  # [group, n, n]
-            ratio, counts = pattern_asymmetry(alpha, self.factor, self.edge_level)
-            self.base_ratio_sum[layer] += ratio.sum(0)
-            self.base_counts[layer] += counts.sum(0)
-            self.base_violations[layer] += dominance_violations(alpha).sum(0)
+        if norm is not None:
+            X_all = norm.to(X_all.device).apply(X_all)  # the attention's own input
+        alpha = masked_unweighted_attention(X_all, self._mask)  # [batch, pos, pos]
+        ratio, counts = masked_pattern_asymmetry(alpha, self._pairs, lengths, self.factor,
+                                                 self.edge_level)
+        self.base_ratio_sum[layer] += real @ ratio
+        self.base_counts[layer] += counts.sum(0)
+        self.base_violations[layer] += masked_dominance_violations(alpha, self._pairs,
+                                                                   lengths).sum(0)
 
     def end_batch(self, batch: Batch) -> None:
-        self._groups = []
+        self._lengths = self._real = self._pairs = self._mask = None
 
     @staticmethod
     def _graph_measures(ratio_sum, counts, sentences) -> list[np.ndarray]:

@@ -11,8 +11,15 @@ matrix is formed. Two forms:
 - ``embedding`` (no unembedding: encoders, MLM heads, whose transform is non-linear):
   ``W_U = W_E^T``, the output read against the token embeddings.
 
-``W_V`` has the layer's input norm folded in (pre-norm models, ``attnlens.model.folding``);
+The embedding, unembedding and final gain come from the model's ``token_maps()``, the per-head
+``W_V`` and ``W_O`` from its attention layers, on either backend (attnlens' own modules or a
+Hugging Face model's verified weights); a model that cannot give them gets no scores and the
+summary says why (``copying_unavailable``). ``W_V`` has the layer's input norm folded in
+(pre-norm models, ``attnlens.model.folding``); under GQA each query head reads its key/value
+head's ``W_V``. The final norm contributes its elementwise gain only; its normalisation,
 positions, the embedding norm and the per-token norm scale are left out, as in Elhage et al.
+The biases ``b_V``, ``b_O`` (and a LayerNorm's shift folded into ``b_V``) add the same vector
+whatever the token, so they are not part of the token-to-token map.
 Measures: ``copying`` = the share of the eigenvalues' magnitude ``sum |l|`` held by
 eigenvalues with a positive real part (1: a pure copying head; 0.5: no preference);
 ``copying_ratio`` = ``Re(sum l) / sum |l|``, Elhage et al.'s summary (-1 .. 1).
@@ -25,50 +32,56 @@ import pandas as pd
 import torch
 
 from attnlens.measures.lm_heads.shares import SCORE_COLUMNS, kv_head_index, kv_heads_of
-from attnlens.model.folding import folded_attention_weights
-from attnlens.model.transformer import HookedTransformer
+from attnlens.model.folding import attention_input_norm, fold_norm
+from attnlens.model.protocol import AttentionModel, missing_parts
+from attnlens.model.token_maps import TokenMapsUnavailable
 
 COPYING_MEASURES = ("copying", "copying_ratio")
-# What the scores read: attnlens' own embedding, blocks (per-head W_V, W_O) and output head.
-NEEDED = ("embed", "blocks", "head", "final_norm")
+# The per-head weights the scores read (``AttentionModel.weight_problems`` parts).
+NEEDED = ("OV", "norm")
 
 
-def copying_unavailable(model) -> str | None:
-    """Why ``model`` gives no copying scores (it lacks one of attnlens' own modules the
-    scores read: a model of another backend), or None when it gives them."""
-    missing = [name for name in NEEDED if not hasattr(model, name)]
-    if not missing:
-        return None
-    return (f"the model has no {', '.join(missing)} of attnlens' own (the scores read the "
-            "token embedding, the per-head W_V and W_O and the unembedding)")
+def copying_unavailable(model: AttentionModel) -> str | None:
+    """Why ``model`` gives no copying scores (its per-head W_V, W_O, input norms or token
+    maps cannot be read as matrices), or None when it gives them."""
+    missing = missing_parts(model, NEEDED)
+    if missing:
+        return "; ".join(f"{part}: {reason}" for part, reason in missing.items())
+    try:
+        model.token_maps()
+    except TokenMapsUnavailable as error:
+        return str(error)
+    return None
 
 
-def copying_form(model: HookedTransformer) -> str:
+def copying_form(model: AttentionModel) -> str:
     """``unembedding`` for models with a causal-LM head, else ``embedding``."""
-    return "unembedding" if model.cfg.head == "lm" and model.head is not None else "embedding"
+    return "embedding" if model.token_maps().unembedding is None else "unembedding"
 
 
 @torch.no_grad()
-def token_gram(model: HookedTransformer) -> torch.Tensor:
+def token_gram(model: AttentionModel) -> torch.Tensor:
     """``W_U W_E [d_model, d_model]`` (float64) of the form ``copying_form`` names."""
-    embed = model.embed.weight.detach().float()  # W_E [vocab, d_model]
-    if copying_form(model) == "unembedding":
-        unembed = model.head.decoder.weight.detach().float()  # [vocab, d_model] = W_U^T
-        gain = getattr(model.final_norm, "weight", None)
-        if gain is not None:
-            unembed = unembed * gain.detach().float()[None, :]
+    maps = model.token_maps()
+    embed = maps.embedding.float()  # W_E [vocab, d_model]
+    if maps.unembedding is not None:
+        unembed = maps.unembedding.float()  # [vocab, d_model] = W_U^T
+        if maps.final_gain is not None:
+            unembed = unembed * maps.final_gain.float()[None, :]
     else:
         unembed = embed
     return (unembed.T @ embed).double()  # [d_model, d_model]
 
 
 @torch.no_grad()
-def copying_eigenvalues(model: HookedTransformer, layer: int,
+def copying_eigenvalues(model: AttentionModel, layer: int,
                         gram: torch.Tensor | None = None) -> torch.Tensor:
     """``[head, d_head_v]`` complex eigenvalues of each head's ``W_O (W_U W_E) W_V``."""
     gram = token_gram(model) if gram is None else gram
     attn = model.blocks[layer].attn
-    W_V = folded_attention_weights(model, layer).W_V  # [kv_head, d_model, d_head_v]
+    # only W_V is read: a layer whose queries pass a q_norm (Qwen3, OLMo 2) has no linear W_Q
+    W_V, _ = fold_norm(attn.W_V, None, attention_input_norm(model, layer))
+    # W_V: [kv_head, d_model, d_head_v]
     W_V = W_V.repeat_interleave(attn.group_size, dim=0)  # [head, d_model, d_head_v]
     W_O = attn.W_O_effective().detach().double()  # [head, d_head_v, d_model]
     core = W_O @ gram.to(W_O.device) @ W_V  # [head, d_head_v, d_head_v]
@@ -83,7 +96,7 @@ def copying_scores(eigenvalues: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     return positive, eigenvalues.sum(-1).real / total
 
 
-def copying_table(model: HookedTransformer) -> pd.DataFrame:
+def copying_table(model: AttentionModel) -> pd.DataFrame:
     """``SCORE_COLUMNS`` rows of measures ``copying`` and ``copying_ratio`` (no interval:
     weights, not samples) plus ``detail``: the form used."""
     gram = token_gram(model)

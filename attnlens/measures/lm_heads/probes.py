@@ -29,7 +29,7 @@ from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
 from attnlens.measures.lm_heads.shares import HeadShares, kv_heads_of
 from attnlens.model.transformer import HookedTransformer
-from attnlens.stream.base import Batch
+from attnlens.stream.base import Batch, PatternBlock
 
 PROBE_MEASURES = ("previous_token", "duplicate_token", "induction")
 PROBE_BATCH = 32  # probe sequences per forward pass
@@ -166,7 +166,8 @@ def query_targets(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class ProbeScores(HeadShares):
-    """Streaming previous-token, duplicate-token and induction scores of every head."""
+    """Streaming previous-token, duplicate-token and induction scores of every head (each
+    query row's attention on its targets: fed a block of query rows at a time)."""
 
     name = "lm_probes"
     measures = PROBE_MEASURES
@@ -183,12 +184,14 @@ class ProbeScores(HeadShares):
         self._valid = valid[:, None, :, None].to(torch.float32)  # [batch, 1, query_pos, 1]
         self._start(batch, valid.sum(1))
 
-    def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
-        p = cache["pattern", layer].float()  # [batch, head, query_pos, key_pos]
+    def update_block(self, batch: Batch, layer: int, block: PatternBlock,
+                     cache: ActivationCache) -> None:
+        p = block.p  # [batch, head, rows, key_pos], rows start:stop of the pattern
         n_heads = p.shape[1]
-        index = self._targets.expand(-1, n_heads, -1, -1)  # [batch, head, query_pos, measure]
-        taken = p.gather(-1, index) * self._valid  # attention on each target
-        self._scratch[:, :, layer, :n_heads] = taken.sum(2).transpose(1, 2)  # [batch, m, head]
+        targets = block.query_rows(self._targets, dim=2)  # [batch, 1, rows, measure]
+        index = targets.expand(-1, n_heads, -1, -1)  # [batch, head, rows, measure]
+        taken = p.gather(-1, index) * block.query_rows(self._valid, dim=2)
+        self._scratch[:, :, layer, :n_heads] += taken.sum(2).transpose(1, 2)  # [batch, m, head]
 
 
 @torch.no_grad()

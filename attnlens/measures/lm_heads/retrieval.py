@@ -25,7 +25,7 @@ from attnlens.hooks import ActivationCache
 from attnlens.measures.lm_heads.probes import ProbeSet, draw_segments, pad_sequences
 from attnlens.measures.lm_heads.shares import HeadShares, kv_heads_of
 from attnlens.model.transformer import HookedTransformer
-from attnlens.stream.base import Batch
+from attnlens.stream.base import Batch, PatternBlock
 
 HAYSTACK = 192  # haystack tokens (fewer when the model's context is shorter)
 NEEDLE = 8  # needle tokens k
@@ -88,12 +88,16 @@ class RetrievalScores(HeadShares):
         self._good = in_needle & (ids[:, None, :] == wanted[:, :, None])
         self._start(batch, self._answer_ok.sum(1))
 
-    def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
-        p = cache["pattern", layer].float()  # [batch, head, query_pos, key_pos]
+    def update_block(self, batch: Batch, layer: int, block: PatternBlock,
+                     cache: ActivationCache) -> None:
+        p = block.p  # [batch, head, rows, key_pos], rows start:stop of the pattern
         n_heads, length = p.shape[1], p.shape[-1]
-        index = self._queries[:, None, :, None].expand(-1, n_heads, -1, length)
+        inside = (self._queries >= block.start) & (self._queries < block.stop)
+        local = (self._queries - block.start).clamp(0, p.shape[2] - 1)  # [batch, answer]
+        index = local[:, None, :, None].expand(-1, n_heads, -1, length)
         rows = p.gather(2, index)  # [batch, head, answer, key_pos]
         is_max = rows == rows.amax(-1, keepdim=True)
         hits = (is_max & self._good[:, None]).sum(-1) / is_max.sum(-1)  # [batch, head, answer]
-        credit = (hits * self._answer_ok[:, None]).sum(-1)  # [batch, head]
-        self._scratch[:, 0, layer, :n_heads] = credit
+        counted = self._answer_ok & inside  # answer positions whose row is in this block
+        credit = (hits * counted[:, None]).sum(-1)  # [batch, head]
+        self._scratch[:, 0, layer, :n_heads] += credit

@@ -45,13 +45,16 @@ def kv_head_index(heads_per_layer: Sequence[int], kv_per_layer: Sequence[int],
 class HeadShares(PerSentenceRows, Analyzer):
     """Per-sequence ``[measure, layer, head]`` sums and a per-sequence count (see module).
 
-    Subclasses name their ``measures``, fill ``self._scratch [sequence, measure, layer,
-    head]`` in ``update_layer`` and call ``_start(batch, counts)`` / ``_finish()`` from
-    ``begin_batch`` / ``end_batch``. ``pooling`` fixes how sequences are pooled whatever the
-    run's ``--pooling`` (the measure's definition decides it).
+    Subclasses name their ``measures``, add each query block's share to ``self._scratch
+    [sequence, measure, layer, head]`` in ``update_block`` (``reads_blocks``: on long inputs
+    the pattern comes a block of query rows at a time, a short one as one block) and call
+    ``_start(batch, counts)`` / ``_finish()`` from ``begin_batch`` / ``end_batch``.
+    ``pooling`` fixes how sequences are pooled whatever the run's ``--pooling`` (the
+    measure's definition decides it).
     """
 
     layerwise = True
+    reads_blocks = True
     measures: tuple[str, ...] = ()
     pooling = "token"
     state_fields = ("sentences", "sentence_sums", "sentence_rows")

@@ -24,7 +24,7 @@ import torch
 from attnlens.hooks import ActivationCache
 from attnlens.measures.lm_heads.shares import HeadShares, kv_heads_of
 from attnlens.model.transformer import HookedTransformer
-from attnlens.stream.base import Analyzer, Batch, pattern_hook_names
+from attnlens.stream.base import Analyzer, Batch, PatternBlock, pattern_hook_names
 
 SINK_EPSILON = 0.3  # Gu et al. 2024's threshold of the Sink-rate
 TOP_KEYS = 3  # keys per sentence and head counted by SinkKeys
@@ -53,12 +53,14 @@ class SinkScores(HeadShares):
         self._rows = real.to(torch.float32)[:, None, :]  # [batch, 1, query_pos]
         self._start(batch, real.sum(1))
 
-    def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
-        p = cache["pattern", layer].float()  # [batch, head, query_pos, key_pos]
+    def update_block(self, batch: Batch, layer: int, block: PatternBlock,
+                     cache: ActivationCache) -> None:
+        p = block.p  # [batch, head, rows, key_pos]
         n_heads = p.shape[1]
         index = self._first[:, None, None, None].expand(-1, n_heads, p.shape[2], 1)
-        to_first = p.gather(-1, index)[..., 0]  # [batch, head, query_pos]: A[i, first]
-        self._scratch[:, 0, layer, :n_heads] = (to_first * self._rows).sum(-1)
+        to_first = p.gather(-1, index)[..., 0]  # [batch, head, rows]: A[i, first]
+        rows = block.query_rows(self._rows)  # [batch, 1, rows]
+        self._scratch[:, 0, layer, :n_heads] += (to_first * rows).sum(-1)
 
 
 class SinkKeys(Analyzer):
@@ -66,6 +68,7 @@ class SinkKeys(Analyzer):
 
     name = "lm_sink_keys"
     layerwise = True
+    reads_blocks = True  # column sums over the real query rows, added block by block
     state_fields = ("counts", "received", "pairs")
 
     def __init__(self, heads_per_layer: list[int], top: int = TOP_KEYS) -> None:
@@ -94,10 +97,20 @@ class SinkKeys(Analyzer):
         self._first = first_real(real)
         self._found: list[tuple[int, torch.Tensor, torch.Tensor]] = []
 
-    def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
-        p = cache["pattern", layer].float()  # [batch, head, query_pos, key_pos]
+    def update_block(self, batch: Batch, layer: int, block: PatternBlock,
+                     cache: ActivationCache) -> None:
+        p = block.p  # [batch, head, rows, key_pos]
+        rows = block.query_rows(self._rows)[:, None, :, None]  # [batch, 1, rows, 1]
+        column_sums = (p * rows).sum(2)  # [batch, head, key_pos]: this block's real rows
+        if block.start == 0:
+            self._received = column_sums
+        else:
+            self._received = self._received + column_sums
+
+    def end_layer(self, batch: Batch, layer: int) -> None:
         n_rows = self._rows.sum(1).clamp_min(1)[:, None, None]  # [batch, 1, 1]
-        received = (p * self._rows[:, None, :, None]).sum(2) / n_rows  # [batch, head, key]
+        received = self._received / n_rows  # [batch, head, key]
+        self._received = None
         top = received.topk(min(self.top, received.shape[-1]), dim=-1)  # [batch, head, top]
         self._found.append((layer, top.values, top.indices))  # read once per batch
 

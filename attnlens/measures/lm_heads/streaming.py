@@ -24,22 +24,25 @@ import torch
 from attnlens.hooks import ActivationCache
 from attnlens.measures.linear.linear_attention import per_query_head
 from attnlens.measures.lm_heads.shares import kv_head_index
-from attnlens.measures.sparse.sparse import restricted_output_error
+from attnlens.measures.sparse.sparse import squared_row_error
 from attnlens.model.transformer import HookedTransformer
-from attnlens.stream.base import Analyzer, Batch
+from attnlens.stream.base import Analyzer, Batch, PatternBlock
 
 STREAMING_COLUMNS = ["layer", "head", "kv_head", "sink_tokens", "window", "output_error",
                      "streaming"]
 
 
-def restriction(real: torch.Tensor, sink_tokens: int, window: int, causal: bool) -> torch.Tensor:
+def restriction(real: torch.Tensor, sink_tokens: int, window: int, causal: bool,
+                queries: torch.Tensor | None = None) -> torch.Tensor:
     """``[batch, query_pos, key_pos]`` keys kept: the first ``sink_tokens`` real tokens and the
-    ``window`` most recent keys (bidirectional: ``|i - j| < window``)."""
+    ``window`` most recent keys (bidirectional: ``|i - j| < window``). ``queries [rows]``: only
+    those query rows (a query block's positions), ``[batch, rows, key_pos]``."""
     n = real.shape[1]
     pos = torch.arange(n, device=real.device)
     rank = real.long().cumsum(1) - 1  # [batch, pos]: index among the real tokens
     sink = (rank < sink_tokens) & real  # [batch, key_pos]
-    offset = pos[:, None] - pos[None, :]  # [query_pos, key_pos]: i - j
+    rows = pos if queries is None else queries
+    offset = rows[:, None] - pos[None, :]  # [query_pos, key_pos]: i - j
     recent = (offset < window) & (offset >= 0) if causal else offset.abs() < window
     return sink[:, None, :] | recent[None]
 
@@ -49,6 +52,7 @@ class StreamingError(Analyzer):
 
     name = "lm_streaming"
     layerwise = True
+    reads_blocks = True  # squared errors and norms added block by block (update_block)
     state_fields = ("error_sums", "sentences")
 
     def __init__(self, heads_per_layer: list[int], sink_tokens: int = 4, window: int = 64,
@@ -78,16 +82,33 @@ class StreamingError(Analyzer):
         self.move_state(batch.input_ids.device)
         real = batch.attention_mask.bool()  # [batch, pos]
         self._long = real.sum(1) > self.sink_tokens + self.window  # [batch]
-        self._keep = restriction(real, self.sink_tokens, self.window, self.causal)[:, None]
         self._real = real
         self._scratch = torch.zeros(self.n_layers, self.n_heads, dtype=torch.float64,
                                     device=real.device)
 
-    def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
-        p = cache["pattern", layer].float()  # [batch, head, query_pos, key_pos]
+    def update_block(self, batch: Batch, layer: int, block: PatternBlock,
+                     cache: ActivationCache) -> None:
+        """This block's share of ``restricted_output_error``: squared row errors and squared
+        output norms over its real query rows, per sentence and head (float64 sums)."""
+        p = block.p  # [batch, head, rows, key_pos]
         values = per_query_head(cache["v", layer].float(), p.shape[1])  # [batch, head, key, d]
-        error = restricted_output_error(p, self._keep, values, self._real)  # [batch, head]
-        self._scratch[layer, : p.shape[1]] = (error * self._long[:, None]).double().sum(0)
+        keep = restriction(self._real, self.sink_tokens, self.window, self.causal,
+                           block.positions)[:, None]  # [batch, 1, rows, key_pos]
+        kept = p * keep
+        full = p @ values  # [batch, head, rows, d_head_v]
+        weight = block.query_rows(self._real)[:, None, :, None].to(full.dtype)
+        squared = squared_row_error(full, kept @ values, kept.sum(-1), weight).double()
+        norms = (full * weight).square().sum(dim=(-2, -1)).double()  # [batch, head]
+        if block.start == 0:
+            self._squared, self._norms = squared, norms
+        else:
+            self._squared, self._norms = self._squared + squared, self._norms + norms
+
+    def end_layer(self, batch: Batch, layer: int) -> None:
+        tiny = torch.finfo(torch.float32).tiny
+        error = self._squared.sqrt() / self._norms.sqrt().clamp_min(tiny)  # [batch, head]
+        self._squared = self._norms = None
+        self._scratch[layer, : error.shape[1]] = (error * self._long[:, None]).sum(0)
 
     def end_batch(self, batch: Batch) -> None:
         self.error_sums += self._scratch.to(self.error_sums.device)

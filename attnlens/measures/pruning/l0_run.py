@@ -19,6 +19,7 @@ import pandas as pd
 from attnlens.errors import ConfigError, DataError
 from attnlens.measures.pruning.l0 import L0Settings, heads_table, run_lambda
 from attnlens.metrics.base import Metric
+from attnlens.model.gates import heads_text, parse_heads
 from attnlens.model.head_ids import head_ids_of
 from attnlens.runs.io import atomic_open, write_table
 
@@ -41,8 +42,16 @@ def _previous(out: Path, record: dict) -> tuple[pd.DataFrame, pd.DataFrame, pd.D
         changed = sorted(k for k in set(saved) | set(record) if saved.get(k) != record.get(k))
         raise ConfigError(f"the L0 run in {out} used different settings ({', '.join(changed)});"
                           " rerun with the same options, or another --out without --resume.")
-    return tuple(pd.read_csv(out / f"{name}.csv", keep_default_na=False)
-                 for name in (SUMMARY, HEADS, CURVE))
+    summary, heads, curve = (pd.read_csv(out / f"{name}.csv", keep_default_na=False)
+                             for name in (SUMMARY, HEADS, CURVE))
+    if "heads_removed" in summary:  # a run of an older version wrote 2.8: continue in L2H8
+        try:
+            summary["heads_removed"] = [heads_text(parse_heads(t))
+                                        for t in summary["heads_removed"]]
+        except ConfigError as exc:
+            raise DataError(f"{out / SUMMARY}.csv is damaged ({exc}); start over with "
+                            "--force.") from exc
+    return summary, heads, curve
 
 
 def run_l0(model, importance: Metric, evaluation: Metric, settings: L0Settings, baseline: float,

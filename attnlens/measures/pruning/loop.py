@@ -166,6 +166,12 @@ class PruneRun:
             raise DataError(f"the saved tables in {out} do not have the pruning columns; "
                             "start over with --force.")
         self.rows = curve.to_dict("records")
+        for row in self.rows:  # a run of an older version wrote 2.8: continue in L2H8
+            try:
+                row["heads_removed"] = heads_text(parse_heads(row["heads_removed"]))
+            except ConfigError as exc:
+                raise DataError(f"the saved tables in {out} are damaged ({exc}); start over "
+                                "with --force.") from exc
         if scores is not None:
             self.score_frames = [scores]
 

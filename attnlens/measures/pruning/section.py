@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from attnlens.errors import DataError
+from attnlens.errors import ConfigError, DataError
+from attnlens.head_names import head_name, parse_heads
 from attnlens.report.catalog import CardItem, FigureDoc, SectionDoc, TableDoc
 from attnlens.report.folder import (
     FIGURE_SUFFIXES,
@@ -78,6 +79,18 @@ def _read(path: Path, numbers: list[str]) -> pd.DataFrame:
     return table
 
 
+def _heads_in_one_notation(curve: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """``heads_removed`` in ``L2H8``; a run of an older version wrote ``2.8``."""
+    if "heads_removed" not in curve:
+        return curve
+    try:
+        cells = [" ".join(head_name(*h) for h in parse_heads(text, "heads_removed"))
+                 if isinstance(text, str) else "" for text in curve["heads_removed"]]
+    except ConfigError as exc:
+        raise DataError(f"table {path} cannot be read: {exc}") from exc
+    return curve.assign(heads_removed=cells)
+
+
 def attach_prune_run(
     prune_dir: str | Path, tables_dir: str | Path, figures_dir: str | Path
 ) -> SectionRecord:
@@ -91,7 +104,8 @@ def attach_prune_run(
     scores = _read(scores_file, SCORE_NUMBERS)
     tables = {"head_importance": head_importance(scores), "prune_scores": scores}
     if (source / "prune_curve.csv").is_file():
-        tables["prune_curve"] = _read(source / "prune_curve.csv", CURVE_NUMBERS)
+        tables["prune_curve"] = _heads_in_one_notation(
+            _read(source / "prune_curve.csv", CURVE_NUMBERS), source / "prune_curve.csv")
     for name, table in tables.items():
         write_table(table, tables_dir, name)
     figures = []

@@ -1,0 +1,338 @@
+"""Issue 29's figures in one process: the corpus pass against the forward it needs, the floor.
+
+Printed, all over the same sentences in the same batches (the command's own: length-sorted
+batches of ``--batch-size`` sentences, the model's trained ``--max-length``):
+
+- **bare forward**: Hugging Face's eager forward with ``output_attentions=True`` (the forward
+  the analysis cannot avoid: it forms every attention pattern), ``AutoModel``, no hooks;
+- **corpus pass**: attnlens' forward with every analyzer of `attnlens analyze` fed by the
+  runner (``stream.runner.run_analyzers``, as ``report.analyze.analyze`` calls it), and the
+  ratio corpus pass / bare forward (target <= 1.3);
+- **null model pass** (``--null random-init``: the same analyzers on a randomly initialised
+  copy over up to 512 sentences) and the **language-model heads' own passes** (probes,
+  haystacks, ablations: run while the section writes its tables), separately, and the ratio
+  with them included;
+- **per-analyzer table**: the seconds each analyzer spends in its feeding methods during the
+  pass (a shared per-block quantity is charged to the first analyzer that asks for it);
+- **floor**: the analyzers' essential arithmetic alone, a tight vectorised loop over the
+  patterns cached beforehand (``floor_seconds``), and its ratio to the bare forward;
+- **fixed costs**: the whole `attnlens analyze` command on the same corpus in a fresh process
+  (``--skip-command`` leaves it out), from its start to its exit, minus the passes above as
+  its ``run.json`` records them (target <= 4 s).
+
+    python benchmarks/corpus_pass.py [--threads 2] [--max-sentences N] [--treebank PATH]
+        [--skip-command] [--profile] [--cpu] [--rounds N] [--pass-only]
+
+Default corpus: UD EWT dev (``../shared/data``), else the embedded sample treebank.
+``--max-sentences N`` keeps the first N sentences (a quick iteration, not the target's
+setting). ``--profile`` prints cProfile's top functions of the corpus pass. ``--cpu`` times
+with the process's CPU time instead of wall time (less sensitive to other work on a shared
+machine; the command's fixed costs stay wall time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+SHARED_UD = Path(__file__).resolve().parents[2] / "shared/data/ud-ewt/en_ewt-ud-dev.conllu"
+CLOCK = time.perf_counter  # --cpu: time.process_time (every thread of this process)
+FEEDING = ("begin_batch", "update_layer", "update_block", "end_layer", "end_batch", "update",
+           "model_pass")
+
+
+def load_batches(tokenizer, model, treebank: Path | None, max_sentences: int | None,
+                 batch_size: int):
+    from attnlens.data.corpus import load_corpus
+    from attnlens.loaders.trained_length import default_max_length
+
+    corpus = load_corpus(treebank=str(treebank) if treebank else None,
+                         max_sentences=max_sentences)
+    max_length = default_max_length(model.cfg.source.get("path"))
+    return corpus.batches(tokenizer, batch_size, max_length), max_length
+
+
+def load_hf_eager(path: str):
+    """The checkpoint in plain transformers, eager attention (it can return patterns)."""
+    from transformers import AutoModel
+
+    return AutoModel.from_pretrained(path, attn_implementation="eager",
+                                     dtype=torch.float32).eval()
+
+
+@torch.no_grad()
+def bare_forward(hf, batch) -> None:
+    """The bare HF eager forward with every attention pattern returned."""
+    hf(**batch.model_inputs(), output_attentions=True)
+
+
+def timed_methods(analyzer, totals: dict[str, float], key: str):
+    """Wrap ``analyzer``'s feeding methods so their time adds to ``totals[key]``."""
+    totals.setdefault(key, 0.0)
+
+    def wrap(method):
+        def run(*args, **kwargs):
+            began = CLOCK()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                totals[key] += CLOCK() - began
+        return run
+
+    for name in FEEDING:
+        if hasattr(analyzer, name) and name not in vars(analyzer):
+            setattr(analyzer, name, wrap(getattr(analyzer, name)))
+
+
+def corpus_pass(model, tokenizer, batches, hf, per_analyzer: bool, profile: bool):
+    """(bare seconds, pass seconds, sections, analyzers by section, {analyzer: seconds}).
+
+    The bare forward and the pass alternate batch by batch (``run_analyzers`` over one batch
+    at a time: the analyzers' states add up as over the whole list), so both see the same
+    load of a shared machine; their order alternates too."""
+    from attnlens.measures.lm_heads.run import LmHeads
+    from attnlens.report.analyze import default_sections
+    from attnlens.stream.runner import run_analyzers
+
+    sections = default_sections(LmHeads())
+    per_section = [s.analyzers(model, tokenizer) for s in sections]
+    everything = [a for group in per_section for a in group]
+    totals: dict[str, float] = {}
+    if per_analyzer:
+        for section, group in zip(sections, per_section, strict=True):
+            for analyzer in group:
+                timed_methods(analyzer, totals, f"{section.name}: {type(analyzer).__name__}")
+    profiler = None
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+    bare = ours = 0.0
+    for i, batch in enumerate(batches):
+        for turn in ((0, 1) if i % 2 == 0 else (1, 0)):
+            start = CLOCK()
+            if turn == 0:
+                bare_forward(hf, batch)
+                bare += CLOCK() - start
+                continue
+            if profiler is not None:
+                profiler.enable()
+            run_analyzers(model, [batch], everything, show_progress=False)
+            ours += CLOCK() - start
+            if profiler is not None:
+                profiler.disable()
+    if profiler is not None:
+        import pstats
+
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
+    for analyzer in everything:  # unwrap
+        for name in FEEDING:
+            vars(analyzer).pop(name, None)
+    return bare, ours, sections, per_section, totals
+
+
+def null_pass_seconds(model, tokenizer, batches, sections) -> float:
+    from attnlens.distributed import SINGLE
+    from attnlens.report.null_run import NullOptions, run_null
+
+    start = CLOCK()
+    run_null(model, tokenizer, batches, sections, NullOptions(), SINGLE)
+    return CLOCK() - start
+
+
+def lm_heads_seconds(model, sections, per_section) -> float:
+    """The language-model heads section's write: its probes, haystacks and ablations."""
+    from attnlens.runs.io import no_figures
+
+    for section, group in zip(sections, per_section, strict=True):
+        if section.name == "lm_heads":
+            with tempfile.TemporaryDirectory() as tmp, no_figures():
+                start = CLOCK()
+                section.write(model, group, Path(tmp), ("png",))
+                return CLOCK() - start
+    return 0.0
+
+
+# The floor -------------------------------------------------------------------------------
+@torch.no_grad()
+def cache_patterns(model, batches) -> list[list[torch.Tensor]]:
+    """Every batch's patterns, ``[layer] -> [batch, head, query_pos, key_pos]``."""
+    names = [f"blocks.{i}.attn.hook_pattern" for i in range(model.n_layers)]
+    cached: list[list[torch.Tensor]] = []
+
+    def keep(x: torch.Tensor, hook) -> None:
+        cached[-1].append(x.detach())
+
+    with model.hooks([(n, keep) for n in names]):
+        for batch in batches:
+            cached.append([])
+            model(**batch.model_inputs(), return_type="hidden")
+    return cached
+
+
+@torch.no_grad()
+def floor_seconds(cached, batches, hf) -> tuple[float, dict[str, float]]:
+    """The analyzers' essential arithmetic on cached patterns, timed per kind of work.
+
+    Per layer and batch, on ``p [batch, head, query, key]`` in float32: row maxima and
+    argmax, ties, entropies (head statistics, positional, rare words, sinks), attention
+    received per key and to the first token, the offset histogram (positional heads, sparse
+    coverage), word pooling ``W p W^T`` (syntactic heads), ``p - p^T`` norms (asymmetry), the
+    row-normalised ``p p^T`` products of rollout; then the spectrum's eigenvalues of every
+    head's Gram matrix ``p p^T`` (``eigvalsh`` over the batch's heads, the LAPACK floor).
+    A bare forward runs before each batch's arithmetic (timed apart: the ratio's baseline
+    under the same load). Returns (bare seconds, seconds per kind of work).
+    """
+    bare = 0.0
+    parts = {"per-row and per-key reductions": 0.0, "offset histogram": 0.0,
+             "word pooling": 0.0, "asymmetry and rollout": 0.0, "spectrum eigenvalues": 0.0}
+    for layers, batch in zip(cached, batches, strict=True):
+        start = CLOCK()
+        bare_forward(hf, batch)
+        bare += CLOCK() - start
+        mask = batch.attention_mask.to(torch.float32)  # [batch, key_pos]
+        length = mask.shape[-1]
+        offsets = (torch.arange(length)[None, :] - torch.arange(length)[:, None]
+                   + length - 1).flatten()  # [query*key] offset bins
+        pool = mask[:, None, :] * torch.eye(length)  # [batch, word, token]
+        previous = None
+        for p in layers:
+            t0 = CLOCK()
+            p = p.float()
+            top, where = p.max(-1)
+            ties = (p == top[..., None]).sum(-1)
+            ent = torch.special.entr(p).sum(-1)
+            received = p.sum(-2)
+            stats = (top * mask[:, None]).sum((0, 2)), ent.sum((0, 2)), received.sum(0)
+            del stats, ties, where
+            t1 = CLOCK()
+            hist = torch.zeros(p.shape[1], 2 * length - 1)
+            hist.index_add_(1, offsets, p.sum(0).reshape(p.shape[1], -1).T.contiguous().T)
+            t2 = CLOCK()
+            words = pool[:, None] @ p @ pool[:, None].transpose(-1, -2)
+            del words
+            t3 = CLOCK()
+            asym = (p - p.transpose(-1, -2)).square().sum((-1, -2))
+            mean = p.mean(1)
+            previous = mean if previous is None else mean @ previous
+            del asym
+            t4 = CLOCK()
+            gram = p @ p.transpose(-1, -2)
+            torch.linalg.eigvalsh(gram)
+            t5 = CLOCK()
+            for key, spent in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4),
+                                  strict=True):
+                parts[key] += spent
+    return bare, parts
+
+
+# The command ------------------------------------------------------------------------------
+def command_figures(treebank: Path | None, max_sentences: int | None, threads: int):
+    """(wall seconds, run.json timings) of `attnlens analyze` in a fresh process."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "report"
+        command = [sys.executable, "-m", "attnlens.cli", "analyze", "--out", str(out), "-q"]
+        if treebank:
+            command += ["--treebank", str(treebank)]
+        if max_sentences:
+            command += ["--max-sentences", str(max_sentences)]
+        start = time.perf_counter()
+        subprocess.run(command, env=env, check=True, capture_output=True)
+        wall = time.perf_counter() - start
+        return wall, json.loads((out / "run.json").read_text(encoding="utf-8"))["timings"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--max-sentences", type=int, default=0, help="first N (0: all)")
+    parser.add_argument("--treebank", type=Path, default=None)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="bare forward and corpus pass: best of N")
+    parser.add_argument("--skip-command", action="store_true")
+    parser.add_argument("--skip-floor", action="store_true")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--cpu", action="store_true",
+                        help="CPU time of this process instead of wall time (a loaded machine)")
+    parser.add_argument("--pass-only", action="store_true",
+                        help="only the bare forward and the corpus pass (a quick iteration)")
+    args = parser.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # each figure as it comes, also into a file
+    torch.set_num_threads(args.threads)
+    if args.cpu:
+        global CLOCK
+        CLOCK = time.process_time
+    import attnlens
+
+    treebank = args.treebank or (SHARED_UD if SHARED_UD.is_file() else None)
+    max_sentences = args.max_sentences or None
+    model, tokenizer = attnlens.load()
+    batches, max_length = load_batches(tokenizer, model, treebank, max_sentences,
+                                       args.batch_size)
+    n = sum(b.size for b in batches)
+    tokens = sum(int(b.attention_mask.sum()) for b in batches)
+    slots = sum(b.attention_mask.numel() for b in batches)
+    print(f"corpus: {treebank or 'embedded sample treebank'}: {n} sentences, {len(batches)} "
+          f"batches of {args.batch_size}, max length {max_length}, padding "
+          f"{1 - tokens / slots:.1%}, {args.threads} threads")
+    print(f"clock: {'CPU time of this process' if args.cpu else 'wall time'}")
+    hf = load_hf_eager(model.cfg.source["path"])
+    bare_forward(hf, batches[0])  # warm-up
+    rounds = [corpus_pass(model, tokenizer, batches, hf, False, False)  # no timers
+              for _ in range(args.rounds)]
+    bare, plain, *_ = min(rounds, key=lambda r: r[1] / r[0])  # the best ratio of N
+    bare_timed, ours, sections, per_section, totals = corpus_pass(
+        model, tokenizer, batches, hf, True, args.profile)
+    if args.pass_only:
+        args.skip_floor = args.skip_command = True
+        null = lm = 0.0
+    else:
+        null = null_pass_seconds(model, tokenizer, batches, sections)
+        lm = lm_heads_seconds(model, sections, per_section)
+    print(f"bare HF eager forward, output_attentions=True: {bare:8.2f} s")
+    print(f"corpus pass (every analyzer of analyze):      {plain:8.2f} s   "
+          f"ratio {plain / bare:5.2f}  (target <= 1.3)")
+    print(f"  the same with a timer per analyzer:         {ours:8.2f} s   (its bare forward "
+          f"{bare_timed:.2f} s)")
+    print(f"null model pass (--null random-init):         {null:8.2f} s")
+    print(f"language-model heads' own passes (probes...): {lm:8.2f} s")
+    print(f"corpus pass + null + language-model passes:   {plain + null + lm:8.2f} s   "
+          f"ratio {(plain + null + lm) / bare:5.2f}")
+    print("per analyzer (seconds in its feeding methods during the pass):")
+    for key, spent in sorted(totals.items(), key=lambda kv: -kv[1]):
+        print(f"  {key:48s} {spent:7.2f} s  {spent / bare_timed:5.2f}x forward")
+    print(f"  {'all analyzers':48s} {sum(totals.values()):7.2f} s")
+    if not args.skip_floor:
+        cached = cache_patterns(model, batches)
+        floor_bare, parts = floor_seconds(cached, batches, hf)
+        del cached
+        floor = sum(parts.values())
+        print(f"floor: the analyzers' essential arithmetic on cached patterns {floor:7.2f} s "
+              f"({floor / floor_bare:.2f}x the bare forward of {floor_bare:.2f} s beside it; "
+              f"floor of the pass: {1 + floor / floor_bare:.2f}x)")
+        for key, spent in parts.items():
+            print(f"  {key:46s} {spent:7.2f} s")
+    if not args.skip_command:
+        wall, timings = command_figures(treebank, max_sentences, args.threads)
+        passes = timings["corpus pass (forward and every analyzer)"]
+        null_cmd = timings.get("null model pass (included in total)", 0.0)
+        lm_cmd = timings["sections"].get("lm_heads", {}).get("tables and figures", 0.0)
+        fixed = wall - passes - null_cmd - lm_cmd
+        print(f"attnlens analyze, from its start to its exit: {wall:8.2f} s (corpus pass "
+              f"{passes:.2f}, null {null_cmd:.2f}, language-model heads {lm_cmd:.2f})")
+        print(f"fixed costs (the command minus those passes): {fixed:8.2f} s   "
+              f"(target <= 4 s); minus the corpus pass only: {wall - passes:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
