@@ -201,7 +201,7 @@ SLOW = {
     "test_lm_heads_hf.py::test_sink_equals_an_independent_computation_on_minilm",
     "test_lm_heads_hf_backend.py::test_scores_through_the_hf_backend_match_eager_attentions",
     "test_lm_heads_hf_backend.py::test_the_whole_measure_runs_through_the_hf_backend",
-    "test_lm_heads_known.py::test_a_model_without_attnlens_modules_gets_no_copying_scores",
+    "test_lm_heads_known.py::test_a_model_without_token_maps_gets_no_copying_scores",
     "test_lm_heads_known.py::test_ablating_the_induction_head_breaks_the_repeat_loss",
     "test_lm_heads_known.py::test_mean_ablation_replaces_a_head_output_by_its_mean",
     "test_lm_heads_known.py::test_no_probes_keeps_the_corpus_measures",
