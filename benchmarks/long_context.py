@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -180,14 +181,28 @@ def cpu_case(args) -> None:
         raise SystemExit(f"tables differ by {worst:.1e} > {TOLERANCE:.0e}")
 
 
+def median_times(blocks_path, fused_path, rounds: int) -> tuple[float, float]:
+    """Median seconds of the two output paths, after a warm-up, alternated round by round."""
+    import torch
+
+    times = {"blocks": [], "fused": []}
+    with torch.no_grad():
+        for fn in (blocks_path, fused_path):
+            fn()  # warm-up
+        for _ in range(rounds):
+            for name, fn in (("blocks", blocks_path), ("fused", fused_path)):
+                start = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - start)
+    return statistics.median(times["blocks"]), statistics.median(times["fused"])
+
+
 def output_paths(length: int, rows: int, device: str = "cpu", heads: int = 4,
                  d_head: int = 16, rounds: int = 3) -> tuple[float, float]:
     """Seconds per call of one causal attention layer over ``length`` tokens with its pattern
     read in blocks of ``rows``: (output from the same blocks, ``pattern @ v`` per block;
     output from SDPA's fused kernel plus the blocks' scores and softmax recomputed for the
     statistics). Medians of ``rounds``."""
-    import statistics
-
     import torch
     import torch.nn.functional as F
 
@@ -235,16 +250,7 @@ def output_paths(length: int, rows: int, device: str = "cpu", heads: int = 4,
             read(F.softmax(scores, dim=-1, dtype=torch.float32), None)
         sync()
 
-    times = {"blocks": [], "fused": []}
-    with torch.no_grad():
-        for fn in (blocks_path, fused_path):
-            fn()  # warm-up
-        for _ in range(rounds):
-            for name, fn in (("blocks", blocks_path), ("fused", fused_path)):
-                start = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - start)
-    return statistics.median(times["blocks"]), statistics.median(times["fused"])
+    return median_times(blocks_path, fused_path, rounds)
 
 
 class _hooked:
@@ -265,8 +271,6 @@ def hf_output_paths(length: int, rows: int, device: str = "cpu", heads: int = 4,
     """``output_paths`` for the hf backend's attention function (``EagerRows``), on one
     causal layer's queries, keys and values with transformers' eager mask: (output from the
     blocks; SDPA's fused kernel plus the blocks' patterns recomputed)."""
-    import statistics
-
     import torch
     import torch.nn.functional as F
 
@@ -305,16 +309,7 @@ def hf_output_paths(length: int, rows: int, device: str = "cpu", heads: int = 4,
             read(eager.pattern_rows(start, min(start + rows, length)), None)
         sync()
 
-    times = {"blocks": [], "fused": []}
-    with torch.no_grad():
-        for fn in (blocks_path, fused_path):
-            fn()  # warm-up
-        for _ in range(rounds):
-            for name, fn in (("blocks", blocks_path), ("fused", fused_path)):
-                start = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - start)
-    return statistics.median(times["blocks"]), statistics.median(times["fused"])
+    return median_times(blocks_path, fused_path, rounds)
 
 
 def print_output_paths(length: int, rows: int, device: str, rounds: int = 3,

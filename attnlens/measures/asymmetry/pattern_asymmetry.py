@@ -50,44 +50,34 @@ def pattern_asymmetry(
     """Per-matrix ``asym_ratio [...]`` and graph counts ``[..., 4]`` of ``P [..., n, n]``.
 
     Counts: edges, reciprocated edges, unordered pairs with at least one edge, and those of
-    them that are directed (stronger direction >= ``factor`` x weaker).
+    them that are directed (stronger direction >= ``factor`` x weaker). One sentence whose
+    tokens are all real: ``masked_pattern_asymmetry`` below with a batch of one.
     """
-    # Norms in float32 are accurate to ~1e-7 relative; the ratio is reported in float64.
     n = P.shape[-1]
-    Pt = P.mT
-    norm = torch.linalg.matrix_norm(P).double().clamp_min(torch.finfo(torch.float64).tiny)
-    ratio = torch.linalg.matrix_norm(P - Pt).double() / norm
-    edge = edge_level / n <= P  # [..., n, n]
-    edge.diagonal(dim1=-2, dim2=-1).fill_(False)
-    edge_t = edge.mT
-    mutual = edge & edge_t
-    upper = torch.ones(n, n, dtype=torch.bool, device=P.device).triu(1)
-    any_edge = (edge | edge_t) & upper
-    directed = any_edge & (torch.maximum(P, Pt) >= factor * torch.minimum(P, Pt))
-    counts = torch.stack(
-        [m.sum(dim=(-1, -2)) for m in (edge, mutual, any_edge, directed)], dim=-1
-    ).double()
-    return ratio, counts
+    ratio, counts = masked_pattern_asymmetry(P[None], *_all_real(n, P.device), factor,
+                                             edge_level)
+    return ratio[0], counts[0]
 
 
 def dominance_violations(alpha: torch.Tensor) -> torch.Tensor:
     """Counts ``[..., 3]``: ordered pairs ``i != j``, product and max-diagonal violations."""
     n = alpha.shape[-1]
-    diag = alpha.diagonal(dim1=-2, dim2=-1)  # [..., n]
-    off = ~torch.eye(n, dtype=torch.bool, device=alpha.device)
-    tol = 1 + RELATIVE_TOL
-    product = (alpha * alpha.mT > tol * diag[..., :, None] * diag[..., None, :]) & off
-    dominance = (alpha > tol * torch.maximum(diag[..., :, None], diag[..., None, :])) & off
-    pairs = torch.full(alpha.shape[:-2], n * (n - 1), dtype=torch.float64, device=alpha.device)
-    return torch.stack(
-        [pairs, product.sum(dim=(-1, -2)).double(), dominance.sum(dim=(-1, -2)).double()], -1
-    )
+    flat = alpha.reshape(-1, n, n)  # [matrices, n, n]
+    pairs, lengths = _all_real(n, alpha.device)
+    counts = masked_dominance_violations(flat, pairs, lengths.expand(flat.shape[0]))
+    return counts.reshape(*alpha.shape[:-2], 3)
 
 
 def unweighted_attention(X: torch.Tensor) -> torch.Tensor:
     """``softmax(X X^T / sqrt(C))`` for ``X [..., n, C]`` in float64: ``[..., n, n]``."""
     X = X.double()
     return torch.softmax(X @ X.mT / X.shape[-1] ** 0.5, dim=-1)
+
+
+def _all_real(n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``pairs [1, n, n]`` all True and ``lengths [1]`` = n: one sentence without padding."""
+    return (torch.ones(1, n, n, dtype=torch.bool, device=device),
+            torch.full((1,), n, dtype=torch.long, device=device))
 
 
 # --- the same on padded batches, every sentence at once -------------------------------------
