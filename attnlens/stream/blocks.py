@@ -45,6 +45,17 @@ class PatternBlock:
         self.query = query
         self.layer = layer
         self.recompute = recompute
+        self._shared: dict[object, torch.Tensor] = {}
+
+    def shared(self, key: object, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """``compute()`` once per block for ``key``, then its result to every analyzer that
+        asks with an equal key (a quantity several analyzers read: a head statistic's value
+        per row, attention received per key). Keys name what is computed and every setting
+        it depends on besides the block and its batch."""
+        found = self._shared.get(key)
+        if found is None:
+            found = self._shared[key] = compute()
+        return found
 
     @classmethod
     def whole(cls, pattern: torch.Tensor, layer: int) -> PatternBlock:

@@ -29,7 +29,7 @@ import torch
 
 from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
-from attnlens.stream.base import Batch
+from attnlens.stream.base import Batch, PatternBlock
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.per_sentence import sentence_ids_of
 
@@ -67,6 +67,7 @@ class HeadExamples(HeadPatternAnalyzer):
     # Examples are short excerpts: inputs above the whole-matrix limit are left out (their
     # statistics still count in head_stats, which reads query blocks).
     skips_long_inputs = True
+    reads_blocks = True  # shares the head statistics' per-row values (PatternBlock.shared)
     state_fields = ("top_value", "top_sentence", "top_query", "top_key", "top_start",
                     "top_window", "sentence_ids", "sentence_words")
 
@@ -112,28 +113,49 @@ class HeadExamples(HeadPatternAnalyzer):
         counted = self.reader.row_weight[:, :, 0, :]  # [measure, batch, query_pos]
         self._counted = counted.sum(-1)  # [measure, batch]
         self._enough = self._counted >= MIN_ROWS
+        self._uncounted = self.reader.row_weight == 0  # [measure, batch, 1, query_pos]
+        self._found: list[tuple[int, tuple[torch.Tensor, ...]]] = []  # per layer, merged once
 
-    def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
-        p = cache["pattern", layer].float()  # [batch, head, query_pos, key_pos]
+    def whole_matrix_length(self, batch: Batch) -> int:
+        """The padded length: an example needs the whole pattern (``skips_long_inputs``)."""
+        return int(batch.input_ids.shape[-1])
+
+    def update_block(self, batch: Batch, layer: int, block: PatternBlock,
+                     cache: ActivationCache) -> None:
+        """A whole pattern is read as it comes, sharing its rows' values with the head
+        statistics (``TokenMeasures.per_row`` on the same block); query blocks of a pattern
+        (inputs cut into blocks below the whole-matrix limit) are put together first."""
+        if block.is_whole:
+            self._update_whole(layer, block)
+            return
+        if block.start == 0:
+            self._parts = []
+        self._parts.append(block.pattern)
+        if block.query.is_last:
+            whole = torch.cat(self._parts, dim=-2)  # [batch, head, query_pos, key_pos]
+            self._parts = []
+            self._update_whole(layer, PatternBlock.whole(whole, layer))
+
+    def _update_whole(self, layer: int, block: PatternBlock) -> None:
+        """This layer's candidates: every sentence's value, row, key and window per head
+        (kept until ``end_batch``, which merges every layer's into the top k at once)."""
+        p = block.p  # [batch, head, query_pos, key_pos]
         n_heads, n = p.shape[1], p.shape[-1]
         reader = self.reader
-        per_row = reader.per_row(p)  # [measure, batch, head, query_pos]
+        per_row = reader.per_row(block)  # [measure, batch, head, query_pos]
         weight = reader.row_weight  # [measure, batch, 1, query_pos]
         value = (per_row * weight).sum(-1) / self._counted[:, :, None].clamp_min(1)
         value = value.masked_fill(~self._enough[:, :, None], -torch.inf)  # [measure, batch, head]
-        masked = per_row.masked_fill(weight == 0, -torch.inf)
+        masked = per_row.masked_fill(self._uncounted, -torch.inf)
         query = masked.argmax(-1)  # [measure, batch, head]: the row where it is largest
-        key = torch.stack([reader.key_of(m, p, query[i]) for i, m in enumerate(self.measures)])
+        key = reader.keys_of(p, query)  # [measure, batch, head]
         start = self._window_start(query, key, n)  # [measure, batch, head]
         offsets = torch.arange(self.window, device=p.device)
         cells = (start[..., None] + offsets).clamp_max(n - 1)  # [measure, batch, head, w]
         b = torch.arange(p.shape[0], device=p.device)[None, :, None, None, None]
         h = torch.arange(n_heads, device=p.device)[None, None, :, None, None]
         window = p[b, h, cells[..., :, None], cells[..., None, :]]  # [m, batch, head, w, w]
-        inside = (start[..., None] + offsets) < n
-        window = window * (inside[..., :, None] & inside[..., None, :])
-        first = reader.first[None, :, None]  # positions from the sentence's first real token
-        self._keep(layer, n_heads, value, query - first, key - first, start - first, window)
+        self._found.append((layer, (value, query, key, start, window)))
 
     def _window_start(self, query: torch.Tensor, key: torch.Tensor, n: int) -> torch.Tensor:
         """First position of a window holding the query and (when close enough) the key."""
@@ -143,19 +165,44 @@ class HeadExamples(HeadPatternAnalyzer):
         start = torch.where(fits, low - (self.window - span) // 2, query - self.window // 2)
         return start.clamp(min=0).clamp(max=max(n - self.window, 0))
 
-    def _keep(self, layer: int, n_heads: int, value, query, key, start, window) -> None:
-        """The top k of the kept examples and this batch's (on the device, no sync)."""
-        m, batch = value.shape[0], value.shape[1]
-        sentence = self._ids[None, :, None].expand(m, batch, n_heads)
-        old = slice(None), layer, slice(0, n_heads)
-        values = torch.cat([self.top_value[old], value.transpose(1, 2)], -1)  # [m, head, k+b]
-        ids = torch.cat([self.top_sentence[old], sentence.transpose(1, 2)], -1)
-        best = top_k(values, ids, self.k)  # [m, head, k]
+    def _stacked(self, n: int) -> tuple[list[int], tuple[torch.Tensor, ...]]:
+        """The batch's candidates of every layer fed, ``[measure, layer, head, batch, ...]``
+        (heads a layer lacks: value -inf, which never displaces a kept example), with
+        positions counted from each sentence's first real token and windows cut at the
+        input's end."""
+        layers = [layer for layer, _ in self._found]
+        fields = []
+        for f in range(5):
+            parts = []
+            for _, found in self._found:
+                x = found[f].transpose(1, 2)  # [measure, head, batch, ...]
+                missing = self.n_heads - x.shape[1]
+                if missing:
+                    fill = -torch.inf if f == 0 else 0
+                    x = torch.cat([x, x.new_full((x.shape[0], missing, *x.shape[2:]), fill)], 1)
+                parts.append(x)
+            fields.append(torch.stack(parts, 1))
+        value, query, key, start, window = fields
+        first = self.reader.first[None, None, None, :]  # [1, 1, 1, batch]
+        inside = (start[..., None] + torch.arange(self.window, device=start.device)) < n
+        window = window * (inside[..., :, None] & inside[..., None, :])
+        return layers, (value, query - first, key - first, start - first, window)
+
+    def _keep(self, layers: list[int], value, query, key, start, window) -> None:
+        """The top k of the kept examples and this batch's (on the device, no sync).
+
+        Inputs ``[measure, layer, head, batch, ...]`` for the layers ``layers``."""
+        m, n_layers, n_heads, batch = value.shape
+        sentence = self._ids.expand(m, n_layers, n_heads, batch)
+        old = slice(None), layers
+        values = torch.cat([self.top_value[old], value], -1)  # [m, layer, head, k+b]
+        ids = torch.cat([self.top_sentence[old], sentence], -1)
+        best = top_k(values, ids, self.k)  # [m, layer, head, k]
 
         def pick(kept: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
-            both = torch.cat([kept, new.transpose(1, 2).to(kept.dtype)], 2)
-            index = best.reshape(*best.shape, *([1] * (both.dim() - 3)))
-            return both.gather(2, index.expand(*best.shape, *both.shape[3:]))
+            both = torch.cat([kept, new.to(kept.dtype)], 3)
+            index = best.reshape(*best.shape, *([1] * (both.dim() - 4)))
+            return both.gather(3, index.expand(*best.shape, *both.shape[4:]))
 
         self.top_value[old] = values.gather(-1, best)
         self.top_sentence[old] = pick(self.top_sentence[old], sentence)
@@ -165,7 +212,12 @@ class HeadExamples(HeadPatternAnalyzer):
         self.top_window[old] = pick(self.top_window[old], window)
 
     def end_batch(self, batch: Batch) -> None:
-        """Keep the tokens of this batch's sentences that an example uses (one sync)."""
+        """Merge the batch's candidates into the top k, then keep the tokens of this batch's
+        sentences that an example uses (one sync)."""
+        if self._found:
+            layers, fields = self._stacked(int(batch.input_ids.shape[-1]))
+            self._keep(layers, *fields)
+        self._found = []
         used = set(self.top_sentence[torch.isfinite(self.top_value)].tolist())
         ids = self._ids.tolist()
         real = batch.attention_mask.bool().cpu()

@@ -119,6 +119,9 @@ class TokenMeasures:
         self.id_sets = [  # [CLS], [SEP], punctuation ids as sorted tensors, built once
             torch.tensor(sorted(s), dtype=torch.long) for s in (cls_ids, sep_ids, punct_ids)
         ]
+        # names the id sets in a block's shared quantities (``PatternBlock.shared``): two
+        # readers with the same sets (head statistics, head examples) share each row value
+        self.ids_key = tuple(tuple(sorted(s)) for s in (cls_ids, sep_ids, punct_ids))
 
     def prepare(self, batch: Batch) -> None:
         """Masks of one batch: ``rows`` (real, non-special queries), ``row_weight``
@@ -142,12 +145,16 @@ class TokenMeasures:
 
     def per_row(self, pattern: torch.Tensor | PatternBlock) -> torch.Tensor:
         """``[measure, batch, head, rows]``: each measure's value on every query row of a
-        block (a whole pattern ``[batch, head, query_pos, key_pos]`` is one block)."""
+        block (a whole pattern ``[batch, head, query_pos, key_pos]`` is one block).
+
+        Each measure's rows are computed once per block (``PatternBlock.shared``) and shared
+        with every reader of the same block and id sets (``prepare`` with the same batch)."""
         block = pattern if isinstance(pattern, PatternBlock) else PatternBlock.whole(pattern, 0)
         p = block.p  # [batch, head, rows, key_pos]
 
-        def targets(k: int) -> torch.Tensor:  # weight on [CLS] (0), [SEP] (1), punctuation (2)
-            return (p @ self.targets[:, None, :, k : k + 1])[..., 0]
+        def targets() -> torch.Tensor:  # [batch, head, rows, 3]: weight on [CLS], [SEP], punct.
+            return block.shared(("token targets", self.ids_key),
+                                lambda: p @ self.targets[:, None])
 
         def first() -> torch.Tensor:  # A[i, first real token]
             index = self.first[:, None, None, None].expand(-1, p.shape[1], p.shape[2], 1)
@@ -156,16 +163,21 @@ class TokenMeasures:
         compute = {
             "confidence": lambda: block.row_max,
             "entropy": lambda: block.entropy,  # -sum p log p, 0 log 0 = 0
-            "to_cls": lambda: targets(0),
-            "to_sep": lambda: targets(1),
-            "to_punct": lambda: targets(2),
+            "to_cls": lambda: targets()[..., 0],
+            "to_sep": lambda: targets()[..., 1],
+            "to_punct": lambda: targets()[..., 2],
             "to_self": lambda: block.diagonal(p, 0),  # p[i, i]
             "to_prev": lambda: block.diagonal(p, -1),  # p[i, i-1], 0 on the first row
             "to_next": lambda: block.diagonal(p, 1),  # p[i, i+1], 0 on the last row
             "distance": lambda: (p * block.distance).sum(-1),
             "sink": first,
         }
-        return torch.stack([compute[m]() for m in self.measures])
+        depends_on_ids = ("to_cls", "to_sep", "to_punct")
+        return torch.stack([
+            block.shared(("token measure", m, self.ids_key if m in depends_on_ids else None),
+                         compute[m])
+            for m in self.measures
+        ])
 
     def key_of(self, measure: str, p: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
         """``[batch, head]`` the key a measure's value on row ``query [batch, head]`` is about
@@ -187,6 +199,39 @@ class TokenMeasures:
             pos = torch.arange(p.shape[-1], device=p.device)
             row = row * (pos[None, None, :] - query[..., None]).abs()
         return row.argmax(-1)
+
+    def keys_of(self, p: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+        """``[measure, batch, head]``: ``key_of`` for every measure at once, on the rows
+        ``query [measure, batch, head]`` of ``p [batch, head, query_pos, key_pos]`` (one
+        gather and one argmax for the measures that pick their key by weight)."""
+        n = p.shape[-1]
+        fixed = {"to_prev": lambda q: (q - 1).clamp_min(0),
+                 "to_next": lambda q: (q + 1).clamp_max(n - 1),
+                 "to_self": lambda q: q,
+                 "sink": lambda q: self.first[:, None].expand_as(q)}
+        weighed = [i for i, m in enumerate(self.measures) if m not in fixed]
+        keys = [None] * len(self.measures)
+        if weighed:
+            at = query[weighed].permute(1, 2, 0)  # [batch, head, measure']
+            rows = p.gather(2, at[..., None].expand(*at.shape, n))  # [batch, head, m', key]
+            pos = torch.arange(n, device=p.device)
+            scale = []  # what each measure weighs its row by, broadcast to [batch, head, key]
+            for i in weighed:
+                measure = self.measures[i]
+                if measure in ("to_cls", "to_sep", "to_punct"):
+                    k = ("to_cls", "to_sep", "to_punct").index(measure)
+                    scale.append(self.targets[:, None, :, k].expand(*p.shape[:2], n))
+                elif measure == "distance":
+                    scale.append((pos[None, None, :] - query[i][..., None]).abs().to(p.dtype))
+                else:  # the row's own largest weight
+                    scale.append(p.new_ones(1, 1, 1).expand(*p.shape[:2], n))
+            picked = (rows * torch.stack(scale, 2)).argmax(-1)  # [batch, head, measure']
+            for j, i in enumerate(weighed):
+                keys[i] = picked[..., j]
+        for i, measure in enumerate(self.measures):
+            if measure in fixed:
+                keys[i] = fixed[measure](query[i])
+        return torch.stack(keys)
 
 
 class HeadStats(PerSentenceRows, HeadPatternAnalyzer):
