@@ -129,7 +129,7 @@ class SyntacticHeads(PerSentenceRows, HeadPatternAnalyzer):
             return
         sent, dep, head, pair = self._arcs.unbind(1)  # each [arc]
         wr = self.words.rows(batch, layer, block.pattern, block.query)
-        if block.start == 0:
+        if block.start == 0 and not (block.is_whole and wr.n):  # (a whole one sets them)
             self._begin_columns(wr.weights, len(sent))
         if not wr.n:
             return
@@ -163,11 +163,15 @@ class SyntacticHeads(PerSentenceRows, HeadPatternAnalyzer):
         rows = masked.masked_fill(~wr.done[:, None, :, None], -2.0)  # others never win
         block_top = rows.amax(-2)  # [batch, head, key_word]
         block_count = (rows == block_top[..., None, :]).sum(-2)
+        arc_value = masked[sent, :, head_row, dep] * head_here[:, None]  # [arc, head]
+        if block.is_whole:  # the layer's columns at once: nothing to carry to a next block
+            self._col_top, self._col_count, self._arc_value = block_top, block_count, arc_value
+            return
         top = torch.maximum(self._col_top[:, :n_heads], block_top)
         self._col_count[:, :n_heads] = (self._col_count[:, :n_heads] * (self._col_top[:, :n_heads]
                                         == top) + block_count * (block_top == top))
         self._col_top[:, :n_heads] = top
-        self._arc_value[:, :n_heads] += masked[sent, :, head_row, dep] * head_here[:, None]
+        self._arc_value[:, :n_heads] += arc_value
 
     def _begin_columns(self, weights: torch.Tensor, n_arcs: int) -> None:
         """Running column maxima of a layer's word rows, and each arc's weight head -> dep."""

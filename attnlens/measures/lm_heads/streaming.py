@@ -82,6 +82,9 @@ class StreamingError(Analyzer):
         self.move_state(batch.input_ids.device)
         real = batch.attention_mask.bool()  # [batch, pos]
         self._long = real.sum(1) > self.sink_tokens + self.window  # [batch]
+        # no sentence longer than the padded length: a batch padded to at most
+        # sink_tokens + window has no long sentence, and its errors would all count 0
+        self._skip = real.shape[1] <= self.sink_tokens + self.window
         self._real = real
         self._scratch = torch.zeros(self.n_layers, self.n_heads, dtype=torch.float64,
                                     device=real.device)
@@ -90,6 +93,8 @@ class StreamingError(Analyzer):
                      cache: ActivationCache) -> None:
         """This block's share of ``restricted_output_error``: squared row errors and squared
         output norms over its real query rows, per sentence and head (float64 sums)."""
+        if self._skip:
+            return
         p = block.p  # [batch, head, rows, key_pos]
         values = per_query_head(cache["v", layer].float(), p.shape[1])  # [batch, head, key, d]
         keep = restriction(self._real, self.sink_tokens, self.window, self.causal,
@@ -105,14 +110,17 @@ class StreamingError(Analyzer):
             self._squared, self._norms = self._squared + squared, self._norms + norms
 
     def end_layer(self, batch: Batch, layer: int) -> None:
+        if self._skip:
+            return
         tiny = torch.finfo(torch.float32).tiny
         error = self._squared.sqrt() / self._norms.sqrt().clamp_min(tiny)  # [batch, head]
         self._squared = self._norms = None
         self._scratch[layer, : error.shape[1]] = (error * self._long[:, None]).sum(0)
 
     def end_batch(self, batch: Batch) -> None:
-        self.error_sums += self._scratch.to(self.error_sums.device)
-        self.sentences += int(self._long.sum())
+        if not self._skip:
+            self.error_sums += self._scratch.to(self.error_sums.device)
+            self.sentences += int(self._long.sum())
         self._scratch = None
 
     def mean_errors(self) -> np.ndarray:
