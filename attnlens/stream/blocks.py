@@ -15,6 +15,7 @@ sums (attention received per key) add the blocks' column sums.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import cached_property
 
@@ -22,7 +23,7 @@ import torch
 
 from attnlens.hooks import QueryBlock
 
-__all__ = ["PatternBlock", "QueryBlock"]
+__all__ = ["PatternBlock", "QueryBlock", "at_every_head"]
 
 
 class PatternBlock:
@@ -158,3 +159,22 @@ class PatternBlock:
         index = keys.clamp(0, n_keys - 1).expand(*x.shape[:-2], n_rows)[..., None]
         taken = x.gather(-1, index)[..., 0]  # [..., rows]
         return taken * inside if taken.dtype != torch.bool else taken & inside
+
+
+def at_every_head(x: torch.Tensor, sentence: torch.Tensor,
+                  *positions: torch.Tensor) -> torch.Tensor:
+    """``x[sentence, :, *positions]`` as ``[n, head]`` for ``x [batch, head, *dims]`` and
+    index tensors ``[n]`` (one per trailing dim), read with one flat gather.
+
+    The same values as the advanced indexing, which with a slice between its index tensors
+    moves the head axis and copies the whole of ``x`` first (a pass over a pattern-sized
+    tensor per call)."""
+    x = x.contiguous()
+    n_heads, dims = x.shape[1], x.shape[2:]
+    inner = torch.zeros_like(sentence)
+    for size, position in zip(dims, positions, strict=True):
+        inner = inner * size + position
+    per_head = math.prod(dims)
+    heads = torch.arange(n_heads, device=x.device) * per_head  # [head]
+    index = (sentence * (n_heads * per_head) + inner)[:, None] + heads  # [n, head]
+    return x.reshape(-1)[index]

@@ -41,6 +41,7 @@ from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
 from attnlens.stats.bootstrap import Inference, estimate_shares, pooled, threshold_tests
 from attnlens.stream.base import Batch, PatternBlock
+from attnlens.stream.blocks import at_every_head
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
 
@@ -182,8 +183,9 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
             sent, query = ex[:, 0], ex[:, 1]
             local = (query - wr.first).clamp(0, wr.n - 1)  # the row in this block
             here = (query >= wr.first) & (query < wr.first + wr.n) & wr.done[sent, local]
-            hits = sum(is_max[sent, :, local, ex[:, 2 + t]] for t in range(ex.shape[1] - 2))
-            got = hits * credit[sent, :, local] * here[:, None]  # [row, head]
+            hits = sum(at_every_head(is_max, sent, local, ex[:, 2 + t])
+                       for t in range(ex.shape[1] - 2))
+            got = hits * at_every_head(credit, sent, local) * here[:, None]  # [row, head]
             per_sentence = torch.zeros(batch.size, n_heads, device=w.device)
             per_sentence.index_add_(0, sent, got.to(torch.float32))  # [sentence, head]
             self._scratch[:, r, layer, :n_heads] += per_sentence

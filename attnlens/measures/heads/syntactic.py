@@ -37,6 +37,7 @@ from attnlens.measures.heads.syntactic_arcs import (
 from attnlens.measures.heads.syntactic_tables import syntactic_tables
 from attnlens.stats.bootstrap import Inference
 from attnlens.stream.base import Batch, PatternBlock
+from attnlens.stream.blocks import at_every_head
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
 
@@ -152,8 +153,10 @@ class SyntacticHeads(PerSentenceRows, HeadPatternAnalyzer):
         dep_row, dep_here = row_of(dep)
         head_row, head_here = row_of(head)
         credits = [
-            row_max[sent, :, dep_row, head] / row_n[sent, :, dep_row] * dep_here[:, None],
-            row_max[sent, :, head_row, dep] / row_n[sent, :, head_row] * head_here[:, None],
+            at_every_head(row_max, sent, dep_row, head) / at_every_head(row_n, sent, dep_row)
+            * dep_here[:, None],
+            at_every_head(row_max, sent, head_row, dep) / at_every_head(row_n, sent, head_row)
+            * head_here[:, None],
         ]  # dependent's row -> head, head's row -> dependent: [arc, head]; ties share
         for d, credit in enumerate(credits):
             summed = torch.zeros(len(self._scratch), n_heads, device=w.device)
@@ -163,7 +166,7 @@ class SyntacticHeads(PerSentenceRows, HeadPatternAnalyzer):
         rows = masked.masked_fill(~wr.done[:, None, :, None], -2.0)  # others never win
         block_top = rows.amax(-2)  # [batch, head, key_word]
         block_count = (rows == block_top[..., None, :]).sum(-2)
-        arc_value = masked[sent, :, head_row, dep] * head_here[:, None]  # [arc, head]
+        arc_value = at_every_head(masked, sent, head_row, dep) * head_here[:, None]  # [arc, h]
         if block.is_whole:  # the layer's columns at once: nothing to carry to a next block
             self._col_top, self._col_count, self._arc_value = block_top, block_count, arc_value
             return
@@ -187,9 +190,10 @@ class SyntacticHeads(PerSentenceRows, HeadPatternAnalyzer):
             return
         sent, dep, _, pair = self._arcs.unbind(1)
         n_heads = self._arc_value.shape[1]
-        top = self._col_top[sent, :, dep]  # [arc, head]
+        top = at_every_head(self._col_top, sent, dep)  # [arc, head]
         # the word attending most to the dependent is its head (dependent's own row excluded)
-        credit = (self._arc_value == top) / self._col_count[sent, :, dep].clamp_min(1)
+        credit = (self._arc_value == top) / at_every_head(self._col_count, sent,
+                                                          dep).clamp_min(1)
         summed = torch.zeros(len(self._scratch), n_heads, device=credit.device)
         summed.index_add_(0, pair, credit.to(torch.float32))  # [pair, head]
         self._scratch[:, 2, layer, :n_heads] += summed
