@@ -110,7 +110,12 @@ def word_attention(
     p = pattern.to(torch.float32)
     # rows: mean over a word's tokens; columns: sum over a word's tokens
     rows = from_mean[:, None] @ p  # [batch, head, query_word, key_pos]
-    weights = rows @ assign.transpose(1, 2)[:, None]  # [batch, head, query_word, key_word]
+    # columns: one product per sentence of its heads' rows stacked ([head * word, key_pos]),
+    # not assign broadcast over the heads (a copy of it per head)
+    n_batch, n_heads, _, n_keys = rows.shape
+    stacked = rows.reshape(n_batch, n_heads * n_words, n_keys)  # [batch, head * word, key_pos]
+    weights = (stacked @ assign.transpose(1, 2)).view(n_batch, n_heads, n_words, n_words)
+    # weights: [batch, head, query_word, key_word]
     if special_mask is None:
         to_special = torch.zeros(weights.shape[:3], device=weights.device)
     else:
