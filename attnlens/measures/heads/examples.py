@@ -194,7 +194,8 @@ class HeadExamples(HeadPatternAnalyzer):
         Inputs ``[measure, layer, head, batch, ...]`` for the layers ``layers``."""
         m, n_layers, n_heads, batch = value.shape
         sentence = self._ids.expand(m, n_layers, n_heads, batch)
-        old = slice(None), layers
+        # every layer (the usual case): a slice, no index tensor to copy to the device
+        old = (slice(None), slice(None) if layers == list(range(self.n_layers)) else layers)
         values = torch.cat([self.top_value[old], value], -1)  # [m, layer, head, k+b]
         ids = torch.cat([self.top_sentence[old], sentence], -1)
         best = top_k(values, ids, self.k)  # [m, layer, head, k]

@@ -212,7 +212,7 @@ class TokenMeasures:
         weighed = [i for i, m in enumerate(self.measures) if m not in fixed]
         keys = [None] * len(self.measures)
         if weighed:
-            at = query[weighed].permute(1, 2, 0)  # [batch, head, measure']
+            at = torch.stack([query[i] for i in weighed], -1)  # [batch, head, measure']
             rows = p.gather(2, at[..., None].expand(*at.shape, n))  # [batch, head, m', key]
             pos = torch.arange(n, device=p.device)
             scale = []  # what each measure weighs its row by, broadcast to [batch, head, key]
