@@ -266,6 +266,7 @@ SLOW = {
     "test_query_blocks.py::test_row_separable_analyzers_fed_blocks_equal_whole_matrices",
     "test_query_blocks.py::test_run_analyzers_in_blocks_equals_the_whole_matrix_path",
     "test_query_blocks.py::test_spectrum_top_k_from_block_products_equals_the_dense_path",
+    "test_rows_shared.py::test_syntactic_whole_matrices_equal_query_blocks_on_minilm_sentences",
     "test_raw_text_tokens.py::test_commands_read_the_raw_lines_on_a_gpt2",
     "test_readers_fuzz.py::test_conllu_parser_gives_trees_or_a_data_error",
     "test_readers_fuzz.py::test_word_alignment_gives_consistent_word_ids_or_a_data_error",
