@@ -9,7 +9,7 @@ import torch
 from attnlens.data.text import sample_sentences, text_batches
 from attnlens.measures.linear.linear_attention import LinearAttentionView
 from attnlens.measures.sparse.sparse import SparseCoverage
-from attnlens.stream.held_layers import HeldLayers
+from attnlens.stream.held_layers import HeldLayers, add_to_layers
 from attnlens.stream.runner import run_analyzers
 from tests.fixtures import tiny_batches
 
@@ -30,6 +30,17 @@ def test_take_stacks_runs_of_equal_shapes_along_the_given_axes():
     assert torch.equal(first, torch.cat([a, b], 1)) and first_small.shape == (2, 2, 4)
     assert second is c  # one layer: no copy
     assert not held and held.elements == 0
+
+
+@pytest.mark.parametrize("layers", [[1, 2], [0, 2]])
+def test_add_to_layers_adds_each_layer_over_the_heads_it_has(layers):
+    target = torch.zeros(3, 4, 2)  # [layer, head, measure]
+    x = torch.arange(12.0).reshape(2, 3, 2)  # two layers of 3 heads (a pruned model)
+    add_to_layers(target, layers, x)
+    want = torch.zeros(3, 4, 2)
+    for i, layer in enumerate(layers):
+        want[layer, :3] += x[i]
+    assert torch.equal(target, want)
 
 
 def one_layer_at_a_time(analyzer):

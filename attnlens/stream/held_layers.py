@@ -55,3 +55,16 @@ class HeldLayers:
         return [(layers, [parts[0] if len(parts) == 1 else torch.cat(parts, dim)
                           for parts, dim in zip(zip(*items, strict=True), dims, strict=True)])
                 for layers, items in runs]
+
+
+def add_to_layers(target: torch.Tensor, layers: Sequence[int], x: torch.Tensor) -> None:
+    """``target[layer] += x[i]`` for each ``layers[i]``, over the leading part of every
+    other axis that ``x [len(layers), ...]`` covers (``[:heads]`` of a pruned layer).
+    Consecutive layers are one slice (no index tensor: nothing is copied to a GPU)."""
+    within = tuple(slice(0, n) for n in x.shape[1:])
+    first = layers[0]
+    if list(layers) == list(range(first, first + len(layers))):
+        target[(slice(first, first + len(layers)), *within)] += x
+        return
+    for i, layer in enumerate(layers):
+        target[(layer, *within)] += x[i]

@@ -39,7 +39,7 @@ from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
 from attnlens.stream.base import Batch
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
-from attnlens.stream.held_layers import HeldLayers
+from attnlens.stream.held_layers import HeldLayers, add_to_layers
 from attnlens.stream.sentence_sample import check_sample_options, sample_batch
 
 MEASURES = (
@@ -235,11 +235,10 @@ class LinearAttentionView(HeadPatternAnalyzer):
             relative_error(raw, exact, rows),
             rescaled_error(raw, exact, rows),
         ])  # [measure, batch, layer * head]
-        index = torch.tensor(layers, device=self.sums.device)
         sums = per_sentence.double().sum(1).unflatten(-1, (len(layers), n_heads))
-        self.sums[:, :, :n_heads].index_add_(1, index, sums)  # [measure, layer, head]
+        add_to_layers(self.sums.transpose(0, 1), layers, sums.transpose(0, 1))  # [layer, m, h]
         by_length = (effective.double().mT @ self._bucket).unflatten(0, (len(layers), n_heads))
-        self.by_length[:, :n_heads].index_add_(0, index, by_length)  # [layer, head, bucket]
+        add_to_layers(self.by_length, layers, by_length)  # [layer, head, bucket]
 
     def result(self) -> dict[str, pd.DataFrame]:
         means = (self.sums / max(self.sentences, 1)).cpu().numpy()

@@ -44,7 +44,7 @@ from attnlens.measures.rollout.rollout import _sentence_ids
 from attnlens.model.transformer import HookedTransformer
 from attnlens.stream.base import Batch, PatternBlock
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
-from attnlens.stream.held_layers import HeldLayers
+from attnlens.stream.held_layers import HeldLayers, add_to_layers
 from attnlens.stream.sentence_sample import check_sample_options, sample_batch
 
 WINDOWS = (1, 2, 4, 8, 16)
@@ -311,12 +311,7 @@ class SparseCoverage(HeadPatternAnalyzer):
 
     def _add(self, target: torch.Tensor, layers: list[int], x: torch.Tensor) -> None:
         """``target[layer, :heads] += x`` for ``x [layer * head, ...]`` (layer-major)."""
-        heads = x.shape[0] // len(layers)
-        if len(layers) == 1:
-            target[layers[0], :heads] += x
-            return
-        index = torch.tensor(layers, device=target.device)
-        target[:, :heads].index_add_(0, index, x.unflatten(0, (len(layers), heads)))
+        add_to_layers(target, layers, x.unflatten(0, (len(layers), -1)))
 
     def _fold_rows(self, layers: list[int], pattern: torch.Tensor, values_kv: torch.Tensor,
                    block: PatternBlock) -> tuple[torch.Tensor, torch.Tensor]:
