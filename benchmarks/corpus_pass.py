@@ -26,7 +26,7 @@ batches of ``--batch-size`` sentences, the model's trained ``--max-length``):
 Default corpus: UD EWT dev (``../shared/data``), else the embedded sample treebank.
 ``--max-sentences N`` keeps the first N sentences (a quick iteration, not the target's
 setting). ``--spectrum-sentences N`` sets `analyze`'s option of that name (the spectrum's
-exact singular values over the first N sentences of the corpus; 0: every sentence) for the
+exact singular values over N sentences evenly spaced by corpus index; 0: every one) for the
 pass, the floor and the command alike; by default its default (256).
 ``--profile`` prints cProfile's top functions of the corpus pass. ``--cpu`` times
 with the process's CPU time instead of wall time (less sensitive to other work on a shared
@@ -196,11 +196,13 @@ def floor_seconds(cached, batches, hf, spectrum_sentences: int | None = None
     coverage), word pooling ``W p W^T`` (syntactic heads), ``p - p^T`` norms (asymmetry), the
     row-normalised ``p p^T`` products of rollout; then the spectrum's eigenvalues of every
     head's Gram matrix ``p p^T`` (``eigvalsh`` over the batch's heads, the LAPACK floor) for
-    the sentences the spectrum reads: corpus index below ``spectrum_sentences`` (`analyze`'s
-    ``--spectrum-sentences``; None: every sentence).
+    the sentences the spectrum reads: ``spectrum_sentences`` evenly spaced by corpus index
+    (`analyze`'s ``--spectrum-sentences``, ``spread_sample``; None: every sentence).
     A bare forward runs before each batch's arithmetic (timed apart: the ratio's baseline
     under the same load). Returns (bare seconds, seconds per kind of work).
     """
+    from attnlens.measures.spectrum.spectrum import spread_sample
+
     bare = 0.0
     parts = {"per-row and per-key reductions": 0.0, "offset histogram": 0.0,
              "word pooling": 0.0, "asymmetry and rollout": 0.0, "spectrum eigenvalues": 0.0}
@@ -214,7 +216,8 @@ def floor_seconds(cached, batches, hf, spectrum_sentences: int | None = None
                    + length - 1).flatten()  # [query*key] offset bins
         pool = mask[:, None, :] * torch.eye(length)  # [batch, word, token]
         index = torch.tensor(batch.extra["index"])
-        spectrum_rows = (index < spectrum_sentences if spectrum_sentences is not None
+        spectrum_rows = (spread_sample(index, spectrum_sentences, batch.extra.get("corpus_size"))
+                         if spectrum_sentences is not None
                          else torch.ones_like(index, dtype=torch.bool))  # [batch]
         previous = None
         for p in layers:

@@ -41,8 +41,8 @@ PruneOpt = typer.Option(
 )
 SpectrumSentencesOpt = typer.Option(
     256, "--spectrum-sentences", min=0,
-    help="The attention spectrum reads the first N sentences of the corpus only (by corpus "
-    "index; its exact singular values cost more than every other analysis together; 0: "
+    help="The attention spectrum reads N sentences of the corpus, evenly spaced by corpus "
+    "index (its exact singular values cost more than every other analysis together; 0: "
     "every sentence).",
 )
 

@@ -1,4 +1,4 @@
-"""The spectrum's bounded sample: the first N sentences of the corpus, by corpus index."""
+"""The spectrum's bounded sample: N sentences evenly spaced by corpus index."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 
 from attnlens.errors import ConfigError
 from attnlens.measures.spectrum.section import REPORT_SENTENCES, SpectrumSection
-from attnlens.measures.spectrum.spectrum import SpectrumAnalyzer
+from attnlens.measures.spectrum.spectrum import SpectrumAnalyzer, spread_sample
 from attnlens.stream.base import Batch
 from attnlens.stream.runner import run_analyzers
 from tests.fixtures import tiny_model
@@ -20,8 +20,10 @@ def sentences(seed: int = 0) -> list[torch.Tensor]:
     return [torch.randint(1, 50, (n,), generator=gen) for n in LENGTHS]
 
 
-def batches_of(order: list[list[int]], tokens: list[torch.Tensor]) -> list[Batch]:
-    """Batches holding the sentences of the given corpus indices, padded, with their index."""
+def batches_of(order: list[list[int]], tokens: list[torch.Tensor],
+               sized: bool = False) -> list[Batch]:
+    """Batches holding the sentences of the given corpus indices, padded, with their index
+    (and, ``sized``, the corpus size, as ``Corpus.batches`` gives them)."""
     out = []
     for indices in order:
         width = max(len(tokens[i]) for i in indices)
@@ -29,7 +31,10 @@ def batches_of(order: list[list[int]], tokens: list[torch.Tensor]) -> list[Batch
         mask = torch.zeros(len(indices), width, dtype=torch.long)
         for row, i in enumerate(indices):
             ids[row, : len(tokens[i])], mask[row, : len(tokens[i])] = tokens[i], 1
-        out.append(Batch(input_ids=ids, attention_mask=mask, extra={"index": list(indices)}))
+        extra = {"index": list(indices)}
+        if sized:
+            extra["corpus_size"] = len(tokens)
+        out.append(Batch(input_ids=ids, attention_mask=mask, extra=extra))
     return out
 
 
@@ -75,16 +80,40 @@ def test_sample_reads_exactly_the_first_sentences_whatever_the_batching(model):
         assert torch.equal(state(everything)[field], state(unbounded)[field])
 
 
+@pytest.mark.parametrize(("size", "n"), [(2001, 256), (11, 4), (10, 3), (7, 6), (100, 1),
+                                         (5, 5), (5, 9)])
+def test_spread_sample_is_every_floor_of_j_size_over_n(size, n):
+    index = torch.arange(size)
+    picked = index[spread_sample(index, n, size)].tolist()
+    assert picked == (sorted({j * size // n for j in range(n)}) if n < size else list(range(size)))
+    assert index[spread_sample(index, n, None)].tolist() == list(range(min(n, size)))
+
+
+def test_with_a_corpus_size_the_sample_spreads_over_the_corpus(model):
+    tokens = sentences()
+    shuffled = [[9, 2, 0], [5, 10], [3, 7, 1, 8], [6, 4]]
+    spread = SpectrumAnalyzer.for_model(model, max_sentences=4)  # indices 0, 2, 5, 8 of 11
+    run_analyzers(model, batches_of(shuffled, tokens, sized=True), [spread],
+                  show_progress=False)
+    alone = SpectrumAnalyzer.for_model(model)
+    run_analyzers(model, batches_of([[8, 0], [5, 2]], tokens), [alone], show_progress=False)
+    assert spread.sentences == 4 and spread.unsampled == len(LENGTHS) - 4
+    assert spread.token_sum == sum(LENGTHS[i] for i in (0, 2, 5, 8))
+    assert_sums_close(state(spread), state(alone))
+
+
 def test_split_runs_merge_into_the_one_run_sample(model):
     """Two processes' shares (torchrun) hold the same sample as one process."""
     tokens = sentences(1)
     order = [[9, 2, 0], [5, 10], [3, 7, 1, 8], [6, 4]]
     one = SpectrumAnalyzer.for_model(model, max_sentences=5)
-    run_analyzers(model, batches_of(order, tokens), [one], show_progress=False)
+    run_analyzers(model, batches_of(order, tokens, sized=True), [one], show_progress=False)
     first = SpectrumAnalyzer.for_model(model, max_sentences=5)
     second = SpectrumAnalyzer.for_model(model, max_sentences=5)
-    run_analyzers(model, batches_of(order[::2], tokens), [first], show_progress=False)
-    run_analyzers(model, batches_of(order[1::2], tokens), [second], show_progress=False)
+    run_analyzers(model, batches_of(order, tokens, sized=True)[::2], [first],
+                  show_progress=False)
+    run_analyzers(model, batches_of(order, tokens, sized=True)[1::2], [second],
+                  show_progress=False)
     merged = first.merge(second)
     assert merged.sentences == one.sentences == 5
     assert merged.unsampled == one.unsampled == len(LENGTHS) - 5
@@ -151,7 +180,19 @@ def test_report_section_reads_the_bounded_sample_and_says_so(model):
                   show_progress=False)
     text = spectrum_summary_text(bounded.result(), bounded.sentences, bounded.mean_length,
                                  bounded.unsampled)
-    assert text.startswith("3 sentences (the first 3 of the corpus's 5: --spectrum-sentences)")
+    assert text.startswith("3 sentences (of the corpus's 5, evenly spaced by corpus index: "
+                           "--spectrum-sentences)")
+
+
+def test_corpus_batches_carry_the_corpus_size(minilm):
+    from attnlens.data.corpus import load_corpus
+    from attnlens.data.text import sample_sentences, text_batches
+
+    _, tokenizer = minilm
+    texts = text_batches(tokenizer, sample_sentences()[:10], batch_size=4, max_length=64)
+    words = load_corpus().batches(tokenizer, 16, 64)  # the embedded sample treebank
+    assert {b.extra["corpus_size"] for b in texts} == {10}
+    assert {b.extra["corpus_size"] for b in words} == {sum(b.size for b in words)} == {43}
 
 
 def test_cli_default_is_the_report_default():

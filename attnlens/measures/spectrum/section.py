@@ -21,11 +21,11 @@ from attnlens.runs.io import save_figure, write_table
 
 # What the weight spectra read from the model (attnlens.model.protocol.PARTS).
 WEIGHT_PARTS = ("QK", "OV", "norm")
-# `attnlens analyze` reads the exact spectra of the first sentences of the corpus only
+# `attnlens analyze` reads the exact spectra of a sample of the corpus only
 # (`--spectrum-sentences`): they cost more than every other analyzer together.
 REPORT_SENTENCES = 256
-SAMPLE_NOTE = (" In `attnlens analyze`: the first --spectrum-sentences sentences of the corpus "
-               f"(by corpus index; {REPORT_SENTENCES} by default).")
+SAMPLE_NOTE = (" In `attnlens analyze`: --spectrum-sentences sentences of the corpus, evenly "
+               f"spaced by corpus index ({REPORT_SENTENCES} by default).")
 
 SPECTRUM = SectionDoc(
     about=(
@@ -87,7 +87,7 @@ def spectrum_summary_text(tables: dict[str, pd.DataFrame], sentences: int, mean_
     """A few lines a reader can quote: the corpus-wide figures of the spectrum tables
     (``unsampled``: the corpus's sentences outside the bounded sample)."""
     summary = tables["spectrum_summary"]
-    sample = (f" (the first {sentences} of the corpus's {sentences + unsampled}: "
+    sample = (f" (of the corpus's {sentences + unsampled}, evenly spaced by corpus index: "
               "--spectrum-sentences)" if unsampled else "")
     lines = [
         f"{sentences} sentences{sample}, mean {mean_n:.1f} real tokens; "
@@ -166,12 +166,12 @@ class SpectrumSection(Section):
                  max_sentences: int | None = None) -> None:
         self.low_rank_cost = low_rank_cost
         self.top_k, self.top_k_min_n = top_k, top_k_min_n  # long inputs: top-k spectra only
-        self.max_sentences = max_sentences  # the first N sentences of the corpus (None: all)
+        self.max_sentences = max_sentences  # N sentences spread over the corpus (None: all)
 
     @classmethod
     def for_report(cls, max_sentences: int | None = REPORT_SENTENCES) -> SpectrumSection:
-        """Without the low-rank cost (its eigenvectors): `attnlens spectrum` has it; the
-        first ``max_sentences`` sentences of the corpus (``--spectrum-sentences``)."""
+        """Without the low-rank cost (its eigenvectors): `attnlens spectrum` has it; over
+        ``max_sentences`` sentences evenly spaced by corpus index (``--spectrum-sentences``)."""
         return cls(low_rank_cost=False, max_sentences=max_sentences)
 
     def analyzers(self, model: HookedTransformer, tokenizer) -> list[SpectrumAnalyzer]:

@@ -36,11 +36,13 @@ layer's rows for each product (``measures.spectrum.long_patterns``), with the sa
 Full spectra (``top_k = 0``, or sentences shorter than ``top_k_min_n``) need whole blocks:
 the analyzer asks for them (``whole_matrix_length``) only up to the whole-matrix limit.
 
-Bounded sample (``max_sentences = N``): only the sentences of corpus index ``0 .. N-1``
-(``batch.extra["index"]``, else the order the analyzer sees them) are read, whatever the
+Bounded sample (``max_sentences = N``): of a corpus of ``S > N`` sentences only the ``N``
+evenly spaced by corpus index are read, ``floor(j S / N)`` for ``j = 0 .. N-1``
+(``spread_sample``; ``batch.extra["index"]`` and ``["corpus_size"]``; without a corpus size,
+the first ``N`` indices; without indices, the first ``N`` sentences seen), whatever the
 batching or the number of processes; the other sentences are not touched (``unsampled``
-counts them). `attnlens analyze` reads the first ``--spectrum-sentences`` (256) sentences:
-the exact spectra cost more than every other analyzer together.
+counts them). `attnlens analyze` reads ``--spectrum-sentences`` (256) sentences: the exact
+spectra cost more than every other analyzer together.
 """
 
 from __future__ import annotations
@@ -111,6 +113,18 @@ class _Pending:
     group: BlockGroup
     P: torch.Tensor  # [group, head, n_query, n_key]
     V: torch.Tensor | None  # [group, head, n_key, d_head_v]
+
+
+def spread_sample(index: torch.Tensor, n: int, size: int | None) -> torch.Tensor:
+    """True where a corpus index belongs to the ``n`` of ``size`` sentences evenly spaced by
+    index, ``floor(j size / n)`` for ``j < n`` (every index when ``n >= size``); the first
+    ``n`` indices when ``size`` is unknown. ``index [batch]`` int64 -> ``[batch]`` bool."""
+    if size is None:
+        return index < n
+    if n >= size:
+        return torch.ones_like(index, dtype=torch.bool)
+    j = (index * n + size - 1) // size  # the one j whose floor(j size / n) can be the index
+    return (j < n) & (j * size // n == index)
 
 
 def length_bucket(n: int) -> int:
@@ -201,13 +215,13 @@ class SpectrumAnalyzer(HeadPatternAnalyzer):
 
     # Feeding ------------------------------------------------------------------------
     def sampled(self, batch: Batch) -> torch.Tensor | None:
-        """``[batch]`` True for the sentences of the bounded sample (corpus index below
-        ``max_sentences``), on the host; None when every sentence is read."""
+        """``[batch]`` True for the sentences of the bounded sample (``spread_sample``), on
+        the host; None when every sentence is read."""
         if self.max_sentences is None:
             return None
         seen = self.sentences + self.top_sentences + self.unsampled
         ids = torch.tensor(_sentence_ids(batch, seen), dtype=torch.long)
-        return ids < self.max_sentences
+        return spread_sample(ids, self.max_sentences, batch.extra.get("corpus_size"))
 
     def begin_batch(self, batch: Batch) -> None:
         self._groups = {}
