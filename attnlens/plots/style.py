@@ -9,13 +9,30 @@ to every figure through ``styled``.
 from __future__ import annotations
 
 import functools
+import importlib
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+
+class _LazyPyplot:
+    """``matplotlib.pyplot``, imported with the Agg backend (no screen needed; notebooks still
+    display Figures) on first use, so SVG figures (``plots.svg``) never load matplotlib."""
+
+    def __getattr__(self, name: str) -> Any:
+        matplotlib = importlib.import_module("matplotlib")
+        if not getattr(_LazyPyplot, "_backend_set", False):
+            matplotlib.use("Agg")
+            _LazyPyplot._backend_set = True
+        return getattr(importlib.import_module("matplotlib.pyplot"), name)
+
+
+plt = _LazyPyplot()
 
 # One style for every figure of the library (rcParams applied while a figure is built).
 STYLE = {
@@ -32,7 +49,7 @@ STYLE = {
     "savefig.dpi": 110,
 }
 
-_F = TypeVar("_F", bound=Callable[..., Figure])
+_F = TypeVar("_F", bound=Callable[..., "Figure"])
 
 
 def styled(build: _F) -> _F:

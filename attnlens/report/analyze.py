@@ -121,7 +121,7 @@ def analyze(
     batches: Sequence[Batch],
     out_dir: str | Path,
     sections: Sequence[Section] | None = None,
-    formats: tuple[str, ...] = ("png",),
+    formats: tuple[str, ...] = ("svg",),
     show_progress: bool = True,
     corpus_name: str = "",
     options: dict[str, Any] | None = None,

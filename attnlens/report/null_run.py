@@ -133,7 +133,7 @@ def run_null(model, tokenizer, batches: Sequence, sections: Sequence, options: N
         for section, group in zip(chosen, per_section, strict=True):
             staging = Path(tmp) / section.name
             staging.mkdir()
-            output = section.write(null.model, group, staging, ("png",))
+            output = section.write(null.model, group, staging, ("svg",))
             result.tables.update(output.tables)
     result.seconds = time.perf_counter() - start
     return result

@@ -266,39 +266,69 @@ def _labelled(recipe: Callable[[], Any], label: str):
     return _add_label(recipe(), label)
 
 
-def save_figure(
-    fig, out_dir: str | Path, name: str, formats: Iterable[str] = ("png",)
-) -> list[Path]:
-    """Save a matplotlib Figure atomically in each format, then close it; return the paths.
+def _is_figure(fig) -> bool:
+    """A ready matplotlib Figure (not a recipe); tells without importing matplotlib."""
+    return not callable(fig) and hasattr(fig, "savefig")
 
-    ``fig`` may also be a recipe: a picklable zero-argument callable returning the Figure
-    (``functools.partial(layer_head_heatmap, table, title)``). Inside
-    ``report.figure_pool.figure_pool()`` the drawing happens in a worker process and the
-    files exist once the pool block ends.
+
+def svg_twin(recipe) -> Callable[[], str] | None:
+    """A zero-argument callable giving ``recipe``'s figure as SVG text without matplotlib, or
+    None: a ``functools.partial`` of a figure function with an ``svg`` twin
+    (``attnlens.plots.svg``), possibly labelled by ``figure_naming``."""
+    if not isinstance(recipe, partial):
+        return None
+    if recipe.func is _labelled:
+        inner, label = recipe.args
+        twin = svg_twin(inner)
+        return None if twin is None else partial(_svg_text, inner, label)
+    draw = getattr(recipe.func, "svg", None)
+    return None if draw is None else partial(_svg_text, recipe)
+
+
+def _svg_text(recipe: partial, label: str = "") -> str:
+    canvas = recipe.func.svg(*recipe.args, **recipe.keywords)
+    if label:
+        canvas.corner_label(label)
+    return canvas.render()
+
+
+def drawn_without_matplotlib(figure, jobs: list) -> bool:
+    """Every job of ``figure`` is an SVG its twin writes (milliseconds, no matplotlib)."""
+    return all(fmt == "svg" for _, fmt in jobs) and svg_twin(figure) is not None
+
+
+def save_figure(
+    fig, out_dir: str | Path, name: str, formats: Iterable[str] = ("svg",)
+) -> list[Path]:
+    """Save a figure atomically in each format; return the paths.
+
+    ``fig`` is a matplotlib Figure (closed once written) or a recipe: a picklable
+    zero-argument callable returning the Figure (``functools.partial(layer_head_heatmap,
+    table, title)``). A recipe whose function has an SVG twin (``attnlens.plots.svg``) writes
+    its ``.svg`` through the twin, without matplotlib; other formats and figures without a
+    twin are drawn by matplotlib. Inside ``report.figure_pool.figure_pool()`` matplotlib's
+    drawing happens in a worker process and the files exist once the pool block ends.
     """
     if _NO_FIGURES.get():
-        if not callable(fig) and hasattr(fig, "savefig"):
+        if _is_figure(fig):
             _close(fig)
         return []
-    from matplotlib.figure import Figure
-
     naming = _FIGURE_NAMING.get()
     if naming is not None:
         prefix, label = naming
         name = prefix + name
         if label:
-            fig = _add_label(fig, label) if isinstance(fig, Figure) else partial(
-                _labelled, fig, label)
+            fig = _add_label(fig, label) if _is_figure(fig) else partial(_labelled, fig, label)
     try:
         checked = figure_formats(formats)
     except DataError:
-        if isinstance(fig, Figure):
+        if _is_figure(fig):
             _close(fig)
         raise
     jobs = [(path_inside(out_dir, f"{name}.{fmt}"), fmt) for fmt in checked]  # stays in out_dir
-    if FIGURE_QUEUES:
+    if FIGURE_QUEUES and not drawn_without_matplotlib(fig, jobs):
         FIGURE_QUEUES[-1](fig, _write_figure, jobs)
-        if isinstance(fig, Figure):
+        if _is_figure(fig):
             _close(fig)  # the worker draws a pickled copy
     else:
         draw_figure(fig, _write_figure, jobs)
@@ -306,15 +336,23 @@ def save_figure(
 
 
 def draw_figure(figure, write: Callable[[Any, Path, str], None], jobs: list) -> None:
-    """Build ``figure`` if it is a recipe, ``write(fig, path, fmt)`` each job, close it."""
-    from matplotlib.figure import Figure
-
-    fig = figure if isinstance(figure, Figure) else figure()
+    """Write each ``(path, format)`` job of ``figure``: an SVG through the recipe's twin
+    when it has one, anything else by ``write(fig, path, fmt)`` on the matplotlib Figure
+    (built once, from the recipe, when first needed, and closed at the end)."""
+    twin = svg_twin(figure)
+    fig = figure if _is_figure(figure) else None
     try:
         for path, fmt in jobs:
+            if fmt == "svg" and twin is not None:
+                with atomic_open(path, "w") as handle:
+                    handle.write(twin())
+                continue
+            if fig is None:
+                fig = figure()
             write(fig, path, fmt)
     finally:
-        _close(fig)
+        if fig is not None:
+            _close(fig)
 
 
 def _write_figure(fig, path: Path, fmt: str) -> None:
