@@ -8,6 +8,7 @@ characters XML cannot carry (control characters from data) become U+FFFD.
 
 from __future__ import annotations
 
+import itertools
 import re
 
 DPI = 110  # the pixel size the figure is shown at (matplotlib's PNGs were saved at 110 dpi)
@@ -70,6 +71,7 @@ class Canvas:
                  dash: str | None = None, opacity: float | None = None) -> None:
         if len(points) < 2:
             return
+        points = simplify(points)
         self.parts.append(f'<polyline points="{_points(points)}" fill="none" '
                           f'{_stroke(stroke, width, dash, opacity)} stroke-linejoin="round"/>')
 
@@ -130,6 +132,26 @@ def _stroke(colour: str, width: float, dash: str | None, opacity: float | None) 
     if opacity is not None:
         out += f' stroke-opacity="{opacity:g}"'
     return out
+
+
+def simplify(points: list[tuple[float, float]],
+             tolerance: float = 0.05) -> list[tuple[float, float]]:
+    """``points`` without the ones lying within ``tolerance`` points (1/1440 inch, far below
+    what a screen shows) of the straight line from the last kept point to the next one:
+    dense curves (a spectrum's 384 dimensions) shrink to the points that bend them."""
+    if len(points) < 3:
+        return points
+    kept = [points[0]]
+    for here, after in itertools.pairwise(points[1:]):
+        (x0, y0), (x1, y1), (x2, y2) = kept[-1], here, after
+        dx, dy = x2 - x0, y2 - y0
+        length = (dx * dx + dy * dy) ** 0.5
+        off = abs(dy * (x1 - x0) - dx * (y1 - y0)) / length if length else \
+            ((x1 - x0) ** 2 + (y1 - y0) ** 2) ** 0.5
+        if off > tolerance:
+            kept.append(here)
+    kept.append(points[-1])
+    return kept
 
 
 def _points(points: list[tuple[float, float]]) -> str:

@@ -115,7 +115,7 @@ def layer_measure_lines(table: pd.DataFrame, measures: list[str], title: str,
     table; the y axis starts at 0."""
     canvas, box = _single("layer_measure_lines", title)
     n_layers = int(table["layer"].max()) + 1
-    _, top = data_range(table["value"])
+    _, top = data_range(table.loc[table["measure"].isin(measures), "value"])
     panel = Panel(canvas, box, data_range(range(n_layers)), (0, max(top, 1e-12)))
     panel.axes(xticks=list(range(n_layers)))
     entries = []

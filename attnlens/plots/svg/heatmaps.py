@@ -12,7 +12,7 @@ import pandas as pd
 from attnlens.plots.roles import ROLE_COLORS, role_category, role_label
 from attnlens.plots.style import layer_head_grid
 from attnlens.plots.svg.axes import LegendEntry, Panel
-from attnlens.plots.svg.canvas import Canvas
+from attnlens.plots.svg.canvas import Canvas, text_width
 from attnlens.plots.svg.colormaps import MISSING, colour_table
 from attnlens.plots.svg.grid import cells, colour_bar, index_ticks, value_range, write_values
 
@@ -100,7 +100,10 @@ def relation_heatmaps(syntactic_accuracy: pd.DataFrame, direction: str,
     relations = list(dict.fromkeys(rows["relation"]))[:max_relations]
     cols = min(4, max(1, len(relations)))
     n_rows = max(1, math.ceil(len(relations) / cols))
-    width, height = 3.0 * cols + 1, 2.4 * n_rows
+    heading = (f"Syntactic accuracy per head (layers and heads from 0), {direction}; "
+               "red dot: syntactic after correction")
+    # As wide as the matplotlib twin, or as its heading (which that twin cut off).
+    width, height = max(3.0 * cols + 1, text_width(heading, 10) / IN + 0.4), 2.4 * n_rows
     canvas = Canvas(width, height, kind="relation_heatmaps")
     colours = colour_table("viridis")
     left, right, top, bottom = 0.5 * IN, (0.08 * width + 0.2) * IN, 0.6 * IN, 0.5 * IN
@@ -127,8 +130,7 @@ def relation_heatmaps(syntactic_accuracy: pd.DataFrame, direction: str,
         _titles(canvas, box, f"{relation} (n={int(sub['examples'].iloc[0])}, base {base:.2f})",
                 size=8, label_size=7)
         canvas.close_group()
-    canvas.text(width * IN / 2, 0.25 * IN, "Syntactic accuracy per head (layers and heads from "
-                f"0), {direction}; red dot: syntactic after correction", 10)
+    canvas.text(width * IN / 2, 0.25 * IN, heading, 10)
     if relations:
         colour_bar(canvas, (0.93 * width * IN, 0.15 * height * IN, 0.015 * width * IN,
                             0.7 * height * IN), colours, 0.0, 1.0, label="accuracy")
@@ -145,7 +147,7 @@ def behaviour_figure(behaviour: pd.DataFrame, title: str = "Attention behaviour"
     height = max(2.4, 0.4 * n_layers + 1.2)
     canvas = Canvas(width, height, kind="behaviour")
     colours = colour_table("magma")
-    left, gap, top, bottom = 0.45 * IN, 0.45 * IN, 0.55 * IN, 0.5 * IN
+    left, gap, top, bottom = 0.45 * IN, 0.45 * IN, 0.7 * IN, 0.5 * IN
     pw = (0.92 * width * IN - left - 2 * gap) / 3
     ph = height * IN - top - bottom
     for i, measure in enumerate(measures):
@@ -158,7 +160,7 @@ def behaviour_figure(behaviour: pd.DataFrame, title: str = "Attention behaviour"
         index_ticks(canvas, box, n_layers, n_heads, size=6)
         _titles(canvas, box, measure, size=9, label_size=7)
         canvas.close_group()
-    canvas.text(width * IN / 2, 0.2 * IN, title, 10, baseline="hanging")
+    canvas.text(width * IN / 2, 0.12 * IN, title, 10, baseline="hanging")
     colour_bar(canvas, (0.94 * width * IN, 0.15 * height * IN, 0.012 * width * IN,
                         0.7 * height * IN), colours, 0.0, 1.0, label="share")
     return canvas
