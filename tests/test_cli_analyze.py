@@ -44,12 +44,12 @@ def test_analyze_writes_the_attention_statistics(report: Path) -> None:
 
 
 def test_analyze_writes_figures_markdown_and_html(report: Path) -> None:
-    for measure in MEASURES:
-        png = report / "figures" / f"heads_{measure}.png"
-        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for measure in MEASURES:  # SVG by default, written by attnlens' own writer
+        svg = report / "figures" / f"heads_{measure}.svg"
+        assert svg.read_text().startswith('<?xml version="1.0" encoding="utf-8"?>\n<svg ')
     assert (report / "tables" / "head_stats.md").read_text().startswith("| layer | head |")
     html = (report / "index.html").read_text()
-    assert "data:image/png;base64," in html and "Head roles" in html
+    assert "data:image/svg+xml;base64," in html and "Head roles" in html
     meta = json.loads((report / "run.json").read_text())
     assert meta["sentences"] > 0 and meta["layers_and_heads_numbered_from"] == 0
     assert not list(report.rglob(".*.tmp")) and not list(report.glob(".sections-*"))

@@ -86,11 +86,19 @@ def place_axes(
 
 
 def layer_head_grid(df: pd.DataFrame, value: str = "value") -> np.ndarray:
-    """Pivot a tidy ``layer, head, value`` table into a ``[layer, head]`` array (NaN gaps)."""
-    grid = df.pivot_table(index="layer", columns="head", values=value, aggfunc="mean")
-    n_layers = int(df["layer"].max()) + 1
-    n_heads = int(df["head"].max()) + 1
-    return grid.reindex(index=range(n_layers), columns=range(n_heads)).to_numpy()
+    """Pivot a tidy ``layer, head, value`` table into a ``[layer, head]`` array: the mean of
+    each cell's non-NaN values, NaN where it has none (``pivot_table``'s result, without its
+    cost of ~10 ms a figure)."""
+    layer = df["layer"].to_numpy(dtype=np.int64)
+    head = df["head"].to_numpy(dtype=np.int64)
+    values = df[value].to_numpy(dtype=float)
+    shape = (int(layer.max()) + 1, int(head.max()) + 1)
+    seen = ~np.isnan(values)
+    sums, counts = np.zeros(shape), np.zeros(shape)
+    np.add.at(sums, (layer[seen], head[seen]), values[seen])
+    np.add.at(counts, (layer[seen], head[seen]), 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, sums / counts, np.nan)
 
 
 def layer_axes(n_layers: int, width: float = 2.6, height: float = 2.3):

@@ -2,8 +2,8 @@
 
 Colours follow matplotlib's ``imshow`` exactly: ``vmin``/``vmax`` default to the finite
 minimum and maximum, values outside are clipped, the colour is entry ``int(share * 256)`` of the
-256-colour table (``colormaps``). A NaN cell is drawn white with class ``missing``. Every cell
-carries its row, column and value as ``data-*`` attributes.
+256-colour table (``colormaps``). A NaN cell is drawn white with class ``missing``. Cells are
+written row by row (row 0 first), each with its value as ``data-value``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from attnlens.plots.svg.canvas import Canvas, num
+from attnlens.plots.svg.canvas import Canvas, escape, num
 from attnlens.plots.svg.colormaps import MISSING, colour_index
 from attnlens.plots.svg.ticks import linear_ticks, tick_labels
 
@@ -45,10 +45,10 @@ def cells(canvas: Canvas, box: tuple[float, float, float, float], grid: np.ndarr
             else:
                 index = colour_index(v, vmin, vmax, len(colours))
                 fill, missing = (MISSING, True) if index is None else (colours[index], False)
-            klass = "cell missing" if missing else "cell"
-            out.append(f'<rect class="{klass}" x="{num(x0 + col * cw)}" y="{num(y0 + r * ch)}" '
+            klass = ' class="missing"' if missing else ""
+            out.append(f'<rect{klass} x="{num(x0 + col * cw)}" y="{num(y0 + r * ch)}" '
                        f'width="{num(cw)}" height="{num(ch)}" fill="{fill}" '
-                       f'data-row="{r}" data-col="{col}" data-value="{v:.6g}"/>')
+                       f'data-value="{v:.6g}"/>')
     out.append("</g>")
     canvas.add("".join(out))
 
@@ -60,14 +60,18 @@ def write_values(canvas: Canvas, box: tuple[float, float, float, float], grid: n
     x0, y0, w, h = box
     n_rows, n_cols = grid.shape
     cw, ch = w / max(1, n_cols), h / max(1, n_rows)
-    canvas.open_group("values")
+    # Size and anchor set once on the group (inherited); the baseline on each text.
+    out = [f'<g class="values" font-size="{size:g}" text-anchor="middle">']
     for r in range(n_rows):
         for col in range(n_cols):
             v = float(grid[r, col])
             if math.isfinite(v):
-                canvas.text(x0 + (col + 0.5) * cw, y0 + (r + 0.5) * ch, text_of(v), size,
-                            colour="#fff" if dark(v) else "#000")
-    canvas.close_group()
+                fill = ' fill="#fff"' if dark(v) else ""
+                out.append(f'<text x="{num(x0 + (col + 0.5) * cw)}" '
+                           f'y="{num(y0 + (r + 0.5) * ch)}" dominant-baseline="central"{fill}>'
+                           f"{escape(text_of(v))}</text>")
+    out.append("</g>")
+    canvas.add("".join(out))
 
 
 def index_ticks(canvas: Canvas, box: tuple[float, float, float, float], n_rows: int,
