@@ -20,16 +20,24 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
+_BACKEND_SET: list[bool] = []
+
+
+def pyplot() -> Any:
+    """``matplotlib.pyplot``, imported on first use with the Agg backend set before it loads
+    (no screen needed; notebooks still display Figures)."""
+    if not _BACKEND_SET:
+        importlib.import_module("matplotlib").use("Agg")
+        _BACKEND_SET.append(True)
+    return importlib.import_module("matplotlib.pyplot")
+
+
 class _LazyPyplot:
-    """``matplotlib.pyplot``, imported with the Agg backend (no screen needed; notebooks still
-    display Figures) on first use, so SVG figures (``plots.svg``) never load matplotlib."""
+    """``plt`` of the figure modules: ``pyplot()`` on first attribute access, so SVG figures
+    (``plots.svg``) never load matplotlib."""
 
     def __getattr__(self, name: str) -> Any:
-        matplotlib = importlib.import_module("matplotlib")
-        if not getattr(_LazyPyplot, "_backend_set", False):
-            matplotlib.use("Agg")
-            _LazyPyplot._backend_set = True
-        return getattr(importlib.import_module("matplotlib.pyplot"), name)
+        return getattr(pyplot(), name)
 
 
 plt = _LazyPyplot()

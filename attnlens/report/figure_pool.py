@@ -105,9 +105,9 @@ def _warm_up() -> None:
     """Draw one small figure with text so matplotlib loads its fonts before the fork."""
     from io import BytesIO
 
-    import matplotlib.pyplot as plt
+    from attnlens.plots.style import STYLE, pyplot
 
-    from attnlens.plots import STYLE
+    plt = pyplot()  # the Agg backend, set before pyplot loads
 
     with plt.rc_context(STYLE):
         fig = plt.figure(figsize=(1, 1))
