@@ -42,7 +42,8 @@ class Panel:
         self.xlim, self.ylim = xlim, ylim
         self._x0, self._x1 = self._scale(xlim, xlog)
         self._y0, self._y1 = self._scale(ylim, ylog)
-        self.points: list[tuple[float, float]] = []  # drawn data points (legend placement)
+        # drawn points, reference lines included (where ``legend("best")`` avoids)
+        self.points: list[tuple[float, float]] = []
         self.clip = f"clip{len(canvas.parts)}"
         canvas.add(f'<clipPath id="{self.clip}"><rect x="{num(self.x)}" y="{num(self.y)}" '
                    f'width="{num(self.w)}" height="{num(self.h)}"/></clipPath>')
@@ -153,12 +154,14 @@ class Panel:
               width: float = 1.0) -> None:
         if math.isfinite(y) and (y > 0 or not self.ylog):
             self.canvas.line(self.x, self.py(y), self.x + self.w, self.py(y), colour, width, dash)
+            self.points += [(self.x + self.w * i / 20, self.py(y)) for i in range(21)]
 
     def vline(self, x: float, colour: str = "#808080", dash: str = "1,1.6",
               width: float = 1.0) -> None:
         if math.isfinite(x) and self.xlim[0] <= x <= self.xlim[1]:
             self.canvas.line(self.px(x), self.y, self.px(x), self.y + self.h, colour, width,
                              dash)
+            self.points += [(self.px(x), self.y + self.h * i / 20) for i in range(21)]
 
     def bars(self, xs: Sequence[float], heights: Sequence[float], colour: str,
              width: float = 0.8) -> None:
