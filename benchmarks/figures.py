@@ -13,7 +13,10 @@ round by round, with the process's CPU time (wall time on this shared machine is
 and, in fresh processes, the import of ``matplotlib.pyplot`` (paid by any matplotlib figure,
 never by the SVG writer).
 
-    python benchmarks/figures.py [--rounds 3] [--out DIR]
+``--compare DIR`` also writes every figure twice into DIR, ``NAME.svg`` (attnlens) beside
+``NAME.png`` (matplotlib), and ``compare.html`` showing them side by side, for a look.
+
+    python benchmarks/figures.py [--rounds 3] [--out DIR] [--compare DIR]
 """
 
 from __future__ import annotations
@@ -31,9 +34,9 @@ from io import BytesIO
 def capture_recipes(out: str) -> list:
     """Every figure recipe ``attnlens analyze`` saves, with its file name."""
     os.environ["ATTNLENS_FIGURE_WORKERS"] = "0"
+    from attnlens.cli.app import app
     from typer.testing import CliRunner
 
-    from attnlens.cli.app import app
     from attnlens.runs import io
 
     recipes = []
@@ -83,6 +86,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default=None, help="report folder (default: a temporary one)")
+    parser.add_argument("--compare", default=None,
+                        help="write NAME.svg and NAME.png of every figure and compare.html here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         recipes = capture_recipes(args.out or os.path.join(tmp, "report"))
@@ -107,6 +112,33 @@ def main() -> None:
     print(f"matplotlib png / svg: {ratio:.1f}x")
     print(f"import matplotlib.pyplot (fresh process, wall s): "
           f"{import_seconds('matplotlib.pyplot', args.rounds):.3f}")
+    if args.compare:
+        write_comparison(recipes, args.compare)
+
+
+def write_comparison(recipes: list, folder: str) -> None:
+    """Every figure as NAME.svg (attnlens) and NAME.png (matplotlib), and a page of both."""
+    from pathlib import Path
+
+    from attnlens.runs.io import svg_twin
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name, recipe in recipes:
+        (out / f"{name}.svg").write_text(svg_twin(recipe)(), encoding="utf-8")
+        fig = recipe()
+        fig.savefig(out / f"{name}.png", dpi=110)
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+        rows.append(f'<h3>{name}</h3><div style="display:flex;gap:8px">'
+                    f'<img src="{name}.svg" style="max-width:50%"><img src="{name}.png" '
+                    'style="max-width:50%"></div>')
+    (out / "compare.html").write_text("<!doctype html><meta charset=utf-8><body>"
+                                      "<p>left: attnlens SVG, right: matplotlib PNG</p>"
+                                      + "".join(rows) + "</body>", encoding="utf-8")
+    print(f"wrote {len(recipes)} figures twice and {out / 'compare.html'}")
 
 
 if __name__ == "__main__":

@@ -90,7 +90,8 @@ class Canvas:
              baseline: str = "central", colour: str = "#000", rotate: float | None = None,
              italic: bool = False, cls: str = "") -> None:
         """``text`` at ``(x, y)``; ``anchor`` start/middle/end, ``baseline`` central/auto/
-        hanging; several lines (``\\n``) are stacked around ``y``."""
+        hanging; several lines (``\\n``) are stacked below, around or above ``y`` as the
+        baseline puts one line."""
         lines = str(text).split("\n")
         turn = f' transform="rotate({num(rotate)} {num(x)} {num(y)})"' if rotate else ""
         style = ' font-style="italic"' if italic else ""
@@ -101,7 +102,8 @@ class Canvas:
         if len(lines) == 1:
             self.parts.append(f"{head}{escape(lines[0])}</text>")
             return
-        first = -(len(lines) - 1) / 2 * 1.15
+        below = {"hanging": 0.0, "auto": 1.0}.get(baseline, 0.5)  # lines above y: a share
+        first = -(len(lines) - 1) * 1.15 * below
         spans = "".join(f'<tspan x="{num(x)}" dy="{first if i == 0 else 1.15:g}em">'
                         f"{escape(line)}</tspan>" for i, line in enumerate(lines))
         self.parts.append(f"{head}{spans}</text>")

@@ -102,11 +102,15 @@ def relation_heatmaps(syntactic_accuracy: pd.DataFrame, direction: str,
     n_rows = max(1, math.ceil(len(relations) / cols))
     heading = (f"Syntactic accuracy per head (layers and heads from 0), {direction}; "
                "red dot: syntactic after correction")
-    # As wide as the matplotlib twin, or as its heading (which that twin cut off).
-    width, height = max(3.0 * cols + 1, text_width(heading, 10) / IN + 0.4), 2.4 * n_rows
+    width, height = 3.0 * cols + 1, 2.4 * n_rows
+    wrapped = text_width(heading, 10) > (width - 0.3) * IN  # the matplotlib twin cut it off
+    if wrapped:
+        heading = heading.replace("; ", ";\n")
+        height += 0.2
     canvas = Canvas(width, height, kind="relation_heatmaps")
     colours = colour_table("viridis")
-    left, right, top, bottom = 0.5 * IN, (0.08 * width + 0.2) * IN, 0.6 * IN, 0.5 * IN
+    left, right, bottom = 0.5 * IN, (0.08 * width + 0.2) * IN, 0.5 * IN
+    top = (0.8 if wrapped else 0.6) * IN
     space_x, space_y = 0.35, 0.7  # between panels, as a share of a panel (matplotlib's)
     pw = (width * IN - left - right) / (cols + space_x * (cols - 1))
     ph = (height * IN - top - bottom) / (n_rows + space_y * (n_rows - 1))
@@ -130,7 +134,7 @@ def relation_heatmaps(syntactic_accuracy: pd.DataFrame, direction: str,
         _titles(canvas, box, f"{relation} (n={int(sub['examples'].iloc[0])}, base {base:.2f})",
                 size=8, label_size=7)
         canvas.close_group()
-    canvas.text(width * IN / 2, 0.25 * IN, heading, 10)
+    canvas.text(width * IN / 2, 0.12 * IN, heading, 10, baseline="hanging")
     if relations:
         colour_bar(canvas, (0.93 * width * IN, 0.15 * height * IN, 0.015 * width * IN,
                             0.7 * height * IN), colours, 0.0, 1.0, label="accuracy")
