@@ -36,7 +36,10 @@ def cells(canvas: Canvas, box: tuple[float, float, float, float], grid: np.ndarr
     x0, y0, w, h = box
     n_rows, n_cols = grid.shape
     cw, ch = w / max(1, n_cols), h / max(1, n_rows)
-    out = ['<g class="cells" shape-rendering="crispEdges">']
+    # One unit square per cell, scaled into the box: short elements (a syntactic figure has
+    # 24 x 72 cells), exact positions.
+    out = [f'<g class="cells" shape-rendering="crispEdges" '
+           f'transform="translate({num(x0)} {num(y0)}) scale({cw:.4f} {ch:.4f})">']
     for r in range(n_rows):
         for col in range(n_cols):
             v = float(grid[r, col])
@@ -46,8 +49,7 @@ def cells(canvas: Canvas, box: tuple[float, float, float, float], grid: np.ndarr
                 index = colour_index(v, vmin, vmax, len(colours))
                 fill, missing = (MISSING, True) if index is None else (colours[index], False)
             klass = ' class="missing"' if missing else ""
-            out.append(f'<rect{klass} x="{num(x0 + col * cw)}" y="{num(y0 + r * ch)}" '
-                       f'width="{num(cw)}" height="{num(ch)}" fill="{fill}" '
+            out.append(f'<rect{klass} x="{col}" y="{r}" width="1" height="1" fill="{fill}" '
                        f'data-value="{v:.6g}"/>')
     out.append("</g>")
     canvas.add("".join(out))
@@ -84,17 +86,19 @@ def index_ticks(canvas: Canvas, box: tuple[float, float, float, float], n_rows: 
     rows = row_labels if row_labels is not None else [str(i) for i in range(n_rows)]
     cols = col_labels if col_labels is not None else [str(i) for i in range(n_cols)]
     canvas.open_group("ticks")
+    marks = []  # every tick mark in one path
     for r in range(0, n_rows, every):
         y = y0 + (r + 0.5) * ch
-        canvas.line(x0 - 3.5, y, x0, y)
+        marks.append(f"M{num(x0 - 3.5)} {num(y)}h3.5")
         canvas.text(x0 - 5, y, rows[r], size, anchor="end")
     for col in range(0, n_cols, every):
         x = x0 + (col + 0.5) * cw
-        canvas.line(x, y0 + h, x, y0 + h + 3.5)
+        marks.append(f"M{num(x)} {num(y0 + h)}v3.5")
         if rotate_cols:
             canvas.text(x, y0 + h + 5, cols[col], size, anchor="end", rotate=-90)
         else:
             canvas.text(x, y0 + h + 5, cols[col], size, baseline="hanging")
+    canvas.add(f'<path d="{"".join(marks)}" stroke="#000" stroke-width="0.8"/>')
     canvas.rect(x0, y0, w, h, "none", stroke="#000")
     canvas.close_group()
 
