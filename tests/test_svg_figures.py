@@ -254,3 +254,23 @@ def test_ticks_escaping_and_simplified_lines() -> None:
     assert simplify(straight) == [straight[0], straight[-1]]  # collinear points dropped
     bent = [(0.0, 0.0), (1.0, 0.0), (1.0, 1.0)]
     assert simplify(bent) == bent
+
+
+def test_long_headings_wrap_inside_the_figure() -> None:
+    from attnlens.plots.svg.canvas import text_width, wrap
+
+    text = "Syntactic accuracy per head (layers and heads from 0), dep->head; red dot: syntactic"
+    lines = wrap(text, 10, 200).split("\n")
+    assert len(lines) > 1 and " ".join(lines) == text  # every word kept, in order
+    assert all(text_width(line, 10) <= 200 for line in lines)
+    one = pd.DataFrame([("dep->head", "all relations", layer, head, 0.5, False, 0.3, 9)
+                        for layer in range(2) for head in range(3)],
+                       columns=["direction", "relation", "layer", "head", "accuracy",
+                                "syntactic", "baseline", "examples"])
+    canvas = svg.heatmaps.relation_heatmaps(one, "dep->head")  # 4 inches: the heading wraps
+    root = _parse(canvas)
+    heading = [t for t in root.iter("{http://www.w3.org/2000/svg}text")
+               if "".join(t.itertext()).startswith("Syntactic")]
+    spans = heading[0].findall("s:tspan", NS)
+    assert len(spans) > 1
+    assert all(text_width(s.text, 10) <= canvas.width for s in spans)

@@ -36,6 +36,18 @@ def text_width(text: str, size: float) -> float:
     return 0.6 * size * len(text)
 
 
+def wrap(text: str, size: float, width: float) -> str:
+    """``text`` with line breaks between words so that each line fits ``width`` points at
+    font ``size`` (by ``text_width``); a single longer word keeps its own line."""
+    lines: list[str] = []
+    for word in text.split(" "):
+        if lines and text_width(f"{lines[-1]} {word}", size) <= width:
+            lines[-1] = f"{lines[-1]} {word}"
+        else:
+            lines.append(word)
+    return "\n".join(lines)
+
+
 class Canvas:
     """An SVG figure ``width`` x ``height`` inches; elements are appended in drawing order."""
 

@@ -12,7 +12,7 @@ import pandas as pd
 from attnlens.plots.roles import ROLE_COLORS, role_category, role_label
 from attnlens.plots.style import layer_head_grid
 from attnlens.plots.svg.axes import LegendEntry, Panel
-from attnlens.plots.svg.canvas import Canvas, text_width
+from attnlens.plots.svg.canvas import Canvas, wrap
 from attnlens.plots.svg.colormaps import MISSING, colour_table
 from attnlens.plots.svg.grid import cells, colour_bar, index_ticks, value_range, write_values
 
@@ -103,14 +103,13 @@ def relation_heatmaps(syntactic_accuracy: pd.DataFrame, direction: str,
     heading = (f"Syntactic accuracy per head (layers and heads from 0), {direction}; "
                "red dot: syntactic after correction")
     width, height = 3.0 * cols + 1, 2.4 * n_rows
-    wrapped = text_width(heading, 10) > (width - 0.3) * IN  # the matplotlib twin cut it off
-    if wrapped:
-        heading = heading.replace("; ", ";\n")
-        height += 0.2
+    heading = wrap(heading, 10, (width - 0.3) * IN)  # the matplotlib twin cut it off
+    extra = 0.19 * heading.count("\n")  # inches for the lines a wrap added
+    height += extra
     canvas = Canvas(width, height, kind="relation_heatmaps")
     colours = colour_table("viridis")
     left, right, bottom = 0.5 * IN, (0.08 * width + 0.2) * IN, 0.5 * IN
-    top = (0.8 if wrapped else 0.6) * IN
+    top = (0.6 + extra) * IN
     space_x, space_y = 0.35, 0.7  # between panels, as a share of a panel (matplotlib's)
     pw = (width * IN - left - right) / (cols + space_x * (cols - 1))
     ph = (height * IN - top - bottom) / (n_rows + space_y * (n_rows - 1))

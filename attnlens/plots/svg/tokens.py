@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from attnlens.plots.svg.axes import Panel
-from attnlens.plots.svg.canvas import Canvas, text_width
+from attnlens.plots.svg.canvas import Canvas, text_width, wrap
 from attnlens.plots.svg.colormaps import colour_table, cycle_colour
 from attnlens.plots.svg.grid import cells, colour_bar, index_ticks, value_range
 from attnlens.plots.svg.layout import IN, panel_boxes
@@ -58,5 +58,5 @@ def token_row_bars(row: pd.DataFrame, title: str, value: str = "value") -> Canva
                grid="y")
     panel.bars(list(range(n)), values, cycle_colour(0))
     panel.ylabel("share")
-    panel.title(title)
+    panel.title(wrap(title, 9, box[2] + 0.4 * IN))  # a long title wraps (matplotlib cut it)
     return canvas
