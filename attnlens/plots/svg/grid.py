@@ -118,7 +118,7 @@ def colour_bar(canvas: Canvas, box: tuple[float, float, float, float], colours: 
     canvas.rect(x0, y0, w, h, f"url(#{gradient})")
     canvas.rect(x0, y0, w, h, "none", stroke="#000")
     if vmax > vmin:
-        ticks = linear_ticks(vmin, vmax, most=6)
+        ticks = linear_ticks(vmin, vmax, most=10)  # about as many as matplotlib gives
         for t, text in zip(ticks, tick_labels(ticks), strict=True):
             y = y0 + h - (t - vmin) / (vmax - vmin) * h
             canvas.line(x0 + w, y, x0 + w + 3, y)
