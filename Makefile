@@ -133,6 +133,7 @@ BENCH_PRUNED := --rounds 3
 BENCH_NEWVIEWS := --sentences 64
 BENCH_LONG := --quick
 BENCH_VIEWER := --lengths 512,1024
+BENCH_FIGURES := --rounds 1
 endif
 BENCH := OMP_NUM_THREADS=$(BENCH_THREADS) $(BIN)/python benchmarks
 bench: setup
@@ -148,3 +149,4 @@ bench: setup
 	$(BENCH)/newviews.py --threads $(BENCH_THREADS) $(BENCH_NEWVIEWS)
 	$(BENCH)/long_context.py $(BENCH_LONG)
 	$(BENCH)/viewer.py $(BENCH_VIEWER)
+	$(BENCH)/figures.py $(BENCH_FIGURES)
