@@ -13,8 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from attnlens.errors import DataError
 from attnlens.report import heads_grid
 from attnlens.report.folder import Report
+from attnlens.runs import io
 
 
 # The head map's grids before issue 29 (a group-by mean per grid, every table read) -------
@@ -123,3 +125,63 @@ def test_table_grids_equal_the_group_by_path_on_edge_cases(case: str) -> None:
             continue
         assert (heads_grid.table_grids(name, table, (), 3, 4)
                 == _old_table_grids(name, reference, (), 3, 4)), (case, name)
+
+
+# Markdown tables before issue 29 (a row at a time through itertuples) ---------------------
+def _old_markdown_table(df: pd.DataFrame, float_format: str = "{:.4g}",
+                        markup: bool = True) -> str:
+    def text(value) -> str:
+        return io.markdown_cell(str(value)) if markup else str(value).replace("|", "\\|")
+
+    def cell(value) -> str:
+        if isinstance(value, float):
+            return float_format.format(value)
+        return text(value)
+
+    header = "| " + " | ".join(text(c) for c in df.columns) + " |"
+    rule = "|" + "|".join("---" for _ in df.columns) + "|"
+    rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join([header, rule, *rows]) + "\n"
+
+
+def test_markdown_tables_equal_the_row_path_on_the_sample_report(sample_report: Path) -> None:
+    report = Report(sample_report)
+    names = list(report.tables)
+    assert len(names) > 30
+    for name in names:
+        table = report.tables[name]
+        for markup in (True, False):
+            assert (io.markdown_table(table, markup=markup)
+                    == _old_markdown_table(table, markup=markup)), name
+
+
+def test_markdown_table_equals_the_row_path_on_every_kind_of_column() -> None:
+    table = pd.DataFrame({
+        "float": [0.1234567, np.nan, -np.inf],
+        "float32": np.array([1.5, 2.25, np.nan], dtype=np.float32),
+        "int": [1, 2, 3],
+        "bool": [True, False, True],
+        "mixed": [0.5, "a|b<c>", None],
+        "Int64": pd.array([1, None, 3], dtype="Int64"),
+        "Float64": pd.array([0.5, None, 2.0], dtype="Float64"),
+        "text": pd.array(["x", None, "z&"], dtype="str"),
+        "category": pd.Categorical(["p", "q", "p"]),
+        "dup": [1.0, 2.0, 3.0],
+    })
+    table.insert(0, "dup2", [4.0, 5.0, 6.0], allow_duplicates=True)
+    table = table.rename(columns={"dup2": "dup"})  # two columns of one name
+    for frame in (table, table.iloc[:0], table[[]], pd.DataFrame(index=range(2))):
+        for markup in (True, False):
+            assert (io.markdown_table(frame, "{:.3f}", markup)
+                    == _old_markdown_table(frame, "{:.3f}", markup))
+
+
+def test_no_table_files_writes_nothing_and_still_checks_the_format(tmp_path: Path) -> None:
+    table = pd.DataFrame({"a": [1.0]})
+    with io.no_table_files():
+        paths = io.write_table(table, tmp_path, "t")
+        with pytest.raises(DataError):
+            io.write_table(table, tmp_path, "t", formats=("xlsx",))
+    assert paths == [tmp_path / "t.csv", tmp_path / "t.md"]
+    assert not list(tmp_path.iterdir())
+    assert io.write_table(table, tmp_path, "t") == paths and all(p.is_file() for p in paths)

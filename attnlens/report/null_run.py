@@ -112,7 +112,7 @@ def run_null(model, tokenizer, batches: Sequence, sections: Sequence, options: N
     """The null pass (module docstring); None on ranks other than 0 of a torchrun run."""
     from attnlens.distributed import run_sharded
     from attnlens.loaders.random_init import random_init_copy
-    from attnlens.runs.io import no_figures
+    from attnlens.runs.io import no_figures, no_table_files
 
     start = time.perf_counter()
     chosen = [_cheap(s) for s in sections if getattr(s, "null_control", False)]
@@ -129,7 +129,9 @@ def run_null(model, tokenizer, batches: Sequence, sections: Sequence, options: N
         return None
     result = NullResult(describe=null.describe, initialisation=null.initialisation,
                         seed=options.seed, sentences=n, sections=[s.name for s in chosen])
-    with tempfile.TemporaryDirectory(prefix="attnlens-null-") as tmp, no_figures():
+    # Tables stay in memory, figures are not drawn: only the tables' values are used.
+    with (tempfile.TemporaryDirectory(prefix="attnlens-null-") as tmp, no_figures(),
+          no_table_files()):
         for section, group in zip(chosen, per_section, strict=True):
             staging = Path(tmp) / section.name
             staging.mkdir()
