@@ -227,6 +227,7 @@ SLOW = {
     "test_newviews_minilm.py::test_sparse_coverage_matches_a_direct_computation",
     "test_fixed_costs_equal.py::test_head_grids_equal_the_group_by_path_on_the_sample_report",
     "test_fixed_costs_equal.py::test_markdown_tables_equal_the_row_path_on_the_sample_report",
+    "test_fixed_costs_equal.py::test_run_json_itemises_the_fixed_costs",
     "test_null_model.py::test_null_none_leaves_the_tables_as_they_were",
     "test_null_model.py::test_the_null_of_a_bert_does_not_import_transformers_modeling_code",
     "test_null_model.py::test_report_tables_gain_null_columns_and_run_json_states_the_cost",

@@ -16,7 +16,7 @@ import pytest
 from attnlens.errors import DataError
 from attnlens.report import heads_grid
 from attnlens.report.folder import Report
-from attnlens.runs import io
+from attnlens.runs import io, stopwatch
 
 
 # The head map's grids before issue 29 (a group-by mean per grid, every table read) -------
@@ -185,3 +185,33 @@ def test_no_table_files_writes_nothing_and_still_checks_the_format(tmp_path: Pat
     assert paths == [tmp_path / "t.csv", tmp_path / "t.md"]
     assert not list(tmp_path.iterdir())
     assert io.write_table(table, tmp_path, "t") == paths and all(p.is_file() for p in paths)
+
+
+def test_run_json_itemises_the_fixed_costs(sample_report: Path) -> None:
+    import json
+
+    timings = json.loads((sample_report / "run.json").read_text())["timings"]
+    costs = timings["fixed costs"]
+    for name in ("imports and start-up", "model and tokenizer load", "corpus read",
+                 "analyzers made", "null model: initialisation", "null model: its tables",
+                 "null model: its pass over the corpus sample", "example pages", "page",
+                 stopwatch.LM_PROBES, "null columns added"):
+        assert isinstance(costs[name], float) and costs[name] >= 0, name
+    assert 0 < costs["imports and start-up"] < 600
+    null_parts = sum(v for k, v in costs.items() if k.startswith("null model:"))
+    assert null_parts <= timings["null model pass (included in total)"] + 0.05  # rounding
+    # the probes run inside the head-roles section's tables (the first section to ask)
+    assert costs[stopwatch.LM_PROBES] <= timings["sections"]["heads"]["tables and figures"]
+
+
+def test_stopwatch_phases_add_up_and_are_taken_once() -> None:
+    stopwatch.take()
+    with stopwatch.phase("a"):
+        pass
+    stopwatch.add("a", 1.0)
+    stopwatch.add("b", 0.5)
+    taken = stopwatch.take()
+    assert set(taken) == {"a", "b"} and 1.0 <= taken["a"] < 1.5 and taken["b"] == 0.5
+    assert stopwatch.take() == {}
+    age = stopwatch.process_age()
+    assert age is None or 0 < age < 24 * 3600
