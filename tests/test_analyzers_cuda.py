@@ -1,8 +1,9 @@
 """Analyzers on a GPU: state stays on the device, no host synchronisation per layer.
 
-Skipped without CUDA. Each analyzer's ``update_layer`` runs under
-``torch.cuda.set_sync_debug_mode("error")``, which raises on any call that waits for the GPU
-(``.item()``, ``.cpu()``, ``int(tensor)``, a boolean mask index); results match a CPU run.
+Skipped without CUDA. Each analyzer's ``update_layer``, ``update_block`` and ``end_layer``
+run under ``torch.cuda.set_sync_debug_mode("error")``, which raises on any call that waits
+for the GPU (``.item()``, ``.cpu()``, ``int(tensor)``, a boolean mask index); results match a
+CPU run.
 """
 
 from __future__ import annotations
@@ -20,18 +21,26 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 
 def strict_updates(analyzer) -> None:
-    """Make every ``update_layer`` call raise if it synchronises with the host."""
-    original = analyzer.update_layer
+    """Make every per-layer feeding call raise if it synchronises with the host.
 
-    @functools.wraps(original)
-    def update_layer(*args, **kwargs):
+    ``update_layer``, ``update_block`` and ``end_layer`` are all wrapped (block analyzers are
+    fed through the latter two); nested calls restore the mode they found.
+    """
+    for name in ("update_layer", "update_block", "end_layer"):
+        setattr(analyzer, name, _strict(getattr(analyzer, name)))
+
+
+def _strict(method):
+    @functools.wraps(method)
+    def wrapped(*args, **kwargs):
+        previous = torch.cuda.get_sync_debug_mode()
         torch.cuda.set_sync_debug_mode("error")
         try:
-            return original(*args, **kwargs)
+            return method(*args, **kwargs)
         finally:
-            torch.cuda.set_sync_debug_mode("default")
+            torch.cuda.set_sync_debug_mode(previous)
 
-    analyzer.update_layer = update_layer
+    return wrapped
 
 
 @pytest.mark.parametrize("case", list(CASES))
