@@ -82,7 +82,7 @@ def test_head_grids_equal_the_group_by_path_on_the_sample_report(sample_report: 
 
 
 @pytest.mark.parametrize("case", ["nan", "out_of_range", "ints", "bools", "nullable", "text",
-                                  "duplicated_split", "float_layers"])
+                                  "duplicated_split", "float_layers", "labels"])
 def test_table_grids_equal_the_group_by_path_on_edge_cases(case: str) -> None:
     rng = np.random.default_rng(0)
     layer = np.repeat(np.arange(3), 4)
@@ -109,6 +109,9 @@ def test_table_grids_equal_the_group_by_path_on_edge_cases(case: str) -> None:
         long["value"] = [str(i) for i in range(24)]
     elif case == "duplicated_split":
         long.loc[12, ["layer", "head"]] = [0, 1]  # measure b holds L0H1 twice
+    elif case == "labels":  # a text label splits the measures; a missing one drops rows
+        long["kind"] = (["x", "y", None] * 8)
+        long.loc[4, "kind"] = "x"  # x of measure a: L1H0 once, with L0H1 ... (no repeat)
     elif case == "float_layers":
         wide["layer"] = wide["layer"].astype(float)
         long["head"] = long["head"].astype(float)

@@ -53,21 +53,31 @@ def head_shape(run: dict[str, Any], tables: Mapping[str, pd.DataFrame]) -> tuple
 def _grid(rows: pd.DataFrame, value: str, layers: int, heads: int) -> list[list[float | None]]:
     """``rows``' ``value`` per head: one row per (layer, head), as ``table_grids`` ensures
     (the mean of one value is that value, so no group-by is needed)."""
-    grid: list[list[float | None]] = [[None] * heads for _ in range(layers)]
     column = rows[value]
     if not (pd.api.types.is_numeric_dtype(column) or pd.api.types.is_bool_dtype(column)):
+        grid: list[list[float | None]] = [[None] * heads for _ in range(layers)]
         means = rows.groupby(["layer", "head"])[value].mean()  # text values: pandas decides
-        cells = zip(means.index.get_level_values(0), means.index.get_level_values(1),
-                    means.to_numpy(), strict=True)
-    else:
-        layer = pd.to_numeric(rows["layer"]).to_numpy(dtype=float, na_value=math.nan)
-        head = pd.to_numeric(rows["head"]).to_numpy(dtype=float, na_value=math.nan)
-        v = column.to_numpy(dtype=float, na_value=math.nan)
-        keep = (layer >= 0) & (layer < layers) & (head >= 0) & (head < heads) & np.isfinite(v)
-        cells = zip(layer[keep].tolist(), head[keep].tolist(), v[keep].tolist(), strict=True)
-    for layer_, head_, v_ in cells:
-        if 0 <= layer_ < layers and 0 <= head_ < heads and math.isfinite(v_):
-            grid[int(layer_)][int(head_)] = float(f"{v_:.6g}")
+        for (layer, head), v in means.items():
+            if 0 <= layer < layers and 0 <= head < heads and math.isfinite(v):
+                grid[int(layer)][int(head)] = float(f"{v:.6g}")
+        return grid
+    return _filled(_numbers(rows["layer"]), _numbers(rows["head"]), _numbers(column), layers,
+                   heads)
+
+
+def _numbers(column: pd.Series) -> np.ndarray:
+    return pd.to_numeric(column).to_numpy(dtype=float, na_value=math.nan)
+
+
+def _filled(layer: np.ndarray, head: np.ndarray, value: np.ndarray, layers: int,
+            heads: int) -> list[list[float | None]]:
+    """The grid of ``value`` at (``layer``, ``head``): heads out of range, NaN or infinite
+    values left empty; values to 6 significant digits."""
+    grid: list[list[float | None]] = [[None] * heads for _ in range(layers)]
+    keep = (layer >= 0) & (layer < layers) & (head >= 0) & (head < heads) & np.isfinite(value)
+    for layer_, head_, v in zip(layer[keep].tolist(), head[keep].tolist(),
+                                value[keep].tolist(), strict=True):
+        grid[int(layer_)][int(head_)] = float(f"{v:.6g}")
     return grid
 
 
@@ -90,15 +100,35 @@ def _table_grids(name: str, table: pd.DataFrame, keys: tuple[str, ...], layers: 
         return
     if {"measure", "value"} <= set(table.columns):
         labels = _label_columns(table, keys)
-        table = table.reset_index(drop=True)
-        # a head twice within one split: more labels than the split sees (computed once)
-        repeated = table.duplicated([*labels, "measure", "layer", "head"]).to_numpy()
-        for key, rows in table.groupby([*labels, "measure"], sort=False):
-            key = key if isinstance(key, tuple) else (key,)
-            if repeated[rows.index.to_numpy()].any():
+        splits = [*labels, "measure"]
+        numeric = (pd.api.types.is_numeric_dtype(table["value"])
+                   or pd.api.types.is_bool_dtype(table["value"]))
+        if not numeric:  # text values: each split through the group-by of _grid
+            for key, rows in table.groupby(splits, sort=False):
+                key = key if isinstance(key, tuple) else (key,)
+                if rows.duplicated(["layer", "head"]).any():
+                    continue
+                yield {"label": " ".join(str(k) for k in key), "table": name,
+                       "values": _grid(rows, "value", layers, heads)}
+            return
+        # One pass over the table: each split's rows by its group number (in the order the
+        # group-by iterates), a head twice within one split found once for all splits.
+        group = table.groupby(splits, sort=False).ngroup().fillna(-1).to_numpy(dtype=np.int64)
+        repeated = table.duplicated([*splits, "layer", "head"]).to_numpy()
+        layer, head, value = (_numbers(table[c]) for c in ("layer", "head", "value"))
+        order = np.argsort(group, kind="stable")
+        ids, starts = np.unique(group[order], return_index=True)
+        ends = [*starts[1:].tolist(), len(order)]
+        for g, start, end in zip(ids.tolist(), starts.tolist(), ends, strict=True):
+            if g < 0:
+                continue  # a missing label (ngroup's NaN): the group-by leaves the rows out
+            rows = order[start:end]
+            if repeated[rows].any():
                 continue  # more labels than this split sees: not one value per head
+            first = int(rows[0])
+            key = tuple(table[c].iloc[first] for c in splits)
             yield {"label": " ".join(str(k) for k in key), "table": name,
-                   "values": _grid(rows, "value", layers, heads)}
+                   "values": _filled(layer[rows], head[rows], value[rows], layers, heads)}
         return
     if table.duplicated(["layer", "head"]).any():
         return
