@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from attnlens.errors import DataError
 from attnlens.report import heads_grid
@@ -218,3 +219,21 @@ def test_stopwatch_phases_add_up_and_are_taken_once() -> None:
     assert stopwatch.take() == {}
     age = stopwatch.process_age()
     assert age is None or 0 < age < 24 * 3600
+
+
+def _old_window_text(grid: torch.Tensor) -> str:
+    return ";".join(" ".join(str(round(100 * float(v))) for v in row) for row in grid)
+
+
+def test_example_windows_equal_the_per_entry_path() -> None:
+    from attnlens.measures.heads.examples import window_text
+
+    gen = torch.Generator().manual_seed(0)
+    grids = [torch.rand(n, n, generator=gen).softmax(-1) for n in (1, 5, 12)]
+    grids += [torch.tensor([[0.005, 0.015, 0.025], [0.035, 0.125, 0.995]]),  # halves
+              -torch.rand(3, 3, generator=gen) / 1000,  # -0.0 after rounding
+              torch.zeros(0, 0), torch.rand(64, 64, generator=gen)]
+    for grid in grids:
+        assert window_text(grid.float()) == _old_window_text(grid.float())
+    with pytest.raises(ValueError):  # NaN: the same error as before
+        window_text(torch.tensor([[float("nan")]]))
