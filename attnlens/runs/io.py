@@ -181,14 +181,21 @@ def markdown_table(df: pd.DataFrame, float_format: str = "{:.4g}", markup: bool 
     def text(value) -> str:
         return markdown_cell(str(value)) if markup else str(value).replace("|", "\\|")
 
+    number = float_format.format
+
     def cell(value) -> str:
         if isinstance(value, float):
-            return float_format.format(value)
+            return number(value)
         return text(value)
 
     header = "| " + " | ".join(text(c) for c in df.columns) + " |"
     rule = "|" + "|".join("---" for _ in df.columns) + "|"
-    rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    # Column by column (the values ``itertuples`` gives: each column's own iteration); a
+    # float64 column holds Python floats only.
+    columns = [[number(v) for v in df.iloc[:, k]] if df.dtypes.iloc[k] == "float64"
+               else [cell(v) for v in df.iloc[:, k]] for k in range(df.shape[1])]
+    cells = zip(*columns, strict=True) if columns else [()] * len(df)
+    rows = ["| " + " | ".join(row) + " |" for row in cells]
     return "\n".join([header, rule, *rows]) + "\n"
 
 
@@ -199,13 +206,16 @@ def write_table(
     paths = []
     for fmt in formats:
         path = path_inside(out_dir, f"{name}.{fmt}")  # a name from data cannot leave out_dir
+        if fmt not in ("csv", "md"):
+            raise DataError(f"unknown table format {fmt!r}; use csv or md.")
+        if _NO_TABLE_FILES.get():
+            paths.append(path)
+            continue
         with atomic_open(path) as handle:
             if fmt == "csv":
                 neutralise_formulas(df).to_csv(handle, index=False)
-            elif fmt == "md":
-                handle.write(markdown_table(df))
             else:
-                raise DataError(f"unknown table format {fmt!r}; use csv or md.")
+                handle.write(markdown_table(df))
         paths.append(path)
     return paths
 
@@ -254,6 +264,20 @@ def no_figures() -> Iterator[None]:
         yield
     finally:
         _NO_FIGURES.reset(token)
+
+
+_NO_TABLE_FILES: ContextVar[bool] = ContextVar("no_table_files", default=False)
+
+
+@contextmanager
+def no_table_files() -> Iterator[None]:
+    """Inside this block ``write_table`` writes no file and returns the paths it would have
+    written (a report's null-model pass keeps its tables in memory)."""
+    token = _NO_TABLE_FILES.set(True)
+    try:
+        yield
+    finally:
+        _NO_TABLE_FILES.reset(token)
 
 
 def _add_label(fig, label: str):
