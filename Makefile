@@ -122,6 +122,7 @@ BENCH_THREADS ?= 2
 QUICK ?= 0
 ifeq ($(QUICK),1)
 BENCH_FIXED := --rounds 1
+BENCH_LM_PROBES := --rounds 1
 BENCH_FORWARD := --rounds 3
 BENCH_ANALYZE := --sentences 64
 BENCH_CORPUS_PASS := --max-sentences 64
@@ -133,12 +134,14 @@ BENCH_PRUNED := --rounds 3
 BENCH_NEWVIEWS := --sentences 64
 BENCH_LONG := --quick
 BENCH_VIEWER := --lengths 512,1024
+BENCH_FIGURES := --rounds 1
 endif
 BENCH := OMP_NUM_THREADS=$(BENCH_THREADS) $(BIN)/python benchmarks
 bench: setup
 	$(BENCH)/fixed_costs.py --phases $(BENCH_FIXED)
 	$(BENCH)/forward.py --threads $(BENCH_THREADS) $(BENCH_FORWARD)
 	$(BENCH)/corpus_pass.py --threads $(BENCH_THREADS) $(BENCH_CORPUS_PASS)
+	$(BENCH)/lm_probes.py --threads $(BENCH_THREADS) $(BENCH_LM_PROBES)
 	$(BENCH)/analyze_corpus.py --threads $(BENCH_THREADS) --breakdown $(BENCH_ANALYZE)
 	$(BENCH)/spectrum.py --threads $(BENCH_THREADS) $(BENCH_SPECTRUM)
 	$(BENCH)/memory.py $(BENCH_MEMORY)
@@ -148,3 +151,4 @@ bench: setup
 	$(BENCH)/newviews.py --threads $(BENCH_THREADS) $(BENCH_NEWVIEWS)
 	$(BENCH)/long_context.py $(BENCH_LONG)
 	$(BENCH)/viewer.py $(BENCH_VIEWER)
+	$(BENCH)/figures.py $(BENCH_FIGURES)

@@ -25,7 +25,10 @@ batches of ``--batch-size`` sentences, the model's trained ``--max-length``):
 
 Default corpus: UD EWT dev (``../shared/data``), else the embedded sample treebank.
 ``--max-sentences N`` keeps the first N sentences (a quick iteration, not the target's
-setting). ``--profile`` prints cProfile's top functions of the corpus pass. ``--cpu`` times
+setting). ``--spectrum-sentences N`` sets `analyze`'s option of that name (the spectrum's
+exact singular values over N sentences evenly spaced by corpus index; 0: every one) for the
+pass, the floor and the command alike; by default its default (256).
+``--profile`` prints cProfile's top functions of the corpus pass. ``--cpu`` times
 with the process's CPU time instead of wall time (less sensitive to other work on a shared
 machine; the command's fixed costs stay wall time).
 """
@@ -45,6 +48,7 @@ import torch
 
 SHARED_UD = Path(__file__).resolve().parents[2] / "shared/data/ud-ewt/en_ewt-ud-dev.conllu"
 CLOCK = time.perf_counter  # --cpu: time.process_time (every thread of this process)
+SPECTRUM_SENTENCES: list[int | None] = [None]  # --spectrum-sentences (None: analyze's default)
 FEEDING = ("begin_batch", "update_layer", "update_block", "end_layer", "end_batch", "update",
            "model_pass")
 
@@ -103,6 +107,9 @@ def corpus_pass(model, tokenizer, batches, hf, per_analyzer: bool, profile: bool
     from attnlens.stream.runner import run_analyzers
 
     sections = default_sections(LmHeads())
+    for section in sections:
+        if section.name == "spectrum" and SPECTRUM_SENTENCES[0] is not None:
+            section.max_sentences = SPECTRUM_SENTENCES[0] or None
     per_section = [s.analyzers(model, tokenizer) for s in sections]
     everything = [a for group in per_section for a in group]
     totals: dict[str, float] = {}
@@ -179,7 +186,8 @@ def cache_patterns(model, batches) -> list[list[torch.Tensor]]:
 
 
 @torch.no_grad()
-def floor_seconds(cached, batches, hf) -> tuple[float, dict[str, float]]:
+def floor_seconds(cached, batches, hf, spectrum_sentences: int | None = None
+                  ) -> tuple[float, dict[str, float]]:
     """The analyzers' essential arithmetic on cached patterns, timed per kind of work.
 
     Per layer and batch, on ``p [batch, head, query, key]`` in float32: row maxima and
@@ -187,10 +195,14 @@ def floor_seconds(cached, batches, hf) -> tuple[float, dict[str, float]]:
     received per key and to the first token, the offset histogram (positional heads, sparse
     coverage), word pooling ``W p W^T`` (syntactic heads), ``p - p^T`` norms (asymmetry), the
     row-normalised ``p p^T`` products of rollout; then the spectrum's eigenvalues of every
-    head's Gram matrix ``p p^T`` (``eigvalsh`` over the batch's heads, the LAPACK floor).
+    head's Gram matrix ``p p^T`` (``eigvalsh`` over the batch's heads, the LAPACK floor) for
+    the sentences the spectrum reads: ``spectrum_sentences`` evenly spaced by corpus index
+    (`analyze`'s ``--spectrum-sentences``, ``spread_sample``; None: every sentence).
     A bare forward runs before each batch's arithmetic (timed apart: the ratio's baseline
     under the same load). Returns (bare seconds, seconds per kind of work).
     """
+    from attnlens.measures.spectrum.spectrum import spread_sample
+
     bare = 0.0
     parts = {"per-row and per-key reductions": 0.0, "offset histogram": 0.0,
              "word pooling": 0.0, "asymmetry and rollout": 0.0, "spectrum eigenvalues": 0.0}
@@ -203,6 +215,10 @@ def floor_seconds(cached, batches, hf) -> tuple[float, dict[str, float]]:
         offsets = (torch.arange(length)[None, :] - torch.arange(length)[:, None]
                    + length - 1).flatten()  # [query*key] offset bins
         pool = mask[:, None, :] * torch.eye(length)  # [batch, word, token]
+        index = torch.tensor(batch.extra["index"])
+        spectrum_rows = (spread_sample(index, spectrum_sentences, batch.extra.get("corpus_size"))
+                         if spectrum_sentences is not None
+                         else torch.ones_like(index, dtype=torch.bool))  # [batch]
         previous = None
         for p in layers:
             t0 = CLOCK()
@@ -225,8 +241,9 @@ def floor_seconds(cached, batches, hf) -> tuple[float, dict[str, float]]:
             previous = mean if previous is None else mean @ previous
             del asym
             t4 = CLOCK()
-            gram = p @ p.transpose(-1, -2)
-            torch.linalg.eigvalsh(gram)
+            if spectrum_rows.any():
+                sampled = p[spectrum_rows]
+                torch.linalg.eigvalsh(sampled @ sampled.transpose(-1, -2))
             t5 = CLOCK()
             for key, spent in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4),
                                   strict=True):
@@ -245,6 +262,8 @@ def command_figures(treebank: Path | None, max_sentences: int | None, threads: i
             command += ["--treebank", str(treebank)]
         if max_sentences:
             command += ["--max-sentences", str(max_sentences)]
+        if SPECTRUM_SENTENCES[0] is not None:
+            command += ["--spectrum-sentences", str(SPECTRUM_SENTENCES[0])]
         start = time.perf_counter()
         subprocess.run(command, env=env, check=True, capture_output=True)
         wall = time.perf_counter() - start
@@ -259,6 +278,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=1,
                         help="bare forward and corpus pass: best of N")
+    parser.add_argument("--spectrum-sentences", type=int, default=None,
+                        help="the spectrum's sample, as analyze's option (default: its default)")
     parser.add_argument("--skip-command", action="store_true")
     parser.add_argument("--skip-floor", action="store_true")
     parser.add_argument("--profile", action="store_true")
@@ -269,6 +290,7 @@ def main() -> None:
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # each figure as it comes, also into a file
     torch.set_num_threads(args.threads)
+    SPECTRUM_SENTENCES[0] = args.spectrum_sentences
     if args.cpu:
         global CLOCK
         CLOCK = time.process_time
@@ -314,7 +336,11 @@ def main() -> None:
     print(f"  {'all analyzers':48s} {sum(totals.values()):7.2f} s")
     if not args.skip_floor:
         cached = cache_patterns(model, batches)
-        floor_bare, parts = floor_seconds(cached, batches, hf)
+        from attnlens.measures.spectrum.section import REPORT_SENTENCES
+
+        sample = (REPORT_SENTENCES if args.spectrum_sentences is None
+                  else args.spectrum_sentences or None)
+        floor_bare, parts = floor_seconds(cached, batches, hf, sample)
         del cached
         floor = sum(parts.values())
         print(f"floor: the analyzers' essential arithmetic on cached patterns {floor:7.2f} s "
@@ -326,12 +352,17 @@ def main() -> None:
         wall, timings = command_figures(treebank, max_sentences, args.threads)
         passes = timings["corpus pass (forward and every analyzer)"]
         null_cmd = timings.get("null model pass (included in total)", 0.0)
-        lm_cmd = timings["sections"].get("lm_heads", {}).get("tables and figures", 0.0)
+        itemised = timings.get("fixed costs", {})  # run.json's own breakdown (fixed29)
+        probes = [v for k, v in itemised.items() if k.startswith("language-model probes")]
+        lm_cmd = probes[0] if probes else timings["sections"].get("lm_heads", {}).get(
+            "tables and figures", 0.0)
         fixed = wall - passes - null_cmd - lm_cmd
         print(f"attnlens analyze, from its start to its exit: {wall:8.2f} s (corpus pass "
               f"{passes:.2f}, null {null_cmd:.2f}, language-model heads {lm_cmd:.2f})")
         print(f"fixed costs (the command minus those passes): {fixed:8.2f} s   "
               f"(target <= 4 s); minus the corpus pass only: {wall - passes:.2f} s")
+        for name, spent in itemised.items():
+            print(f"  {spent:7.2f} s  {name}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,10 @@ after set-up (``attnlens analyze --out attnlens-report --force`` on the embedded
 to its exit (median of ``--rounds``); the figures are printed as ratios to their targets.
 
 ``--phases`` also times the demo's stages in one process (imports, model + tokenizer load,
-corpus, the analyzer pass, tables + figures, HTML), which is where the demo's time goes.
+corpus, the analyzer pass, tables + figures, HTML), which is where the demo's time goes, and
+prints the itemised fixed costs its ``run.json`` records (``timings``, ``fixed costs``: the
+null model's initialisation, pass and tables, the language-model probes, example pages, the
+page, ...).
 
     python benchmarks/fixed_costs.py [--rounds 3] [--phases]
 """
@@ -56,6 +59,11 @@ for name, seconds in [("imports", t1 - t0), ("model + tokenizer load", t2 - t1),
                       ("tables (figures queued)", writes),
                       ("figures drawn + run.json + page", t4 - t3 - corpus_pass - writes)]:
     print(f"  {name:32s} {seconds:6.2f} s")
+print("  run.json's itemised fixed costs (timings: fixed costs; section tables after):")
+for name, seconds in timings.get("fixed costs", {}).items():
+    print(f"    {seconds:6.2f} s  {name}")
+for name, section in timings["sections"].items():
+    print(f"    {section['tables and figures']:6.2f} s  section {name}: tables and figures")
 """
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -2,16 +2,20 @@
 
 Each pair runs the analyzer as it was on main before the change (its module loaded from
 ``--before``, a checkout of main) and as it is now, over the same cached activations of the
-first ``--sentences`` UD EWT dev sentences (batches of 16, MiniLM), alternating batch by batch
-so that both see the same load of a shared machine:
+first ``--sentences`` UD EWT dev sentences (batches of 16, MiniLM), fed as the runner feeds
+them (``LayerFeeder``, in the forward's order), alternating batch by batch so that both see
+the same load of a shared machine, with the report's settings (``Section.for_report``); then
+compares the two states (``--only`` picks pairs):
 
-- pattern asymmetry: one masked call per layer for the padded batch (was: one per length
-  group of the batch);
-- rank-collapse variants (unchanged: the current code against main's, a control of the
-  method, and the cost of the fixed 32-sentence float64 sample). Casting the float64 weights
-  once per sample instead of once per batch was tried and measured 1.00x here: reverted.
+- ``asymmetry``: pattern asymmetry;
+- ``linear``: the linear-attention view (4 sentences per batch, 512 in all);
+- ``sparse``: sparse-pattern coverage (4 sentences per batch, 512 in all);
+- ``collapse``: rank-collapse variants (the fixed 32-sentence float64 sample, 4 per batch):
+  main runs 5 variants per sampled batch; now the sample is held and each variant runs once
+  per length bucket (``model_pass``, timed whole).
 
     python benchmarks/hot_paths.py --before /work/main [--sentences 200] [--threads 2]
+        [--only asymmetry,linear,sparse,collapse]
 """
 
 from __future__ import annotations
@@ -27,12 +31,62 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from corpus_pass import SHARED_UD, load_batches
 
+PAIRS = {  # name: (module path, class, section module, section class)
+    "asymmetry": ("attnlens/measures/asymmetry/pattern_asymmetry.py", "PatternAsymmetry"),
+    "linear": ("attnlens/measures/linear/linear_attention.py", "LinearAttentionView"),
+    "sparse": ("attnlens/measures/sparse/sparse.py", "SparseCoverage"),
+    "collapse": ("attnlens/measures/collapse/variant_collapse.py", "VariantCollapse"),
+}
+REPORT_OPTIONS = {"linear": {"per_batch": 4, "max_sentences": 512},
+                  "sparse": {"per_batch": 4, "max_sentences": 512},
+                  "collapse": {"per_batch": 4, "max_sentences": 32}}
 
-def old_module(root: Path, relative: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, root / relative)
+
+def old_class(root: Path, relative: str, name: str):
+    """``name`` from main's copy of the module (its own imports come from this tree)."""
+    spec = importlib.util.spec_from_file_location(f"old_{Path(relative).stem}", root / relative)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module
+    return getattr(module, name)
+
+
+def feed(model, analyzer, batch, cache) -> None:
+    """One batch's cached activations to ``analyzer`` as the runner gives them."""
+    from attnlens.stream.feeder import LayerFeeder
+
+    if analyzer.needs_model_pass:
+        analyzer.model_pass(model, batch)
+        return
+    feeder = LayerFeeder(model, [analyzer])
+    feeder.begin(batch)
+    wanted = set(feeder.names)
+    for name, x in cache.items():  # the forward's order
+        if name in wanted:
+            feeder.save_as(name, x)
+    feeder.end()
+
+
+def same_state(a, b) -> tuple[bool, float]:
+    """(every field equal within 1e-6 relative and 1e-9 absolute, largest difference)."""
+    worst, ok = 0.0, True
+    sa, sb = a.state_dict()["state"], b.state_dict()["state"]
+
+    def compare(x, y):
+        nonlocal worst, ok
+        if isinstance(x, dict):
+            for k in x:
+                compare(x[k], y[k])
+        elif isinstance(x, list) and x and isinstance(x[0], torch.Tensor):
+            compare(torch.cat(x, -1), torch.cat(y, -1))
+        elif isinstance(x, torch.Tensor):
+            if x.numel():
+                worst = max(worst, float((x.double() - y.double()).abs().max()))
+            ok &= torch.allclose(x.double(), y.double(), rtol=1e-6, atol=1e-9, equal_nan=True)
+        else:
+            ok &= x == y
+
+    compare(sa, sb)
+    return ok, worst
 
 
 def main() -> None:
@@ -40,52 +94,40 @@ def main() -> None:
     parser.add_argument("--before", type=Path, required=True)
     parser.add_argument("--sentences", type=int, default=200)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--only", default=",".join(PAIRS))
+    parser.add_argument("--wall", action="store_true",
+                        help="wall time instead of the process's CPU time (which counts the "
+                        "threads' spinning waits on a loaded machine)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     import attnlens
-    from attnlens.measures.asymmetry.pattern_asymmetry import PatternAsymmetry
-    from attnlens.measures.collapse.variant_collapse import VariantCollapse
 
-    old_asym = old_module(args.before, "attnlens/measures/asymmetry/pattern_asymmetry.py",
-                          "old_pattern_asymmetry").PatternAsymmetry
-    old_vc = old_module(args.before, "attnlens/measures/collapse/variant_collapse.py",
-                        "old_variant_collapse").VariantCollapse
     model, tokenizer = attnlens.load()
     batches, _ = load_batches(tokenizer, model, SHARED_UD, args.sentences, 16)
-    names = lambda n: n.endswith("hook_pattern") or n.endswith("hook_resid_pre")  # noqa: E731
     caches = []
     with torch.no_grad():
         for batch in batches:
-            _, cache = model.run_with_cache(**batch.model_inputs(), names_filter=names)
-            caches.append(cache)
-    clock = time.process_time
-    pairs = {"pattern asymmetry": (old_asym.for_model(model), PatternAsymmetry.for_model(model))}
-    spent = {key: [0.0, 0.0] for key in pairs}
-    for i, (batch, cache) in enumerate(zip(batches, caches, strict=True)):
-        for key, analyzers in pairs.items():
-            for j in ((0, 1) if i % 2 == 0 else (1, 0)):
-                start = clock()
-                analyzers[j].update(batch, cache)
-                spent[key][j] += clock() - start
-    for key, (old, new) in spent.items():
-        a, b = pairs[key]
-        same = all(torch.allclose(getattr(a, f), getattr(b, f), rtol=1e-6, atol=1e-9)
-                   for f in ("ratio_sum", "counts", "base_ratio_sum", "base_counts",
-                             "base_violations"))
-        print(f"{key}: {old:.2f} s -> {new:.2f} s CPU ({old / new:.2f}x), {len(batches)} "
-              f"batches; states agree: {same}")
-    variants = [old_vc.for_model(model, per_batch=4, max_sentences=32),
-                VariantCollapse.for_model(model, per_batch=4, max_sentences=32)]
-    times = [0.0, 0.0]
-    for i, batch in enumerate(batches):
-        for j in ((0, 1) if i % 2 == 0 else (1, 0)):
+            caches.append(model.run_with_cache(**batch.model_inputs())[1])
+    clock = time.perf_counter if args.wall else time.process_time
+    for key in args.only.split(","):
+        relative, name = PAIRS[key]
+        module = importlib.import_module(relative.removesuffix(".py").replace("/", "."))
+        classes = (old_class(args.before, relative, name), getattr(module, name))
+        pair = [c.for_model(model, **REPORT_OPTIONS.get(key, {})) for c in classes]
+        spent = [0.0, 0.0]
+        with torch.no_grad():
+            for i, (batch, cache) in enumerate(zip(batches, caches, strict=True)):
+                for j in ((0, 1) if i % 2 == 0 else (1, 0)):
+                    start = clock()
+                    feed(model, pair[j], batch, cache)
+                    spent[j] += clock() - start
             start = clock()
-            variants[j].model_pass(model, batch)
-            times[j] += clock() - start
-    same = all(torch.equal(x, y) for v in variants[0].variants
-               for x, y in zip(variants[0].values[v], variants[1].values[v], strict=True))
-    print(f"collapse variants (32 sentences, 4 per batch): {times[0]:.2f} s -> {times[1]:.2f} s "
-          f"CPU ({times[0] / times[1]:.2f}x); residuals identical: {same}")
+            pair[1].state_dict()  # what the new analyzer still holds runs here
+            spent[1] += clock() - start
+        ok, worst = same_state(*pair)
+        kind = "wall" if args.wall else "CPU"
+        print(f"{key}: {spent[0]:.2f} s -> {spent[1]:.2f} s {kind} ({spent[0] / spent[1]:.2f}x), "
+              f"{len(batches)} batches; states agree: {ok} (largest difference {worst:.2e})")
 
 
 if __name__ == "__main__":

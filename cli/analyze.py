@@ -39,6 +39,12 @@ PruneOpt = typer.Option(
     None, "--prune", help="A pruning run folder (attnlens prune --out DIR): adds head importance.",
     show_default=False,
 )
+SpectrumSentencesOpt = typer.Option(
+    256, "--spectrum-sentences", min=0,
+    help="The attention spectrum reads N sentences of the corpus, evenly spaced by corpus "
+    "index (its exact singular values cost more than every other analysis together; 0: "
+    "every sentence).",
+)
 
 
 def analyze(
@@ -57,6 +63,7 @@ def analyze(
     controls: int = lm.ControlsOpt,
     ablation: str = lm.AblationOpt,
     sts_data: Path | None = lm.StsDataOpt,
+    spectrum_sentences: int = SpectrumSentencesOpt,
     text: Text = None,
     treebank: Treebank = None,
     parse: Parse = False,
@@ -66,7 +73,7 @@ def analyze(
     query_block: QueryBlock = None,
     whole_matrix_limit: WholeMatrixLimit = 4096,
     out: Out = DEFAULT_OUT,
-    fmt: Format = "png",
+    fmt: Format = "svg",
     force: Force = False,
     resume: Resume = False,
     checkpoint_every: CheckpointEvery = None,
@@ -97,6 +104,9 @@ def analyze(
     from attnlens.report.analyze import default_sections
 
     sections = default_sections(LmHeads(settings, sts_pairs=lm.sts_pairs(settings)))
+    for section in sections:
+        if section.name == "spectrum":
+            section.max_sentences = spectrum_sentences or None
     run.write_report(sections=sections, print_summaries=False, prune_dir=prune)
 
 

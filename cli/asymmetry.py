@@ -50,7 +50,7 @@ def asymmetry(
     query_block: QueryBlock = None,
     whole_matrix_limit: WholeMatrixLimit = 4096,
     out: Out = DEFAULT_OUT,
-    fmt: Format = "png",
+    fmt: Format = "svg",
     force: Force = False,
     device: Device = "cpu",
     dtype: Dtype = "float32",

@@ -137,7 +137,7 @@ def heads(
     query_block: QueryBlock = None,
     whole_matrix_limit: WholeMatrixLimit = 4096,
     out: Out = DEFAULT_OUT,
-    fmt: Format = "png",
+    fmt: Format = "svg",
     force: Force = False,
     resume: Resume = False,
     checkpoint_every: CheckpointEvery = None,

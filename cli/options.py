@@ -86,7 +86,8 @@ Out = Annotated[Path, typer.Option(
     "--out", "-o", help="Output folder.", rich_help_panel=OUTPUT_PANEL)]
 Format = Annotated[str, typer.Option(
     "--format", rich_help_panel=OUTPUT_PANEL,
-    help="Figure formats, comma-separated: png,svg,pdf.")]
+    help="Figure formats, comma-separated: svg (drawn by attnlens itself, fast), png, pdf "
+    "(drawn by matplotlib).")]
 Force = Annotated[bool, typer.Option(
     "--force", rich_help_panel=OUTPUT_PANEL,
     help="Replace a non-empty output folder as a whole (its files are deleted).")]

@@ -143,7 +143,7 @@ def prune(
     query_block: QueryBlock = None,
     whole_matrix_limit: WholeMatrixLimit = 4096,
     out: Out = Path("attnlens-prune"),
-    fmt: Format = "png",
+    fmt: Format = "svg",
     force: Force = False,
     resume: Resume = False,
     device: Device = "cpu",

@@ -287,11 +287,17 @@ class CommandRun:
         """Run report ``sections`` (None: every section of `analyze`) over the corpus (read
         here unless given), write their tables, figures, run.json and index.html, print the
         summaries."""
+        from attnlens.runs.stopwatch import LOAD_MODEL, READ_CORPUS, TOKENIZE, phase
+
         if corpus is None and use_corpus:
-            corpus = self.read_corpus()
+            with phase(READ_CORPUS):
+                corpus = self.read_corpus()
         ctx = self.start_processes()  # torchrun: each rank analyses a share; rank 0 writes
-        model, tokenizer = self.load_model()
-        batches = corpus.batches(tokenizer, self.batch_size, self.max_length) if corpus else []
+        with phase(LOAD_MODEL):
+            model, tokenizer = self.load_model()
+        with phase(TOKENIZE):
+            batches = (corpus.batches(tokenizer, self.batch_size, self.max_length) if corpus
+                       else [])
         from attnlens.report.analyze import analyze
 
         with self.writing() as work:

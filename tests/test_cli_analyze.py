@@ -44,15 +44,40 @@ def test_analyze_writes_the_attention_statistics(report: Path) -> None:
 
 
 def test_analyze_writes_figures_markdown_and_html(report: Path) -> None:
-    for measure in MEASURES:
-        png = report / "figures" / f"heads_{measure}.png"
-        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for measure in MEASURES:  # SVG by default, written by attnlens' own writer
+        svg = report / "figures" / f"heads_{measure}.svg"
+        assert svg.read_text().startswith('<?xml version="1.0" encoding="utf-8"?>\n<svg ')
     assert (report / "tables" / "head_stats.md").read_text().startswith("| layer | head |")
     html = (report / "index.html").read_text()
-    assert "data:image/png;base64," in html and "Head roles" in html
+    assert "data:image/svg+xml;base64," in html and "Head roles" in html
     meta = json.loads((report / "run.json").read_text())
     assert meta["sentences"] > 0 and meta["layers_and_heads_numbered_from"] == 0
     assert not list(report.rglob(".*.tmp")) and not list(report.glob(".sections-*"))
+
+
+# The figures of the default report on the sample: the stems matplotlib's PNGs had before SVG
+# became the default (listed from a run of main at bfb299a), now SVG from attnlens' writer.
+SAMPLE_FIGURES = {
+    "asymmetry_directed", "asymmetry_patterns", "asymmetry_weights", "collapse_variants",
+    "head_behaviour", "head_roles_map", "head_roles_map_uncorrected", "heads_confidence",
+    "heads_distance", "heads_entropy", "heads_sink", "heads_to_cls", "heads_to_next",
+    "heads_to_prev", "heads_to_punct", "heads_to_self", "heads_to_sep", "linear_error",
+    "linear_interference", "linear_keys_by_length", "lm_copying", "lm_duplicate_token",
+    "lm_induction", "lm_previous_token", "lm_retrieval", "lm_sink", "lm_streaming_error",
+    "path_collapse", "positional_share", "qk_effective_rank", "rare_word_share",
+    "rollout_layers", "rollout_sentence0_heatmap", "rollout_sentence0_readout",
+    "rollout_sentence1_heatmap", "rollout_sentence1_readout", "shared_subspace",
+    "sparse_window90", "sparse_window90_global", "sparse_window_curves", "spectrum_at_quarter",
+    "spectrum_curves", "syntactic_dep_to_head", "syntactic_head_to_dep"
+}
+
+
+def test_default_figures_are_the_same_set_drawn_as_svg_without_matplotlib(report: Path) -> None:
+    figures = sorted((report / "figures").iterdir())
+    assert {p.stem for p in figures} == SAMPLE_FIGURES
+    assert {p.suffix for p in figures} == {".svg"}
+    for path in figures:  # drawn by attnlens.plots.svg (which marks its kind), not matplotlib
+        assert 'data-kind="' in path.read_text(encoding="utf-8")[:400], path.name
 
 
 def test_bad_text_file_is_one_line_error_and_writes_nothing(tmp_path: Path) -> None:

@@ -136,7 +136,7 @@ def test_analyze_runs_the_collapse_section(minilm, small_batches, tmp_path) -> N
     assert set(output.tables) == {"collapse_variants", "collapse_fits", "path_collapse",
                                   "path_samples"}
     for name in ("collapse_variants", "path_collapse"):
-        assert (tmp_path / "figures" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+        assert (tmp_path / "figures" / f"{name}.svg").read_text().startswith("<?xml")
         assert (tmp_path / "tables" / f"{name}.csv").is_file()
         assert (tmp_path / "tables" / f"{name}.md").is_file()
     assert "pure attention" in output.summary.lower()
@@ -153,7 +153,7 @@ def test_cli_synthetic_and_its_errors(tmp_path) -> None:
     assert result.exit_code == 0, result.output
     curves = pd.read_csv(out / "synthetic_collapse.csv")
     assert set(curves["variant"]) == {"san", "full"} and curves["depth"].max() == 6
-    assert (out / "synthetic_fit.png").is_file() and (out / "synthetic_fits.md").is_file()
+    assert (out / "synthetic_fit.svg").is_file() and (out / "synthetic_fits.md").is_file()
     for args, message in (
         (["--depth", "5"], "only apply to --synthetic"),
         (["--synthetic", "--text", __file__], "drop MODEL, --text"),

@@ -142,7 +142,7 @@ def test_cli_tables_have_an_attention_column(command, tiny_bart, tmp_path):
             assert list(dict.fromkeys(table["attention"])) == list(ATTENTION_TYPES), path.name
     figures = out / "figures"
     for attention in ATTENTION_TYPES:  # every figure once per type, prefixed with the type
-        assert list(figures.glob(f"{attention}_*.png")), attention
+        assert list(figures.glob(f"{attention}_*.svg")), attention
     assert not [p for p in figures.iterdir() if not p.name.startswith(ATTENTION_TYPES)]
     run = json.loads((out / "run.json").read_text())
     section = run["sections"][0]

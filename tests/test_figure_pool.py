@@ -9,6 +9,7 @@ import pytest
 
 from attnlens.errors import DataError
 from attnlens.plots import layer_head_heatmap
+from attnlens.report import figure_pool as figure_pool_module
 from attnlens.report.figure_pool import figure_pool
 from attnlens.runs.io import save_figure
 
@@ -27,7 +28,8 @@ def _boom():
 @pytest.mark.parametrize("workers", [0, 2])
 def test_recipes_and_figures_are_written(tmp_path, workers) -> None:
     with figure_pool(workers):
-        recipe = save_figure(partial(layer_head_heatmap, _table(), "recipe"), tmp_path, "a")
+        recipe = save_figure(partial(layer_head_heatmap, _table(), "recipe"), tmp_path, "a",
+                             ("png",))
         ready = save_figure(layer_head_heatmap(_table(), "ready"), tmp_path, "b", ("png", "svg"))
     assert recipe == [tmp_path / "a.png"]
     assert ready == [tmp_path / "b.png", tmp_path / "b.svg"]
@@ -40,8 +42,17 @@ def test_recipes_and_figures_are_written(tmp_path, workers) -> None:
 
 def test_worker_failure_is_raised_when_the_pool_ends(tmp_path) -> None:
     with pytest.raises(ValueError, match="recipe failed"), figure_pool(2):
-        save_figure(_boom, tmp_path, "broken")
+        save_figure(_boom, tmp_path, "broken", ("png",))
     assert not (tmp_path / "broken.png").exists()
+
+
+def test_svg_twins_are_written_at_once_without_starting_workers(tmp_path, monkeypatch) -> None:
+    started = []
+    monkeypatch.setattr(figure_pool_module, "_Pool", lambda workers: started.append(workers))
+    with figure_pool(2):
+        paths = save_figure(partial(layer_head_heatmap, _table(), "svg"), tmp_path, "s")
+        assert paths == [tmp_path / "s.svg"] and paths[0].is_file()  # before the block ends
+    assert started == []  # no matplotlib figure: no worker process was forked
 
 
 def test_unknown_format_is_refused_before_drawing(tmp_path) -> None:

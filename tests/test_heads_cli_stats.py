@@ -60,7 +60,7 @@ def test_clusters_and_behaviour_on_the_sample(tmp_path):
     # MiniLM's 0-2 is the previous-token head: mostly diagonal attention
     assert classes.loc[(0, 2), "dominant"] == "diagonal"
     for name in ("head_behaviour", "head_embedding", "head_distances", "head_roles_map"):
-        assert (out / "figures" / f"{name}.png").is_file()
+        assert (out / "figures" / f"{name}.svg").is_file()
 
 
 @pytest.mark.parametrize(

@@ -71,7 +71,7 @@ def test_heads_command_on_the_embedded_sample(tmp_path):
     for name in ("head_stats", "positional_heads", "syntactic_table1", "rare_words", "head_roles"):
         assert (out / "tables" / f"{name}.csv").is_file()
         assert (out / "tables" / f"{name}.md").is_file()
-    assert (out / "figures" / "head_roles_map.png").is_file() and (out / "index.html").is_file()
+    assert (out / "figures" / "head_roles_map.svg").is_file() and (out / "index.html").is_file()
     roles = pd.read_csv(out / "tables" / "head_roles.csv")
     assert len(roles) == 6 * 12 and roles["layer"].min() == 0 and roles["head"].min() == 0
     stats = pd.read_csv(out / "tables" / "head_stats.csv").pivot_table(

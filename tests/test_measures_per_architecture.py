@@ -124,7 +124,7 @@ def test_a_causal_gqa_model_gets_sink_and_kv_head_columns(tiny_gqa_llama: Path,
 
     model = json.loads((out / "run.json").read_text())["model"]
     assert model["kv_heads_per_layer"] == [2, 2] and model["causal"] is True
-    assert not (out / "figures" / "heads_to_next.png").exists()  # 0 by construction
+    assert not (out / "figures" / "heads_to_next.svg").exists()  # 0 by construction
 
 
 def test_the_rollout_read_out_follows_the_checkpoints_pooling(tmp_path: Path) -> None:

@@ -80,7 +80,7 @@ def test_rollout_on_a_tiny_bert_with_texts(tiny_bert, tmp_path):
     assert set(layers["measure"]) == {"special_share", "self_share", "moved", "distance",
                                       "mixing"}
     for name in ("rollout_layers", "rollout_sentence0_heatmap", "rollout_sentence1_readout"):
-        assert (out / "figures" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+        assert (out / "figures" / f"{name}.svg").read_text().startswith("<?xml")
 
 
 def test_flow_on_a_tiny_bert(tiny_bert, tmp_path):
@@ -96,7 +96,7 @@ def test_flow_on_a_tiny_bert(tiny_bert, tmp_path):
     # each row divided by its float64 sum of CSV-rounded values
     np.testing.assert_allclose(sums, 1.0, rtol=0, atol=ROW_TOL)
     assert (flow["max_flow"] <= 1 + 1e-6).all()  # a position's outflow capacity is 1
-    assert (out / "figures" / "flow_sentence1_heatmap.png").is_file()
+    assert (out / "figures" / "flow_sentence1_heatmap.svg").is_file()
     assert (out / "tables" / "rollout.csv").is_file()
 
 
@@ -108,7 +108,7 @@ def test_rollout_on_a_causal_model_reads_the_last_token(tiny_gpt2, tmp_path):
     _check_rollout_table(table, 2, [6])
     # causal: position i draws only on tokens <= i
     assert (table.loc[table["key"] > table["query"], "value"] == 0).all()
-    assert (out / "figures" / "rollout_sentence0_readout.png").is_file()
+    assert (out / "figures" / "rollout_sentence0_readout.svg").is_file()
 
 
 def test_sparse_and_linear_on_a_tiny_bert(tiny_bert, text_file, tmp_path):
@@ -120,14 +120,14 @@ def test_sparse_and_linear_on_a_tiny_bert(tiny_bert, text_file, tmp_path):
     assert len(heads) == 2 * 4 * 5 and set(heads["layer"]) == {0, 1}
     coverage = pd.read_csv(out / "tables" / "sparse_coverage.csv")
     assert set(coverage["window"].dropna()) == {1, 3}
-    assert (out / "figures" / "sparse_window90.png").is_file()
+    assert (out / "figures" / "sparse_window90.svg").is_file()
     out = tmp_path / "linear"
     result = invoke_cli("linear", str(tiny_bert), "--text", str(text_file), "--out", str(out),
                         "-q", ok=True)
     assert "Most linearisable heads" in result.output
     table = pd.read_csv(out / "tables" / "linear_attention.csv")
     assert len(table) == 2 * 4 * 7
-    assert (out / "figures" / "linear_error.png").is_file() and (out / "index.html").is_file()
+    assert (out / "figures" / "linear_error.svg").is_file() and (out / "index.html").is_file()
 
 
 def test_rollout_on_minilm_end_to_end(tmp_path):

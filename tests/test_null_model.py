@@ -4,6 +4,8 @@ and findings stated against the null."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -187,3 +189,67 @@ def test_theory_results_are_shown_apart_from_findings(tmp_path: Path) -> None:
     start = page.index("Guaranteed by theory")
     assert "reaches rounding noise" in page[start:]
     assert np.all([f.kind == "finding" for f in report.findings() if f.section == "heads"])
+
+
+@pytest.mark.parametrize("settings", [
+    {},  # tests' TINY BERT
+    {"pad_token_id": None, "initializer_range": 0.05, "type_vocab_size": 1},
+    {"hidden_size": 48, "num_attention_heads": 3, "intermediate_size": 40,
+     "max_position_embeddings": 20, "pad_token_id": 5},
+])
+@pytest.mark.parametrize("seed", [0, 3])
+def test_bert_state_dict_is_transformers_initialisation_bitwise(settings: dict,
+                                                                seed: int) -> None:
+    from transformers import BertConfig, BertModel
+
+    from attnlens.loaders.bert_init import bert_state_dict, covers
+
+    config = BertConfig(vocab_size=vocab_size(), **{**TINY, **settings})
+    assert covers("BertModel", config)
+    torch.manual_seed(seed)
+    expected = BertModel(config).state_dict()
+    expected_next = torch.rand(4)  # where transformers left the global generator
+    got = bert_state_dict(config, seed)
+    assert torch.equal(torch.rand(4), expected_next)
+    assert list(got) == [k for k in expected if k in got] and set(got) == set(expected)
+    for name, tensor in expected.items():
+        assert got[name].dtype == tensor.dtype and torch.equal(got[name], tensor), name
+
+
+def test_bert_state_dict_covers_only_what_it_reproduces() -> None:
+    from transformers import BertConfig
+
+    from attnlens.loaders.bert_init import covers
+
+    config = BertConfig(vocab_size=vocab_size(), **TINY)
+    assert not covers("BertForMaskedLM", config)
+    assert not covers("BertModel", BertConfig(vocab_size=vocab_size(), is_decoder=True,
+                                              add_cross_attention=True, **TINY))
+
+
+def test_random_init_copy_of_a_bert_equals_the_path_through_transformers_class(
+        tiny_bert: Path, monkeypatch) -> None:
+    from attnlens.loaders import bert_init, load_model
+    from attnlens.loaders.random_init import random_init_copy
+
+    model = load_model(tiny_bert)
+    fast = random_init_copy(model, seed=5)
+    monkeypatch.setattr(bert_init, "covers", lambda *args: False)
+    slow = random_init_copy(model, seed=5)
+    assert fast.describe == slow.describe and fast.initialisation == slow.initialisation
+    fast_state, slow_state = fast.model.state_dict(), slow.model.state_dict()
+    assert set(fast_state) == set(slow_state)
+    for name, tensor in slow_state.items():
+        assert torch.equal(fast_state[name], tensor), name
+
+
+def test_the_null_of_a_bert_does_not_import_transformers_modeling_code(
+        tiny_bert: Path) -> None:
+    code = ("import sys; from attnlens.loaders import load_model; "
+            "from attnlens.loaders.random_init import random_init_copy; "
+            f"random_init_copy(load_model({str(tiny_bert)!r}), 0); "
+            "print('transformers.models.bert.modeling_bert' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

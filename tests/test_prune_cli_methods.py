@@ -67,7 +67,7 @@ def test_l0_method_writes_its_tables_beside_the_curve(checkpoint, pairs, tmp_pat
     assert "importance_at_same_heads" in comparison.columns and len(comparison) == 2
     assert (out / "l0_summary.md").is_file() and (out / "l0_heads.md").is_file()
     for chart in ("prune_l0", "l0_training", "prune_curve"):
-        assert (out / f"{chart}.png").read_bytes()[:4] == b"\x89PNG"
+        assert (out / f"{chart}.svg").read_text().startswith("<?xml")
     assert json.loads((out / "l0_settings.json").read_text())["l0"]["steps"] == 15
     curve = pd.read_csv(out / "prune_curve.csv", keep_default_na=False)
     assert set(curve["order"]) == {"importance"}
@@ -93,7 +93,7 @@ def test_roles_order_prunes_the_heads_without_a_role_first(checkpoint, pairs, tm
         removed = [h for t in rows.sort_values("step")["heads_removed"] for h in parse_heads(t)]
         # 75 % of 8 heads: exactly the 6 heads without a tested role, the role heads protected
         assert len(removed) == 6 and not role_heads & set(removed)
-    assert (out / "prune_curve.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "prune_curve.svg").read_text().startswith("<?xml")
 
 
 @pytest.mark.parametrize(

@@ -36,7 +36,7 @@ def test_a_python_user_gets_the_prune_folder_of_the_command(checkpoint, pairs,  
     # manifest.json: the command's options, which --resume compares; a Python run has none
     cli_files = sorted(p.name for p in cli_out.iterdir() if p.name != "manifest.json")
     assert sorted(p.name for p in lib_out.iterdir()) == cli_files
-    assert {"prune_curve.csv", "prune_curve.md", "prune_scores.csv", "prune_curve.png",
+    assert {"prune_curve.csv", "prune_curve.md", "prune_scores.csv", "prune_curve.svg",
             "run.json"} <= set(cli_files)
     for table in ("prune_scores.csv", "prune_settings.json"):  # no timings: byte-identical
         assert (lib_out / table).read_bytes() == (cli_out / table).read_bytes()

@@ -54,7 +54,7 @@ def test_asymmetry_weights_only_reads_no_corpus(tmp_path):
     table = pd.read_csv(out / "tables" / "weight_asymmetry.csv")
     assert set(table["measure"]) >= {"sym_share", "antisym_share", "sym_share_affine"}
     assert not (out / "tables" / "pattern_asymmetry.csv").exists()
-    assert (out / "figures" / "asymmetry_weights.png").is_file()
+    assert (out / "figures" / "asymmetry_weights.svg").is_file()
 
 
 def test_asymmetry_with_corpus_reports_the_baseline(tmp_path, text_file):
@@ -64,7 +64,7 @@ def test_asymmetry_with_corpus_reports_the_baseline(tmp_path, text_file):
     assert "baseline" in result.output
     baseline = pd.read_csv(out / "tables" / "asymmetry_baseline.csv")
     assert set(baseline["layer"]) == set(range(6))
-    assert (out / "figures" / "asymmetry_patterns.png").is_file()
+    assert (out / "figures" / "asymmetry_patterns.svg").is_file()
 
 
 def test_weights_only_with_text_is_a_one_line_error(tmp_path, text_file):

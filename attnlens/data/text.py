@@ -80,7 +80,7 @@ def text_batches(
                 attention_mask=enc["attention_mask"],
                 token_type_ids=enc.get("token_type_ids"),
                 special_mask=tokenizer.special_mask(enc["input_ids"]),
-                extra={"index": chunk},
+                extra={"index": chunk, "corpus_size": len(texts)},
             )
         )
     return batches

@@ -290,7 +290,7 @@ def word_batches(
             full_counts=[counts[i] for i in chunk],
         )
         extra: dict[str, Any] = {"index": chunk, "n_words": enc.n_words,
-                                 "unaligned": enc.unaligned}
+                                 "unaligned": enc.unaligned, "corpus_size": len(sentences)}
         for name, values in annotations.items():
             extra[name] = [values[i] for i in chunk]
         batches.append(

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from attnlens.loaders import bert_init
 from attnlens.loaders.checkpoint import read_config
 from attnlens.loaders.registry import find_converter
 from attnlens.loaders.weights import WeightReader
@@ -69,14 +70,20 @@ def _from_transformers(path: Path, architecture: str, seed: int) -> NullModel | 
 
     hf = read_config(path)
     converter, chosen = find_converter(hf)
-    hf_class = getattr(transformers, chosen, None)
-    if hf_class is None:
-        return None
-    config = transformers.AutoConfig.from_pretrained(str(path), local_files_only=True)
-    torch.manual_seed(seed)
-    hf_model = hf_class(config)  # post_init() -> the architecture's _init_weights
-    tensors = {k: v.detach() for k, v in hf_model.state_dict().items()}
-    del hf_model
+    config = (transformers.AutoConfig.from_pretrained(str(path), local_files_only=True)
+              if chosen in bert_init.ARCHITECTURES else None)
+    if config is not None and bert_init.covers(chosen, config):
+        tensors = bert_init.bert_state_dict(config, seed)  # the same draws, no modeling import
+    else:
+        hf_class = getattr(transformers, chosen, None)
+        if hf_class is None:
+            return None
+        config = config or transformers.AutoConfig.from_pretrained(str(path),
+                                                                   local_files_only=True)
+        torch.manual_seed(seed)
+        hf_model = hf_class(config)  # post_init() -> the architecture's _init_weights
+        tensors = {k: v.detach() for k, v in hf_model.state_dict().items()}
+        del hf_model
     prefix = converter.prefix if any(k.startswith(converter.prefix) for k in tensors) else ""
     reader = WeightReader(tensors, prefix=prefix, ignore=converter.ignore)
     cfg, state = converter.convert(hf, reader, chosen)

@@ -11,13 +11,13 @@ One module per kind of figure, all built under one style with fixed margins (``s
 - ``heads``: behaviour panels, the heads' embedding and distance matrix;
 - ``pruning``: pruning curves, L0 gates beside them, L0 training curves.
 
+Matplotlib is imported only when a matplotlib figure is built (``style.plt``). The figures of
+the report also have SVG twins (``attnlens.plots.svg``), set as each function's ``svg``
+attribute: ``save_figure`` writes ``.svg`` through them without matplotlib.
+
 Every figure function is a module-level function (report recipes pickle it by name into
 worker processes); every name is importable from ``attnlens.plots`` itself.
 """
-
-import matplotlib
-
-matplotlib.use("Agg")  # before pyplot loads; no screen needed; notebooks still display Figures
 
 from attnlens.plots.collapse import collapse_curves, double_log_fit, path_collapse_curve
 from attnlens.plots.curves import (
@@ -32,7 +32,10 @@ from attnlens.plots.heatmaps import layer_head_heatmap
 from attnlens.plots.pruning import l0_against_curves, l0_training_curves, pruning_curves
 from attnlens.plots.roles import ROLE_COLORS, relation_heatmaps, role_map_figure
 from attnlens.plots.style import STYLE, layer_head_grid, place_axes, styled
+from attnlens.plots.svg import attach_twins
 from attnlens.plots.tokens import token_matrix_heatmap, token_row_bars
+
+attach_twins(globals())  # each figure function with an SVG twin gets it as ``.svg``
 
 __all__ = [
     "ROLE_COLORS",

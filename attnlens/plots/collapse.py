@@ -4,12 +4,15 @@ against depth, the doubly exponential fit, head-path products.
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
-from attnlens.plots.style import place_axes, styled
+from attnlens.plots.style import place_axes, plt, styled
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def _positive(values: pd.Series, floor: float) -> np.ndarray:

@@ -4,11 +4,14 @@ over layers, sparse window coverage, linear attention's keys by length.
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
-import pandas as pd
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING
 
-from attnlens.plots.style import layer_axes, place_axes, styled
+import pandas as pd
+
+from attnlens.plots.style import layer_axes, place_axes, plt, styled
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def share_panel(ax, layer) -> None:

@@ -4,13 +4,16 @@
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from attnlens.plots.roles import ROLE_COLORS, role_category
-from attnlens.plots.style import layer_head_grid, styled
+from attnlens.plots.style import layer_head_grid, plt, styled
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 @styled

@@ -4,11 +4,14 @@ beside those curves, and the L0 gates' training curves.
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
-import pandas as pd
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING
 
-from attnlens.plots.style import place_axes, styled
+import pandas as pd
+
+from attnlens.plots.style import place_axes, plt, styled
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def order_curve(ax, order: str, rows: pd.DataFrame, color: str, band_alpha: float) -> None:

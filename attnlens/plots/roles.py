@@ -5,13 +5,15 @@ per-relation syntactic accuracy heatmaps.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
-from attnlens.plots.style import layer_head_grid, place_axes, styled
+from attnlens.plots.style import layer_head_grid, place_axes, plt, styled
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 ROLE_COLORS = {
     "none": "#f0f0f0",
@@ -37,7 +39,8 @@ def role_category(roles: str) -> str:
     return "none" if not found else found[0] if len(found) == 1 else "several"
 
 
-def _role_label(row) -> str:
+def role_label(row) -> str:
+    """The text of a role-map cell: P±k, Sn, R, Ind / Dup / Prev / Snk / Ret."""
     parts = []
     if "positional" in row.roles:
         parts.append(f"P{row.best_offset:+d}")
@@ -66,7 +69,7 @@ def role_map_figure(head_roles: pd.DataFrame, title: str = "Head roles") -> Figu
     labels = [["" for _ in range(n_heads)] for _ in range(n_layers)]
     for row in head_roles.itertuples():
         grid[row.layer, row.head] = names.index(role_category(row.roles))
-        labels[row.layer][row.head] = _role_label(row)
+        labels[row.layer][row.head] = role_label(row)
     cmap = ListedColormap(list(ROLE_COLORS.values())).with_extremes(bad="white")
     fig, ax = plt.subplots(figsize=(max(4.0, 0.6 * n_heads + 2.5), max(2.5, 0.5 * n_layers + 1)))
     ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0, vmax=len(names) - 1,

@@ -38,6 +38,7 @@ from attnlens.report.kv_heads import add_kv_head_column, grouped
 from attnlens.report.null_run import NullOptions, apply_null, run_null
 from attnlens.report.provenance import invoked_command, model_record, package_versions
 from attnlens.report.sections import Section, SectionOutput
+from attnlens.runs import stopwatch
 from attnlens.runs.checkpointing import AnalysisCheckpoint
 from attnlens.runs.io import atomic_open, check_output_dir, write_table
 from attnlens.stream.base import Analyzer
@@ -121,7 +122,7 @@ def analyze(
     batches: Sequence[Batch],
     out_dir: str | Path,
     sections: Sequence[Section] | None = None,
-    formats: tuple[str, ...] = ("png",),
+    formats: tuple[str, ...] = ("svg",),
     show_progress: bool = True,
     corpus_name: str = "",
     options: dict[str, Any] | None = None,
@@ -147,6 +148,7 @@ def analyze(
     after reading the model (``max_length`` and ``max_length_source`` for a defaulted
     ``--max-length``).
     """
+    before = stopwatch.process_age()  # imports, model and tokenizer load, corpus
     out = check_output_dir(out_dir) if dist.is_main else Path(out_dir)
     if not command:  # inside any CLI command: its command line and options
         command, invoked = invoked_command()
@@ -155,7 +157,8 @@ def analyze(
     if has_several_attention_types(model):  # every section per attention type, tables with a column
         sections = [by_attention_type(s) for s in sections]
     start = time.perf_counter()
-    per_section = [s.analyzers(model, tokenizer) for s in sections]
+    with stopwatch.phase("analyzers made"):
+        per_section = [s.analyzers(model, tokenizer) for s in sections]
     everything = [a for group in per_section for a in group]
     n_sentences = sum(int(b.input_ids.shape[0]) for b in batches)
     seconds: dict[str, float] = {}
@@ -176,16 +179,18 @@ def analyze(
     if not dist.is_main:
         return []
     outputs, records = _write_sections(model, sections, per_section, out, formats, seconds)
-    if null_result is not None:
-        apply_null(outputs, sections, null_result, out / TABLES_DIR)
-    _add_kv_heads(model, outputs, out / TABLES_DIR)
-    pages = example_pages(model, tokenizer, out) if example_pages is not None else []
+    with stopwatch.phase("null columns added"):
+        if null_result is not None:
+            apply_null(outputs, sections, null_result, out / TABLES_DIR)
+        _add_kv_heads(model, outputs, out / TABLES_DIR)
+    with stopwatch.phase("example pages"):
+        pages = example_pages(model, tokenizer, out) if example_pages is not None else []
     if prune_dir is not None:
         from attnlens.measures.pruning.section import attach_prune_run
 
         records.append(attach_prune_run(prune_dir, out / TABLES_DIR, out / FIGURES_DIR))
     total = time.perf_counter() - start
-    write_run_record(out, {
+    record = {
         "attnlens": _version(),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": command,
@@ -202,6 +207,7 @@ def analyze(
             "corpus pass (forward and every analyzer)": round(corpus_pass, 2),
             **({"null model pass (included in total)": round(null_result.seconds, 2)}
                if null_result is not None else {}),
+            "fixed costs": fixed_costs(before, stopwatch.take()),
             "sections": {
                 name: {"analyzers (inside the corpus pass)": round(
                     seconds.get(f"{name}.analyzers", 0.0), 2),
@@ -213,9 +219,25 @@ def analyze(
         "example_pages": len(pages),
         "sections": [r.to_json() for r in records],
         NUMERIC_RECORD: numeric_columns({n: t for o in outputs for n, t in o.tables.items()}),
-    })
+    }
+    write_run_record(out, record)
+    began = time.perf_counter()
     Report(out).render()
+    record["timings"]["fixed costs"]["page"] = round(
+        time.perf_counter() - began, 2)
+    write_run_record(out, record)
     return outputs
+
+
+def fixed_costs(before: float | None, phases: dict[str, float]) -> dict[str, float]:
+    """run.json's itemised fixed costs: what ran before ``analyze`` (the process's age at its
+    start, less the phases the command timed: imports and start-up), then every phase timed
+    (``attnlens.runs.stopwatch``)."""
+    costs: dict[str, float] = {}
+    if before is not None:
+        timed = sum(phases.get(name, 0.0) for name in stopwatch.BEFORE_ANALYZE)
+        costs["imports and start-up"] = round(max(0.0, before - timed), 2)
+    return {**costs, **phases}
 
 
 @contextmanager
@@ -248,6 +270,9 @@ def _write_sections(model, sections, per_section, out: Path, formats, seconds):
                 began = time.perf_counter()
                 outputs.append(section.write(model, group, staging, formats))
                 write_times.append(time.perf_counter() - began)
+            tables_done = time.perf_counter()
+        stopwatch.add("figures finished after the tables (figure workers)",
+                      time.perf_counter() - tables_done)
         for section, output, spent in zip(sections, outputs, write_times, strict=True):
             tables, figures = _file_outputs(staging_root / section.name, out, output)
             notes = output.notes or [line.strip() for line in output.summary.splitlines()

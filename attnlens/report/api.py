@@ -20,7 +20,7 @@ def analyze(
     sections: Sequence | None = None,
     batch_size: int = 16,
     max_length: int | None = None,
-    formats: tuple[str, ...] = ("png",),
+    formats: tuple[str, ...] = ("svg",),
     prune: str | Path | None = None,
     show_progress: bool = False,
     null: str = "random-init",

@@ -6,7 +6,7 @@ its analyzers are tagged with the type, so the one corpus pass of ``report.analy
 them all. Each table is written once, with an ``attention`` column saying which type every
 row describes (each type's own copy, written first, is overwritten by the combined table);
 each type's figures are written as ``<attention>_<figure>`` (for instance
-``cross_heads_entropy.png``) and labelled with the type in their top-left corner
+``cross_heads_entropy.svg``) and labelled with the type in their top-left corner
 (``io.figure_naming``, which also works when a figure pool draws them later).
 """
 

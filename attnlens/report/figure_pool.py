@@ -1,8 +1,11 @@
 """Render report figures in parallel worker processes.
 
-Drawing a figure (layout of every text artist, rasterising, PNG compression) is pure
-matplotlib work that does not need the model. Inside ``with figure_pool():`` the report's
-``save_figure`` hands each figure to a pool of forked worker processes and returns at once
+Drawing a matplotlib figure (layout of every text artist, rasterising, PNG compression) is
+work that does not need the model. Figures written as SVG by attnlens' own writer
+(``attnlens.plots.svg``, the default format) take milliseconds and never reach the pool;
+the pool (and matplotlib's warm-up) starts only when the first matplotlib figure arrives
+(``--format png`` or ``pdf``, or a figure without an SVG twin). Inside ``with figure_pool():``
+the report's ``save_figure`` hands each such figure to the forked workers and returns at once
 with the paths the files will have; leaving the block waits for every figure and re-raises
 the first failure. A figure given as a *recipe* (a picklable zero-argument callable such as
 ``functools.partial(layer_head_heatmap, table, title)``) is also built in the worker, so the
@@ -64,26 +67,47 @@ def figure_pool(workers: int | None = None) -> Iterator[None]:
     if workers <= 0:
         yield
         return
-    _warm_up()  # forked workers inherit loaded fonts and text-layout caches
-    pool = _Pool(workers)
+    pool = _LazyPool(workers)
     io.FIGURE_QUEUES.append(pool.submit)
     try:
         yield
     except BaseException:
         io.FIGURE_QUEUES.remove(pool.submit)
-        pool.executor.shutdown(wait=True, cancel_futures=True)
+        pool.cancel()
         raise
     io.FIGURE_QUEUES.remove(pool.submit)
     pool.finish()
+
+
+class _LazyPool:
+    """A ``_Pool`` forked on the first figure submitted (none for an all-SVG report)."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self.pool: _Pool | None = None
+
+    def submit(self, figure: Any, write: Callable[[Any, Path, str], None], jobs: list) -> None:
+        if self.pool is None:
+            _warm_up()  # forked workers inherit loaded fonts and text-layout caches
+            self.pool = _Pool(self.workers)
+        self.pool.submit(figure, write, jobs)
+
+    def finish(self) -> None:
+        if self.pool is not None:
+            self.pool.finish()
+
+    def cancel(self) -> None:
+        if self.pool is not None:
+            self.pool.executor.shutdown(wait=True, cancel_futures=True)
 
 
 def _warm_up() -> None:
     """Draw one small figure with text so matplotlib loads its fonts before the fork."""
     from io import BytesIO
 
-    import matplotlib.pyplot as plt
+    from attnlens.plots.style import STYLE, pyplot
 
-    from attnlens.plots import STYLE
+    plt = pyplot()  # the Agg backend, set before pyplot loads
 
     with plt.rc_context(STYLE):
         fig = plt.figure(figsize=(1, 1))

@@ -6,7 +6,7 @@ Layout (what ``attnlens analyze --out DIR`` writes)::
     DIR/run.json        model and checksum, corpus, options, package versions, timings,
                         sections (their explanation, tables and figures)
     DIR/tables/         every table as NAME.csv (full precision) and NAME.md
-    DIR/figures/        every figure as NAME.png (and .svg / .pdf with --format)
+    DIR/figures/        every figure as NAME.svg (.png / .pdf with --format png,pdf)
 
 The page is built from run.json and the tables alone, so ``Report(DIR).render()``
 (``attnlens report DIR``) rebuilds it without the model. Older flat folders (tables and

@@ -8,9 +8,10 @@ a table with one row per head one grid per numeric column.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 # The colours of attnlens.plots.ROLE_COLORS (not imported: that module loads matplotlib;
@@ -50,11 +51,33 @@ def head_shape(run: dict[str, Any], tables: Mapping[str, pd.DataFrame]) -> tuple
 
 
 def _grid(rows: pd.DataFrame, value: str, layers: int, heads: int) -> list[list[float | None]]:
-    means = rows.groupby(["layer", "head"])[value].mean()
+    """``rows``' ``value`` per head: one row per (layer, head), as ``table_grids`` ensures
+    (the mean of one value is that value, so no group-by is needed)."""
+    column = rows[value]
+    if not (pd.api.types.is_numeric_dtype(column) or pd.api.types.is_bool_dtype(column)):
+        grid: list[list[float | None]] = [[None] * heads for _ in range(layers)]
+        means = rows.groupby(["layer", "head"])[value].mean()  # text values: pandas decides
+        for (layer, head), v in means.items():
+            if 0 <= layer < layers and 0 <= head < heads and math.isfinite(v):
+                grid[int(layer)][int(head)] = float(f"{v:.6g}")
+        return grid
+    return _filled(_numbers(rows["layer"]), _numbers(rows["head"]), _numbers(column), layers,
+                   heads)
+
+
+def _numbers(column: pd.Series) -> np.ndarray:
+    return pd.to_numeric(column).to_numpy(dtype=float, na_value=math.nan)
+
+
+def _filled(layer: np.ndarray, head: np.ndarray, value: np.ndarray, layers: int,
+            heads: int) -> list[list[float | None]]:
+    """The grid of ``value`` at (``layer``, ``head``): heads out of range, NaN or infinite
+    values left empty; values to 6 significant digits."""
     grid: list[list[float | None]] = [[None] * heads for _ in range(layers)]
-    for (layer, head), v in means.items():
-        if 0 <= layer < layers and 0 <= head < heads and math.isfinite(v):
-            grid[int(layer)][int(head)] = float(f"{v:.6g}")
+    keep = (layer >= 0) & (layer < layers) & (head >= 0) & (head < heads) & np.isfinite(value)
+    for layer_, head_, v in zip(layer[keep].tolist(), head[keep].tolist(),
+                                value[keep].tolist(), strict=True):
+        grid[int(layer_)][int(head_)] = float(f"{v:.6g}")
     return grid
 
 
@@ -67,28 +90,55 @@ def _label_columns(table: pd.DataFrame, keys: tuple[str, ...]) -> list[str]:
 def table_grids(name: str, table: pd.DataFrame, keys: tuple[str, ...], layers: int,
                 heads: int) -> list[dict[str, Any]]:
     """The grids one table offers (see the module docstring)."""
+    return list(_table_grids(name, table, keys, layers, heads))
+
+
+def _table_grids(name: str, table: pd.DataFrame, keys: tuple[str, ...], layers: int,
+                 heads: int) -> Iterator[dict[str, Any]]:
+    """``table_grids``, one grid at a time (the page stops at ``MAX_GRIDS``)."""
     if not {"layer", "head"} <= set(table.columns) or table.empty:
-        return []
-    grids = []
+        return
     if {"measure", "value"} <= set(table.columns):
         labels = _label_columns(table, keys)
-        for key, rows in table.groupby([*labels, "measure"], sort=False):
-            key = key if isinstance(key, tuple) else (key,)
-            if rows.duplicated(["layer", "head"]).any():
+        splits = [*labels, "measure"]
+        numeric = (pd.api.types.is_numeric_dtype(table["value"])
+                   or pd.api.types.is_bool_dtype(table["value"]))
+        if not numeric:  # text values: each split through the group-by of _grid
+            for key, rows in table.groupby(splits, sort=False):
+                key = key if isinstance(key, tuple) else (key,)
+                if rows.duplicated(["layer", "head"]).any():
+                    continue
+                yield {"label": " ".join(str(k) for k in key), "table": name,
+                       "values": _grid(rows, "value", layers, heads)}
+            return
+        # One pass over the table: each split's rows by its group number (in the order the
+        # group-by iterates), a head twice within one split found once for all splits.
+        group = table.groupby(splits, sort=False).ngroup().fillna(-1).to_numpy(dtype=np.int64)
+        repeated = table.duplicated([*splits, "layer", "head"]).to_numpy()
+        layer, head, value = (_numbers(table[c]) for c in ("layer", "head", "value"))
+        order = np.argsort(group, kind="stable")
+        ids, starts = np.unique(group[order], return_index=True)
+        ends = [*starts[1:].tolist(), len(order)]
+        for g, start, end in zip(ids.tolist(), starts.tolist(), ends, strict=True):
+            if g < 0:
+                continue  # a missing label (ngroup's NaN): the group-by leaves the rows out
+            rows = order[start:end]
+            if repeated[rows].any():
                 continue  # more labels than this split sees: not one value per head
-            grids.append({"label": " ".join(str(k) for k in key), "table": name,
-                          "values": _grid(rows, "value", layers, heads)})
-        return grids
+            first = int(rows[0])
+            key = tuple(table[c].iloc[first] for c in splits)
+            yield {"label": " ".join(str(k) for k in key), "table": name,
+                   "values": _filled(layer[rows], head[rows], value[rows], layers, heads)}
+        return
     if table.duplicated(["layer", "head"]).any():
-        return []
+        return
     for column in table.columns:
         if column in ("layer", "head") or column in keys:
             continue
         if pd.api.types.is_numeric_dtype(table[column]) and not pd.api.types.is_bool_dtype(
                 table[column]):
-            grids.append({"label": column, "table": name,
-                          "values": _grid(table, column, layers, heads)})
-    return grids
+            yield {"label": column, "table": name,
+                   "values": _grid(table, column, layers, heads)}
 
 
 def _varies(grid: dict[str, Any]) -> bool:
@@ -98,7 +148,8 @@ def _varies(grid: dict[str, Any]) -> bool:
 
 def head_grids(tables: Mapping[str, pd.DataFrame], sections: list, layers: int,
                heads: int) -> list[dict[str, Any]]:
-    """Every section's grids that vary between heads, in page order (at most ``MAX_GRIDS``)."""
+    """Every section's grids that vary between heads, in page order (at most ``MAX_GRIDS``;
+    tables past that point are not read)."""
     if not layers or not heads:
         return []
     grids: list[dict[str, Any]] = []
@@ -106,9 +157,12 @@ def head_grids(tables: Mapping[str, pd.DataFrame], sections: list, layers: int,
         for name in section.tables:
             if name in tables and name != "head_roles":
                 keys = section.doc.table_doc(name).keys
-                grids += [g for g in table_grids(name, tables[name], tuple(keys), layers, heads)
-                          if _varies(g)]
-    return grids[:MAX_GRIDS]
+                for grid in _table_grids(name, tables[name], tuple(keys), layers, heads):
+                    if _varies(grid):
+                        grids.append(grid)
+                        if len(grids) == MAX_GRIDS:
+                            return grids
+    return grids
 
 
 def _short_label(roles: list[str], evidence: str, offset: Any) -> str:

@@ -46,7 +46,7 @@ def _figure_html(report: ReportFiles, name: str, caption: str, embed: bool) -> s
         f'<a href="{FIGURES_DIR}/{escape(p.name)}">{p.suffix[1:].upper()}</a>'
         for p in files.values())
     image = ""
-    shown = files.get(".png") or files.get(".svg")
+    shown = files.get(".svg") or files.get(".png")  # SVG first: vector, and the smaller
     if embed and shown is not None:
         mime = "image/png" if shown.suffix == ".png" else "image/svg+xml"
         raw = embedded_png(shown) if shown.suffix == ".png" else shown.read_bytes()

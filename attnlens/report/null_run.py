@@ -112,28 +112,34 @@ def run_null(model, tokenizer, batches: Sequence, sections: Sequence, options: N
     """The null pass (module docstring); None on ranks other than 0 of a torchrun run."""
     from attnlens.distributed import run_sharded
     from attnlens.loaders.random_init import random_init_copy
-    from attnlens.runs.io import no_figures
+    from attnlens.runs.io import no_figures, no_table_files
+    from attnlens.runs.stopwatch import phase
 
     start = time.perf_counter()
     chosen = [_cheap(s) for s in sections if getattr(s, "null_control", False)]
     if not chosen:
         return NullResult(seed=options.seed)
-    null = random_init_copy(model, options.seed)
+    with phase("null model: initialisation"):
+        null = random_init_copy(model, options.seed)
     sample = sample_batches(batches, options.max_sentences)
-    per_section = [s.analyzers(null.model, tokenizer) for s in chosen]
-    everything = [a for group in per_section for a in group]
     n = sum(int(b.input_ids.shape[0]) for b in sample)
-    if everything:
-        run_sharded(null.model, sample, everything, dist, total=n, show_progress=show_progress)
+    with phase("null model: its pass over the corpus sample"):
+        per_section = [s.analyzers(null.model, tokenizer) for s in chosen]
+        everything = [a for group in per_section for a in group]
+        if everything:
+            run_sharded(null.model, sample, everything, dist, total=n,
+                        show_progress=show_progress)
     if not dist.is_main:
         return None
     result = NullResult(describe=null.describe, initialisation=null.initialisation,
                         seed=options.seed, sentences=n, sections=[s.name for s in chosen])
-    with tempfile.TemporaryDirectory(prefix="attnlens-null-") as tmp, no_figures():
+    # Tables stay in memory, figures are not drawn: only the tables' values are used.
+    with (tempfile.TemporaryDirectory(prefix="attnlens-null-") as tmp, no_figures(),
+          no_table_files(), phase("null model: its tables")):
         for section, group in zip(chosen, per_section, strict=True):
             staging = Path(tmp) / section.name
             staging.mkdir()
-            output = section.write(null.model, group, staging, ("png",))
+            output = section.write(null.model, group, staging, ("svg",))
             result.tables.update(output.tables)
     result.seconds = time.perf_counter() - start
     return result

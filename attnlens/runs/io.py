@@ -181,14 +181,21 @@ def markdown_table(df: pd.DataFrame, float_format: str = "{:.4g}", markup: bool 
     def text(value) -> str:
         return markdown_cell(str(value)) if markup else str(value).replace("|", "\\|")
 
+    number = float_format.format
+
     def cell(value) -> str:
         if isinstance(value, float):
-            return float_format.format(value)
+            return number(value)
         return text(value)
 
     header = "| " + " | ".join(text(c) for c in df.columns) + " |"
     rule = "|" + "|".join("---" for _ in df.columns) + "|"
-    rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    # Column by column (the values ``itertuples`` gives: each column's own iteration); a
+    # float64 column holds Python floats only.
+    columns = [[number(v) for v in df.iloc[:, k]] if df.dtypes.iloc[k] == "float64"
+               else [cell(v) for v in df.iloc[:, k]] for k in range(df.shape[1])]
+    cells = zip(*columns, strict=True) if columns else [()] * len(df)
+    rows = ["| " + " | ".join(row) + " |" for row in cells]
     return "\n".join([header, rule, *rows]) + "\n"
 
 
@@ -199,13 +206,16 @@ def write_table(
     paths = []
     for fmt in formats:
         path = path_inside(out_dir, f"{name}.{fmt}")  # a name from data cannot leave out_dir
+        if fmt not in ("csv", "md"):
+            raise DataError(f"unknown table format {fmt!r}; use csv or md.")
+        if _NO_TABLE_FILES.get():
+            paths.append(path)
+            continue
         with atomic_open(path) as handle:
             if fmt == "csv":
                 neutralise_formulas(df).to_csv(handle, index=False)
-            elif fmt == "md":
-                handle.write(markdown_table(df))
             else:
-                raise DataError(f"unknown table format {fmt!r}; use csv or md.")
+                handle.write(markdown_table(df))
         paths.append(path)
     return paths
 
@@ -256,6 +266,20 @@ def no_figures() -> Iterator[None]:
         _NO_FIGURES.reset(token)
 
 
+_NO_TABLE_FILES: ContextVar[bool] = ContextVar("no_table_files", default=False)
+
+
+@contextmanager
+def no_table_files() -> Iterator[None]:
+    """Inside this block ``write_table`` writes no file and returns the paths it would have
+    written (a report's null-model pass keeps its tables in memory)."""
+    token = _NO_TABLE_FILES.set(True)
+    try:
+        yield
+    finally:
+        _NO_TABLE_FILES.reset(token)
+
+
 def _add_label(fig, label: str):
     fig.text(0.005, 0.995, label, ha="left", va="top", fontsize=8, style="italic")
     return fig
@@ -266,39 +290,69 @@ def _labelled(recipe: Callable[[], Any], label: str):
     return _add_label(recipe(), label)
 
 
-def save_figure(
-    fig, out_dir: str | Path, name: str, formats: Iterable[str] = ("png",)
-) -> list[Path]:
-    """Save a matplotlib Figure atomically in each format, then close it; return the paths.
+def _is_figure(fig) -> bool:
+    """A ready matplotlib Figure (not a recipe); tells without importing matplotlib."""
+    return not callable(fig) and hasattr(fig, "savefig")
 
-    ``fig`` may also be a recipe: a picklable zero-argument callable returning the Figure
-    (``functools.partial(layer_head_heatmap, table, title)``). Inside
-    ``report.figure_pool.figure_pool()`` the drawing happens in a worker process and the
-    files exist once the pool block ends.
+
+def svg_twin(recipe) -> Callable[[], str] | None:
+    """A zero-argument callable giving ``recipe``'s figure as SVG text without matplotlib, or
+    None: a ``functools.partial`` of a figure function with an ``svg`` twin
+    (``attnlens.plots.svg``), possibly labelled by ``figure_naming``."""
+    if not isinstance(recipe, partial):
+        return None
+    if recipe.func is _labelled:
+        inner, label = recipe.args
+        twin = svg_twin(inner)
+        return None if twin is None else partial(_svg_text, inner, label)
+    draw = getattr(recipe.func, "svg", None)
+    return None if draw is None else partial(_svg_text, recipe)
+
+
+def _svg_text(recipe: partial, label: str = "") -> str:
+    canvas = recipe.func.svg(*recipe.args, **recipe.keywords)
+    if label:
+        canvas.corner_label(label)
+    return canvas.render()
+
+
+def drawn_without_matplotlib(figure, jobs: list) -> bool:
+    """Every job of ``figure`` is an SVG its twin writes (milliseconds, no matplotlib)."""
+    return all(fmt == "svg" for _, fmt in jobs) and svg_twin(figure) is not None
+
+
+def save_figure(
+    fig, out_dir: str | Path, name: str, formats: Iterable[str] = ("svg",)
+) -> list[Path]:
+    """Save a figure atomically in each format; return the paths.
+
+    ``fig`` is a matplotlib Figure (closed once written) or a recipe: a picklable
+    zero-argument callable returning the Figure (``functools.partial(layer_head_heatmap,
+    table, title)``). A recipe whose function has an SVG twin (``attnlens.plots.svg``) writes
+    its ``.svg`` through the twin, without matplotlib; other formats and figures without a
+    twin are drawn by matplotlib. Inside ``report.figure_pool.figure_pool()`` matplotlib's
+    drawing happens in a worker process and the files exist once the pool block ends.
     """
     if _NO_FIGURES.get():
-        if not callable(fig) and hasattr(fig, "savefig"):
+        if _is_figure(fig):
             _close(fig)
         return []
-    from matplotlib.figure import Figure
-
     naming = _FIGURE_NAMING.get()
     if naming is not None:
         prefix, label = naming
         name = prefix + name
         if label:
-            fig = _add_label(fig, label) if isinstance(fig, Figure) else partial(
-                _labelled, fig, label)
+            fig = _add_label(fig, label) if _is_figure(fig) else partial(_labelled, fig, label)
     try:
         checked = figure_formats(formats)
     except DataError:
-        if isinstance(fig, Figure):
+        if _is_figure(fig):
             _close(fig)
         raise
     jobs = [(path_inside(out_dir, f"{name}.{fmt}"), fmt) for fmt in checked]  # stays in out_dir
-    if FIGURE_QUEUES:
+    if FIGURE_QUEUES and not drawn_without_matplotlib(fig, jobs):
         FIGURE_QUEUES[-1](fig, _write_figure, jobs)
-        if isinstance(fig, Figure):
+        if _is_figure(fig):
             _close(fig)  # the worker draws a pickled copy
     else:
         draw_figure(fig, _write_figure, jobs)
@@ -306,15 +360,23 @@ def save_figure(
 
 
 def draw_figure(figure, write: Callable[[Any, Path, str], None], jobs: list) -> None:
-    """Build ``figure`` if it is a recipe, ``write(fig, path, fmt)`` each job, close it."""
-    from matplotlib.figure import Figure
-
-    fig = figure if isinstance(figure, Figure) else figure()
+    """Write each ``(path, format)`` job of ``figure``: an SVG through the recipe's twin
+    when it has one, anything else by ``write(fig, path, fmt)`` on the matplotlib Figure
+    (built once, from the recipe, when first needed, and closed at the end)."""
+    twin = svg_twin(figure)
+    fig = figure if _is_figure(figure) else None
     try:
         for path, fmt in jobs:
+            if fmt == "svg" and twin is not None:
+                with atomic_open(path, "w") as handle:
+                    handle.write(twin())
+                continue
+            if fig is None:
+                fig = figure()
             write(fig, path, fmt)
     finally:
-        _close(fig)
+        if fig is not None:
+            _close(fig)
 
 
 def _write_figure(fig, path: Path, fmt: str) -> None:

@@ -4,8 +4,12 @@ A variant (``variants.VARIANTS``) runs the model's own blocks with parts switche
 skip connections, the MLPs, the norms. ``variant_depths`` runs it on the loaded weights: no
 model is rebuilt or copied (in float64 the weights are cast once per batch and shared by all
 variants, through ``torch.func.functional_call``). ``VariantCollapse`` folds the relative
-residual at every depth, per variant; it keeps plain tensors only and gets the model as an
-argument of ``model_pass`` for each batch.
+residual at every depth, per variant; its state holds plain tensors only. It gets the model
+as an argument of ``model_pass`` and holds the sampled sentences of a few batches (at most
+``FLUSH_SENTENCES``, or until its sample is complete) to run each variant once per length
+bucket over all of them: a few larger float64 passes instead of one small pass per variant
+and batch (the same sentences, padded otherwise: equal within float64 rounding). The state
+(``state_dict``, ``result``, ``merge``) runs what is still held first.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ from attnlens.measures.collapse.variants import VARIANTS, parse_variants
 from attnlens.model.attention import additive_attention_mask
 from attnlens.model.transformer import HookedTransformer, TransformerBlock
 from attnlens.stream.base import Analyzer, Batch
+
+# Sampled sentences held before the variants run over them (one pass per length bucket).
+FLUSH_SENTENCES = 32
 
 
 def block_variant(
@@ -112,6 +119,35 @@ def run_variant(
     return torch.func.functional_call(_OnWeights(model), weights, (inputs, variant))
 
 
+def length_buckets(batches: Sequence[Batch], device: torch.device
+                   ) -> list[tuple[torch.Tensor, dict[str, torch.Tensor]]]:
+    """The sentences of ``batches`` regrouped by length: ``(order, inputs)`` per bucket of
+    real lengths ``(hi/2, hi]`` (``hi`` a power of two, at least 8), ``order [g]`` each
+    sentence's place among all of them, ``inputs`` its model inputs ``[g, longest]`` with
+    the real tokens first, padded on the right as the tokenizer pads (one host read)."""
+    names = ["input_ids", "attention_mask"]
+    if all(b.token_type_ids is not None for b in batches):
+        names.append("token_type_ids")
+    parts: dict[str, list[torch.Tensor]] = {name: [] for name in names}
+    for batch in batches:
+        mask = batch.attention_mask.cpu()
+        first = torch.sort((~mask.bool()).to(torch.int8), dim=1, stable=True).indices
+        for name in names:  # [size, width] with each sentence's real tokens first
+            parts[name].append(getattr(batch, name).cpu().gather(1, first))
+    width = max(t.shape[1] for t in parts["input_ids"])
+    rows = {name: torch.cat([torch.nn.functional.pad(t, (0, width - t.shape[1]))
+                             for t in tensors]) for name, tensors in parts.items()}
+    lengths = rows["attention_mask"].bool().sum(1)  # [sentences]
+    hi = torch.tensor([max(8, 1 << max(0, n - 1).bit_length()) for n in lengths.tolist()])
+    buckets = []
+    for bucket in torch.unique(hi).tolist():
+        order = torch.nonzero(hi == bucket).flatten()  # [g]
+        longest = int(lengths[order].max())
+        inputs = {name: t[order, :longest].to(device) for name, t in rows.items()}
+        buckets.append((order.to(device), inputs))
+    return buckets
+
+
 class VariantCollapse(Analyzer):
     """Relative residual per depth of block variants of a pretrained model, on a corpus.
 
@@ -139,6 +175,8 @@ class VariantCollapse(Analyzer):
         self.per_batch, self.max_sentences = per_batch, max_sentences
         self.values: dict[str, list[torch.Tensor]] = {v: [] for v in self.variants}
         self.sentences = 0
+        self._held: list[Batch] = []  # sampled sentences whose variants have not run yet
+        self._model: HookedTransformer | None = None
 
     @classmethod
     def for_model(cls, model: HookedTransformer, **kwargs) -> VariantCollapse:
@@ -168,16 +206,49 @@ class VariantCollapse(Analyzer):
         n = batch.size
         if n == 0:
             return
-        inputs = {k: v.to(model.device) for k, v in batch.model_inputs().items()}
+        self._model = model
+        self._held.append(batch)
+        self.sentences += n
+        held = sum(b.size for b in self._held)
+        if held >= FLUSH_SENTENCES or self.sentences == self.max_sentences:
+            self._run_held()
+
+    def _run_held(self) -> None:
+        """Run every variant over the held sentences, one pass per length bucket, and append
+        their residuals ``[norm, depth, sentence]`` in the order the sentences came."""
+        held, self._held = self._held, []
+        if not held:
+            return
+        model = self._model
+        buckets = length_buckets(held, model.device)
         dtype = None if self.dtype is None else getattr(torch, self.dtype)
         weights = cast_weights(model, dtype) if dtype not in (None, model.dtype) else None
+        total = sum(b.size for b in held)
         for variant in self.variants:
-            hidden = run_variant(model, inputs, variant, weights)
-            per_depth = [depth_residuals(h, inputs["attention_mask"]) for h in hidden]
-            self.values[variant].append(torch.stack(per_depth, dim=1))  # [norm, depth, batch]
-        self.sentences += n
+            out = None
+            for order, inputs in buckets:
+                hidden = run_variant(model, inputs, variant, weights)
+                per_depth = [depth_residuals(h, inputs["attention_mask"]) for h in hidden]
+                values = torch.stack(per_depth, dim=1)  # [norm, depth, bucket sentences]
+                if out is None:
+                    out = values.new_zeros(*values.shape[:2], total)
+                out[..., order] = values
+            self.values[variant].append(out)  # [norm, depth, held sentences]
+
+    def state_dict(self) -> dict:
+        self._run_held()  # nothing may stay held in a shipped state
+        return super().state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self._held = []
+        super().load_state_dict(state)
+
+    def merge(self, other: Analyzer) -> Analyzer:
+        self._run_held()  # this run's sentences before the other's, as in one run
+        return super().merge(other)
 
     def result(self) -> dict[str, pd.DataFrame]:
+        self._run_held()
         tables = []
         for variant in self.variants:
             parts = [v.cpu() for v in self.values[variant]]

@@ -282,7 +282,7 @@ class HeadExamples(HeadPatternAnalyzer):
         query, key, start = (int(t[at]) for t in (self.top_query, self.top_key, self.top_start))
         width = max(0, min(self.window, len(tokens) - start))
         grid = self.top_window[at][:width, :width].float()
-        window = ";".join(" ".join(str(round(100 * float(v))) for v in row) for row in grid)
+        window = window_text(grid)
 
         def token(i: int) -> str:
             return tokens[i] if 0 <= i < len(tokens) else ""
@@ -297,3 +297,12 @@ class HeadExamples(HeadPatternAnalyzer):
     def result(self) -> dict[str, pd.DataFrame]:
         """Without a tokenizer: tokens as their ids (the section decodes them)."""
         return {"head_examples": self.examples(lambda ids: [str(i) for i in ids])}
+
+
+def window_text(grid: torch.Tensor) -> str:
+    """``grid [query, key]`` as percentages, ``;`` between rows: ``round(100 * p)`` of each
+    entry, half to even as Python's ``round`` (in float64, as ``float(p)`` is), in one call."""
+    percent = grid.double() * 100  # [query, key]
+    if not bool(torch.isfinite(percent).all()):  # Python's round raises: keep its error
+        return ";".join(" ".join(str(round(100 * float(v))) for v in row) for row in grid)
+    return ";".join(" ".join(map(str, row)) for row in percent.round().long().tolist())

@@ -39,6 +39,7 @@ from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
 from attnlens.stream.base import Batch
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
+from attnlens.stream.held_layers import HeldLayers, add_to_layers
 from attnlens.stream.sentence_sample import check_sample_options, sample_batch
 
 MEASURES = (
@@ -164,6 +165,7 @@ class LinearAttentionView(HeadPatternAnalyzer):
         # effective_keys summed per length bucket, and sentences per bucket
         self.by_length = torch.zeros(n_layers, n_heads, len(LENGTH_EDGES) + 1, **kwargs)
         self.length_counts = torch.zeros(len(LENGTH_EDGES) + 1, **kwargs)
+        self._held = HeldLayers()
 
     @classmethod
     def model_options(cls, model: HookedTransformer) -> dict:
@@ -194,14 +196,32 @@ class LinearAttentionView(HeadPatternAnalyzer):
         if self._skip:
             return
         take = (lambda x: x) if self._rows is None else (lambda x: x[self._rows.to(x.device)])
-        pattern = take(cache["pattern", layer]).float()  # [batch, head, query_pos, key_pos]
-        n_heads = pattern.shape[1]
-        q, k, v = (per_query_head(take(cache[name, layer]).float(), n_heads) for name in "qkv")
+        # held, then folded several layers at a time as more heads (stream.held_layers)
+        tensors = [take(cache[name, layer]) for name in ("pattern", "q", "k", "v")]
+        if self._held.add(layer, *tensors):
+            self._fold_held()
+
+    def end_batch(self, batch: Batch) -> None:
+        if not self._skip:
+            self._fold_held()
+
+    def _fold_held(self) -> None:
+        # pattern [batch, head, query_pos, key_pos]; q, k, v [batch, pos, kv_head, d]: the
+        # held layers' heads side by side, layer-major (layer * n_heads + head)
+        for layers, (pattern, q, k, v) in self._held.take(dims=(1, 2, 2, 2)):
+            self._fold(layers, pattern.float(), q.float(), k.float(), v.float())
+
+    def _fold(self, layers: list[int], pattern: torch.Tensor, q_kv: torch.Tensor,
+              k_kv: torch.Tensor, v_kv: torch.Tensor) -> None:
+        """Add the measures of ``layers`` (their heads stacked on the head axis) to the sums."""
+        n_all = pattern.shape[1]  # len(layers) * heads per layer
+        n_heads = n_all // len(layers)
+        q, k, v = (per_query_head(x, n_all) for x in (q_kv, k_kv, v_kv))
         rows = self._real
         exact = pattern @ v  # [batch, head, query_pos, d_head_v]
         lin, raw = linear_outputs(q, k, v, rows, self.causal)
-        kv_keys = take(cache["k", layer]).float().transpose(1, 2)  # [batch, kv_head, pos, d]
-        group = n_heads // kv_keys.shape[1]
+        kv_keys = k_kv.transpose(1, 2)  # [batch, kv_head, pos, d]
+        group = n_all // kv_keys.shape[1]
         interference, effective = (  # per kv head, then shared by its query heads
             x.repeat_interleave(group, dim=1) for x in key_geometry(kv_keys, rows))
         length = self._length.to(effective.dtype)[:, None]  # [batch, 1]
@@ -214,9 +234,11 @@ class LinearAttentionView(HeadPatternAnalyzer):
             relative_error(lin, exact, rows),
             relative_error(raw, exact, rows),
             rescaled_error(raw, exact, rows),
-        ])  # [measure, batch, head]
-        self.sums[:, layer, :n_heads] += per_sentence.double().sum(1)
-        self.by_length[layer, :n_heads] += effective.double().mT @ self._bucket
+        ])  # [measure, batch, layer * head]
+        sums = per_sentence.double().sum(1).unflatten(-1, (len(layers), n_heads))
+        add_to_layers(self.sums.transpose(0, 1), layers, sums.transpose(0, 1))  # [layer, m, h]
+        by_length = (effective.double().mT @ self._bucket).unflatten(0, (len(layers), n_heads))
+        add_to_layers(self.by_length, layers, by_length)  # [layer, head, bucket]
 
     def result(self) -> dict[str, pd.DataFrame]:
         means = (self.sums / max(self.sentences, 1)).cpu().numpy()

@@ -55,6 +55,7 @@ from attnlens.measures.lm_heads.tables import (
 )
 from attnlens.model.head_ids import head_ids_of
 from attnlens.model.transformer import HookedTransformer
+from attnlens.runs.stopwatch import LM_PROBES, phase
 from attnlens.stats.bootstrap import Inference
 from attnlens.stream.base import Analyzer, Batch
 from attnlens.stream.runner import run_analyzers
@@ -231,6 +232,11 @@ class LmHeads:
         if not self.made_for(model):
             raise ConfigError("the language-model heads measure's corpus analyzers were made "
                               "for another model; call corpus_analyzers with this one.")
+        with phase(LM_PROBES):  # run.json's fixed costs
+            self._result = self._compute(model)
+        return self._result
+
+    def _compute(self, model: HookedTransformer) -> LmHeadsResult:
         s, facts = self.settings, {}
         probes = retrieval = long_errors = None
         probe_batches: list[Batch] = []
@@ -260,10 +266,9 @@ class LmHeads:
         head_ids = head_ids_of(model)
         sizes = [b.attn.n_heads // b.attn.n_kv_heads for b in model.blocks]
         tables = {name: original_numbers(t, head_ids, sizes) for name, t in tables.items()}
-        self._result = LmHeadsResult(tables, original_numbers(tests, head_ids, sizes),
-                                     original_numbers(sink_rows(sinks), head_ids, sizes),
-                                     sink_rate(sinks), facts)
-        return self._result
+        return LmHeadsResult(tables, original_numbers(tests, head_ids, sizes),
+                             original_numbers(sink_rows(sinks), head_ids, sizes),
+                             sink_rate(sinks), facts)
 
     def _synthetic(self, model: HookedTransformer, facts: dict) -> tuple:
         """(probe scores, retrieval scores, long-probe streaming errors or None, the probe

@@ -97,7 +97,7 @@ def _dtype_name(model) -> str:
 
 
 def write_prune_folder(job: PruneJob, model, metrics, description: dict, work: Path | None, *,
-                       formats: Sequence[str] = ("png",), resume: bool = False,
+                       formats: Sequence[str] = ("svg",), resume: bool = False,
                        show_progress: bool = False, on_step: Callable[[dict], None] | None = None,
                        dist=None, started: float | None = None, note: Note | None = None):
     """Run the curves into ``work`` (continuing saved steps when ``resume``), then write
@@ -233,7 +233,7 @@ def summary_lines(run: PruneFolder, out: Path, elapsed: float) -> list[str]:
 
 
 def prune_folder(model, tokenizer, job: PruneJob, out: str | Path, *, batch_size: int = 32,
-                 max_length: int | None = None, formats: Sequence[str] = ("png",),
+                 max_length: int | None = None, formats: Sequence[str] = ("svg",),
                  force: bool = False, show_progress: bool = False,
                  note: Note | None = None) -> PruneFolder:
     """Run ``job`` on ``model`` and write the prune folder ``out`` as `attnlens prune` does

@@ -44,6 +44,7 @@ from attnlens.measures.rollout.rollout import _sentence_ids
 from attnlens.model.transformer import HookedTransformer
 from attnlens.stream.base import Batch, PatternBlock
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
+from attnlens.stream.held_layers import HeldLayers, add_to_layers
 from attnlens.stream.sentence_sample import check_sample_options, sample_batch
 
 WINDOWS = (1, 2, 4, 8, 16)
@@ -194,6 +195,8 @@ class SparseCoverage(HeadPatternAnalyzer):
         self.errors = torch.zeros(*shape, 2 * len(windows) + 2, **kwargs)
         self.rows = 0
         self.sentences = 0
+        self._held = HeldLayers()
+        self._squared = self._norms = None
 
     @classmethod
     def model_options(cls, model: HookedTransformer) -> dict:
@@ -262,21 +265,71 @@ class SparseCoverage(HeadPatternAnalyzer):
                      cache: ActivationCache) -> None:
         if self._skip:
             return
-        pattern = self._take(block.pattern).float()  # [batch, head, rows, key_pos]
-        values = per_query_head(self._take(cache["v", layer]).float(), pattern.shape[1])
-        # values: [batch, head, key_pos, d_head_v]
-        n_heads, n = pattern.shape[1], pattern.shape[-1]
+        pattern = self._take(block.pattern)  # [batch, head, rows, key_pos]
+        values = self._take(cache["v", layer])  # [batch, key_pos, kv_head, d_head_v]
+        if block.is_whole:  # held, then folded several layers at a time as more heads
+            self._whole = block
+            if self._held.add(layer, pattern, values):
+                self._fold_held()
+            return
+        n_heads = pattern.shape[1]
         if block.start == 0:  # per sentence and head: squared errors and norms of the layer
             self._squared = torch.zeros(pattern.shape[0], n_heads, 2 * len(self.windows) + 2,
                                         dtype=torch.float64, device=pattern.device)
             self._norms = torch.zeros(pattern.shape[0], n_heads, dtype=torch.float64,
                                       device=pattern.device)
+        squared, norms = self._fold_rows([layer], pattern.float(), values.float(), block)
+        self._squared += squared
+        self._norms += norms
+
+    def end_layer(self, batch: Batch, layer: int) -> None:
+        if self._skip or self._squared is None:
+            return
+        self._add_errors([layer], self._squared, self._norms)
+        self._squared = self._norms = None
+
+    def end_batch(self, batch: Batch) -> None:
+        if not self._skip:
+            self._fold_held()
+
+    def _fold_held(self) -> None:
+        # pattern [batch, head, query_pos, key_pos], values [batch, key_pos, kv_head, d]:
+        # the held layers' heads side by side, layer-major (layer * n_heads + head)
+        for layers, (pattern, values) in self._held.take(dims=(1, 2)):
+            squared, norms = self._fold_rows(layers, pattern.float(), values.float(),
+                                             self._whole)
+            self._add_errors(layers, squared, norms)
+
+    def _add_errors(self, layers: list[int], squared: torch.Tensor, norms: torch.Tensor
+                    ) -> None:
+        """Each sentence's output errors from its squared errors ``[batch, layer * head,
+        set]`` and squared norms ``[batch, layer * head]``, summed over sentences."""
+        tiny = torch.finfo(torch.float32).tiny
+        norm = norms.sqrt().clamp_min(tiny)[..., None]  # [batch, head, 1]
+        errors = (squared.sqrt() / norm).sum(0)  # [layer * head, set]
+        self._add(self.errors, layers, errors)
+
+    def _add(self, target: torch.Tensor, layers: list[int], x: torch.Tensor) -> None:
+        """``target[layer, :heads] += x`` for ``x [layer * head, ...]`` (layer-major)."""
+        add_to_layers(target, layers, x.unflatten(0, (len(layers), -1)))
+
+    def _fold_rows(self, layers: list[int], pattern: torch.Tensor, values_kv: torch.Tensor,
+                   block: PatternBlock) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fold the block's rows of ``layers`` (``pattern [batch, layer * head, rows,
+        key_pos]``, ``values_kv [batch, key_pos, layer * kv_head, d_head_v]``) into the
+        histograms and masses; return their squared output errors ``[batch, layer * head,
+        set]`` and squared output norms ``[batch, layer * head]`` (float64)."""
+        values = per_query_head(values_kv, pattern.shape[1])
+        # values: [batch, head, key_pos, d_head_v]
+        n_heads, n = pattern.shape[1], pattern.shape[-1]
+        squared = torch.zeros(pattern.shape[0], n_heads, 2 * len(self.windows) + 2,
+                              dtype=torch.float64, device=pattern.device)
         rows = block.query_rows(self._real)  # [batch, rows]
         row_weight = rows[:, None, :].to(pattern.dtype)  # [batch, 1, rows]
         weight = row_weight[..., None]  # [batch, 1, rows, 1]
-        self._histograms(layer, pattern * weight, n_heads, block)
+        self._histograms(layers, pattern * weight, n_heads, block)
         full = pattern @ values  # [batch, head, rows, d_head_v]
-        self._norms += (full * weight).square().sum(dim=(-2, -1)).double()
+        norms = (full * weight).square().sum(dim=(-2, -1)).double()
         select, valid, col_distance = self._global_cols
         col_distance = block.query_rows(col_distance, dim=1)  # [batch, rows, c]
         global_pattern = pattern @ select[:, None]  # [batch, head, rows, c]
@@ -293,37 +346,30 @@ class SparseCoverage(HeadPatternAnalyzer):
                 continue
             kept = pattern * (block.distance <= w)
             window_mass, window_product = kept.sum(-1), kept @ values
-            self._squared[..., k] += squared_row_error(full, window_product, window_mass,
-                                                       weight).double()
+            squared[..., k] += squared_row_error(full, window_product, window_mass,
+                                                 weight).double()
             mass, product = columns(valid[:, None, :] & (col_distance > w))
-            self._squared[..., n_w + k] += squared_row_error(
+            squared[..., n_w + k] += squared_row_error(
                 full, window_product + product, window_mass + mass, weight).double()
         keep, baseline = self._bigbird_sets(block)
         kept = pattern * keep
         bigbird_mass, bigbird_product = kept.sum(-1), kept @ values
-        self._squared[..., 2 * n_w] += squared_row_error(full, global_product, global_mass,
-                                                         weight).double()
-        self._squared[..., 2 * n_w + 1] += squared_row_error(full, bigbird_product,
-                                                             bigbird_mass, weight).double()
+        squared[..., 2 * n_w] += squared_row_error(full, global_product, global_mass,
+                                                   weight).double()
+        squared[..., 2 * n_w + 1] += squared_row_error(full, bigbird_product, bigbird_mass,
+                                                       weight).double()
         masses = torch.stack([(global_mass * row_weight).sum(-1),
                               (bigbird_mass * row_weight).sum(-1)], -1)  # [batch, head, 2]
-        self.masses[layer, :n_heads, :2] += masses.double().sum(0)
-        self.masses[layer, :n_heads, 2] += baseline.to(self.masses.device)
-
-    def end_layer(self, batch: Batch, layer: int) -> None:
-        if self._skip:
-            return
-        tiny = torch.finfo(torch.float32).tiny
-        norm = self._norms.sqrt().clamp_min(tiny)[..., None]  # [batch, head, 1]
-        errors = self._squared.sqrt() / norm  # [batch, head, set]
-        self.errors[layer, : errors.shape[1]] += errors.sum(0)
-        self._squared = self._norms = None
+        self._add(self.masses[..., :2], layers, masses.double().sum(0))
+        for layer in layers:
+            self.masses[layer, :n_heads // len(layers), 2] += baseline.to(self.masses.device)
+        return squared, norms
 
     def _take(self, x: torch.Tensor) -> torch.Tensor:
         """The sampled sentences of an activation ``[batch, ...]``."""
         return x if self._rows is None else x.index_select(0, self._rows)
 
-    def _histograms(self, layer: int, masked: torch.Tensor, n_heads: int,
+    def _histograms(self, layers: list[int], masked: torch.Tensor, n_heads: int,
                     block: PatternBlock) -> None:
         """Add the mass at each distance (all keys, and non-global keys) of a block's rows.
 
@@ -338,7 +384,7 @@ class SparseCoverage(HeadPatternAnalyzer):
             hist = torch.zeros(batch, n_heads, self.max_distance + 2, dtype=source.dtype,
                                device=source.device)
             hist.scatter_add_(2, index, source.flatten(2))  # [batch, head, distance]
-            target[layer, :n_heads] += hist.double().sum(0)
+            self._add(target, layers, hist.double().sum(0))
 
     # Results --------------------------------------------------------------------------
     def _window_curves(self) -> tuple[np.ndarray, np.ndarray]:

@@ -21,6 +21,11 @@ from attnlens.runs.io import save_figure, write_table
 
 # What the weight spectra read from the model (attnlens.model.protocol.PARTS).
 WEIGHT_PARTS = ("QK", "OV", "norm")
+# `attnlens analyze` reads the exact spectra of a sample of the corpus only
+# (`--spectrum-sentences`): they cost more than every other analyzer together.
+REPORT_SENTENCES = 256
+SAMPLE_NOTE = (" In `attnlens analyze`: --spectrum-sentences sentences of the corpus, evenly "
+               f"spaced by corpus index ({REPORT_SENTENCES} by default).")
 
 SPECTRUM = SectionDoc(
     about=(
@@ -34,11 +39,12 @@ SPECTRUM = SectionDoc(
     command="attnlens spectrum",
     tables=(
         TableDoc("spectrum_summary", "Per head: C(n/4), effective rank and the ranks holding "
-                 "90 % and 99 % (also as fractions of n).", pivot=("measure", "value")),
-        TableDoc("spectrum_curve", "C(k) at k/n = 0.05 .. 1, per head.",
+                 "90 % and 99 % (also as fractions of n)." + SAMPLE_NOTE,
+                 pivot=("measure", "value")),
+        TableDoc("spectrum_curve", "C(k) at k/n = 0.05 .. 1, per head." + SAMPLE_NOTE,
                  pivot=("fraction", "value"), keys=("fraction",)),
-        TableDoc("spectrum_curve_by_length", "C(k) at absolute k per sentence-length bucket.",
-                 keys=("k", "sentences")),
+        TableDoc("spectrum_curve_by_length", "C(k) at absolute k per sentence-length bucket."
+                 + SAMPLE_NOTE, keys=("k", "sentences")),
         TableDoc("low_rank_cost", "Errors of rank-k truncations and of random Linformer "
                  "projections.", keys=("k_fraction",)),
         TableDoc("circuit_summary", "Spectra summaries of every head's QK and OV circuit "
@@ -76,11 +82,15 @@ def _range_line(table: pd.DataFrame, measure: str, label: str) -> str:
     return f"{label}: mean {values.mean():.3f} ({spread})"
 
 
-def spectrum_summary_text(tables: dict[str, pd.DataFrame], sentences: int, mean_n: float) -> str:
-    """A few lines a reader can quote: the corpus-wide figures of the spectrum tables."""
+def spectrum_summary_text(tables: dict[str, pd.DataFrame], sentences: int, mean_n: float,
+                          unsampled: int = 0) -> str:
+    """A few lines a reader can quote: the corpus-wide figures of the spectrum tables
+    (``unsampled``: the corpus's sentences outside the bounded sample)."""
     summary = tables["spectrum_summary"]
+    sample = (f" (of the corpus's {sentences + unsampled}, evenly spaced by corpus index: "
+              "--spectrum-sentences)" if unsampled else "")
     lines = [
-        f"{sentences} sentences, mean {mean_n:.1f} real tokens; "
+        f"{sentences} sentences{sample}, mean {mean_n:.1f} real tokens; "
         "energy = share of the sum of singular values.",
         _range_line(summary, "cum_at_quarter", "cumulative share at k = n/4"),
         _range_line(summary, "effective_rank_frac", "effective rank / n"),
@@ -152,18 +162,22 @@ class SpectrumSection(Section):
     doc = SPECTRUM
     null_control = True
 
-    def __init__(self, low_rank_cost: bool = True, top_k: int = 0, top_k_min_n: int = 1024) -> None:
+    def __init__(self, low_rank_cost: bool = True, top_k: int = 0, top_k_min_n: int = 1024,
+                 max_sentences: int | None = None) -> None:
         self.low_rank_cost = low_rank_cost
         self.top_k, self.top_k_min_n = top_k, top_k_min_n  # long inputs: top-k spectra only
+        self.max_sentences = max_sentences  # N sentences spread over the corpus (None: all)
 
     @classmethod
-    def for_report(cls) -> SpectrumSection:
-        """Without the low-rank cost (its eigenvectors): `attnlens spectrum` has it."""
-        return cls(low_rank_cost=False)
+    def for_report(cls, max_sentences: int | None = REPORT_SENTENCES) -> SpectrumSection:
+        """Without the low-rank cost (its eigenvectors): `attnlens spectrum` has it; over
+        ``max_sentences`` sentences evenly spaced by corpus index (``--spectrum-sentences``)."""
+        return cls(low_rank_cost=False, max_sentences=max_sentences)
 
     def analyzers(self, model: HookedTransformer, tokenizer) -> list[SpectrumAnalyzer]:
         return [SpectrumAnalyzer.for_model(model, low_rank_cost=self.low_rank_cost,
-                                           top_k=self.top_k, top_k_min_n=self.top_k_min_n)]
+                                           top_k=self.top_k, top_k_min_n=self.top_k_min_n,
+                                           max_sentences=self.max_sentences)]
 
     def write(self, model, analyzers, out_dir: Path, formats) -> SectionOutput:
         (spectrum,) = [a for a in analyzers if isinstance(a, SpectrumAnalyzer)]
@@ -198,6 +212,7 @@ class SpectrumSection(Section):
                     quarter, "Relative error of the head output P V at rank n/4", vmin=0
                 )
                 output.figures += save_figure(fig, out_dir, "spectrum_output_error", formats)
-        output.summary = spectrum_summary_text(tables, spectrum.sentences, spectrum.mean_length)
+        output.summary = spectrum_summary_text(tables, spectrum.sentences, spectrum.mean_length,
+                                               spectrum.unsampled)
         write_weight_spectra(model, out_dir, formats, output)
         return output

@@ -35,6 +35,14 @@ never held whole: the randomized range finder runs on block products, recomputin
 layer's rows for each product (``measures.spectrum.long_patterns``), with the same bounds.
 Full spectra (``top_k = 0``, or sentences shorter than ``top_k_min_n``) need whole blocks:
 the analyzer asks for them (``whole_matrix_length``) only up to the whole-matrix limit.
+
+Bounded sample (``max_sentences = N``): of a corpus of ``S > N`` sentences only the ``N``
+evenly spaced by corpus index are read, ``floor(j S / N)`` for ``j = 0 .. N-1``
+(``spread_sample``; ``batch.extra["index"]`` and ``["corpus_size"]``; without a corpus size,
+the first ``N`` indices; without indices, the first ``N`` sentences seen), whatever the
+batching or the number of processes; the other sentences are not touched (``unsampled``
+counts them). `attnlens analyze` reads ``--spectrum-sentences`` (256) sentences: the exact
+spectra cost more than every other analyzer together.
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ import torch
 
 from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
+from attnlens.measures.rollout.rollout import _sentence_ids
 from attnlens.measures.spectrum.long_patterns import BlockSketch, ShortBlocks
 from attnlens.measures.spectrum.low_rank import (  # re-exported: tests and benchmarks use them here
     linformer_rms_error,
@@ -106,6 +115,18 @@ class _Pending:
     V: torch.Tensor | None  # [group, head, n_key, d_head_v]
 
 
+def spread_sample(index: torch.Tensor, n: int, size: int | None) -> torch.Tensor:
+    """True where a corpus index belongs to the ``n`` of ``size`` sentences evenly spaced by
+    index, ``floor(j size / n)`` for ``j < n`` (every index when ``n >= size``); the first
+    ``n`` indices when ``size`` is unknown. ``index [batch]`` int64 -> ``[batch]`` bool."""
+    if size is None:
+        return index < n
+    if n >= size:
+        return torch.ones_like(index, dtype=torch.bool)
+    j = (index * n + size - 1) // size  # the one j whose floor(j size / n) can be the index
+    return (j < n) & (j * size // n == index)
+
+
 def length_bucket(n: int) -> int:
     """Upper end ``hi`` of the bucket ``(hi/2, hi]`` holding length ``n`` (at least 8)."""
     return max(8, 1 << max(0, n - 1).bit_length())
@@ -125,7 +146,7 @@ class SpectrumAnalyzer(HeadPatternAnalyzer):
     reads_blocks = True
     state_fields = (
         "sentences", "token_sum", "curve_sum", "summary_sum", "cost_sum", "bucket_sum",
-        "bucket_count", "top_sum", "top_sentences",
+        "bucket_count", "top_sum", "top_sentences", "unsampled",
     )
 
     def __init__(
@@ -138,6 +159,7 @@ class SpectrumAnalyzer(HeadPatternAnalyzer):
         top_k: int = 0,
         top_k_min_n: int = 1024,
         buffer_elements: int = DEFAULT_BUFFER,
+        max_sentences: int | None = None,
     ) -> None:
         if method not in METHODS:
             raise ConfigError(f"unknown spectrum method {method!r}; use one of {METHODS}.")
@@ -145,6 +167,10 @@ class SpectrumAnalyzer(HeadPatternAnalyzer):
             raise ConfigError("rank fractions must lie in (0, 1], for example 0.25 for n/4.")
         if top_k < 0 or top_k_min_n < 1:
             raise ConfigError("top-k must be >= 0 (0 = off) and its minimum length >= 1.")
+        if max_sentences is not None and max_sentences < 1:
+            raise ConfigError(f"the spectrum's sentences must be at least 1 (or all), not "
+                              f"{max_sentences}.")
+        self.max_sentences = max_sentences
         self.set_heads(heads_per_layer)
         self.rank_fractions = tuple(rank_fractions)
         self.low_rank_cost, self.method, self.causal = low_rank_cost, method, causal
@@ -163,10 +189,13 @@ class SpectrumAnalyzer(HeadPatternAnalyzer):
         self.bucket_count: dict[str, int] = {}
         self.top_sum = torch.zeros(len(TOP_MEASURES), *shape, dtype=f64)
         self.top_sentences = 0
+        self.unsampled = 0  # sentences outside the bounded sample (never read)
         self._pending: list[_Pending] = []
         self._groups: dict[tuple[int, int], list[BlockGroup]] = {}
         self._device = torch.device("cpu")
         self._grid = self.grid
+        self._sample: torch.Tensor | None = None
+        self._idle = False
 
     @classmethod
     def model_options(cls, model: HookedTransformer) -> dict:
@@ -181,12 +210,29 @@ class SpectrumAnalyzer(HeadPatternAnalyzer):
             "heads_per_layer": self.heads_per_layer, "rank_fractions": self.rank_fractions,
             "low_rank_cost": self.low_rank_cost, "method": self.method, "causal": self.causal,
             "top_k": self.top_k, "top_k_min_n": self.top_k_min_n,
+            "max_sentences": self.max_sentences,
         }
 
     # Feeding ------------------------------------------------------------------------
+    def sampled(self, batch: Batch) -> torch.Tensor | None:
+        """``[batch]`` True for the sentences of the bounded sample (``spread_sample``), on
+        the host; None when every sentence is read."""
+        if self.max_sentences is None:
+            return None
+        seen = self.sentences + self.top_sentences + self.unsampled
+        ids = torch.tensor(_sentence_ids(batch, seen), dtype=torch.long)
+        return spread_sample(ids, self.max_sentences, batch.extra.get("corpus_size"))
+
     def begin_batch(self, batch: Batch) -> None:
         self._groups = {}
         self._batch_counted = False
+        self._sample = self.sampled(batch)
+        self._idle = self._sample is not None and not bool(self._sample.any())
+        if self._sample is not None:
+            self.unsampled += int((~self._sample).sum())
+            self._batch_counted = self._idle  # nothing of this batch is counted
+        if self._idle:  # no sentence of the sample: the batch is not read at all
+            return
         # Self-attention blocks (queries = keys = the batch's tokens), grouped once per batch:
         # the grouping reads the mask on the host, which must not happen once per layer.
         width = batch.attention_mask.shape[1]
@@ -201,19 +247,26 @@ class SpectrumAnalyzer(HeadPatternAnalyzer):
             if query_mask is None:
                 same = n_query == n_key
                 query_mask = key_mask if same else key_mask.new_ones(key_mask.shape[0], n_query)
+            if self._sample is not None:  # sentences outside the sample: no real tokens
+                keep = self._sample.to(key_mask.device)[:, None]
+                key_mask, query_mask = key_mask * keep, query_mask * keep
             self._groups[(n_query, n_key)] = block_groups(query_mask, key_mask, self._device)
         return self._groups[(n_query, n_key)]
 
     def whole_matrix_length(self, batch: Batch) -> int:
         """The longest sentence needing its whole real-token block: every sentence for the
         full spectrum (``top_k = 0``), else those shorter than ``top_k_min_n``."""
-        lengths = batch.attention_mask.sum(1).tolist()  # one host read per batch
+        lengths = batch.attention_mask.sum(1).cpu()  # one host read per batch
+        sample = self.sampled(batch)
+        lengths = (lengths if sample is None else lengths[sample]).tolist()
         if self.top_k > 0:
             lengths = [n for n in lengths if n < self.top_k_min_n]
         return int(max(lengths, default=0))
 
     def update_block(self, batch: Batch, layer: int, block: PatternBlock,
                      cache: ActivationCache) -> None:
+        if self._idle:
+            return
         if block.is_whole:
             self._update_whole(batch, layer, block.pattern, cache)
             return
@@ -289,6 +342,7 @@ class SpectrumAnalyzer(HeadPatternAnalyzer):
     def end_batch(self, batch: Batch) -> None:
         self._flush()
         self._groups = {}
+        self._idle = False
 
     def _count(self, groups: list[BlockGroup]) -> None:
         self._batch_counted = True

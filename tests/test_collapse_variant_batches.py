@@ -1,0 +1,139 @@
+"""Rank-collapse variants run over held sentences, one float64 pass per length bucket, give
+the residuals of one pass per variant and batch (the path before issue 29)."""
+
+from __future__ import annotations
+
+import torch
+
+from attnlens.data.text import sample_sentences, text_batches
+from attnlens.measures.collapse import variant_collapse
+from attnlens.measures.collapse.residual import depth_residuals, subsample
+from attnlens.measures.collapse.variant_collapse import (
+    VariantCollapse,
+    cast_weights,
+    length_buckets,
+    run_variant,
+)
+from attnlens.stream.base import Batch
+from attnlens.stream.runner import run_analyzers
+from tests.fixtures import tiny_batches, tiny_model
+
+# float64 passes of the same sentences padded to other widths: the real rows' sums are the
+# same terms (masked keys weigh exactly 0) added in another blocking, a few ulps (2.2e-16)
+# of each layer's output. The residuals are relative norms of size <= ~1, so the bound is
+# absolute: 1e-14 (measured 1.2e-15 on MiniLM). Relative bounds mean nothing at the
+# rounding floor, where pure attention collapses to ~2e-16 (26 % apart there); the
+# sample-report regression allows 2e-11 absolute.
+ATOL = 1e-14
+
+
+def per_batch_reference(model, batches, variants, per_batch, max_sentences):
+    """The residuals as the analyzer made them before: every variant on each sampled
+    batch, one pass each, in float64: ``{variant: [norm, depth, sentence]}``."""
+    weights = cast_weights(model, torch.float64)
+    out = {v: [] for v in variants}
+    seen = 0
+    for batch in batches:
+        sub = subsample(subsample(batch, per_batch), max_sentences - seen)
+        if sub.size == 0:
+            continue
+        inputs = sub.model_inputs()
+        for v in variants:
+            hidden = run_variant(model, inputs, v, weights)
+            out[v].append(torch.stack([depth_residuals(h, inputs["attention_mask"])
+                                       for h in hidden], dim=1))
+        seen += sub.size
+    return {v: torch.cat(parts, -1) for v, parts in out.items()}
+
+
+def values_of(analyzer: VariantCollapse) -> dict[str, torch.Tensor]:
+    state = analyzer.state_dict()["state"]["values"]
+    return {v: torch.cat(parts, -1) for v, parts in state.items()}
+
+
+def assert_same(got: dict, want: dict) -> None:
+    assert got.keys() == want.keys()
+    for v in want:
+        assert got[v].shape == want[v].shape, v
+        torch.testing.assert_close(got[v], want[v], rtol=0, atol=ATOL, msg=v)
+
+
+LENGTHS = [[5, 7, 3], [20, 12, 9, 30], [4, 17, 6], [11, 25]]
+
+
+def test_held_buckets_equal_one_pass_per_batch_on_a_tiny_model(monkeypatch):
+    model = tiny_model()
+    batches = tiny_batches(LENGTHS, seed=3, vocab=50)
+    variants = ["san", "san+skip", "full"]
+    monkeypatch.setattr(variant_collapse, "FLUSH_SENTENCES", 4)  # runs mid-corpus and at the end
+    analyzer = VariantCollapse.for_model(model, variants=variants, per_batch=2,
+                                         max_sentences=7, dtype="float64")
+    run_analyzers(model, batches, [analyzer], show_progress=False)
+    assert analyzer.sentences == 7
+    assert_same(values_of(analyzer), per_batch_reference(model, batches, variants, 2, 7))
+
+
+def test_nothing_runs_before_the_sample_is_complete_then_once(monkeypatch):
+    model = tiny_model()
+    batches = tiny_batches(LENGTHS, seed=4, vocab=50)
+    calls = []
+    real = variant_collapse.run_variant
+    monkeypatch.setattr(variant_collapse, "run_variant",
+                        lambda *a, **k: calls.append(a[1]["input_ids"].shape) or real(*a, **k))
+    analyzer = VariantCollapse.for_model(model, variants=["san"], per_batch=2, max_sentences=6)
+    for batch in batches[:2]:
+        analyzer.model_pass(model, batch)
+    assert calls == []  # 4 of 6 sentences held
+    analyzer.model_pass(model, batches[2])  # the sample is complete: one pass per bucket
+    lengths = [5, 3, 20, 30, 4, 6]  # two per batch, evenly spaced (first and last)
+    assert sorted(shape[1] for shape in calls) == [6, 30]  # buckets <= 8 and 17..32
+    assert sum(shape[0] for shape in calls) == len(lengths)
+    analyzer.model_pass(model, batches[3])  # beyond the sample: nothing
+    assert len(calls) == 2
+
+
+def test_held_sentences_run_when_the_state_is_read_and_merge_in_order():
+    model = tiny_model()
+    batches = tiny_batches(LENGTHS, seed=5, vocab=50)
+    one = VariantCollapse.for_model(model, variants=["san+mlp"], per_batch=3)
+    for batch in batches:
+        one.model_pass(model, batch)
+    assert one._held  # fewer than FLUSH_SENTENCES: still held
+    first = VariantCollapse.for_model(model, variants=["san+mlp"], per_batch=3)
+    second = VariantCollapse.for_model(model, variants=["san+mlp"], per_batch=3)
+    for batch in batches[:2]:
+        first.model_pass(model, batch)
+    for batch in batches[2:]:
+        second.model_pass(model, batch)
+    merged = first.merge(second)
+    want = per_batch_reference(model, batches, ["san+mlp"], 3, 10**9)
+    assert_same(values_of(merged), want)
+    assert_same(values_of(one), want)  # state_dict ran the held sentences
+    assert not one._held
+    assert one.result()["collapse_variants"]["n"].max() == 11
+
+
+def test_buckets_put_real_tokens_first_and_keep_every_sentence():
+    ids = torch.tensor([[0, 0, 7, 8, 9], [4, 5, 0, 0, 0]])  # left- and right-padded
+    mask = (ids > 0).long()
+    long = torch.arange(1, 21)[None]
+    batches = [Batch(input_ids=ids, attention_mask=mask),
+               Batch(input_ids=long, attention_mask=torch.ones_like(long))]
+    buckets = length_buckets(batches, torch.device("cpu"))
+    assert [o.tolist() for o, _ in buckets] == [[0, 1], [2]]
+    small = buckets[0][1]
+    assert small["input_ids"].tolist() == [[7, 8, 9], [4, 5, 0]]
+    assert small["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
+    assert torch.equal(buckets[1][1]["input_ids"], long)
+
+
+def test_minilm_report_sample_equals_one_pass_per_batch(minilm):
+    """The report's setting (4 per batch, 32 sentences) on MiniLM and the built-in sample."""
+    model, tokenizer = minilm
+    batches = text_batches(tokenizer, sample_sentences(), batch_size=8, max_length=128)
+    variants = ["san", "san+skip", "san+mlp", "san+ln", "full"]
+    analyzer = VariantCollapse.for_model(model, per_batch=4, max_sentences=32)
+    for batch in batches:
+        analyzer.model_pass(model, batch)
+    assert analyzer.sentences == min(32, sum(min(4, b.size) for b in batches))
+    assert_same(values_of(analyzer), per_batch_reference(model, batches, variants, 4, 32))
