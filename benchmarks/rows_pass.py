@@ -29,7 +29,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from corpus_pass import FEEDING, SHARED_UD, load_batches
+import corpus_pass
+from corpus_pass import SHARED_UD, load_batches, timed_methods
 
 CLOCK = time.perf_counter
 
@@ -76,23 +77,6 @@ def analyzers_of(package: str, model, tokenizer) -> dict:
     }
     feeder = importlib.import_module(f"{package}.stream.feeder").LayerFeeder
     return found, feeder
-
-
-def timed(analyzer, totals: dict[str, float], key: str) -> None:
-    totals.setdefault(key, 0.0)
-
-    def wrap(method):
-        def run(*args, **kwargs):
-            began = CLOCK()
-            try:
-                return method(*args, **kwargs)
-            finally:
-                totals[key] += CLOCK() - began
-        return run
-
-    for name in FEEDING:
-        if hasattr(analyzer, name) and name not in vars(analyzer):
-            setattr(analyzer, name, wrap(getattr(analyzer, name)))
 
 
 def largest_difference(a, b, where: str = "") -> tuple[float, str]:
@@ -149,7 +133,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     global CLOCK
     if args.cpu:
-        CLOCK = time.process_time
+        CLOCK = corpus_pass.CLOCK = time.process_time  # timed_methods reads corpus_pass.CLOCK
     import attnlens
 
     scratch = Path(tempfile.mkdtemp(prefix="rows29-before-"))
@@ -168,7 +152,7 @@ def main() -> None:
     for j, package in enumerate((old_package, "attnlens")):
         found, feeder_class = analyzers_of(package, model, tokenizer)
         for key, analyzer in found.items():
-            timed(analyzer, totals[j], key)
+            timed_methods(analyzer, totals[j], key)
         versions.append((found, feeder_class(model, list(found.values()))))
     profiler = None
     if args.profile:

@@ -4,6 +4,7 @@ against depth, the doubly exponential fit, head-path products.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -59,6 +60,22 @@ def collapse_curves(
     return place_axes(fig, left=0.7, top=0.65, wspace=0.3)
 
 
+def fitted_points(curves: pd.DataFrame, fits: pd.DataFrame, norm: str, value: str
+                  ) -> Iterator[tuple[str, pd.Series, np.ndarray, np.ndarray]]:
+    """Each variant with a finite doubly exponential fit under ``norm``, in table order: its
+    name, its ``fits`` row, and the depths and ``log(-log r)`` of the points the fit used."""
+    for variant, rows in curves[curves["norm"] == norm].groupby("variant", sort=False):
+        fit = fits[(fits["variant"] == variant) & (fits["norm"] == norm)]
+        if fit.empty or not np.isfinite(fit["double_slope"].iloc[0]):
+            continue
+        fit = fit.iloc[0]
+        rows = rows.sort_values("depth")
+        used = rows[(rows["depth"] >= fit["first_depth"]) & (rows["depth"] <= fit["last_depth"])]
+        used = used[used[value] < 1.0]
+        y = np.log(-np.log(used[value].to_numpy(dtype=float)))
+        yield variant, fit, used["depth"].to_numpy(), y
+
+
 @styled
 def double_log_fit(
     curves: pd.DataFrame,
@@ -72,16 +89,8 @@ def double_log_fit(
     A straight rising line is a doubly exponential decay; only the fitted points are drawn.
     """
     fig, ax = plt.subplots(figsize=(5.6, 3.8))
-    for variant, rows in curves[curves["norm"] == norm].groupby("variant", sort=False):
-        fit = fits[(fits["variant"] == variant) & (fits["norm"] == norm)]
-        if fit.empty or not np.isfinite(fit["double_slope"].iloc[0]):
-            continue
-        fit = fit.iloc[0]
-        rows = rows.sort_values("depth")
-        used = rows[(rows["depth"] >= fit["first_depth"]) & (rows["depth"] <= fit["last_depth"])]
-        used = used[used[value] < 1.0]
-        y = np.log(-np.log(used[value].to_numpy(dtype=float)))
-        (line,) = ax.plot(used["depth"], y, "o", ms=4)
+    for variant, fit, depths, y in fitted_points(curves, fits, norm, value):
+        (line,) = ax.plot(depths, y, "o", ms=4)
         depth = np.linspace(fit["first_depth"], fit["last_depth"], 50)
         ax.plot(
             depth, fit["double_intercept"] + fit["double_slope"] * depth, color=line.get_color(),

@@ -53,6 +53,20 @@ def role_label(row) -> str:
     return "\n".join(parts)
 
 
+def role_grid(head_roles: pd.DataFrame) -> tuple[np.ndarray, list[list[str]]]:
+    """A ``head_roles`` table as ``[layer, head]`` role indices into ``ROLE_COLORS`` (NaN for
+    heads absent from the table) and the cells' role codes ("" for those)."""
+    names = list(ROLE_COLORS)
+    n_layers = int(head_roles["layer"].max()) + 1
+    n_heads = int(head_roles["head"].max()) + 1
+    grid = np.full((n_layers, n_heads), np.nan)
+    labels = [["" for _ in range(n_heads)] for _ in range(n_layers)]
+    for row in head_roles.itertuples():
+        grid[row.layer, row.head] = names.index(role_category(row.roles))
+        labels[row.layer][row.head] = role_label(row)
+    return grid, labels
+
+
 @styled
 def role_map_figure(head_roles: pd.DataFrame, title: str = "Head roles") -> Figure:
     """Layer x head map of a ``head_roles`` table: colour = role (or "several"); text P±k
@@ -63,13 +77,8 @@ def role_map_figure(head_roles: pd.DataFrame, title: str = "Head roles") -> Figu
     from matplotlib.patches import Patch
 
     names = list(ROLE_COLORS)
-    n_layers = int(head_roles["layer"].max()) + 1
-    n_heads = int(head_roles["head"].max()) + 1
-    grid = np.full((n_layers, n_heads), np.nan)
-    labels = [["" for _ in range(n_heads)] for _ in range(n_layers)]
-    for row in head_roles.itertuples():
-        grid[row.layer, row.head] = names.index(role_category(row.roles))
-        labels[row.layer][row.head] = role_label(row)
+    grid, labels = role_grid(head_roles)
+    n_layers, n_heads = grid.shape
     cmap = ListedColormap(list(ROLE_COLORS.values())).with_extremes(bad="white")
     fig, ax = plt.subplots(figsize=(max(4.0, 0.6 * n_heads + 2.5), max(2.5, 0.5 * n_layers + 1)))
     ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0, vmax=len(names) - 1,

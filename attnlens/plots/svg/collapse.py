@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from attnlens.plots.collapse import fitted_points
 from attnlens.plots.svg.axes import LegendEntry, Panel
 from attnlens.plots.svg.canvas import Canvas
 from attnlens.plots.svg.colormaps import cycle_colour
@@ -87,20 +88,12 @@ def double_log_fit(curves: pd.DataFrame, fits: pd.DataFrame, title: str,
     canvas = Canvas(5.6, 3.8, kind="double_log_fit")
     box = panel_boxes(5.6, 3.8, 1, 1, left=0.7)[0]
     drawn = []
-    for i, (variant, rows) in enumerate(curves[curves["norm"] == norm].groupby(
-            "variant", sort=False)):
-        fit = fits[(fits["variant"] == variant) & (fits["norm"] == norm)]
-        if fit.empty or not np.isfinite(fit["double_slope"].iloc[0]):
-            continue
-        fit = fit.iloc[0]
-        rows = rows.sort_values("depth")
-        used = rows[(rows["depth"] >= fit["first_depth"]) & (rows["depth"] <= fit["last_depth"])]
-        used = used[used[value] < 1.0]
-        y = np.log(-np.log(used[value].to_numpy(dtype=float)))
+    # Colours follow the drawn variants, as matplotlib's cycle does.
+    for i, (variant, fit, depths, y) in enumerate(fitted_points(curves, fits, norm, value)):
         depth = np.linspace(fit["first_depth"], fit["last_depth"], 50)
         line = fit["double_intercept"] + fit["double_slope"] * depth
         label = (f"{variant}: x{fit['double_base']:.2f}/layer, R²={fit['double_r2']:.3f}")
-        drawn.append((used["depth"].to_list(), y.tolist(), depth.tolist(), line.tolist(),
+        drawn.append((depths.tolist(), y.tolist(), depth.tolist(), line.tolist(),
                       cycle_colour(i), label))
     xs = [v for d in drawn for v in d[0] + d[2]]
     ys = [v for d in drawn for v in d[1] + d[3]]

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from attnlens.plots.roles import ROLE_COLORS, role_category, role_label
+from attnlens.plots.roles import ROLE_COLORS, role_grid
 from attnlens.plots.style import layer_head_grid
 from attnlens.plots.svg.axes import LegendEntry, Panel
 from attnlens.plots.svg.canvas import Canvas, wrap
@@ -60,13 +60,8 @@ def role_map_figure(head_roles: pd.DataFrame, title: str = "Head roles") -> Canv
     """``plots.role_map_figure`` as SVG: colour = role, the role code in each cell, a legend
     of the colours on the right; heads absent from the table stay white."""
     names = list(ROLE_COLORS)
-    n_layers = int(head_roles["layer"].max()) + 1
-    n_heads = int(head_roles["head"].max()) + 1
-    grid = np.full((n_layers, n_heads), np.nan)
-    labels = [["" for _ in range(n_heads)] for _ in range(n_layers)]
-    for row in head_roles.itertuples():
-        grid[row.layer, row.head] = names.index(role_category(row.roles))
-        labels[row.layer][row.head] = role_label(row)
+    grid, labels = role_grid(head_roles)
+    n_layers, n_heads = grid.shape
     width, height = max(4.0, 0.6 * n_heads + 2.5), max(2.5, 0.5 * n_layers + 1)
     canvas = Canvas(width, height, kind="role_map")
     box = (0.55 * IN, 0.4 * IN, (width - 2.05) * IN, (height - 0.9) * IN)
