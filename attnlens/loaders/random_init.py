@@ -74,6 +74,7 @@ def _from_transformers(path: Path, architecture: str, seed: int) -> NullModel | 
               if chosen in bert_init.ARCHITECTURES else None)
     if config is not None and bert_init.covers(chosen, config):
         tensors = bert_init.bert_state_dict(config, seed)  # the same draws, no modeling import
+        how = f"transformers' _init_weights reproduced draw for draw (seed {seed})"
     else:
         hf_class = getattr(transformers, chosen, None)
         if hf_class is None:
@@ -84,6 +85,7 @@ def _from_transformers(path: Path, architecture: str, seed: int) -> NullModel | 
         hf_model = hf_class(config)  # post_init() -> the architecture's _init_weights
         tensors = {k: v.detach() for k, v in hf_model.state_dict().items()}
         del hf_model
+        how = f"transformers' own _init_weights (seed {seed})"
     prefix = converter.prefix if any(k.startswith(converter.prefix) for k in tensors) else ""
     reader = WeightReader(tensors, prefix=prefix, ignore=converter.ignore)
     cfg, state = converter.convert(hf, reader, chosen)
@@ -94,8 +96,7 @@ def _from_transformers(path: Path, architecture: str, seed: int) -> NullModel | 
         null = build_model(cfg)
     null.load_state_dict(state, strict=True, assign=True)
     null.setup_hooks()
-    describe = (f"{chosen} initialised by transformers' own _init_weights (seed {seed}), "
-                "converted like the checkpoint")
+    describe = f"{chosen} initialised by {how}, converted like the checkpoint"
     return NullModel(null, describe, "transformers")
 
 
