@@ -30,7 +30,6 @@ import torch
 from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
 from attnlens.measures.rollout.rollout import (
-    _sentence_ids,
     check_rollout_options,
     fuse_heads,
     matrices_table,
@@ -41,6 +40,7 @@ from attnlens.measures.rollout.rollout import (
 from attnlens.model.transformer import HookedTransformer
 from attnlens.stream.base import Batch
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
+from attnlens.stream.per_sentence import sentence_ids_of
 
 FLOW_SCALE = 2**28  # capacities <= 1 become integers <= 2**28; sums stay far below 2**31
 FLOW_MAX_TOKENS = 40
@@ -157,7 +157,7 @@ class FlowAnalyzer(HeadPatternAnalyzer):
 
     def begin_batch(self, batch: Batch) -> None:
         self._real = batch.attention_mask.bool()  # [batch, pos]
-        self._ids = _sentence_ids(batch, self._seen)
+        self._ids = sentence_ids_of(batch, self._seen)
         self._rows = [b for b, i in enumerate(self._ids) if self.keep is None or i < self.keep]
         # the kept sentences as an index on the patterns' device, made once per batch (a
         # Python list as an index is copied to the device on every layer: a synchronisation)

@@ -43,6 +43,7 @@ from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
 from attnlens.stream.base import Batch
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
+from attnlens.stream.per_sentence import sentence_ids_of
 
 FUSIONS = ("mean", "max", "min")
 LAYER_MEASURES = ("special_share", "self_share", "moved", "distance", "mixing")
@@ -108,12 +109,6 @@ def rollout_matrices(
         rolled = mixed if rolled is None else mixed @ rolled  # [query_pos, key_pos]
         out.append(rolled)
     return torch.stack(out)  # [layer, query_pos, key_pos]
-
-
-def _sentence_ids(batch: Batch, seen: int) -> list[int]:
-    """Corpus indices of a batch's sentences (``extra['index']``, else a running count)."""
-    index = batch.extra.get("index")
-    return [int(i) for i in index] if index is not None else list(range(seen, seen + batch.size))
 
 
 def token_vocabulary(tokenizer) -> list[str] | None:
@@ -188,7 +183,7 @@ class RolloutAnalyzer(HeadPatternAnalyzer):
         pos = torch.arange(real.shape[1], device=real.device)
         self._distance = (pos[:, None] - pos[None, :]).abs().double()  # [query_pos, key_pos]
         self._rolled = None  # R_{l-1} [batch, query_pos, key_pos]
-        ids = _sentence_ids(batch, self.sentences)
+        ids = sentence_ids_of(batch, self.sentences)
         self._keep_rows = [b for b, i in enumerate(ids) if self.keep is None or i < self.keep]
         if self.max_entries is not None:
             lengths = batch.lengths.tolist()

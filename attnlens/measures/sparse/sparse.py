@@ -40,11 +40,11 @@ import torch
 from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
 from attnlens.measures.linear.linear_attention import per_query_head
-from attnlens.measures.rollout.rollout import _sentence_ids
 from attnlens.model.transformer import HookedTransformer
 from attnlens.stream.base import Batch, PatternBlock
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.held_layers import HeldLayers, add_to_layers
+from attnlens.stream.per_sentence import sentence_ids_of
 from attnlens.stream.sentence_sample import check_sample_options, sample_batch
 
 WINDOWS = (1, 2, 4, 8, 16)
@@ -227,7 +227,7 @@ class SparseCoverage(HeadPatternAnalyzer):
         self._real, self._special = real, special
         self._global = is_global[:, None, :]  # [batch, 1, key_pos]
         self._global_cols = _columns(is_global, n)
-        self._ids = torch.tensor(_sentence_ids(batch, self.sentences), device=real.device)
+        self._ids = torch.tensor(sentence_ids_of(batch, self.sentences), device=real.device)
         self._bigbird_whole = None  # the whole matrix's BigBird set, shared by every layer
         self.rows += int(real.sum())
         self.sentences += batch.size

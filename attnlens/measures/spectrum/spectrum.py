@@ -55,7 +55,6 @@ import torch
 
 from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
-from attnlens.measures.rollout.rollout import _sentence_ids
 from attnlens.measures.spectrum.long_patterns import BlockSketch, ShortBlocks
 from attnlens.measures.spectrum.low_rank import (  # re-exported: tests and benchmarks use them here
     linformer_rms_error,
@@ -83,6 +82,7 @@ from attnlens.measures.spectrum.spectrum_tables import (  # the measures' names,
 from attnlens.model.transformer import HookedTransformer
 from attnlens.stream.base import Batch, PatternBlock
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
+from attnlens.stream.per_sentence import sentence_ids_of
 from attnlens.stream.real_tokens import (  # re-exported: tests use them here
     BlockGroup,
     LengthGroup,
@@ -220,7 +220,7 @@ class SpectrumAnalyzer(HeadPatternAnalyzer):
         if self.max_sentences is None:
             return None
         seen = self.sentences + self.top_sentences + self.unsampled
-        ids = torch.tensor(_sentence_ids(batch, seen), dtype=torch.long)
+        ids = torch.tensor(sentence_ids_of(batch, seen), dtype=torch.long)
         return spread_sample(ids, self.max_sentences, batch.extra.get("corpus_size"))
 
     def begin_batch(self, batch: Batch) -> None:
