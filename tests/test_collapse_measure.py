@@ -201,12 +201,12 @@ def test_path_collapse_sentence_bounds_use_exactly_the_sampled_rows() -> None:
     mask = torch.ones(4, 5, dtype=torch.long)
     batch = Batch(input_ids=torch.ones(4, 5, dtype=torch.long), attention_mask=mask)
     bounded = PathCollapse([2, 2, 2], n_paths=4, per_batch=2, max_sentences=3)
-    bounded.update(batch, ActivationCache(patterns))
-    bounded.update(batch, ActivationCache(patterns))
-    bounded.update(batch, ActivationCache(patterns))
-    assert bounded.sentences == 3  # 2 from the first batch, 1 from the second, none after
-    # The rows taken: evenly spaced 2 of 4 = rows 0 and 3; then 1 of those = row 0.
-    rows = [0, 3, 0]
+    for first in (0, 4, 8):  # 12 sentences: the sample is floor(j 12 / 3) = 0, 4, 8
+        bounded.update(Batch(input_ids=batch.input_ids, attention_mask=mask,
+                             extra={"index": list(range(first, first + 4)), "corpus_size": 12}),
+                       ActivationCache(patterns))
+    assert bounded.sentences == 3  # the first sentence of each batch
+    rows = [0, 0, 0]
     picked = {k: v[rows] for k, v in patterns.items()}
     direct = PathCollapse([2, 2, 2], n_paths=4)
     direct.update(

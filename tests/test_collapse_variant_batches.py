@@ -7,7 +7,7 @@ import torch
 
 from attnlens.data.text import sample_sentences, text_batches
 from attnlens.measures.collapse import variant_collapse
-from attnlens.measures.collapse.residual import depth_residuals, subsample
+from attnlens.measures.collapse.residual import depth_residuals
 from attnlens.measures.collapse.variant_collapse import (
     VariantCollapse,
     cast_weights,
@@ -16,6 +16,7 @@ from attnlens.measures.collapse.variant_collapse import (
 )
 from attnlens.stream.base import Batch
 from attnlens.stream.runner import run_analyzers
+from attnlens.stream.sentence_sample import sample_batch
 from tests.fixtures import tiny_batches, tiny_model
 
 # float64 passes of the same sentences padded to other widths: the real rows' sums are the
@@ -34,7 +35,8 @@ def per_batch_reference(model, batches, variants, per_batch, max_sentences):
     out = {v: [] for v in variants}
     seen = 0
     for batch in batches:
-        sub = subsample(subsample(batch, per_batch), max_sentences - seen)
+        sub, _ = sample_batch(batch, per_batch, max_sentences, seen)
+        seen += batch.size
         if sub.size == 0:
             continue
         inputs = sub.model_inputs()
@@ -42,7 +44,6 @@ def per_batch_reference(model, batches, variants, per_batch, max_sentences):
             hidden = run_variant(model, inputs, v, weights)
             out[v].append(torch.stack([depth_residuals(h, inputs["attention_mask"])
                                        for h in hidden], dim=1))
-        seen += sub.size
     return {v: torch.cat(parts, -1) for v, parts in out.items()}
 
 
@@ -63,33 +64,38 @@ LENGTHS = [[5, 7, 3], [20, 12, 9, 30], [4, 17, 6], [11, 25]]
 
 def test_held_buckets_equal_one_pass_per_batch_on_a_tiny_model(monkeypatch):
     model = tiny_model()
-    batches = tiny_batches(LENGTHS, seed=3, vocab=50)
+    batches = tiny_batches(LENGTHS, seed=3, vocab=50, index=True)
+    for batch in batches:
+        batch.extra["corpus_size"] = 12
     variants = ["san", "san+skip", "full"]
     monkeypatch.setattr(variant_collapse, "FLUSH_SENTENCES", 4)  # runs mid-corpus and at the end
     analyzer = VariantCollapse.for_model(model, variants=variants, per_batch=2,
                                          max_sentences=7, dtype="float64")
     run_analyzers(model, batches, [analyzer], show_progress=False)
-    assert analyzer.sentences == 7
+    # corpus indices 0, 1, 3, 5, 6, 8, 10; at most 2 of the second batch's 3, 5, 6: 3 and 6
+    assert analyzer.sentences == 5
     assert_same(values_of(analyzer), per_batch_reference(model, batches, variants, 2, 7))
 
 
 def test_nothing_runs_before_the_sample_is_complete_then_once(monkeypatch):
     model = tiny_model()
-    batches = tiny_batches(LENGTHS, seed=4, vocab=50)
+    batches = tiny_batches(LENGTHS, seed=4, vocab=50, index=True)
+    for batch in batches:
+        batch.extra["corpus_size"] = 12
     calls = []
     real = variant_collapse.run_variant
     monkeypatch.setattr(variant_collapse, "run_variant",
                         lambda *a, **k: calls.append(a[1]["input_ids"].shape) or real(*a, **k))
     analyzer = VariantCollapse.for_model(model, variants=["san"], per_batch=2, max_sentences=6)
-    for batch in batches[:2]:
+    for batch in batches[:3]:
         analyzer.model_pass(model, batch)
-    assert calls == []  # 4 of 6 sentences held
-    analyzer.model_pass(model, batches[2])  # the sample is complete: one pass per bucket
-    lengths = [5, 3, 20, 30, 4, 6]  # two per batch, evenly spaced (first and last)
-    assert sorted(shape[1] for shape in calls) == [6, 30]  # buckets <= 8 and 17..32
+    assert calls == []  # 5 of 6 sentences held
+    analyzer.model_pass(model, batches[3])  # the sample is complete: one pass per bucket
+    # corpus indices floor(j 12 / 6) = 0, 2, 4, 6, 8, 10, whatever the batching
+    lengths = [5, 3, 12, 30, 17, 11]
+    assert analyzer.sentences == len(lengths)
+    assert sorted(shape[1] for shape in calls) == [5, 12, 30]  # buckets <= 8, 9-16, 17-32
     assert sum(shape[0] for shape in calls) == len(lengths)
-    analyzer.model_pass(model, batches[3])  # beyond the sample: nothing
-    assert len(calls) == 2
 
 
 def test_held_sentences_run_when_the_state_is_read_and_merge_in_order():
@@ -128,12 +134,13 @@ def test_buckets_put_real_tokens_first_and_keep_every_sentence():
 
 
 def test_minilm_report_sample_equals_one_pass_per_batch(minilm):
-    """The report's setting (4 per batch, 32 sentences) on MiniLM and the built-in sample."""
+    """The report's setting (32 sentences evenly spaced by corpus index) on MiniLM and the
+    built-in sample."""
     model, tokenizer = minilm
     batches = text_batches(tokenizer, sample_sentences(), batch_size=8, max_length=128)
     variants = ["san", "san+skip", "san+mlp", "san+ln", "full"]
-    analyzer = VariantCollapse.for_model(model, per_batch=4, max_sentences=32)
+    analyzer = VariantCollapse.for_model(model, max_sentences=32)
     for batch in batches:
         analyzer.model_pass(model, batch)
-    assert analyzer.sentences == min(32, sum(min(4, b.size) for b in batches))
-    assert_same(values_of(analyzer), per_batch_reference(model, batches, variants, 4, 32))
+    assert analyzer.sentences == 32
+    assert_same(values_of(analyzer), per_batch_reference(model, batches, variants, None, 32))

@@ -250,26 +250,33 @@ def test_merge_of_halves_equals_the_whole_and_state_round_trips():
         SparseCoverage(1, 1, coverage=0)
 
 
-def test_per_batch_and_max_sentences_sample_evenly_spaced_sentences():
+def test_max_sentences_samples_evenly_by_corpus_index_then_per_batch():
+    """15 sentences in 3 batches, a sample of 4: corpus indices floor(j 15 / 4) = 0, 3, 7, 11
+    (rows 0 and 3, then 2, then 1), whatever the batching; per_batch 3 does not bind."""
     ids = torch.tensor([[CLS, 5, 6, 7, 8, 9, SEP]] * 4 + [[CLS, 5, 6, SEP, PAD, PAD, PAD]])
     mask = ids != PAD
     scores = torch.randn(1, 5, 2, 7, 7).masked_fill(~mask[None, :, None, None, :], -torch.inf)
     patterns, values = torch.softmax(scores, -1), torch.randn(1, 5, 7, 1, 3)
+
+    def in_corpus(batch: Batch) -> Batch:
+        batch.extra["corpus_size"] = 15
+        return batch
+
     sampled = SparseCoverage(1, 2, per_batch=3, max_sentences=4)
-    sampled.update(_batch(ids, [0, 1, 2, 3, 4]), _cache(patterns, values))
-    sampled.update(_batch(ids, [5, 6, 7, 8, 9]), _cache(patterns, values))  # 1 more allowed
-    direct = SparseCoverage(1, 2, per_batch=3, max_sentences=4)  # same settings, fed by hand
-    rows = [0, 2, 4]  # evenly spaced 3 of 5
-    direct.per_batch = direct.max_sentences = None
-    direct.update(_batch(ids[rows], [0, 2, 4]), _cache(patterns[:, rows], values[:, rows]))
-    direct.update(_batch(ids[[0]], [5]), _cache(patterns[:, [0]], values[:, [0]]))
+    for first in (0, 5, 10):
+        sampled.update(in_corpus(_batch(ids, list(range(first, first + 5)))),
+                       _cache(patterns, values))
+    direct = SparseCoverage(1, 2)  # fed the sampled rows by hand
+    for rows, index in (([0, 3], [0, 3]), ([2], [7]), ([1], [11])):
+        direct.update(_batch(ids[rows], index), _cache(patterns[:, rows], values[:, rows]))
     assert sampled.sentences == 4 and sampled.rows == direct.rows
     for field in ("by_distance", "masses", "errors"):
         # the same float32 per-sentence terms, float64 sums: 1e-12 is ample
         torch.testing.assert_close(getattr(sampled, field), getattr(direct, field),
                                    rtol=0, atol=1e-12)
-    sampled.update(_batch(ids, [10, 11, 12, 13, 14]), _cache(patterns, values))  # cap reached
-    assert sampled.sentences == 4
+    capped = SparseCoverage(1, 2, per_batch=1, max_sentences=4)  # then at most 1 per batch
+    capped.update(in_corpus(_batch(ids, list(range(5)))), _cache(patterns, values))
+    assert capped.sentences == 1
     with pytest.raises(ConfigError, match="per_batch"):
         SparseCoverage(1, 1, per_batch=0)
 

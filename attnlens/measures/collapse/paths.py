@@ -32,7 +32,7 @@ from attnlens.measures.collapse.residual import summarize
 from attnlens.model.head_ids import head_ids_of, original_head
 from attnlens.model.transformer import HookedTransformer
 from attnlens.stream.base import Analyzer, Batch
-from attnlens.stream.sentence_sample import sample_rows
+from attnlens.stream.sentence_sample import check_sample_options, sample_rows, sampled_rows
 
 # Pattern entries a PathCollapse holds per batch (the used heads of every layer of the kept
 # sentences); the float64 products are formed in chunks of paths of 1/16 of it.
@@ -163,11 +163,13 @@ class PathCollapse(Analyzer):
         max_elements: int = PATH_MAX_ELEMENTS,
         head_ids: list[list[int]] | None = None,
     ) -> None:
+        check_sample_options(per_batch, max_sentences)
         self.heads_per_layer = list(heads_per_layer)
         self.head_ids = head_ids  # original head numbers for the labels (pruned models)
         self.max_elements = max_elements
         self.n_paths, self.seed = n_paths, seed
-        # Cost bounds: at most per_batch sentences of each batch, max_sentences in all.
+        # Cost bounds: max_sentences evenly spaced by corpus index (stream.sentence_sample),
+        # at most per_batch of them per batch (a bound that depends on the batching).
         self.per_batch, self.max_sentences = per_batch, max_sentences
         self.paths = sample_paths(self.heads_per_layer, n_paths, seed)
         self.heads_used: dict[int, list[int]] = {}
@@ -180,6 +182,7 @@ class PathCollapse(Analyzer):
                      for k, p in self.paths.items()}
         self.sentences = 0
         self.skipped = 0  # sampled sentences too long for max_elements
+        self._seen = 0  # sentences fed, sampled or not (indices of batches without any)
         self._rows: torch.Tensor | None = None  # per-batch scratch: sampled sentences
         self._patterns: dict[int, dict[int, torch.Tensor]] = {}
         self._head_index: dict[int, torch.Tensor] = {}  # heads_used as index tensors
@@ -208,11 +211,10 @@ class PathCollapse(Analyzer):
 
     def begin_batch(self, batch: Batch) -> None:
         self.move_state(batch.attention_mask.device)
-        rows = torch.arange(batch.size)
-        if self.per_batch is not None:
-            rows = sample_rows(len(rows), self.per_batch)
-        if self.max_sentences is not None:
-            rows = rows[sample_rows(len(rows), self.max_sentences - self.sentences)]
+        seen, self._seen = self._seen, self._seen + batch.size
+        rows = sampled_rows(batch, self.per_batch, self.max_sentences, seen)
+        if rows is None:
+            rows = torch.arange(batch.size)
         # Memory bound: every used head of every layer, [n, n] per kept sentence.
         n = batch.attention_mask.shape[-1]
         per_sentence = sum(len(h) for h in self.heads_used.values()) * n * n

@@ -42,10 +42,10 @@ COLLAPSE = SectionDoc(
     ),
 )
 
-# `attnlens analyze` keeps this section cheap: a few sentences of every batch (batches come
-# in a shuffled order of lengths), 32 in all for the variants and 128 for the head paths,
+# `attnlens analyze` keeps this section cheap: 32 sentences for the variants and 128 for the
+# head paths, evenly spaced by corpus index (the same for any batching: no per-batch bound),
 # and 16 sampled paths per length.
-REPORT_PER_BATCH = 4
+REPORT_PER_BATCH = None
 REPORT_MAX_SENTENCES = 32
 REPORT_PATH_SENTENCES = 128
 REPORT_PATHS = 16

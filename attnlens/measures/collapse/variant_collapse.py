@@ -26,12 +26,12 @@ from attnlens.measures.collapse.residual import (
     collapse_table,
     depth_residuals,
     fit_table,
-    subsample,
 )
 from attnlens.measures.collapse.variants import VARIANTS, parse_variants
 from attnlens.model.attention import additive_attention_mask
 from attnlens.model.transformer import HookedTransformer, TransformerBlock
 from attnlens.stream.base import Analyzer, Batch
+from attnlens.stream.sentence_sample import check_sample_options, sample_batch
 
 # Sampled sentences held before the variants run over them (one pass per length bucket).
 FLUSH_SENTENCES = 32
@@ -152,9 +152,11 @@ class VariantCollapse(Analyzer):
     """Relative residual per depth of block variants of a pretrained model, on a corpus.
 
     The variants run in ``dtype`` (``"float64"`` by default, so residuals resolve down to
-    ~1e-16; None: the model's own dtype). The cost is bounded by ``per_batch`` (at most that
-    many sentences of each batch, evenly spaced) and ``max_sentences`` (in all). State: every
-    sentence's residuals per variant, as in ``ResidualCollapse``.
+    ~1e-16; None: the model's own dtype). The cost is bounded by ``max_sentences``: the
+    sentences evenly spaced by corpus index (``stream.sentence_sample``), the same for any
+    batching and process count; ``per_batch`` (at most that many of each batch's sampled
+    sentences) depends on the batching. State: every sentence's residuals per variant, as in
+    ``ResidualCollapse``.
     """
 
     name = "collapse_variants"
@@ -169,12 +171,14 @@ class VariantCollapse(Analyzer):
         per_batch: int | None = None,
         max_sentences: int | None = None,
     ) -> None:
+        check_sample_options(per_batch, max_sentences)
         self.n_layers = n_layers
         self.variants = parse_variants(variants)
         self.dtype = dtype
         self.per_batch, self.max_sentences = per_batch, max_sentences
         self.values: dict[str, list[torch.Tensor]] = {v: [] for v in self.variants}
         self.sentences = 0
+        self._seen = 0  # sentences fed, sampled or not (indices of batches without any)
         self._held: list[Batch] = []  # sampled sentences whose variants have not run yet
         self._model: HookedTransformer | None = None
 
@@ -199,10 +203,8 @@ class VariantCollapse(Analyzer):
         """Nothing to read from the main forward pass."""
 
     def model_pass(self, model: HookedTransformer, batch: Batch) -> None:
-        if self.per_batch is not None:
-            batch = subsample(batch, self.per_batch)
-        if self.max_sentences is not None:
-            batch = subsample(batch, self.max_sentences - self.sentences)
+        seen, self._seen = self._seen, self._seen + batch.size
+        batch, _ = sample_batch(batch, self.per_batch, self.max_sentences, seen)
         n = batch.size
         if n == 0:
             return

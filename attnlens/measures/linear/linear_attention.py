@@ -165,6 +165,7 @@ class LinearAttentionView(HeadPatternAnalyzer):
         # effective_keys summed per length bucket, and sentences per bucket
         self.by_length = torch.zeros(n_layers, n_heads, len(LENGTH_EDGES) + 1, **kwargs)
         self.length_counts = torch.zeros(len(LENGTH_EDGES) + 1, **kwargs)
+        self._seen = 0  # sentences fed, sampled or not (indices of batches without any)
         self._held = HeldLayers()
 
     @classmethod
@@ -178,8 +179,8 @@ class LinearAttentionView(HeadPatternAnalyzer):
                 "max_sentences": self.max_sentences, "heads_per_layer": self.heads_per_layer}
 
     def begin_batch(self, batch: Batch) -> None:
-        remaining = None if self.max_sentences is None else self.max_sentences - self.sentences
-        batch, self._rows = sample_batch(batch, self.per_batch, remaining)
+        seen, self._seen = self._seen, self._seen + batch.size
+        batch, self._rows = sample_batch(batch, self.per_batch, self.max_sentences, seen)
         self._skip = batch.size == 0
         if self._skip:
             return

@@ -195,6 +195,7 @@ class SparseCoverage(HeadPatternAnalyzer):
         self.errors = torch.zeros(*shape, 2 * len(windows) + 2, **kwargs)
         self.rows = 0
         self.sentences = 0
+        self._seen = 0  # sentences fed, sampled or not (indices of batches without any)
         self._held = HeldLayers()
         self._squared = self._norms = None
 
@@ -211,8 +212,8 @@ class SparseCoverage(HeadPatternAnalyzer):
 
     # Feeding --------------------------------------------------------------------------
     def begin_batch(self, batch: Batch) -> None:
-        remaining = None if self.max_sentences is None else self.max_sentences - self.sentences
-        batch, self._rows = sample_batch(batch, self.per_batch, remaining)
+        seen, self._seen = self._seen, self._seen + batch.size
+        batch, self._rows = sample_batch(batch, self.per_batch, self.max_sentences, seen)
         self._skip = batch.size == 0
         if self._skip:
             return

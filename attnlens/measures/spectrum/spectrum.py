@@ -83,6 +83,7 @@ from attnlens.model.transformer import HookedTransformer
 from attnlens.stream.base import Batch, PatternBlock
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.per_sentence import sentence_ids_of
+from attnlens.stream.sentence_sample import spread_sample  # re-exported: tests use it here
 from attnlens.stream.real_tokens import (  # re-exported: tests use them here
     BlockGroup,
     LengthGroup,
@@ -113,18 +114,6 @@ class _Pending:
     group: BlockGroup
     P: torch.Tensor  # [group, head, n_query, n_key]
     V: torch.Tensor | None  # [group, head, n_key, d_head_v]
-
-
-def spread_sample(index: torch.Tensor, n: int, size: int | None) -> torch.Tensor:
-    """True where a corpus index belongs to the ``n`` of ``size`` sentences evenly spaced by
-    index, ``floor(j size / n)`` for ``j < n`` (every index when ``n >= size``); the first
-    ``n`` indices when ``size`` is unknown. ``index [batch]`` int64 -> ``[batch]`` bool."""
-    if size is None:
-        return index < n
-    if n >= size:
-        return torch.ones_like(index, dtype=torch.bool)
-    j = (index * n + size - 1) // size  # the one j whose floor(j size / n) can be the index
-    return (j < n) & (j * size // n == index)
 
 
 def length_bucket(n: int) -> int:
