@@ -83,7 +83,6 @@ from attnlens.model.transformer import HookedTransformer
 from attnlens.stream.base import Batch, PatternBlock
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.per_sentence import sentence_ids_of
-from attnlens.stream.sentence_sample import spread_sample  # re-exported: tests use it here
 from attnlens.stream.real_tokens import (  # re-exported: tests use them here
     BlockGroup,
     LengthGroup,
@@ -94,6 +93,7 @@ from attnlens.stream.real_tokens import (  # re-exported: tests use them here
     gather_tokens,
     length_groups,
 )
+from attnlens.stream.sentence_sample import spread_sample  # re-exported: tests use it here
 
 __all__ = [
     "METHODS", "BlockGroup", "LengthGroup", "SpectrumAnalyzer", "block_groups",
