@@ -10,6 +10,7 @@ from attnlens.cli.options import (
     AllowPickle,
     Backend,
     BatchSize,
+    BatchTokens,
     CheckpointEvery,
     Device,
     DeviceMap,
@@ -32,6 +33,8 @@ from attnlens.cli.options import (
     WholeMatrixLimit,
 )
 from attnlens.cli.runner import CommandRun, command
+
+from attnlens.data.text import REPORT_BATCH_SIZE, REPORT_BATCH_TOKENS
 
 DEFAULT_OUT = Path("attnlens-report")
 
@@ -68,7 +71,8 @@ def analyze(
     treebank: Treebank = None,
     parse: Parse = False,
     max_sentences: MaxSentences = None,
-    batch_size: BatchSize = 16,
+    batch_size: BatchSize = REPORT_BATCH_SIZE,
+    batch_tokens: BatchTokens = REPORT_BATCH_TOKENS,
     max_length: MaxLength = None,
     query_block: QueryBlock = None,
     whole_matrix_limit: WholeMatrixLimit = 4096,

@@ -11,6 +11,7 @@ from attnlens.cli.options import (
     AllowPickle,
     Backend,
     BatchSize,
+    BatchTokens,
     CheckpointEvery,
     Device,
     Dtype,
@@ -31,6 +32,8 @@ from attnlens.cli.options import (
     WholeMatrixLimit,
 )
 from attnlens.cli.runner import CommandRun, command
+
+from attnlens.data.text import REPORT_BATCH_SIZE, REPORT_BATCH_TOKENS
 
 PositionalThresholdOpt = typer.Option(
     0.9, "--positional-threshold", min=0.0, max=1.0,
@@ -132,7 +135,8 @@ def heads(
     treebank: Treebank = None,
     parse: Parse = False,
     max_sentences: MaxSentences = None,
-    batch_size: BatchSize = 16,
+    batch_size: BatchSize = REPORT_BATCH_SIZE,
+    batch_tokens: BatchTokens = REPORT_BATCH_TOKENS,
     max_length: MaxLength = None,
     query_block: QueryBlock = None,
     whole_matrix_limit: WholeMatrixLimit = 4096,

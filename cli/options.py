@@ -65,9 +65,15 @@ MaxSentences = Annotated[int | None, typer.Option(
 
 # Batching ------------------------------------------------------------------------------------
 BatchSize = Annotated[int, typer.Option(
-    "--batch-size", min=1, help="Sentences per forward pass.", rich_help_panel=MODEL_PANEL)]
+    "--batch-size", min=1, help="Sentences per forward pass (at most, with --batch-tokens).",
+    rich_help_panel=MODEL_PANEL)]
 ExampleBatchSize = Annotated[int, typer.Option(
     "--batch-size", min=1, help="Examples per forward pass.", rich_help_panel=MODEL_PANEL)]
+BatchTokens = Annotated[int, typer.Option(
+    "--batch-tokens", min=0, rich_help_panel=MODEL_PANEL,
+    help="Token budget per forward pass: sentences of similar length are batched together "
+    "while a batch's padded tokens (sentences x its longest) stay within N, up to "
+    "--batch-size sentences (0: --batch-size sentences per batch, whatever their length).")]
 MaxLength = Annotated[int | None, typer.Option(
     "--max-length", min=4, show_default=False, help=MAX_LENGTH_HELP,
     rich_help_panel=MODEL_PANEL)]
@@ -125,6 +131,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "device_map": ("device_map", "max_memory"),
     "corpus": ("text", "treebank", "parse", "max_sentences"),
     "batching": ("batch_size", "max_length", "query_block", "whole_matrix_limit"),
+    "token_budget": ("batch_tokens",),
     "output": ("out", "force"),
     "figures": ("fmt",),
     "resume": ("resume",),

@@ -152,6 +152,7 @@ class CommandRun:
     corpus: CorpusOptions | None = None
     output: OutputOptions | None = None
     batch_size: int = 16
+    batch_tokens: int | None = None  # padded tokens per batch (None: batch_size sentences)
     max_length: int | None = None  # None: the model's trained length, set by load_model
     max_length_source: str | None = None  # where load_model's max_length comes from
     query_block: int | None = None  # query rows per attention block (None: from free memory)
@@ -296,8 +297,8 @@ class CommandRun:
         with phase(LOAD_MODEL):
             model, tokenizer = self.load_model()
         with phase(TOKENIZE):
-            batches = (corpus.batches(tokenizer, self.batch_size, self.max_length) if corpus
-                       else [])
+            batches = (corpus.batches(tokenizer, self.batch_size, self.max_length,
+                                      self.batch_tokens) if corpus else [])
         from attnlens.report.analyze import analyze
 
         with self.writing() as work:
@@ -387,6 +388,7 @@ def _shared_run(values: dict[str, Any], resumable: bool) -> CommandRun:
                                checkpoint_every=values.get("checkpoint_every"))
     return CommandRun(model=model, corpus=corpus, output=output,
                       batch_size=values.get("batch_size", 16),
+                      batch_tokens=values.get("batch_tokens") or None,
                       max_length=values.get("max_length"),
                       query_block=values.get("query_block"),
                       whole_matrix_limit=values.get("whole_matrix_limit", 4096),

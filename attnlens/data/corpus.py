@@ -43,15 +43,20 @@ class Corpus:
         return len(self.sentences if self.sentences is not None else self.texts or [])
 
     def batches(
-        self, tokenizer: Tokenizer, batch_size: int = 16, max_length: int = 128
+        self, tokenizer: Tokenizer, batch_size: int = 16, max_length: int = 128,
+        batch_tokens: int | None = None,
     ) -> list[Batch]:
-        """Word batches for the analyzers (``treebank_batches`` or ``text_word_batches``)."""
+        """Word batches for the analyzers (``treebank_batches`` or ``text_word_batches``):
+        at most ``batch_size`` sentences each, and with ``batch_tokens`` at most that many
+        padded tokens (``data.text.length_sorted_chunks``)."""
         from attnlens.data.words import text_word_batches, treebank_batches
 
         if self.sentences is not None:
-            batches = treebank_batches(tokenizer, self.sentences, batch_size, max_length)
+            batches = treebank_batches(tokenizer, self.sentences, batch_size, max_length,
+                                       batch_tokens)
         else:
-            batches = text_word_batches(tokenizer, self.texts or [], batch_size, max_length)
+            batches = text_word_batches(tokenizer, self.texts or [], batch_size, max_length,
+                                        batch_tokens)
         self.check_tokens(batches)
         return batches
 

@@ -22,6 +22,12 @@ if TYPE_CHECKING:  # reading files needs no torch: commands check them before lo
     from attnlens.data.tokenizer import Tokenizer
 
 
+# `attnlens analyze` and `attnlens heads` batch by a token budget: at most REPORT_BATCH_TOKENS
+# padded tokens and REPORT_BATCH_SIZE sentences per batch (docs/performance.md, batch30).
+REPORT_BATCH_SIZE = 64
+REPORT_BATCH_TOKENS = 2048
+
+
 def sample_sentences() -> list[str]:
     """The built-in sample: 50 English sentences written by the attnlens authors."""
     text = resources.files("attnlens.data").joinpath("sample_sentences.txt").read_text("utf-8")
@@ -44,17 +50,36 @@ def read_text_file(path: str | Path, option: str = "--text") -> list[str]:
     return texts
 
 
-def length_sorted_chunks(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+def length_sorted_chunks(
+    lengths: Sequence[int], batch_size: int, batch_tokens: int | None = None
+) -> list[list[int]]:
     """Indices grouped into batches of similar length (less padding, same results).
 
-    The batches come in a fixed pseudo-random order, so that any prefix of the corpus spans
-    all lengths (analyzers that sample the first sentences they see stay representative,
-    and progress-bar estimates are not skewed by short sentences coming first).
+    Without ``batch_tokens``: consecutive runs of ``batch_size`` sentences in length order.
+    With it, a token budget: each batch takes the next sentences in length order while its
+    padded size (sentences x its longest length) stays within ``batch_tokens`` and it holds
+    at most ``batch_size`` sentences (a sentence longer than the budget is a batch alone);
+    short sentences then come many to a batch, long ones few. The batches come in a fixed
+    pseudo-random order, so that any prefix of the corpus spans all lengths (progress-bar
+    estimates are not skewed by short sentences coming first).
     """
     if batch_size < 1:
         raise DataError(f"batch size must be at least 1, not {batch_size}.")
+    if batch_tokens is not None and batch_tokens < 1:
+        raise DataError(f"batch tokens must be at least 1, not {batch_tokens}.")
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    chunks = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    if batch_tokens is None:
+        chunks = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    else:
+        chunks, chunk = [], []
+        for i in order:  # ascending: the sentence added is the chunk's longest
+            if chunk and (len(chunk) == batch_size
+                          or (len(chunk) + 1) * lengths[i] > batch_tokens):
+                chunks.append(chunk)
+                chunk = []
+            chunk.append(i)
+        if chunk:
+            chunks.append(chunk)
     random.Random(0).shuffle(chunks)
     return chunks
 

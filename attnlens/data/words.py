@@ -256,8 +256,13 @@ def word_batches(
     max_length: int = 128,
     annotations: dict[str, Sequence[Any]] | None = None,
     surfaces: Sequence[tuple[str, Sequence[Span]]] | None = None,
+    batch_tokens: int | None = None,
 ) -> list[Batch]:
     """Length-sorted batches of sentences of words with ``word_ids`` and ``words``.
+
+    ``batch_tokens``: a token budget per batch (``length_sorted_chunks``), counted as each
+    sentence's tokens (its words' tokens and the tokenizer's special tokens, at most
+    ``max_length``) times the batch's longest; at most ``batch_size`` sentences a batch.
 
     The model reads each sentence's raw text (``surfaces[i]``: the text and its words'
     character spans; default: the words joined by single spaces), tokenised as the tokenizer
@@ -282,8 +287,10 @@ def word_batches(
         if len(values) != len(sentences):
             raise DataError(f"{len(values)} values of {name!r} for {len(sentences)} sentences.")
     counts = tokenizer.tokens_per_text_word(texts, spans)
+    added = sum(len(side) for side in tokenizer.special_layout) if batch_tokens else 0
+    lengths = [min(sum(c) + added, max_length) if batch_tokens else sum(c) for c in counts]
     batches = []
-    for chunk in length_sorted_chunks([sum(c) for c in counts], batch_size):
+    for chunk in length_sorted_chunks(lengths, batch_size, batch_tokens):
         chunk_sentences = [sentences[i] for i in chunk]
         enc = tokenizer.encode_text_words(
             [texts[i] for i in chunk], [spans[i] for i in chunk], max_length=max_length,
@@ -308,7 +315,8 @@ def word_batches(
 
 
 def text_word_batches(
-    tokenizer: Tokenizer, texts: Sequence[str], batch_size: int = 16, max_length: int = 128
+    tokenizer: Tokenizer, texts: Sequence[str], batch_size: int = 16, max_length: int = 128,
+    batch_tokens: int | None = None,
 ) -> list[Batch]:
     """Plain-text lines split into words (``split_words``), batched like a treebank; the
     model reads each line as it is."""
@@ -317,11 +325,13 @@ def text_word_batches(
     if not kept:
         raise DataError("the text has no words; write one sentence per line.")
     return word_batches(tokenizer, [words for _, words, _ in kept], batch_size=batch_size,
-                        max_length=max_length, surfaces=[(t, spans) for t, _, spans in kept])
+                        max_length=max_length, surfaces=[(t, spans) for t, _, spans in kept],
+                        batch_tokens=batch_tokens)
 
 
 def treebank_batches(
-    tokenizer: Tokenizer, sentences: Sequence, batch_size: int = 16, max_length: int = 128
+    tokenizer: Tokenizer, sentences: Sequence, batch_size: int = 16, max_length: int = 128,
+    batch_tokens: int | None = None,
 ) -> list[Batch]:
     """Batches of ``DepSentence``s; ``extra`` carries ``heads`` and ``relations`` per sentence.
 
@@ -337,4 +347,5 @@ def treebank_batches(
             "relations": [s.relations for s in sentences],
         },
         surfaces=[s.surface() for s in sentences],
+        batch_tokens=batch_tokens,
     )

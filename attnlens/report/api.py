@@ -18,7 +18,8 @@ def analyze(
     sentences: Sequence[str] | None = None,
     out: str | Path | None = None,
     sections: Sequence | None = None,
-    batch_size: int = 16,
+    batch_size: int | None = None,
+    batch_tokens: int | None = None,
     max_length: int | None = None,
     formats: tuple[str, ...] = ("svg",),
     prune: str | Path | None = None,
@@ -38,7 +39,8 @@ def analyze(
     initialised copy of the model (columns ``null_mean``, ``null_low``, ``null_high``;
     seeded by ``null_seed``), ``"none"`` leaves it out (docs/report.md). ``max_length`` None:
     the model's trained length, as the commands' default (run.json records the value used and
-    its source).
+    its source). ``batch_size`` / ``batch_tokens``: at most that many sentences / padded
+    tokens per forward pass (None: the command's defaults; ``batch_tokens=0``: no budget).
     """
     from attnlens.data.corpus import Corpus, load_corpus
     from attnlens.errors import ConfigError
@@ -74,12 +76,18 @@ def analyze(
         max_length, max_length_source = found.tokens, found.source
     else:
         max_length_source = "max_length="
-    batches = corpus.batches(tokenizer, batch_size=batch_size, max_length=max_length)
+    from attnlens.data.text import REPORT_BATCH_SIZE, REPORT_BATCH_TOKENS
+
+    batch_size = REPORT_BATCH_SIZE if batch_size is None else batch_size
+    batch_tokens = REPORT_BATCH_TOKENS if batch_tokens is None else batch_tokens
+    batches = corpus.batches(tokenizer, batch_size=batch_size, max_length=max_length,
+                             batch_tokens=batch_tokens or None)
     run_analysis(
         model, tokenizer, batches, folder, sections=sections, formats=formats,
         show_progress=show_progress, corpus_name=corpus.name, prune_dir=prune,
         command="attnlens.analyze(...)", null=null_options,
-        options={"batch_size": batch_size, "max_length": max_length,
+        options={"batch_size": batch_size, "batch_tokens": batch_tokens,
+                 "max_length": max_length,
                  "max_length_source": max_length_source, "formats": list(formats),
                  "treebank": str(treebank) if treebank else None,
                  "text": str(text) if text else None, "prune": str(prune) if prune else None,
