@@ -4,7 +4,7 @@ model, and the ``null_mean`` / ``null_low`` / ``null_high`` columns they give th
 ``--null random-init`` (the default of every command that writes a report) builds the copy
 (``attnlens.loaders.random_init``: same config and tokenizer, transformers' own
 initialisation, seeded), runs the sections that describe heads (``Section.null_control``)
-over an evenly spaced sample of the corpus's batches (at most ``NULL_SENTENCES`` sentences)
+over at most ``NULL_SENTENCES`` sentences evenly spaced by corpus index (any batching)
 with bootstrap replicates off (only the point values are used), and computes their tables
 without figures. ``apply_null`` then adds the null columns (``attnlens.stats.null``) to each
 per-head and per-layer table the two runs share, and rewrites those files. ``--null none``
@@ -75,21 +75,20 @@ class NullResult:
 
 
 def sample_batches(batches: Sequence, max_sentences: int) -> list:
-    """Evenly spaced batches holding at most ``max_sentences`` sentences (all when fewer)."""
+    """At most ``max_sentences`` sentences of ``batches`` (all when fewer): those evenly
+    spaced by corpus index (``stream.sentence_sample``, the same for any batching), each
+    batch cut to its sampled sentences; batches without a sampled sentence are left out."""
+    from attnlens.stream.sentence_sample import sample_batch
+
     batches = list(batches)
-    sizes = [int(b.input_ids.shape[0]) for b in batches]
-    if sum(sizes) <= max_sentences:
+    if sum(int(b.input_ids.shape[0]) for b in batches) <= max_sentences:
         return batches
-    mean = max(1, sum(sizes) // max(len(sizes), 1))
-    wanted = max(1, max_sentences // mean)
-    step = len(batches) / wanted
-    chosen, total = [], 0
-    for i in range(wanted):
-        batch = batches[int(i * step)]
-        if total + int(batch.input_ids.shape[0]) > max_sentences and chosen:
-            break
-        chosen.append(batch)
-        total += int(batch.input_ids.shape[0])
+    chosen, seen = [], 0
+    for batch in batches:
+        sub, _ = sample_batch(batch, None, max_sentences, seen)
+        seen += batch.size
+        if sub.size:
+            chosen.append(sub)
     return chosen
 
 
