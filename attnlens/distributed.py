@@ -9,9 +9,11 @@ and feeds its analyzers as a single process would. The analyzers' states then tr
 rank order, so per-sentence lists come out in corpus order, exactly as one process would
 have them. Only rank 0 writes files.
 
-Analyzers that read only the first sentences of a corpus (``prefix_bound``: the rank-collapse
-sections' bounded samples) run on rank 0 alone, over the corpus's first batches as in one
-process. ``spread`` hands independent tasks (the pruning evaluations) out
+Analyzers that read only the first sentences of a corpus (``prefix_bound``: marked
+``distributed = "rank0"``, or counting a ``max_sentences`` bound) run on rank 0 alone, over
+the corpus's first batches as in one process. Samples taken by corpus index (the collapse
+variants, head paths, sparse coverage, linear view: ``distributed = "shard"``) are the same
+sentences on any share, so those analyzers are sharded like the others. ``spread`` hands independent tasks (the pruning evaluations) out
 round-robin and returns every result on every rank.
 """
 

@@ -1,7 +1,9 @@
 """Issue 29's figures in one process: the corpus pass against the forward it needs, the floor.
 
 Printed, all over the same sentences in the same batches (the command's own: length-sorted
-batches of ``--batch-size`` sentences, the model's trained ``--max-length``):
+batches of at most ``--batch-size`` sentences and ``--batch-tokens`` padded tokens, by
+default `analyze`'s; ``--batch-tokens 0``: ``--batch-size`` sentences a batch; the model's
+trained ``--max-length``):
 
 - **bare forward**: Hugging Face's eager forward with ``output_attentions=True`` (the forward
   the analysis cannot avoid: it forms every attention pattern), ``AutoModel``, no hooks;
@@ -22,6 +24,11 @@ batches of ``--batch-size`` sentences, the model's trained ``--max-length``):
 
     python benchmarks/corpus_pass.py [--threads 2] [--max-sentences N] [--treebank PATH]
         [--skip-command] [--profile] [--cpu] [--rounds N] [--pass-only]
+        [--batch-size N] [--batch-tokens N] [--before-batch-size N]
+
+``--before-batch-size N`` also times the pass in batches of N sentences (no token budget)
+in the same process, the two batchings alternating round by round (``--rounds``), and
+prints the pass's and the bare forward's seconds under each (the token budget's gain).
 
 Default corpus: UD EWT dev (``../shared/data``), else the embedded sample treebank.
 ``--max-sentences N`` keeps the first N sentences (a quick iteration, not the target's
@@ -54,14 +61,14 @@ FEEDING = ("begin_batch", "update_layer", "update_block", "end_layer", "end_batc
 
 
 def load_batches(tokenizer, model, treebank: Path | None, max_sentences: int | None,
-                 batch_size: int):
+                 batch_size: int, batch_tokens: int | None = None):
     from attnlens.data.corpus import load_corpus
     from attnlens.loaders.trained_length import default_max_length
 
     corpus = load_corpus(treebank=str(treebank) if treebank else None,
                          max_sentences=max_sentences)
     max_length = default_max_length(model.cfg.source.get("path"))
-    return corpus.batches(tokenizer, batch_size, max_length), max_length
+    return corpus.batches(tokenizer, batch_size, max_length, batch_tokens or None), max_length
 
 
 def load_hf_eager(path: str):
@@ -252,7 +259,8 @@ def floor_seconds(cached, batches, hf, spectrum_sentences: int | None = None
 
 
 # The command ------------------------------------------------------------------------------
-def command_figures(treebank: Path | None, max_sentences: int | None, threads: int):
+def command_figures(treebank: Path | None, max_sentences: int | None, threads: int,
+                    batching: tuple[str, ...] = ()):
     """(wall seconds, run.json timings) of `attnlens analyze` in a fresh process."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     with tempfile.TemporaryDirectory() as tmp:
@@ -264,6 +272,7 @@ def command_figures(treebank: Path | None, max_sentences: int | None, threads: i
             command += ["--max-sentences", str(max_sentences)]
         if SPECTRUM_SENTENCES[0] is not None:
             command += ["--spectrum-sentences", str(SPECTRUM_SENTENCES[0])]
+        command += list(batching)
         start = time.perf_counter()
         subprocess.run(command, env=env, check=True, capture_output=True)
         wall = time.perf_counter() - start
@@ -275,7 +284,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-sentences", type=int, default=0, help="first N (0: all)")
     parser.add_argument("--treebank", type=Path, default=None)
-    parser.add_argument("--batch-size", type=int, default=16)
+    from attnlens.data.text import REPORT_BATCH_SIZE, REPORT_BATCH_TOKENS
+
+    parser.add_argument("--batch-size", type=int, default=REPORT_BATCH_SIZE)
+    parser.add_argument("--batch-tokens", type=int, default=REPORT_BATCH_TOKENS,
+                        help="padded tokens per batch (0: --batch-size sentences a batch)")
+    parser.add_argument("--before-batch-size", type=int, default=0,
+                        help="also time batches of N sentences, no budget (same process)")
     parser.add_argument("--rounds", type=int, default=1,
                         help="bare forward and corpus pass: best of N")
     parser.add_argument("--spectrum-sentences", type=int, default=None,
@@ -300,18 +315,38 @@ def main() -> None:
     max_sentences = args.max_sentences or None
     model, tokenizer = attnlens.load()
     batches, max_length = load_batches(tokenizer, model, treebank, max_sentences,
-                                       args.batch_size)
+                                       args.batch_size, args.batch_tokens)
     n = sum(b.size for b in batches)
     tokens = sum(int(b.attention_mask.sum()) for b in batches)
     slots = sum(b.attention_mask.numel() for b in batches)
     print(f"corpus: {treebank or 'embedded sample treebank'}: {n} sentences, {len(batches)} "
-          f"batches of {args.batch_size}, max length {max_length}, padding "
+          f"batches of at most {args.batch_size} sentences and "
+          f"{args.batch_tokens or 'any number of'} tokens, max length {max_length}, padding "
           f"{1 - tokens / slots:.1%}, {args.threads} threads")
     print(f"clock: {'CPU time of this process' if args.cpu else 'wall time'}")
     hf = load_hf_eager(model.cfg.source["path"])
     bare_forward(hf, batches[0])  # warm-up
-    rounds = [corpus_pass(model, tokenizer, batches, hf, False, False)  # no timers
-              for _ in range(args.rounds)]
+    if args.before_batch_size:
+        before, _ = load_batches(tokenizer, model, treebank, max_sentences,
+                                 args.before_batch_size)
+        rounds, old_rounds = [], []
+        for i in range(args.rounds):  # the two batchings alternate, their order too
+            for which in ((0, 1) if i % 2 == 0 else (1, 0)):
+                if which == 0:
+                    rounds.append(corpus_pass(model, tokenizer, batches, hf, False, False))
+                else:
+                    old_rounds.append(corpus_pass(model, tokenizer, before, hf, False, False))
+        old_bare, old_plain, *_ = min(old_rounds, key=lambda r: r[1])
+        new_bare, new_plain, *_ = min(rounds, key=lambda r: r[1])
+        print(f"batches of {args.before_batch_size} ({len(before)} batches): pass "
+              f"{old_plain:.2f} s, bare forward {old_bare:.2f} s (ratio "
+              f"{old_plain / old_bare:.2f}); token budget ({len(batches)} batches): pass "
+              f"{new_plain:.2f} s, bare forward {new_bare:.2f} s (ratio "
+              f"{new_plain / new_bare:.2f}); the pass {old_plain / new_plain:.2f}x faster "
+              f"(best of {args.rounds} each)")
+    else:
+        rounds = [corpus_pass(model, tokenizer, batches, hf, False, False)  # no timers
+                  for _ in range(args.rounds)]
     bare, plain, *_ = min(rounds, key=lambda r: r[1] / r[0])  # the best ratio of N
     bare_timed, ours, sections, per_section, totals = corpus_pass(
         model, tokenizer, batches, hf, True, args.profile)
@@ -349,7 +384,9 @@ def main() -> None:
         for key, spent in parts.items():
             print(f"  {key:46s} {spent:7.2f} s")
     if not args.skip_command:
-        wall, timings = command_figures(treebank, max_sentences, args.threads)
+        wall, timings = command_figures(
+            treebank, max_sentences, args.threads,
+            ("--batch-size", str(args.batch_size), "--batch-tokens", str(args.batch_tokens)))
         passes = timings["corpus pass (forward and every analyzer)"]
         null_cmd = timings.get("null model pass (included in total)", 0.0)
         itemised = timings.get("fixed costs", {})  # run.json's own breakdown (fixed29)

@@ -150,6 +150,8 @@ class PathCollapse(Analyzer):
     """
 
     name = "path_collapse"
+    # a sample by corpus index: each torchrun rank reads its share, merged in rank order
+    distributed = "shard"
     layerwise = True
     state_fields = ("sums", "sentences", "skipped")
 

@@ -160,6 +160,8 @@ class VariantCollapse(Analyzer):
     """
 
     name = "collapse_variants"
+    # a sample by corpus index: each torchrun rank reads its share, merged in rank order
+    distributed = "shard"
     needs_model_pass = True
     state_fields = ("values", "sentences")
 

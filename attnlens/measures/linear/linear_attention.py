@@ -140,6 +140,8 @@ class LinearAttentionView(HeadPatternAnalyzer):
     """Streaming fast-weight / linear-attention measures per head (see the module docstring)."""
 
     name = "linear_attention"
+    # a sample by corpus index: each torchrun rank reads its share, merged in rank order
+    distributed = "shard"
     hook_kinds = ("q", "k", "v", "pattern")
     state_fields = ("sums", "sentences", "by_length", "length_counts")
 

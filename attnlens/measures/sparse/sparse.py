@@ -151,6 +151,8 @@ class SparseCoverage(HeadPatternAnalyzer):
     """
 
     name = "sparse"
+    # a sample by corpus index: each torchrun rank reads its share, merged in rank order
+    distributed = "shard"
     hook_kinds = ("v", "pattern")
     reads_blocks = True
     state_fields = ("by_distance", "nonglobal_by_distance", "masses", "errors", "rows",
