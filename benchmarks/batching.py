@@ -6,7 +6,9 @@
 - Throughput: sentences per second of the analyzer pass (every analyzer of `attnlens analyze`
   fed by one forward per batch, tables included) and of a bare HF SDPA forward, over the same
   first ``--sentences`` sentences of the corpus (UD EWT dev, else the sample treebank) in
-  length-sorted batches of 1, 16 and 64; the ratio analyzers / bare forward per batch size.
+  length-sorted batches of 1, 16 and 64, and in batches of `analyze`'s token budget (at most
+  ``REPORT_BATCH_SIZE`` sentences and ``REPORT_BATCH_TOKENS`` padded tokens); the ratio
+  analyzers / bare forward per batching.
 
     python benchmarks/batching.py [--threads 2] [--sentences 256]
 """
@@ -86,6 +88,10 @@ def main() -> None:
     data = corpus()
     print(f"corpus {data.name}, {args.threads} threads")
     print(f"{'batch':>6} {'waste, corpus order':>20} {'waste, length-sorted':>21}")
+    from attnlens.data.text import REPORT_BATCH_SIZE, REPORT_BATCH_TOKENS
+
+    budget = f"{REPORT_BATCH_SIZE}/{REPORT_BATCH_TOKENS}t"
+    budget_batches = data.batches(tokenizer, REPORT_BATCH_SIZE, 128, REPORT_BATCH_TOKENS)
     for size in (16, 64):
         sorted_batches = data.batches(tokenizer, batch_size=size, max_length=128)
         original = words.length_sorted_chunks
@@ -95,13 +101,15 @@ def main() -> None:
         finally:
             words.length_sorted_chunks = original
         print(f"{size:>6} {padding_waste(plain):>20.1%} {padding_waste(sorted_batches):>21.1%}")
+    print(f"{budget:>6} {'':>20} {padding_waste(budget_batches):>21.1%}  (token budget)")
     hf = AutoModel.from_pretrained(model.cfg.source["path"], attn_implementation="sdpa",
                                    dtype=torch.float32).eval()
     print(f"\nthroughput over the first {args.sentences} sentences (sentences per second)")
     print(f"{'batch':>6} {'analyzers':>10} {'bare HF forward':>16} {'ratio':>6}")
-    for size in (1, 16, 64):
-        batches, seen = first(data.batches(tokenizer, batch_size=size, max_length=128),
-                              args.sentences)
+    for size in (1, 16, 64, budget):
+        made = (budget_batches if size == budget
+                else data.batches(tokenizer, batch_size=size, max_length=128))
+        batches, seen = first(made, args.sentences)
         hf_seconds(hf, batches[:2])  # warm-up
         ours = seen / analyzer_seconds(model, tokenizer, batches)
         bare = seen / hf_seconds(hf, batches)
