@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # reading files needs no torch: commands check them before lo
 # `attnlens analyze` and `attnlens heads` batch by a token budget: at most REPORT_BATCH_TOKENS
 # padded tokens and REPORT_BATCH_SIZE sentences per batch (docs/performance.md, batch30).
 REPORT_BATCH_SIZE = 64
-REPORT_BATCH_TOKENS = 2048
+REPORT_BATCH_TOKENS = 1024
 
 
 def sample_sentences() -> list[str]:
