@@ -13,8 +13,8 @@ Analyzers that read only the first sentences of a corpus (``prefix_bound``: mark
 ``distributed = "rank0"``, or counting a ``max_sentences`` bound) run on rank 0 alone, over
 the corpus's first batches as in one process. Samples taken by corpus index (the collapse
 variants, head paths, sparse coverage, linear view: ``distributed = "shard"``) are the same
-sentences on any share, so those analyzers are sharded like the others. ``spread`` hands independent tasks (the pruning evaluations) out
-round-robin and returns every result on every rank.
+sentences on any share, so those analyzers are sharded like the others. ``spread`` hands
+independent tasks (the pruning evaluations) out round-robin and returns every result on every rank.
 """
 
 from __future__ import annotations

@@ -113,6 +113,8 @@ class HeadExamples(HeadPatternAnalyzer):
         counted = self.reader.row_weight[:, :, 0, :]  # [measure, batch, query_pos]
         self._counted = counted.sum(-1)  # [measure, batch]
         self._enough = self._counted >= MIN_ROWS
+        first = self.reader.first  # [batch]: real tokens are first .. end - 1
+        self._bounds = (first, first + batch.attention_mask.bool().sum(1))
         self._uncounted = self.reader.row_weight == 0  # [measure, batch, 1, query_pos]
         self._found: list[tuple[int, tuple[torch.Tensor, ...]]] = []  # per layer, merged once
 
@@ -163,7 +165,9 @@ class HeadExamples(HeadPatternAnalyzer):
         span = high - low + 1
         fits = span <= self.window
         start = torch.where(fits, low - (self.window - span) // 2, query - self.window // 2)
-        return start.clamp(min=0).clamp(max=max(n - self.window, 0))
+        # within the sentence's own tokens, not the batch's padded width (any batching)
+        first, end = (x[None, :, None] for x in self._bounds)  # [1, batch, 1]
+        return torch.maximum(torch.minimum(start, end - self.window), first)
 
     def _stacked(self, n: int) -> tuple[list[int], tuple[torch.Tensor, ...]]:
         """The batch's candidates of every layer fed, ``[measure, layer, head, batch, ...]``
