@@ -9,6 +9,11 @@ the sample sentence "She didn't like the movie's ending." is read from its text 
 The ``to_prev`` and ``to_next`` rows of ``head_stats`` were rewritten by a deliberate change
 of definition (issue 28): the first word's previous token (and the last word's next token)
 is no longer a special token such as [CLS] or [SEP]; only those rows changed.
+The four rank-collapse tables (``collapse_variants``, ``collapse_fits``, ``path_collapse``,
+``path_samples``) were rewritten by a deliberate change of sample (issue 29, batch30): the
+block variants read 32 sentences and the head paths 128, evenly spaced by corpus index,
+instead of 4 sentences of each batch (12 of the sample's 43 in batches of 16), so that no
+table depends on the batching; on the sample that is 32 and all 43 sentences.
 Integers and labels must be identical; floats agree within tolerances set by the operation
 behind each table (a rerun on another CPU kernel set rounds float32 sums differently).
 """
