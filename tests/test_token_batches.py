@@ -133,3 +133,24 @@ def test_the_null_sample_takes_sentences_by_corpus_index():
         sample = sample_batches(batches, 4)
         assert sorted(i for b in sample for i in b.extra["index"]) == [0, 3, 6, 9]
     assert sample_batches(batches, 20) == batches  # the whole corpus when it is smaller
+
+
+def test_a_sampled_batch_keeps_every_per_sentence_annotation(minilm):
+    """The null pass feeds cut batches to every analyzer: word counts, dependency heads and
+    relations must follow the sentences kept (a corpus over 512 sentences failed without)."""
+    from attnlens.data.corpus import load_corpus
+    from attnlens.report.null_run import sample_batches
+
+    _, tokenizer = minilm
+    batches = load_corpus().batches(tokenizer, batch_size=16, max_length=128)
+    sample = sample_batches(batches, 10)
+    assert sum(b.size for b in sample) == 10
+    by_index = {i: (b, row) for b in batches for row, i in enumerate(b.extra["index"])}
+    for cut in sample:
+        for row, i in enumerate(cut.extra["index"]):
+            whole, at = by_index[i]
+            for name in ("n_words", "heads", "relations", "unaligned"):
+                assert cut.extra[name][row] == whole.extra[name][at], name
+            assert cut.words[row] == whole.words[at]
+            assert torch.equal(cut.word_ids[row], whole.word_ids[at])
+        assert cut.extra["corpus_size"] == len(by_index)

@@ -66,7 +66,8 @@ def sampled_rows(batch: Batch, per_batch: int | None, max_sentences: int | None,
 
 def pick_rows(batch: Batch, rows: torch.Tensor | None) -> Batch:
     """The sentences ``rows`` of ``batch`` (all when None): masks, word ids, words and the
-    per-sentence ``extra`` entries (``index``) follow; ``corpus_size`` is kept."""
+    per-sentence ``extra`` entries (lists or tensors of one value per sentence: ``index``,
+    ``n_words``, dependency heads...) follow; other entries (``corpus_size``) are kept."""
     if rows is None:
         return batch
 
@@ -74,11 +75,15 @@ def pick_rows(batch: Batch, rows: torch.Tensor | None) -> Batch:
         return None if t is None else t[rows.to(t.device)]
 
     chosen = rows.tolist()
+    size = batch.size
     extra = {}
-    if "index" in batch.extra:
-        extra["index"] = [batch.extra["index"][i] for i in chosen]
-    if "corpus_size" in batch.extra:
-        extra["corpus_size"] = batch.extra["corpus_size"]
+    for name, value in batch.extra.items():
+        if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == size:
+            extra[name] = pick(value)
+        elif isinstance(value, list | tuple) and len(value) == size:
+            extra[name] = type(value)(value[i] for i in chosen)
+        else:
+            extra[name] = value
     words = None if batch.words is None else [batch.words[i] for i in chosen]
     return Batch(input_ids=pick(batch.input_ids), attention_mask=pick(batch.attention_mask),
                  token_type_ids=pick(batch.token_type_ids), word_ids=pick(batch.word_ids),
