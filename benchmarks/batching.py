@@ -6,9 +6,8 @@
 - Throughput: sentences per second of the analyzer pass (every analyzer of `attnlens analyze`
   fed by one forward per batch, tables included) and of a bare HF SDPA forward, over the same
   first ``--sentences`` sentences of the corpus (UD EWT dev, else the sample treebank) in
-  length-sorted batches of 1, 16 and 64, and in batches of `analyze`'s token budget (at most
-  ``REPORT_BATCH_SIZE`` sentences and ``REPORT_BATCH_TOKENS`` padded tokens); the ratio
-  analyzers / bare forward per batching.
+  length-sorted batches of 1, 16 and 64, and in batches of a token budget (``--batch-size 64
+  --batch-tokens 1024``); the ratio analyzers / bare forward per batching.
 
     python benchmarks/batching.py [--threads 2] [--sentences 256]
 """
@@ -24,6 +23,7 @@ import torch
 import attnlens.data.corpus as corpus_module
 import attnlens.data.words as words
 
+BUDGET = (64, 1024)  # --batch-size, --batch-tokens of the token-budget row
 SHARED_UD = Path(__file__).resolve().parents[2] / "shared/data/ud-ewt/en_ewt-ud-dev.conllu"
 
 
@@ -88,10 +88,8 @@ def main() -> None:
     data = corpus()
     print(f"corpus {data.name}, {args.threads} threads")
     print(f"{'batch':>6} {'waste, corpus order':>20} {'waste, length-sorted':>21}")
-    from attnlens.data.text import REPORT_BATCH_SIZE, REPORT_BATCH_TOKENS
-
-    budget = f"{REPORT_BATCH_SIZE}/{REPORT_BATCH_TOKENS}t"
-    budget_batches = data.batches(tokenizer, REPORT_BATCH_SIZE, 128, REPORT_BATCH_TOKENS)
+    budget = f"{BUDGET[0]}/{BUDGET[1]}t"
+    budget_batches = data.batches(tokenizer, BUDGET[0], 128, BUDGET[1])
     for size in (16, 64):
         sorted_batches = data.batches(tokenizer, batch_size=size, max_length=128)
         original = words.length_sorted_chunks

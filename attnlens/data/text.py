@@ -22,10 +22,12 @@ if TYPE_CHECKING:  # reading files needs no torch: commands check them before lo
     from attnlens.data.tokenizer import Tokenizer
 
 
-# `attnlens analyze` and `attnlens heads` batch by a token budget: at most REPORT_BATCH_TOKENS
-# padded tokens and REPORT_BATCH_SIZE sentences per batch (docs/performance.md, batch30).
-REPORT_BATCH_SIZE = 64
-REPORT_BATCH_TOKENS = 1024
+# `attnlens analyze` and `attnlens heads`: at most REPORT_BATCH_SIZE sentences per batch and,
+# unless 0, REPORT_BATCH_TOKENS padded tokens (`--batch-tokens`). A budget (64 sentences,
+# 512-1,024 tokens) measured no faster than batches of 16 on the 2-core machine
+# (docs/performance.md, batch30), so it is off by default; no table depends on it.
+REPORT_BATCH_SIZE = 16
+REPORT_BATCH_TOKENS = 0
 
 
 def sample_sentences() -> list[str]:
