@@ -2,7 +2,8 @@
 
 Runs `attnlens analyze` twice in fresh processes on the same corpus, once with
 ``--batch-size 16 --batch-tokens 0`` (16 sentences a batch, as before the token budget) and
-once with the given batching (default: the command's defaults), and compares every CSV table
+once with the given batching (default: ``--batch-size 64 --batch-tokens 1024``), and compares
+every CSV table
 both wrote: integers and labels must be equal, floats are reported as their largest absolute
 and relative difference. Per-sentence analyzers must not depend on how sentences are batched,
 so only float32 rounding (another padding width, another blocking of the same sums) may show.
@@ -73,18 +74,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--treebank", type=Path, default=None)
     parser.add_argument("--max-sentences", type=int, default=0)
-    parser.add_argument("--batch-size", type=int, default=None)
-    parser.add_argument("--batch-tokens", type=int, default=None)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-tokens", type=int, default=1024)
     parser.add_argument("--keep", type=Path, default=None, help="write both reports here")
     args = parser.parse_args()
     corpus = ["--treebank", str(args.treebank)] if args.treebank else []
     if args.max_sentences:
         corpus += ["--max-sentences", str(args.max_sentences)]
-    new = []
-    if args.batch_size is not None:
-        new += ["--batch-size", str(args.batch_size)]
-    if args.batch_tokens is not None:
-        new += ["--batch-tokens", str(args.batch_tokens)]
+    new = ["--batch-size", str(args.batch_size), "--batch-tokens", str(args.batch_tokens)]
     root = args.keep or Path(tempfile.mkdtemp(prefix="batch-tables-"))
     old_dir, new_dir = root / "batch16", root / "budget"
     run_analyze(old_dir, corpus, ["--batch-size", "16", "--batch-tokens", "0"])
