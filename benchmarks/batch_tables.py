@@ -61,7 +61,8 @@ def compare(a: Path, b: Path) -> list[tuple[str, str, float, float]]:
                     scale = np.maximum(np.abs(fu[ok]), np.abs(fv[ok]))
                     rel = np.divide(diff, scale, out=np.zeros_like(diff), where=scale > 0)
                     worst_rel = max(worst_rel, float(rel.max()))
-            elif u.astype(str).tolist() != v.astype(str).tolist():
+            elif [None if pd.isna(t) else str(t) for t in u] != [
+                    None if pd.isna(t) else str(t) for t in v]:  # missing equals missing
                 differs.append(column)
         what = f"differs: {', '.join(differs)}" if differs else (
             "equal" if worst_abs == 0 else "floats")
