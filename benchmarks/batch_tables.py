@@ -4,8 +4,9 @@ Runs `attnlens analyze` twice in fresh processes on the same corpus, once with
 ``--batch-size 16 --batch-tokens 0`` (16 sentences a batch, as before the token budget) and
 once with the given batching (default: ``--batch-size 64 --batch-tokens 1024``), and compares
 every CSV table both wrote: integers and labels must be equal, floats are reported as their
-largest absolute and relative difference. Per-sentence analyzers must not depend on how sentences are batched,
-so only float32 rounding (another padding width, another blocking of the same sums) may show.
+largest absolute and relative difference. Per-sentence analyzers must not depend on how
+sentences are batched, so only float32 rounding (another padding width, another blocking of
+the same sums) may show.
 
     python benchmarks/batch_tables.py [--treebank PATH] [--max-sentences N]
         [--batch-size N] [--batch-tokens N] [--keep DIR]
