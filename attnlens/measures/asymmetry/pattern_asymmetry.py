@@ -181,9 +181,8 @@ def masked_dominance_violations(alpha: torch.Tensor, pairs: torch.Tensor,
     product = (alpha * alpha.mT > tol * diag[..., :, None] * diag[..., None, :]) & off
     dominance = (alpha > tol * torch.maximum(diag[..., :, None], diag[..., None, :])) & off
     n = lengths.to(torch.float64)
-    return torch.stack(
-        [n * (n - 1), product.sum(dim=(-1, -2)).double(), dominance.sum(dim=(-1, -2)).double()],
-        -1)
+    return torch.stack([n * (n - 1), _counted(product).double(), _counted(dominance).double()],
+                       -1)
 
 
 class PatternAsymmetry(HeadPatternAnalyzer):
