@@ -120,7 +120,7 @@ def key_geometry(
     gram = unit @ unit.mT  # [batch, head, key_pos, key_pos]: cosines of real keys
     n = real.sum(-1).to(keys.dtype)[:, None]  # [batch, 1]
     trace = gram.diagonal(dim1=-2, dim2=-1).sum(-1)  # [batch, head]: n for non-zero keys
-    frob = gram.square().sum((-2, -1))  # ||C||_F^2 = Σ λ^2 (C is symmetric)
+    frob = (gram * gram).sum((-2, -1))  # ||C||_F^2 = Σ λ^2 (C is symmetric)
     effective = trace.square() / frob.clamp_min(torch.finfo(keys.dtype).tiny)
     off_diagonal = gram.abs().sum((-2, -1)) - gram.diagonal(dim1=-2, dim2=-1).abs().sum(-1)
     pairs = n * (n - 1)
