@@ -115,7 +115,7 @@ def test_merge_refuses_other_settings_and_models(case, model) -> None:
 
 
 def _sink_counts_one_layer_at_a_time(found, ids, first, lengths):
-    """SinkKeys' counting before matrix30: one layer at a time (the reference)."""
+    """SinkKeys' counting on main before matrix30, one layer at a time (the reference)."""
     counts, received_by_key, pairs = Counter(), Counter(), Counter()
     for layer, values, positions in found:
         n, n_heads, top = values.shape
@@ -138,10 +138,10 @@ def _sink_counts_one_layer_at_a_time(found, ids, first, lengths):
     return counts, received_by_key, pairs
 
 
-def test_sink_keys_all_layers_at_once_equal_one_layer_at_a_time():
-    """matrix30: SinkKeys counts every layer's top keys of a batch in one pass; the counters
-    (keys, their order, integer counts and float sums) equal those of one layer at a time,
-    with layers of different head counts (a pruned model) and short, left-padded sentences."""
+def test_sink_keys_counters_equal_the_one_layer_reference():
+    """matrix30: SinkKeys' counters (key strings made once per run) hold the keys, in their
+    order, with the integer counts and float sums of the reference counting, with layers of
+    different head counts (a pruned model) and short, left-padded sentences."""
     gen = torch.Generator().manual_seed(4)
     ids = torch.randint(3, 9, (4, 7), generator=gen)
     mask = torch.ones(4, 7, dtype=torch.long)
