@@ -143,7 +143,7 @@ class HeadExamples(HeadPatternAnalyzer):
         their row, key and window (kept until ``end_batch``, which merges every layer's into
         the top k at once)."""
         p = block.p  # [batch, head, query_pos, key_pos]
-        n_heads, n = p.shape[1], p.shape[-1]
+        n = p.shape[-1]
         reader = self.reader
         per_row = reader.per_row(block)  # [measure, batch, head, query_pos]
         weight = reader.row_weight  # [measure, batch, 1, query_pos]
