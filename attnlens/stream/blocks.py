@@ -116,13 +116,15 @@ class PatternBlock:
     @cached_property
     def is_max(self) -> torch.Tensor:
         """``[batch, head, rows, key_pos]`` True where a key holds its row's largest weight
-        (ties: every tied key)."""
-        return self.p == self.row_max[..., None]
+        (ties: every tied key). ``>=`` the row's maximum is ``==`` it (no weight exceeds it;
+        NaN compares False both ways), and cheaper."""
+        return self.p >= self.row_max[..., None]
 
     @cached_property
     def max_count(self) -> torch.Tensor:
-        """``[batch, head, rows]`` how many keys tie for the row's largest weight."""
-        return self.is_max.sum(-1)
+        """``[batch, head, rows]`` int32: how many keys tie for the row's largest weight
+        (counted in int32: a bool sum's default int64 copies the whole pattern first)."""
+        return self.is_max.sum(-1, dtype=torch.int32)
 
     @cached_property
     def entropy(self) -> torch.Tensor:

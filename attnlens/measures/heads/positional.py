@@ -101,7 +101,8 @@ class PositionalHeads(PerSentenceRows, HeadPatternAnalyzer):
             hit, rows = block.diagonal_span(is_max, o)  # entries (q, q + o), their queries
             counted.append((hit * credit[..., rows]).sum(2))  # [batch, head]
         far_special = (block.distance > max(OFFSETS)) & self._special_keys  # [b, rows, key]
-        on_far_special = (is_max & far_special[:, None]).sum(-1)  # [batch, head, rows]
+        # [batch, head, rows]; int32 counts (a bool sum's int64 copies the pattern first)
+        on_far_special = (is_max & far_special[:, None]).sum(-1, dtype=torch.int32)
         counted.append((on_far_special * credit).sum(2))
         self._scratch[:, :, layer, : block.n_heads] += torch.stack(counted, 1)  # [b, t, h]
 

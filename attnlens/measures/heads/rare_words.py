@@ -174,9 +174,10 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
             w = w.clone()
             w.diagonal(offset=wr.first, dim1=-2, dim2=-1).fill_(-1.0)  # never picks itself
         row_max = w.amax(-1)  # [batch, head, query_word]
-        is_max = w == row_max[..., None]
+        is_max = w >= row_max[..., None]  # == the row's maximum (none exceeds it); cheaper
         # padding words hold exactly 0: they tie only with a zero maximum; uncount them
-        ties = is_max.sum(-1) - (row_max == 0) * n_padding[:, None, None]
+        # (int32 counts: a bool sum's default int64 copies the whole tensor first)
+        ties = is_max.sum(-1, dtype=torch.int32) - (row_max == 0) * n_padding[:, None, None]
         credit = 1.0 / ties.clamp_min(1)  # [batch, head, query_word]
         places = self._places(wr, block.is_whole)
         if places is None:

@@ -141,9 +141,11 @@ class SyntacticHeads(PerSentenceRows, HeadPatternAnalyzer):
         masked = w.clone()
         masked.diagonal(offset=wr.first, dim1=-2, dim2=-1).fill_(-1.0)  # never picks itself
         top_row = masked.amax(-1, keepdim=True)  # [batch, head, query_word, 1]
-        row_max = masked == top_row  # maxima of each query's row
+        row_max = masked >= top_row  # maxima of each query's row (== the maximum; cheaper)
         # padding words hold exactly 0: they tie only with a zero maximum; uncount them
-        row_n = (row_max.sum(-1) - (top_row[..., 0] == 0) * n_padding).clamp_min(1)
+        # (int32 counts: a bool sum's default int64 copies the whole tensor first)
+        row_n = (row_max.sum(-1, dtype=torch.int32) - (top_row[..., 0] == 0) * n_padding
+                 ).clamp_min(1)
         # dependent's row -> head, then head's row -> dependent: [2 * arc, head]; ties share
         credit = row_max.view(-1)[cells] / row_n.view(-1)[rows] * here
         n_arcs = len(pair)
@@ -154,7 +156,7 @@ class SyntacticHeads(PerSentenceRows, HeadPatternAnalyzer):
         arc_value = masked.view(-1)[cells[n_arcs:]] * here[n_arcs:]  # [arc, head] head -> dep
         masked.masked_fill_(~wr.done[:, None, :, None], -2.0)  # rows not done never win
         block_top = masked.amax(-2)  # [batch, head, key_word]
-        block_count = (masked == block_top[..., None, :]).sum(-2)
+        block_count = (masked >= block_top[..., None, :]).sum(-2, dtype=torch.int32)
         if block.is_whole:  # the layer's columns at once: nothing to carry to a next block
             self._col_top, self._col_count, self._arc_value = block_top, block_count, arc_value
             return
