@@ -108,7 +108,7 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
 
     def _rows(self, batch: Batch) -> list[torch.Tensor]:
         """Per rank k: ``[row, 2 + k]`` (sentence, attending word, the k rarest words)."""
-        per_rank: list[list[list[int]]] = [[] for _ in RANKS]
+        per_rank: list[list[np.ndarray]] = [[] for _ in RANKS]
         rows = torch.zeros(batch.size, len(RANKS), dtype=torch.float64)
         chance = torch.zeros(batch.size, len(RANKS), dtype=torch.float64)
         others = 1 if self.rare_self == "exclude" else 0  # the attending word cannot win
@@ -123,14 +123,20 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
                 if len(order) <= k:
                     continue
                 targets = order[:k]
-                attending = [i for i in range(len(kept))
-                             if i not in targets and i not in tokenless]
-                per_rank[r] += [[b, i, *targets] for i in attending]
+                takes_part = np.ones(len(kept), dtype=bool)
+                takes_part[targets] = False
+                takes_part[list(tokenless)] = False
+                attending = np.flatnonzero(takes_part)  # ascending word positions
+                examples = np.empty((len(attending), 2 + k), dtype=np.int64)
+                examples[:, 0], examples[:, 1], examples[:, 2:] = b, attending, targets
+                per_rank[r].append(examples)  # rows (sentence, attending word, k rarest)
                 rows[b, r] = len(attending)
-                chance[b, r] = self._chance(attending, targets, len(kept), others, tokenless)
+                chance[b, r] = self._chance(attending.tolist(), targets, len(kept), others,
+                                            tokenless)
         self.sentence_rows.append(rows)
         self.sentence_chance.append(chance)
-        return [torch.tensor(examples, dtype=torch.long).reshape(-1, 2 + k)
+        return [torch.from_numpy(np.concatenate(examples) if examples
+                                 else np.zeros((0, 2 + k), dtype=np.int64))
                 for examples, k in zip(per_rank, RANKS.values(), strict=True)]
 
     def _chance(self, attending: list[int], targets: list[int], n_words: int,
