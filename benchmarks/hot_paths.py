@@ -12,10 +12,12 @@ compares the two states (``--only`` picks pairs):
 - ``sparse``: sparse-pattern coverage (4 sentences per batch, 512 in all);
 - ``collapse``: rank-collapse variants (the fixed 32-sentence float64 sample, 4 per batch):
   main runs 5 variants per sampled batch; now the sample is held and each variant runs once
-  per length bucket (``model_pass``, timed whole).
+  per length bucket (``model_pass``, timed whole);
+- ``sink_keys``, ``sink_scores``, ``streaming`` (the language-model heads' corpus
+  analyzers) and ``rollout``.
 
     python benchmarks/hot_paths.py --before /work/main [--sentences 200] [--threads 2]
-        [--only asymmetry,linear,sparse,collapse]
+        [--only asymmetry,linear,sparse,collapse,sink_keys,...]
 """
 
 from __future__ import annotations
@@ -31,15 +33,24 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from corpus_pass import SHARED_UD, load_batches
 
+from attnlens.measures.rollout.section import REPORT_MAX_ENTRIES, REPORT_SENTENCES
+
 PAIRS = {  # name: (module path, class, section module, section class)
     "asymmetry": ("attnlens/measures/asymmetry/pattern_asymmetry.py", "PatternAsymmetry"),
     "linear": ("attnlens/measures/linear/linear_attention.py", "LinearAttentionView"),
     "sparse": ("attnlens/measures/sparse/sparse.py", "SparseCoverage"),
     "collapse": ("attnlens/measures/collapse/variant_collapse.py", "VariantCollapse"),
+    "sink_keys": ("attnlens/measures/lm_heads/sinks.py", "SinkKeys"),
+    "sink_scores": ("attnlens/measures/lm_heads/sinks.py", "SinkScores"),
+    "streaming": ("attnlens/measures/lm_heads/streaming.py", "StreamingError"),
+    "rollout": ("attnlens/measures/rollout/rollout.py", "RolloutAnalyzer"),
 }
 REPORT_OPTIONS = {"linear": {"per_batch": 4, "max_sentences": 512},
                   "sparse": {"per_batch": 4, "max_sentences": 512},
-                  "collapse": {"per_batch": 4, "max_sentences": 32}}
+                  "collapse": {"per_batch": 4, "max_sentences": 32},
+                  # the rollout section's own settings in analyze (RolloutSection.analyzers)
+                  "rollout": {"residual": 0.5, "fusion": "mean", "keep": REPORT_SENTENCES,
+                              "max_entries": REPORT_MAX_ENTRIES}}
 
 
 def old_class(root: Path, relative: str, name: str):
@@ -78,6 +89,10 @@ def same_state(a, b) -> tuple[bool, float]:
                 compare(x[k], y[k])
         elif isinstance(x, list) and x and isinstance(x[0], torch.Tensor):
             compare(torch.cat(x, -1), torch.cat(y, -1))
+        elif isinstance(x, (list, tuple)):
+            ok &= len(x) == len(y)
+            for u, w in zip(x, y, strict=False):
+                compare(u, w)
         elif isinstance(x, torch.Tensor):
             if x.numel():
                 worst = max(worst, float((x.double() - y.double()).abs().max()))

@@ -273,3 +273,52 @@ def test_padded_batch_in_one_call_equals_each_sentence_alone():
         assert torch.equal(base_counts[b], want_counts)
         torch.testing.assert_close(base_ratio[b], want_ratio, rtol=1e-12, atol=1e-14)
         assert torch.equal(violations[b], dominance_violations(own))
+
+
+def _counts_by_definition(P, pairs, lengths, factor, edge_level):
+    """The four counts of each padded matrix straight from the definition (issue 29's code
+    before the ordered-pair counting): edges off the diagonal, reciprocated ones, unordered
+    pairs with an edge and the directed ones among them."""
+    P = torch.where(pairs.reshape(pairs.shape[0], *([1] * (P.dim() - 3)), *pairs.shape[1:]),
+                    P, 0)
+    Pt = P.mT
+    n = P.shape[-1]
+    upper = torch.ones(n, n, dtype=torch.bool).triu(1)
+    off = ~torch.eye(n, dtype=torch.bool)
+    level = (edge_level / lengths.to(torch.float64)).to(P.dtype)
+    level = level.reshape(-1, *([1] * (P.dim() - 1)))
+    edge = (level <= P) & off
+    mutual = edge & edge.mT
+    any_edge = (edge | edge.mT) & upper
+    directed = any_edge & (torch.maximum(P, Pt) >= factor * torch.minimum(P, Pt))
+    return torch.stack([m.sum(dim=(-1, -2)) for m in (edge, mutual, any_edge, directed)],
+                       -1).double()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("factor", [1.0, 1.5, 2.0, 3.0])
+def test_ordered_pair_counts_equal_the_definition(dtype, factor):
+    """matrix30: with factor >= 2 the counts come from ordered pairs (diagonal included, then
+    corrected); they must equal the definition's integers exactly, on patterns with ties
+    (equal entries both ways, entries exactly at the edge level, exactly factor times the
+    reverse), zero entries and padding; factor < 2 keeps the definition's own code."""
+    from attnlens.measures.asymmetry.pattern_asymmetry import masked_pattern_asymmetry, real_pairs
+
+    gen = torch.Generator().manual_seed(11)
+    lengths = torch.tensor([6, 8, 3, 8, 1])
+    pos = 8
+    mask = torch.arange(pos)[None, :] < lengths[:, None]
+    mask[2] = mask[2].roll(4)  # padded on the left
+    # entries from a small grid so that ties, the level (1/n) and factor x are all hit
+    grid = torch.tensor([0.0, 1 / 8, 1 / 6, 0.25, 1 / 3, 0.5, 0.75, 1.0], dtype=dtype)
+    P = grid[torch.randint(len(grid), (len(lengths), 3, pos, pos), generator=gen)]
+    sym = torch.rand(len(lengths), 3, pos, pos, generator=gen) < 0.3
+    P = torch.where(sym, P.mT, P)  # some pairs equal both ways
+    P[:, 0] = P[:, 0] + torch.rand(len(lengths), pos, pos, generator=gen, dtype=dtype)
+    pairs = real_pairs(mask)
+    ratio, counts = masked_pattern_asymmetry(P, pairs, lengths, factor, 1.0)
+    assert torch.equal(counts, _counts_by_definition(P, pairs, lengths, factor, 1.0))
+    P0 = torch.where(pairs[:, None], P, 0)
+    want = torch.linalg.matrix_norm(P0 - P0.mT).double() / torch.linalg.matrix_norm(
+        P0).double()
+    assert torch.equal(ratio, want)  # the same norms of the same entries: bitwise

@@ -270,3 +270,17 @@ def test_tables_label_the_composite_residual_an_upper_bound() -> None:
     # separates them with room on both sides.
     assert float(at_mean) == pytest.approx(math.sqrt(15 * 7.5))
     assert float(at_zero) == pytest.approx(10.0) and at_zero < at_mean
+
+
+def test_depth_residuals_share_one_residual_for_both_norms_bitwise():
+    """matrix30: depth_residuals forms the masked copy and the residual once for the two
+    norms; the numbers are relative_residual's in each norm exactly (padded sentences, and
+    without a mask)."""
+    from attnlens.measures.collapse.residual import NORMS, depth_residuals
+
+    gen = torch.Generator().manual_seed(8)
+    hidden = torch.randn(4, 9, 6, generator=gen)
+    mask = torch.arange(9)[None, :] < torch.tensor([9, 5, 1, 7])[:, None]
+    for m in (mask, None):
+        want = torch.stack([relative_residual(hidden, m, norm) for norm in NORMS])
+        assert torch.equal(depth_residuals(hidden, m), want)

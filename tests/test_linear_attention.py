@@ -174,3 +174,31 @@ def test_rotary_grouped_causal_model_uses_post_rotary_queries_and_keys():
     direct.update(batch, cache)
     torch.testing.assert_close(view.sums, direct.sums, rtol=TOL, atol=TOL)
     assert view.causal and torch.isfinite(view.sums).all()
+
+
+def test_shared_norm_errors_equal_the_functions_bitwise():
+    """matrix30: the analyzer computes ``||O||`` once and reuses it for its three errors; the
+    numbers must be those of ``relative_error`` and ``rescaled_error`` exactly, and those of
+    their definition (padded query rows weighted 0) up to float32 rounding."""
+    from attnlens.measures.linear.linear_attention import (
+        _error_over,
+        _rescaled_over,
+        _weighted_norm,
+        relative_error,
+        rescaled_error,
+    )
+
+    gen = torch.Generator().manual_seed(9)
+    exact, lin, raw = (torch.randn(3, 4, 7, 5, generator=gen) for _ in range(3))
+    rows = torch.arange(7)[None, :] < torch.tensor([7, 4, 1])[:, None]
+    weight = rows[:, None, :, None].float()
+    norm = _weighted_norm(exact, weight)
+    assert torch.equal(_error_over(lin, exact, weight, norm), relative_error(lin, exact, rows))
+    assert torch.equal(_rescaled_over(raw, exact, weight, norm), rescaled_error(raw, exact, rows))
+    for b, n in enumerate((7, 4, 1)):
+        e, a = exact[b, :, :n].double(), raw[b, :, :n].double()
+        gain = (a * e).sum((-2, -1)) / (a * a).sum((-2, -1))
+        want = (gain[:, None, None] * a - e).norm(dim=(-2, -1)) / e.norm(dim=(-2, -1))
+        # float32 sums of n * d = 35 products against float64: ~35 * 6e-8 relative
+        torch.testing.assert_close(rescaled_error(raw, exact, rows)[b].double(), want,
+                                   rtol=1e-5, atol=1e-7)

@@ -5,6 +5,7 @@ analyzers (as ``tests/test_analyzer_states.py`` checks for the others)."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pandas as pd
 import pytest
@@ -17,6 +18,7 @@ from attnlens.measures.lm_heads.run import CorpusSample
 from attnlens.measures.lm_heads.sinks import SinkKeys, SinkScores
 from attnlens.measures.lm_heads.streaming import StreamingError
 from attnlens.stats.bootstrap import Inference
+from attnlens.stream.base import Batch
 from attnlens.stream.runner import run_analyzers
 from attnlens.stream.state import load_state, save_state, split_state
 from tests.lm_heads_toys import BOS, ORDINARY, random_batches, toy_model
@@ -110,3 +112,69 @@ def test_merge_refuses_other_settings_and_models(case, model) -> None:
     foreign = "sinks" if case != "sinks" else "probes"
     with pytest.raises(ConfigError, match="cannot combine"):
         make(model).merge(CASES[foreign][0](model))
+
+
+def _sink_counts_one_layer_at_a_time(found, ids, first, lengths):
+    """SinkKeys' counting on main before matrix30, one layer at a time (the reference)."""
+    counts, received_by_key, pairs = Counter(), Counter(), Counter()
+    for layer, values, positions in found:
+        n, n_heads, top = values.shape
+        real = positions < lengths[:, None, None]
+        token = ids.gather(1, positions.flatten(1)).view_as(positions)
+        code = token * 2 + (positions == first[:, None, None]).long()
+        pair = torch.arange(n * n_heads).view(n, n_heads, 1).expand(-1, -1, top)
+        width = int(code.max()) + 1
+        keyed, inverse = torch.unique((pair * width + code)[real], return_inverse=True)
+        received = torch.zeros(len(keyed), dtype=torch.float64).index_add_(
+            0, inverse, values[real].double())
+        codes, per_code = torch.unique(keyed % width, return_inverse=True)
+        n_top = torch.bincount(per_code, minlength=len(codes))
+        total = torch.zeros(len(codes), dtype=torch.float64).index_add_(0, per_code, received)
+        for c, count, share in zip(codes.tolist(), n_top.tolist(), total.tolist(), strict=True):
+            key = f"{layer}:{c // 2}:{'first' if c % 2 else 'other'}"
+            counts[key] += count
+            received_by_key[key] += share
+        pairs[str(layer)] += n * n_heads
+    return counts, received_by_key, pairs
+
+
+def test_sink_keys_counters_equal_the_one_layer_reference():
+    """matrix30: SinkKeys' counters (key strings made once per run) hold the keys, in their
+    order, with the integer counts and float sums of the reference counting, with layers of
+    different head counts (a pruned model) and short, left-padded sentences."""
+    gen = torch.Generator().manual_seed(4)
+    ids = torch.randint(3, 9, (4, 7), generator=gen)
+    mask = torch.ones(4, 7, dtype=torch.long)
+    mask[1, 5:] = 0
+    mask[2, :3] = 0  # padded on the left: the first real token is at 3
+    keys = SinkKeys([3, 1, 2], top=3)
+    for _ in range(2):  # two batches: the second adds to the first's counters
+        batch = Batch(input_ids=ids, attention_mask=mask)
+        keys.begin_batch(batch)
+        found = []
+        for layer, heads in enumerate([3, 1, 2]):
+            received = torch.rand(4, heads, 7, generator=gen).round(decimals=1)  # ties
+            top = received.topk(3, dim=-1)
+            found.append((layer, top.values, top.indices))
+        keys._found = list(found)
+        keys.end_batch(batch)
+        ids = ids.roll(1, 1)
+    want = [Counter(), Counter(), Counter()]
+    gen = torch.Generator().manual_seed(4)
+    ids = torch.randint(3, 9, (4, 7), generator=gen)
+    for _ in range(2):
+        found = []
+        for layer, heads in enumerate([3, 1, 2]):
+            received = torch.rand(4, heads, 7, generator=gen).round(decimals=1)
+            top = received.topk(3, dim=-1)
+            found.append((layer, top.values, top.indices))
+        lengths = mask.sum(1)
+        first = mask.bool().to(torch.int8).argmax(1)
+        for total, part in zip(want, _sink_counts_one_layer_at_a_time(found, ids, first,
+                                                                        lengths), strict=True):
+            for key, value in part.items():
+                total[key] += value
+        ids = ids.roll(1, 1)
+    assert list(keys.counts.items()) == list(want[0].items())
+    assert list(keys.received.items()) == list(want[1].items())
+    assert keys.pairs == want[2]

@@ -264,3 +264,15 @@ def test_flow_analyzer_skips_long_sentences_and_matches_attention_flow():
     assert "max_flow" in table.columns
     with pytest.raises(ConfigError, match="limited to 3 tokens"):
         attention_flow(patterns[:, 1], max_tokens=3)
+
+
+@pytest.mark.parametrize("fusion", ["mean", "max", "min"])
+def test_heads_fused_in_float64_without_the_copy_equal_bitwise(fusion):
+    """matrix30: the analyzer fuses a float32 pattern's heads in float64 without first
+    widening every head (fuse_heads_double); the numbers are fuse_heads' on the widened copy."""
+    from attnlens.measures.rollout.rollout import fuse_heads, fuse_heads_double
+
+    gen = torch.Generator().manual_seed(2)
+    pattern = torch.softmax(torch.randn(3, 12, 9, 9, generator=gen) * 4, -1)
+    assert torch.equal(fuse_heads_double(pattern, fusion),
+                       fuse_heads(pattern.double(), fusion))

@@ -71,7 +71,8 @@ class ExamplesAsOnMain(HeadExamples):
         value = value.masked_fill(~self._enough[:, :, None], -torch.inf)
         query = per_row.masked_fill(weight == 0, -torch.inf).argmax(-1)
         key = torch.stack([reader.key_of(m, p, query[i]) for i, m in enumerate(self.measures)])
-        start = self._window_start(query, key, n)
+        rows = torch.arange(p.shape[0])[None, :, None].expand_as(query)  # each one's sentence
+        start = self._window_start(query, key, rows)  # within the sentence (batch30)
         offsets = torch.arange(self.window)
         cells = (start[..., None] + offsets).clamp_max(n - 1)
         b = torch.arange(p.shape[0])[None, :, None, None, None]

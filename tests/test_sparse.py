@@ -15,6 +15,7 @@ from attnlens.measures.sparse.sparse import (
     SparseCoverage,
     hash_scores,
     restricted_output_error,
+    squared_row_error,
 )
 
 CLS, SEP, PAD = 1, 2, 0
@@ -303,3 +304,29 @@ def test_a_structurally_pruned_model_has_no_phantom_heads():
         for name, table in analyzer.result().items():
             pairs = set(zip(table["layer"], table["head"], strict=True))
             assert pairs == {(0, 0), (0, 1), (0, 2), (0, 3), (1, 0)}, name
+
+
+def test_fused_row_error_equals_the_weighted_definition_bitwise():
+    """matrix30: the analyzer zeroes the padded query rows of the pattern once and forms
+    ``full - product / mass`` with ``addcdiv``; the squared errors must be the very numbers of
+    the weighted definition (``(full - product / mass) * weight``, squared, summed)."""
+    from attnlens.measures.sparse.sparse import _minus_ratio, _squared_error
+
+    gen = torch.Generator().manual_seed(5)
+    pattern = torch.softmax(torch.randn(3, 4, 9, 9, generator=gen), -1)
+    values = torch.randn(3, 4, 9, 5, generator=gen)
+    rows = torch.arange(9)[None, :] < torch.tensor([9, 6, 2])[:, None]  # [batch, rows]
+    weight = rows[:, None, :, None].float()
+    keep = (torch.arange(9)[:, None] - torch.arange(9)).abs() <= 1
+    zeroed = pattern * weight
+    kept = zeroed * keep
+    full, product, mass = zeroed @ values, kept @ values, kept.sum(-1)
+    approx = product / mass.clamp_min(torch.finfo(torch.float32).tiny)[..., None]
+    assert torch.equal(_minus_ratio(full, product, mass), full - approx)
+    kept_raw = pattern * keep  # the unzeroed pattern, weighted only at the end
+    want = (((pattern @ values) - (kept_raw @ values)
+             / kept_raw.sum(-1).clamp_min(torch.finfo(torch.float32).tiny)[..., None])
+            * weight).square().sum(dim=(-2, -1))
+    assert torch.equal(_squared_error(full, product, mass), want)
+    assert torch.equal(squared_row_error(pattern @ values, kept_raw @ values, kept_raw.sum(-1),
+                                         weight), want)

@@ -116,23 +116,49 @@ def masked_pattern_asymmetry(
     """
     extra = P.dim() - 3  # head axes between batch and the matrix
     pairs = pairs.reshape(pairs.shape[0], *([1] * extra), *pairs.shape[1:])
-    P = torch.where(pairs, P, 0)
-    Pt = P.mT
+    P = P * pairs.to(P.dtype)  # 0 outside the real block (as torch.where, for finite P)
+    Pt = P.mT.contiguous()  # read once in the transposed order, then contiguously
     norm = torch.linalg.matrix_norm(P).double().clamp_min(torch.finfo(torch.float64).tiny)
     ratio = torch.linalg.matrix_norm(P - Pt).double() / norm
     # the level edge_level / n in float64, then in P's dtype (as a Python float would be)
     level = (edge_level / lengths.to(torch.float64)).to(P.dtype)
     level = level.reshape(-1, *([1] * (P.dim() - 1)))
+    if factor < 2:
+        return ratio, _pair_counts(P, Pt, level, factor)
+    # Counted over ordered pairs, the diagonal included, then corrected: a diagonal edge is
+    # its own reverse, and each unordered pair with an edge is (edges - mutual / 2). With
+    # factor >= 2, p_ij >= factor * p_ji (rounded) holds for at most one direction of a pair
+    # and never on the diagonal (fl(factor * p) >= 2 p > p for p > 0), and only where p_ij is
+    # the larger entry, which then carries the pair's edge if it has one: the same count as
+    # the stronger direction over the pairs with an edge (``_pair_counts``).
+    edge = level <= P  # [batch, ..., query_pos, key_pos], the diagonal included
+    loops = edge.diagonal(dim1=-2, dim2=-1).sum(-1, dtype=torch.int32)  # [batch, ...]
+    edges = _counted(edge) - loops
+    mutual = _counted(edge & edge.mT.contiguous()) - loops
+    directed = _counted(edge & (factor * Pt <= P))
+    counts = torch.stack([edges, mutual, edges - mutual // 2, directed], dim=-1).double()
+    return ratio, counts
+
+
+def _counted(x: torch.Tensor) -> torch.Tensor:
+    """True entries per matrix of a bool ``x [..., n, n]``: ``[...]`` int32 (summed as bytes;
+    a bool sum would first widen every entry to int64)."""
+    return x.view(torch.uint8).sum(dim=(-1, -2), dtype=torch.int32)
+
+
+def _pair_counts(P: torch.Tensor, Pt: torch.Tensor, level: torch.Tensor, factor: float
+                 ) -> torch.Tensor:
+    """``masked_pattern_asymmetry``'s counts ``[..., 4]`` by their definition, any factor:
+    edges, reciprocated edges, unordered pairs with an edge and the directed ones among them."""
     upper, off = _upper_and_off(P.shape[-1], P.device)
     edge = (level <= P) & off
     edge_t = edge.mT
     mutual = edge & edge_t
     any_edge = (edge | edge_t) & upper
     directed = any_edge & (torch.maximum(P, Pt) >= factor * torch.minimum(P, Pt))
-    counts = torch.stack(
+    return torch.stack(
         [m.sum(dim=(-1, -2)) for m in (edge, mutual, any_edge, directed)], dim=-1
     ).double()
-    return ratio, counts
 
 
 def masked_unweighted_attention(X: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -155,9 +181,8 @@ def masked_dominance_violations(alpha: torch.Tensor, pairs: torch.Tensor,
     product = (alpha * alpha.mT > tol * diag[..., :, None] * diag[..., None, :]) & off
     dominance = (alpha > tol * torch.maximum(diag[..., :, None], diag[..., None, :])) & off
     n = lengths.to(torch.float64)
-    return torch.stack(
-        [n * (n - 1), product.sum(dim=(-1, -2)).double(), dominance.sum(dim=(-1, -2)).double()],
-        -1)
+    return torch.stack([n * (n - 1), _counted(product).double(), _counted(dominance).double()],
+                       -1)
 
 
 class PatternAsymmetry(HeadPatternAnalyzer):

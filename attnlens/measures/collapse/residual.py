@@ -103,8 +103,21 @@ def summarize(values: np.ndarray) -> dict[str, float]:
 
 
 def depth_residuals(hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """``[norm, batch]`` relative residuals (``NORMS`` order) of ``hidden [batch, pos, d]``."""
-    return torch.stack([relative_residual(hidden, mask, norm) for norm in NORMS])
+    """``[norm, ...]`` relative residuals (``NORMS`` order) of ``hidden [..., batch, pos,
+    d]`` (leading axes, e.g. depths, allowed; ``mask [batch, pos]``).
+
+    ``relative_residual`` in both norms from one masked copy and one residual (the same
+    operations on the same numbers, done once for the two norms).
+    """
+    x = hidden.double()
+    if mask is not None:
+        x = x * mask.to(x.dtype)[..., None]  # [..., batch, pos, d], padded rows zero
+    res = token_residual(x, mask)
+    tiny = torch.finfo(x.dtype).tiny  # an all-zero X (no residual either) gives 0, not NaN
+    return torch.stack([  # NORMS order
+        composite_norm(res) / composite_norm(x).clamp_min(tiny),
+        torch.linalg.matrix_norm(res) / torch.linalg.matrix_norm(x).clamp_min(tiny),
+    ])
 
 
 def collapse_table(values: np.ndarray, variant: str) -> pd.DataFrame:

@@ -75,18 +75,37 @@ def relative_error(
     ``approx``/``exact [batch, head, query_pos, d]``, ``rows [batch, query_pos]``.
     """
     weight = rows[:, None, :, None].to(exact.dtype)
-    diff = ((approx - exact) * weight).square().sum((-2, -1)).sqrt()
-    norm = (exact * weight).square().sum((-2, -1)).sqrt()
-    return diff / norm.clamp_min(torch.finfo(exact.dtype).tiny)
+    return _error_over(approx, exact, weight, _weighted_norm(exact, weight))
+
+
+def _weighted_norm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``||x * weight||_F`` per ``[batch, head]`` (``x * x``: square's own arithmetic)."""
+    x = x * weight
+    return (x * x).sum((-2, -1)).sqrt()
+
+
+def _error_over(approx: torch.Tensor, exact: torch.Tensor, weight: torch.Tensor,
+                norm: torch.Tensor) -> torch.Tensor:
+    """``relative_error`` with the weight ``[batch, 1, query_pos, 1]`` and ``||exact||``
+    given (computed once for every approximation of the same ``exact``)."""
+    diff = (approx - exact) * weight
+    return (diff * diff).sum((-2, -1)).sqrt() / norm.clamp_min(torch.finfo(exact.dtype).tiny)
 
 
 def rescaled_error(approx: torch.Tensor, exact: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     """``relative_error`` of ``c · approx`` with the best gain ``c = <approx, exact> /
     ||approx||^2`` per sentence and head (real query rows): ``[batch, head]``."""
     weight = rows[:, None, :, None].to(approx.dtype)
-    gain = (approx * exact * weight).sum((-2, -1)) / (approx * weight).square().sum(
+    return _rescaled_over(approx, exact, weight, _weighted_norm(exact, weight))
+
+
+def _rescaled_over(approx: torch.Tensor, exact: torch.Tensor, weight: torch.Tensor,
+                   norm: torch.Tensor) -> torch.Tensor:
+    """``rescaled_error`` with the weight and ``||exact||`` given (as ``_error_over``)."""
+    approx_w = approx * weight
+    gain = (approx * exact * weight).sum((-2, -1)) / (approx_w * approx_w).sum(
         (-2, -1)).clamp_min(torch.finfo(approx.dtype).tiny)  # [batch, head]
-    return relative_error(gain[..., None, None] * approx, exact, rows)
+    return _error_over(gain[..., None, None] * approx, exact, weight, norm)
 
 
 def key_geometry(
@@ -101,7 +120,7 @@ def key_geometry(
     gram = unit @ unit.mT  # [batch, head, key_pos, key_pos]: cosines of real keys
     n = real.sum(-1).to(keys.dtype)[:, None]  # [batch, 1]
     trace = gram.diagonal(dim1=-2, dim2=-1).sum(-1)  # [batch, head]: n for non-zero keys
-    frob = gram.square().sum((-2, -1))  # ||C||_F^2 = Σ λ^2 (C is symmetric)
+    frob = (gram * gram).sum((-2, -1))  # ||C||_F^2 = Σ λ^2 (C is symmetric)
     effective = trace.square() / frob.clamp_min(torch.finfo(keys.dtype).tiny)
     off_diagonal = gram.abs().sum((-2, -1)) - gram.diagonal(dim1=-2, dim2=-1).abs().sum(-1)
     pairs = n * (n - 1)
@@ -198,7 +217,8 @@ class LinearAttentionView(HeadPatternAnalyzer):
     def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
         if self._skip:
             return
-        take = (lambda x: x) if self._rows is None else (lambda x: x[self._rows.to(x.device)])
+        take = ((lambda x: x) if self._rows is None
+                else (lambda x: x.index_select(0, self._rows.to(x.device))))
         # held, then folded several layers at a time as more heads (stream.held_layers)
         tensors = [take(cache[name, layer]) for name in ("pattern", "q", "k", "v")]
         if self._held.add(layer, *tensors):
@@ -219,9 +239,12 @@ class LinearAttentionView(HeadPatternAnalyzer):
         """Add the measures of ``layers`` (their heads stacked on the head axis) to the sums."""
         n_all = pattern.shape[1]  # len(layers) * heads per layer
         n_heads = n_all // len(layers)
-        q, k, v = (per_query_head(x, n_all) for x in (q_kv, k_kv, v_kv))
+        # [batch, head, pos, d], contiguous once (each product would copy the views again)
+        q, k, v = (per_query_head(x, n_all).contiguous() for x in (q_kv, k_kv, v_kv))
         rows = self._real
+        weight = rows[:, None, :, None].to(pattern.dtype)  # [batch, 1, query_pos, 1]
         exact = pattern @ v  # [batch, head, query_pos, d_head_v]
+        norm = _weighted_norm(exact, weight)  # [batch, head], shared by the three errors
         lin, raw = linear_outputs(q, k, v, rows, self.causal)
         kv_keys = k_kv.transpose(1, 2)  # [batch, kv_head, pos, d]
         group = n_all // kv_keys.shape[1]
@@ -234,9 +257,9 @@ class LinearAttentionView(HeadPatternAnalyzer):
             effective,
             effective / capacity,
             length.expand_as(effective),
-            relative_error(lin, exact, rows),
-            relative_error(raw, exact, rows),
-            rescaled_error(raw, exact, rows),
+            _error_over(lin, exact, weight, norm),
+            _error_over(raw, exact, weight, norm),
+            _rescaled_over(raw, exact, weight, norm),
         ])  # [measure, batch, layer * head]
         sums = per_sentence.double().sum(1).unflatten(-1, (len(layers), n_heads))
         add_to_layers(self.sums.transpose(0, 1), layers, sums.transpose(0, 1))  # [layer, m, h]

@@ -78,6 +78,7 @@ class SinkKeys(Analyzer):
         self.counts: Counter = Counter()
         self.received: Counter = Counter()
         self.pairs: Counter = Counter()  # "layer" -> (sentence, head) pairs seen
+        self._names: dict[tuple[int, int], str] = {}  # (layer, code) -> key, made once
 
     @classmethod
     def for_model(cls, model: HookedTransformer, top: int = TOP_KEYS) -> SinkKeys:
@@ -115,9 +116,11 @@ class SinkKeys(Analyzer):
         self._found.append((layer, top.values, top.indices))  # read once per batch
 
     def end_batch(self, batch: Batch) -> None:
-        # one transfer per layer and batch; counting by key on the CPU
+        # one transfer per layer and batch; counting by key on the CPU. (Every layer in one
+        # pass, one unique over (layer, pair, code), measured slower at 2 threads: 0.5-0.8x.)
         ids, first = batch.input_ids.cpu(), self._first.cpu()
         lengths = batch.attention_mask.sum(1).cpu()
+        names, counts, received_by_key = self._names, self.counts, self.received
         for layer, values, positions in self._found:
             values, positions = values.cpu(), positions.cpu()  # [batch, head, top]
             n, n_heads, top = values.shape
@@ -135,11 +138,18 @@ class SinkKeys(Analyzer):
             total = torch.zeros(len(codes), dtype=torch.float64).index_add_(0, per_code, received)
             for c, count, share in zip(codes.tolist(), n_top.tolist(), total.tolist(),
                                        strict=True):
-                key = f"{layer}:{c // 2}:{'first' if c % 2 else 'other'}"
-                self.counts[key] += count
-                self.received[key] += share
+                key = names.get((layer, c)) or self._name(layer, c)
+                counts[key] += count
+                received_by_key[key] += share
             self.pairs[str(layer)] += n * n_heads
         self._found = []
+
+    def _name(self, layer: int, code: int) -> str:
+        """``"layer:token_id:first|other"`` of a token code (``token * 2 + first``), made once
+        per run."""
+        key = self._names[layer, code] = (
+            f"{layer}:{code // 2}:{'first' if code % 2 else 'other'}")
+        return key
 
     def result(self) -> dict[str, pd.DataFrame]:
         return {"sink_keys": sink_key_table(self, str)}

@@ -96,14 +96,16 @@ class StreamingError(Analyzer):
         if self._skip:
             return
         p = block.p  # [batch, head, rows, key_pos]
-        values = per_query_head(cache["v", layer].float(), p.shape[1])  # [batch, head, key, d]
+        # [batch, head, key_pos, d], contiguous once for its two products
+        values = per_query_head(cache["v", layer].float(), p.shape[1]).contiguous()
         keep = restriction(self._real, self.sink_tokens, self.window, self.causal,
                            block.positions)[:, None]  # [batch, 1, rows, key_pos]
         kept = p * keep
         full = p @ values  # [batch, head, rows, d_head_v]
         weight = block.query_rows(self._real)[:, None, :, None].to(full.dtype)
         squared = squared_row_error(full, kept @ values, kept.sum(-1), weight).double()
-        norms = (full * weight).square().sum(dim=(-2, -1)).double()  # [batch, head]
+        full_w = full * weight
+        norms = (full_w * full_w).sum(dim=(-2, -1)).double()  # [batch, head]
         if block.start == 0:
             self._squared, self._norms = squared, norms
         else:

@@ -69,6 +69,15 @@ def fuse_heads(pattern: torch.Tensor, fusion: str = "mean") -> torch.Tensor:
     raise ConfigError(f"unknown head fusion {fusion!r}; use one of {', '.join(FUSIONS)}.")
 
 
+def fuse_heads_double(pattern: torch.Tensor, fusion: str = "mean") -> torch.Tensor:
+    """``fuse_heads(pattern.double(), fusion)`` without the float64 copy of every head: the
+    mean accumulates in float64 as it reads (the same sums), max and min commute with the
+    exact widening."""
+    if fusion == "mean":
+        return pattern.mean(dim=-3, dtype=torch.float64)
+    return fuse_heads(pattern, fusion).double()
+
+
 def residual_attention(
     fused: torch.Tensor, residual: float = 0.5, real: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -198,8 +207,9 @@ class RolloutAnalyzer(HeadPatternAnalyzer):
         self._ids = ids
 
     def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
-        pattern = cache["pattern", layer].double()  # [batch, head, query_pos, key_pos]
-        mixed = residual_attention(fuse_heads(pattern, self.fusion), self.residual, self._real)
+        pattern = cache["pattern", layer]  # [batch, head, query_pos, key_pos]
+        mixed = residual_attention(fuse_heads_double(pattern, self.fusion), self.residual,
+                                   self._real)
         previous = self._rolled
         rolled = mixed if previous is None else mixed @ previous  # [batch, query_pos, key_pos]
         if previous is None:

@@ -119,9 +119,26 @@ def squared_row_error(
     """``||(full - kept_product / kept_mass) * weight||_F^2`` per sentence and head:
     ``[batch, head]`` (a query block's share of ``relative_row_error``'s numerator, squared;
     ``weight [batch, 1, rows, 1]`` is 1 on real query rows)."""
-    tiny = torch.finfo(full.dtype).tiny
-    approx = kept_product / kept_mass.clamp_min(tiny)[..., None]
-    return ((full - approx) * weight).square().sum(dim=(-2, -1))
+    diff = _minus_ratio(full, kept_product, kept_mass) * weight
+    return (diff * diff).sum(dim=(-2, -1))  # x * x: square's own arithmetic, without pow
+
+
+def _minus_ratio(full: torch.Tensor, kept_product: torch.Tensor, kept_mass: torch.Tensor
+                 ) -> torch.Tensor:
+    """``full - kept_product / kept_mass`` (the mass clamped to the smallest normal) in one
+    pass: ``addcdiv`` forms ``full + (-kept_product) / mass``, the same rounded numbers."""
+    mass = kept_mass.clamp_min(torch.finfo(full.dtype).tiny)[..., None]
+    return torch.addcdiv(full, kept_product, mass, value=-1)
+
+
+def _squared_error(full: torch.Tensor, kept_product: torch.Tensor, kept_mass: torch.Tensor
+                   ) -> torch.Tensor:
+    """``squared_row_error`` where the padded query rows of ``full``, ``kept_product`` and
+    ``kept_mass`` are already 0 (a pattern whose padded rows were zeroed): there the
+    difference is 0 (``0 - 0 / tiny``), as the weight made it, so the weight is not applied
+    and the sums add the same terms."""
+    diff = _minus_ratio(full, kept_product, kept_mass)
+    return (diff * diff).sum(dim=(-2, -1))
 
 
 def output_norm(full: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -322,17 +339,20 @@ class SparseCoverage(HeadPatternAnalyzer):
         key_pos]``, ``values_kv [batch, key_pos, layer * kv_head, d_head_v]``) into the
         histograms and masses; return their squared output errors ``[batch, layer * head,
         set]`` and squared output norms ``[batch, layer * head]`` (float64)."""
-        values = per_query_head(values_kv, pattern.shape[1])
-        # values: [batch, head, key_pos, d_head_v]
+        # values: [batch, head, key_pos, d_head_v], contiguous once (each product below would
+        # otherwise copy the transposed view again)
+        values = per_query_head(values_kv, pattern.shape[1]).contiguous()
         n_heads, n = pattern.shape[1], pattern.shape[-1]
         squared = torch.zeros(pattern.shape[0], n_heads, 2 * len(self.windows) + 2,
                               dtype=torch.float64, device=pattern.device)
         rows = block.query_rows(self._real)  # [batch, rows]
-        row_weight = rows[:, None, :].to(pattern.dtype)  # [batch, 1, rows]
-        weight = row_weight[..., None]  # [batch, 1, rows, 1]
-        self._histograms(layers, pattern * weight, n_heads, block)
+        weight = rows[:, None, :, None].to(pattern.dtype)  # [batch, 1, rows, 1]
+        # Padded query rows set to 0 once: every product, mass and error below is then 0 on
+        # them, as the row weight made it, and the real rows' values are the same.
+        pattern = pattern * weight
+        self._histograms(layers, pattern, n_heads, block)
         full = pattern @ values  # [batch, head, rows, d_head_v]
-        norms = (full * weight).square().sum(dim=(-2, -1)).double()
+        norms = (full * full).sum(dim=(-2, -1)).double()
         select, valid, col_distance = self._global_cols
         col_distance = block.query_rows(col_distance, dim=1)  # [batch, rows, c]
         global_pattern = pattern @ select[:, None]  # [batch, head, rows, c]
@@ -349,20 +369,18 @@ class SparseCoverage(HeadPatternAnalyzer):
                 continue
             kept = pattern * (block.distance <= w)
             window_mass, window_product = kept.sum(-1), kept @ values
-            squared[..., k] += squared_row_error(full, window_product, window_mass,
-                                                 weight).double()
+            squared[..., k] += _squared_error(full, window_product, window_mass).double()
             mass, product = columns(valid[:, None, :] & (col_distance > w))
-            squared[..., n_w + k] += squared_row_error(
-                full, window_product + product, window_mass + mass, weight).double()
+            squared[..., n_w + k] += _squared_error(
+                full, window_product + product, window_mass + mass).double()
         keep, baseline = self._bigbird_sets(block)
         kept = pattern * keep
         bigbird_mass, bigbird_product = kept.sum(-1), kept @ values
-        squared[..., 2 * n_w] += squared_row_error(full, global_product, global_mass,
-                                                   weight).double()
-        squared[..., 2 * n_w + 1] += squared_row_error(full, bigbird_product, bigbird_mass,
-                                                       weight).double()
-        masses = torch.stack([(global_mass * row_weight).sum(-1),
-                              (bigbird_mass * row_weight).sum(-1)], -1)  # [batch, head, 2]
+        squared[..., 2 * n_w] += _squared_error(full, global_product, global_mass).double()
+        squared[..., 2 * n_w + 1] += _squared_error(full, bigbird_product,
+                                                    bigbird_mass).double()
+        # [batch, head, 2]: the padded rows' masses are 0 already
+        masses = torch.stack([global_mass.sum(-1), bigbird_mass.sum(-1)], -1)
         self._add(self.masses[..., :2], layers, masses.double().sum(0))
         for layer in layers:
             self.masses[layer, :n_heads // len(layers), 2] += baseline.to(self.masses.device)
