@@ -1,23 +1,27 @@
 """Forward passes a report needs besides the corpus pass, run in a forked process beside it.
 
-The language-model probes (``LmHeads.synthetic_runs``: ~18k tokens of synthetic sequences)
-and the null model's pass (``attnlens.report.null_run.run_null``) read the model, not the
-corpus pass's results. On CPU the corpus pass leaves a core mostly idle (its analyzers are
-Python between the forward's matrix products), and small forward passes scale poorly over
-threads, so each of these runs in its own forked process at one thread while the main
-process runs the corpus pass and writes the other sections; the main process takes their
-results (pickled back through a pipe) where it needs them. The numbers are the same: the
-same code on the same inputs, and a forward pass here gives bitwise the same states at one
-thread as at two (tested).
+The language-model probes (``LmHeads.synthetic_runs``: ~18k tokens of synthetic sequences,
+~2.8 s of the demo) read the model and the measure's own inputs, not the corpus pass's
+results. On CPU the corpus pass leaves a core mostly idle (its analyzers are Python between
+the forward's matrix products) and small forward passes scale poorly over threads, so the
+probes run in a forked process at one thread while the main process runs the corpus pass,
+the null pass and the other sections' tables; the main process takes the result (pickled back
+through a pipe) where it needs it. The numbers are the same: the same code on the same
+inputs, and these passes give bitwise the same states at one thread as at two
+(``tests/test_side_work.py``; the sample report's tables are identical with
+``ATTNLENS_SIDE_WORKERS=0``). The null model's pass is not moved: its float32 sums at one
+thread round differently from two (its null columns moved by ~1e-9 relative), and a forked
+child cannot use more than one thread (GNU OpenMP's pool does not survive a fork: the child
+hangs).
 
-``side_job(work)`` forks only where that is safe and useful: Linux, more than one usable CPU,
-the model on the CPU (a forked child may not use a CUDA context), one process (not under
-``torchrun``), and ``ATTNLENS_SIDE_WORKERS`` not ``0``; elsewhere ``work`` runs in this
-process when its result is asked for, exactly as before. The child runs at one torch thread
-(an OpenMP pool of the parent is not used in a child), ends with ``os._exit`` (never the
-parent's ``atexit`` handlers, such as the output folder's lock), writes no file, and
-returns the wall seconds of every ``attnlens.runs.stopwatch`` phase it timed, which the
-parent records under ``SIDE_PREFIX``.
+``side_workers_allowed`` says where forking is safe and useful: Linux, more than one usable
+CPU, the model on the CPU (a forked child may not use a CUDA context), one process (not under
+``torchrun``), and ``ATTNLENS_SIDE_WORKERS`` not ``0``; elsewhere the work runs in this
+process, exactly as before. The child runs at one torch thread, resets SIGINT and SIGTERM
+(the parent reports an interruption), ends with ``os._exit`` (never the parent's ``atexit``
+handlers, such as the output folder's lock), writes no file, and returns the wall seconds of
+every ``attnlens.runs.stopwatch`` phase it timed, which the parent records in ``run.json``'s
+fixed costs under ``SIDE_PREFIX`` (the time it waited under ``WAIT_PREFIX``).
 """
 
 from __future__ import annotations
