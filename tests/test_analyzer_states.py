@@ -174,3 +174,33 @@ def test_token_strings_are_held_as_plain_data(analyzer_class) -> None:
     tables = analyzer.result()
     if "flow" in tables:
         assert set(tables["flow"]["key_token"]) <= {f"tok{i}" for i in range(50)}
+
+
+class _MixedState(Analyzer):
+    """An analyzer whose state holds tensors, tensor lists and host data."""
+
+    name = "mixed"
+    state_fields = ("total", "rows", "sentences", "words")
+    host_fields = ("words",)
+
+    def __init__(self) -> None:
+        self.total = torch.zeros(2)
+        self.rows = [torch.ones(3), torch.ones(1)]  # per batch
+        self.sentences = [4, 7]  # corpus indices
+        self.words = {"4": ["a", "b"], "7": ["c"]}
+
+    def hook_names(self, model):
+        return []
+
+    def result(self):
+        return {}
+
+
+def test_move_state_moves_tensors_and_leaves_host_data_alone() -> None:
+    analyzer = _MixedState()
+    sentences, words = analyzer.sentences, analyzer.words
+    analyzer.move_state("meta")
+    assert analyzer.total.device.type == "meta"
+    assert [r.device.type for r in analyzer.rows] == ["meta", "meta"]
+    # host data is not walked (the same objects, not copies rebuilt every batch)
+    assert analyzer.sentences is sentences and analyzer.words is words

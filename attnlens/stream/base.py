@@ -112,6 +112,9 @@ class Analyzer(ABC):
     layerwise: bool = False
     needs_model_pass: bool = False
     state_fields: tuple[str, ...] = ()
+    # State fields that hold only host data (numbers, strings, lists and dicts of those, never
+    # a tensor): ``move_state`` leaves them alone instead of walking them every batch.
+    host_fields: tuple[str, ...] = ()
     # On an encoder-decoder model: the attention type this analyzer reads ("encoder",
     # "decoder" or "cross"); it then sees that type as a plain stack (``AttentionView``).
     attention: str | None = None
@@ -210,6 +213,8 @@ class Analyzer(ABC):
     def move_state(self, device: torch.device | str) -> None:
         """Move every tensor of the running state to ``device`` (a no-op where it is)."""
         for field in self.state_fields:
+            if field in self.host_fields:
+                continue
             setattr(self, field, _to_device(getattr(self, field), torch.device(device)))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -284,6 +289,8 @@ def _to_device(value: Any, device: torch.device) -> Any:
     if isinstance(value, dict) and not isinstance(value, Counter):
         return {k: _to_device(v, device) for k, v in value.items()}
     if isinstance(value, list):
+        if not value or not isinstance(value[0], (torch.Tensor, dict, list)):
+            return value  # a list of host values (state lists hold one kind of item)
         return [_to_device(v, device) for v in value]
     return value
 

@@ -70,6 +70,7 @@ class HeadExamples(HeadPatternAnalyzer):
     reads_blocks = True  # shares the head statistics' per-row values (PatternBlock.shared)
     state_fields = ("top_value", "top_sentence", "top_query", "top_key", "top_start",
                     "top_window", "sentence_ids", "sentence_words")
+    host_fields = ("sentence_ids", "sentence_words")
 
     def __init__(self, n_layers: int, n_heads: int, cls_ids: set[int], sep_ids: set[int],
                  punct_ids: set[int], measures: tuple[str, ...],
