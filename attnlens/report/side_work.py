@@ -69,6 +69,8 @@ class SideJob:
             receive, send = context.Pipe(duplex=False)
             self.process = context.Process(target=_child, args=(work, send), daemon=True,
                                            name=f"attnlens-{name}")
+            for stream in (sys.stdout, sys.stderr):  # the child flushes what it inherits
+                stream.flush()
             self.process.start()
             send.close()  # the child's end: the parent sees EOF if the child dies
             self.pipe = receive
