@@ -47,18 +47,33 @@ def is_wordlike(word: str) -> bool:
     return any(ch.isalnum() for ch in word)
 
 
-@dataclass
 class WordAttention:
     """Word-level attention of one layer for a batch.
 
     ``weights [batch, head, query_word, key_word]``; ``to_special [batch, head, query_word]``
-    is a word's total attention to special tokens; ``valid [batch, word]`` marks real words
-    (False for padding words of shorter sentences).
+    is a word's total attention to special tokens (computed on first use from the word rows
+    over key tokens ``rows [batch, head, query_word, key_pos]``: the syntactic and rare-word
+    heads never read it); ``valid [batch, word]`` marks real words (False for padding words
+    of shorter sentences).
     """
 
-    weights: torch.Tensor
-    to_special: torch.Tensor
-    valid: torch.Tensor
+    def __init__(self, weights: torch.Tensor, valid: torch.Tensor, rows: torch.Tensor,
+                 special_mask: torch.Tensor | None) -> None:
+        self.weights, self.valid = weights, valid
+        self._rows, self._special_mask = rows, special_mask
+        self._to_special: torch.Tensor | None = None
+
+    @property
+    def to_special(self) -> torch.Tensor:
+        if self._to_special is None:
+            if self._special_mask is None:
+                found = torch.zeros(self.weights.shape[:3], device=self.weights.device)
+            else:  # [batch, 1, key_pos, 1]
+                special = self._special_mask.to(self._rows.dtype)[:, None, :, None]
+                found = (self._rows @ special)[..., 0]  # [batch, head, query_word]
+            self._to_special = found
+            self._rows = self._special_mask = None
+        return self._to_special
 
 
 @dataclass
@@ -115,13 +130,8 @@ def word_attention(
     n_batch, n_heads, _, n_keys = rows.shape
     stacked = rows.reshape(n_batch, n_heads * n_words, n_keys)  # [batch, head * word, key_pos]
     weights = (stacked @ assign.transpose(1, 2)).view(n_batch, n_heads, n_words, n_words)
-    # weights: [batch, head, query_word, key_word]
-    if special_mask is None:
-        to_special = torch.zeros(weights.shape[:3], device=weights.device)
-    else:
-        special = special_mask.to(rows.dtype)[:, None, :, None]  # [batch, 1, key_pos, 1]
-        to_special = (rows @ special)[..., 0]  # [batch, head, query_word]
-    return WordAttention(weights=weights, to_special=to_special, valid=valid)
+    # weights: [batch, head, query_word, key_word]; to_special from rows when asked for
+    return WordAttention(weights, valid, rows, special_mask)
 
 
 class WordAttentionContext:

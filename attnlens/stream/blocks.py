@@ -23,7 +23,7 @@ import torch
 
 from attnlens.hooks import QueryBlock
 
-__all__ = ["PatternBlock", "QueryBlock", "at_every_head"]
+__all__ = ["PatternBlock", "QueryBlock", "at_every_head", "flat_index"]
 
 
 class PatternBlock:
@@ -116,13 +116,15 @@ class PatternBlock:
     @cached_property
     def is_max(self) -> torch.Tensor:
         """``[batch, head, rows, key_pos]`` True where a key holds its row's largest weight
-        (ties: every tied key)."""
-        return self.p == self.row_max[..., None]
+        (ties: every tied key). ``>=`` the row's maximum is ``==`` it (no weight exceeds it;
+        NaN compares False both ways), and cheaper."""
+        return self.p >= self.row_max[..., None]
 
     @cached_property
     def max_count(self) -> torch.Tensor:
-        """``[batch, head, rows]`` how many keys tie for the row's largest weight."""
-        return self.is_max.sum(-1)
+        """``[batch, head, rows]`` int32: how many keys tie for the row's largest weight
+        (counted in int32: a bool sum's default int64 copies the whole pattern first)."""
+        return self.is_max.sum(-1, dtype=torch.int32)
 
     @cached_property
     def entropy(self) -> torch.Tensor:
@@ -161,6 +163,20 @@ class PatternBlock:
         return taken * inside if taken.dtype != torch.bool else taken & inside
 
 
+def flat_index(shape: torch.Size | tuple[int, ...], sentence: torch.Tensor,
+               *positions: torch.Tensor) -> torch.Tensor:
+    """``[n, head]`` where ``x[sentence, :, *positions]`` lies in ``x.reshape(-1)`` for a
+    contiguous ``x`` of ``shape [batch, head, *dims]`` (``at_every_head``'s index: an
+    analyzer reading the same places of several layers builds it once)."""
+    n_heads, dims = shape[1], shape[2:]
+    inner = torch.zeros_like(sentence)
+    for size, position in zip(dims, positions, strict=True):
+        inner = inner * size + position
+    per_head = math.prod(dims)
+    heads = torch.arange(n_heads, device=sentence.device) * per_head  # [head]
+    return (sentence * (n_heads * per_head) + inner)[:, None] + heads  # [n, head]
+
+
 def at_every_head(x: torch.Tensor, sentence: torch.Tensor,
                   *positions: torch.Tensor) -> torch.Tensor:
     """``x[sentence, :, *positions]`` as ``[n, head]`` for ``x [batch, head, *dims]`` and
@@ -169,12 +185,4 @@ def at_every_head(x: torch.Tensor, sentence: torch.Tensor,
     The same values as the advanced indexing, which with a slice between its index tensors
     moves the head axis and copies the whole of ``x`` first (a pass over a pattern-sized
     tensor per call)."""
-    x = x.contiguous()
-    n_heads, dims = x.shape[1], x.shape[2:]
-    inner = torch.zeros_like(sentence)
-    for size, position in zip(dims, positions, strict=True):
-        inner = inner * size + position
-    per_head = math.prod(dims)
-    heads = torch.arange(n_heads, device=x.device) * per_head  # [head]
-    index = (sentence * (n_heads * per_head) + inner)[:, None] + heads  # [n, head]
-    return x.reshape(-1)[index]
+    return x.contiguous().view(-1)[flat_index(x.shape, sentence, *positions)]

@@ -96,6 +96,7 @@ class HeadBehaviour(PerSentenceRows, HeadPatternAnalyzer):
         vertical = real & (special | (pos == 0)[None])  # [batch, key_pos]
         self._vertical = vertical.to(torch.float32)[:, None, :, None]  # [batch, 1, key, 1]
         self._diagonal_keys = (real & ~vertical)[:, None, :]  # [batch, 1, key_pos]
+        self._near: dict[tuple[int, int], torch.Tensor] = {}  # per query rows (start, stop)
         if self.causal:  # the keys each row's mask lets it see
             n_keys = real.to(torch.int64).cumsum(1)[:, None, :]  # [batch, 1, query_pos]
         else:
@@ -113,8 +114,12 @@ class HeadBehaviour(PerSentenceRows, HeadPatternAnalyzer):
     def update_block(self, batch: Batch, layer: int, block: PatternBlock,
                      cache: ActivationCache) -> None:
         p = block.p  # [batch, head, rows, key_pos]
-        near = block.distance <= 1  # [rows, key_pos]
-        diagonal_keys = (near[None] & self._diagonal_keys).to(torch.float32)[:, None]
+        rows = (block.start, block.stop)
+        diagonal_keys = self._near.get(rows)  # the same for every layer's block of these rows
+        if diagonal_keys is None:
+            near = block.distance <= 1  # [rows, key_pos]
+            diagonal_keys = self._near[rows] = (
+                near[None] & self._diagonal_keys).to(torch.float32)[:, None]
         vertical = (p @ self._vertical)[..., 0]  # [batch, head, rows]
         diagonal = (p * diagonal_keys).sum(-1)  # diagonal_keys: [batch, 1, rows, key_pos]
         threshold = block.query_rows(self._threshold) if self.causal else self._threshold
@@ -126,6 +131,7 @@ class HeadBehaviour(PerSentenceRows, HeadPatternAnalyzer):
     def end_batch(self, batch: Batch) -> None:
         self.sentence_sums.append(self._scratch)  # stays on the model's device
         self._scratch = None
+        self._near = {}
 
     def head_exists(self) -> np.ndarray:
         exists = np.zeros((self.n_layers, self.n_heads), dtype=bool)

@@ -111,6 +111,7 @@ class HeadExamples(HeadPatternAnalyzer):
         self.reader.prepare(batch)
         ids = sentence_ids_of(batch, 1 + max((int(i) for i in self.sentence_ids), default=-1))
         self._ids = torch.tensor(ids, dtype=torch.long, device=batch.input_ids.device)
+        self._by_id = self._ids.argsort(stable=True)  # [batch] rows by corpus index
         counted = self.reader.row_weight[:, :, 0, :]  # [measure, batch, query_pos]
         self._counted = counted.sum(-1)  # [measure, batch]
         self._enough = self._counted >= MIN_ROWS
@@ -138,10 +139,12 @@ class HeadExamples(HeadPatternAnalyzer):
             self._update_whole(layer, PatternBlock.whole(whole, layer))
 
     def _update_whole(self, layer: int, block: PatternBlock) -> None:
-        """This layer's candidates: every sentence's value, row, key and window per head
-        (kept until ``end_batch``, which merges every layer's into the top k at once)."""
+        """This layer's candidates: the batch's own top k per measure and head (only they can
+        enter the kept top k: the ranking is a total order, value then corpus index), with
+        their row, key and window (kept until ``end_batch``, which merges every layer's into
+        the top k at once)."""
         p = block.p  # [batch, head, query_pos, key_pos]
-        n_heads, n = p.shape[1], p.shape[-1]
+        n = p.shape[-1]
         reader = self.reader
         per_row = reader.per_row(block)  # [measure, batch, head, query_pos]
         weight = reader.row_weight  # [measure, batch, 1, query_pos]
@@ -150,13 +153,32 @@ class HeadExamples(HeadPatternAnalyzer):
         masked = per_row.masked_fill(self._uncounted, -torch.inf)
         query = masked.argmax(-1)  # [measure, batch, head]: the row where it is largest
         key = reader.keys_of(p, query)  # [measure, batch, head]
-        start = self._window_start(query, key, n)  # [measure, batch, head]
-        offsets = torch.arange(self.window, device=p.device)
-        cells = (start[..., None] + offsets).clamp_max(n - 1)  # [measure, batch, head, w]
-        b = torch.arange(p.shape[0], device=p.device)[None, :, None, None, None]
-        h = torch.arange(n_heads, device=p.device)[None, None, :, None, None]
-        window = p[b, h, cells[..., :, None], cells[..., None, :]]  # [m, batch, head, w, w]
-        self._found.append((layer, (value, query, key, start, window)))
+        # the batch's top k per (measure, head), ties to the smaller corpus index (top_k)
+        value = value.transpose(1, 2)  # [measure, head, batch]
+        ranked = value[..., self._by_id].argsort(dim=-1, descending=True, stable=True)
+        best = self._by_id[ranked[..., : self.k]]  # [measure, head, k'] batch rows
+        query = query.transpose(1, 2).gather(-1, best)  # [measure, head, k']
+        key = key.transpose(1, 2).gather(-1, best)
+        start = self._window_start(query, key, n)  # [measure, head, k']
+        window = self._windows(p, best, start)  # [measure, head, k', w, w]
+        first = self.reader.first[best]  # [measure, head, k'] each sentence's first token
+        self._found.append((layer, (value.gather(-1, best), self._ids[best], query - first,
+                                    key - first, start - first, window)))
+
+    def _windows(self, p: torch.Tensor, rows: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+        """``[measure, head, k, w, w]``: the pattern ``p [batch, head, query_pos, key_pos]``
+        of batch row ``rows [measure, head, k]`` over ``window`` positions from ``start``
+        (cells past the input's end: 0), read with one flat gather."""
+        n_heads, n = p.shape[1], p.shape[-1]
+        inside = start[..., None] + torch.arange(self.window, device=p.device)  # [m, h, k, w]
+        cells = inside.clamp_max(n - 1)
+        heads = torch.arange(n_heads, device=p.device)[None, :, None]  # [1, head, 1]
+        base = (rows * n_heads + heads) * (n * n)  # [measure, head, k]
+        index = (base[..., None, None] + cells[..., :, None] * n
+                 + cells[..., None, :])  # [measure, head, k, w, w]
+        window = p.contiguous().view(-1)[index]
+        inside = inside < n
+        return window * (inside[..., :, None] & inside[..., None, :])
 
     def _window_start(self, query: torch.Tensor, key: torch.Tensor, n: int) -> torch.Tensor:
         """First position of a window holding the query and (when close enough) the key."""
@@ -166,38 +188,31 @@ class HeadExamples(HeadPatternAnalyzer):
         start = torch.where(fits, low - (self.window - span) // 2, query - self.window // 2)
         return start.clamp(min=0).clamp(max=max(n - self.window, 0))
 
-    def _stacked(self, n: int) -> tuple[list[int], tuple[torch.Tensor, ...]]:
-        """The batch's candidates of every layer fed, ``[measure, layer, head, batch, ...]``
-        (heads a layer lacks: value -inf, which never displaces a kept example), with
-        positions counted from each sentence's first real token and windows cut at the
-        input's end."""
+    def _stacked(self) -> tuple[list[int], tuple[torch.Tensor, ...]]:
+        """The batch's candidates of every layer fed, ``[measure, layer, head, k', ...]``
+        (heads a layer lacks: value -inf and corpus index 0, which never displace a kept
+        example: the kept ones there are -inf with index -1)."""
         layers = [layer for layer, _ in self._found]
         fields = []
-        for f in range(5):
+        for f in range(6):
             parts = []
             for _, found in self._found:
-                x = found[f].transpose(1, 2)  # [measure, head, batch, ...]
+                x = found[f]  # [measure, head, k', ...]
                 missing = self.n_heads - x.shape[1]
                 if missing:
                     fill = -torch.inf if f == 0 else 0
                     x = torch.cat([x, x.new_full((x.shape[0], missing, *x.shape[2:]), fill)], 1)
                 parts.append(x)
             fields.append(torch.stack(parts, 1))
-        value, query, key, start, window = fields
-        first = self.reader.first[None, None, None, :]  # [1, 1, 1, batch]
-        inside = (start[..., None] + torch.arange(self.window, device=start.device)) < n
-        window = window * (inside[..., :, None] & inside[..., None, :])
-        return layers, (value, query - first, key - first, start - first, window)
+        return layers, tuple(fields)
 
-    def _keep(self, layers: list[int], value, query, key, start, window) -> None:
+    def _keep(self, layers: list[int], value, sentence, query, key, start, window) -> None:
         """The top k of the kept examples and this batch's (on the device, no sync).
 
-        Inputs ``[measure, layer, head, batch, ...]`` for the layers ``layers``."""
-        m, n_layers, n_heads, batch = value.shape
-        sentence = self._ids.expand(m, n_layers, n_heads, batch)
+        Inputs ``[measure, layer, head, k', ...]`` for the layers ``layers``."""
         # every layer (the usual case): a slice, no index tensor to copy to the device
         old = (slice(None), slice(None) if layers == list(range(self.n_layers)) else layers)
-        values = torch.cat([self.top_value[old], value], -1)  # [m, layer, head, k+b]
+        values = torch.cat([self.top_value[old], value], -1)  # [m, layer, head, k+k']
         ids = torch.cat([self.top_sentence[old], sentence], -1)
         best = top_k(values, ids, self.k)  # [m, layer, head, k]
 
@@ -207,7 +222,7 @@ class HeadExamples(HeadPatternAnalyzer):
             return both.gather(3, index.expand(*best.shape, *both.shape[4:]))
 
         self.top_value[old] = values.gather(-1, best)
-        self.top_sentence[old] = pick(self.top_sentence[old], sentence)
+        self.top_sentence[old] = ids.gather(-1, best)
         self.top_query[old] = pick(self.top_query[old], query)
         self.top_key[old] = pick(self.top_key[old], key)
         self.top_start[old] = pick(self.top_start[old], start)
@@ -217,7 +232,7 @@ class HeadExamples(HeadPatternAnalyzer):
         """Merge the batch's candidates into the top k, then keep the tokens of this batch's
         sentences that an example uses (one sync)."""
         if self._found:
-            layers, fields = self._stacked(int(batch.input_ids.shape[-1]))
+            layers, fields = self._stacked()
             self._keep(layers, *fields)
         self._found = []
         used = set(self.top_sentence[torch.isfinite(self.top_value)].tolist())

@@ -87,6 +87,7 @@ class PositionalHeads(PerSentenceRows, HeadPatternAnalyzer):
         special = batch.special_mask if batch.special_mask is not None else torch.zeros_like(real)
         self._rows = (real & ~special).to(torch.float32)  # [batch, query_pos]
         self._special_keys = (real & special)[:, None, :]  # [batch, 1, key_pos]
+        self._far: dict[tuple[int, int], torch.Tensor] = {}  # per query rows (start, stop)
         self.sentences += sentence_ids_of(batch, self.next_sentence_id())
         self._scratch = torch.zeros(batch.size, len(TARGETS) - 1, self.n_layers, self.n_heads,
                                     device=real.device)  # [sentence, target, layer, head]
@@ -100,8 +101,12 @@ class PositionalHeads(PerSentenceRows, HeadPatternAnalyzer):
         for o in OFFSETS:
             hit, rows = block.diagonal_span(is_max, o)  # entries (q, q + o), their queries
             counted.append((hit * credit[..., rows]).sum(2))  # [batch, head]
-        far_special = (block.distance > max(OFFSETS)) & self._special_keys  # [b, rows, key]
-        on_far_special = (is_max & far_special[:, None]).sum(-1)  # [batch, head, rows]
+        rows = (block.start, block.stop)
+        far_special = self._far.get(rows)  # the same for every layer's block of these rows
+        if far_special is None:  # [batch, rows, key_pos]
+            far_special = self._far[rows] = (block.distance > max(OFFSETS)) & self._special_keys
+        # [batch, head, rows]; int32 counts (a bool sum's int64 copies the pattern first)
+        on_far_special = (is_max & far_special[:, None]).sum(-1, dtype=torch.int32)
         counted.append((on_far_special * credit).sum(2))
         self._scratch[:, :, layer, : block.n_heads] += torch.stack(counted, 1)  # [b, t, h]
 
@@ -109,6 +114,7 @@ class PositionalHeads(PerSentenceRows, HeadPatternAnalyzer):
         self.sentence_counts.append(self._scratch)
         self.sentence_rows.append(self._rows.sum(1))  # [sentence]
         self._scratch = self._rows = self._special_keys = None
+        self._far = {}
 
     @property
     def rows(self) -> int:

@@ -41,7 +41,7 @@ from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
 from attnlens.stats.bootstrap import Inference, estimate_shares, pooled, threshold_tests
 from attnlens.stream.base import Batch, PatternBlock
-from attnlens.stream.blocks import at_every_head
+from attnlens.stream.blocks import flat_index
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
 
@@ -108,7 +108,7 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
 
     def _rows(self, batch: Batch) -> list[torch.Tensor]:
         """Per rank k: ``[row, 2 + k]`` (sentence, attending word, the k rarest words)."""
-        per_rank: list[list[list[int]]] = [[] for _ in RANKS]
+        per_rank: list[list[np.ndarray]] = [[] for _ in RANKS]
         rows = torch.zeros(batch.size, len(RANKS), dtype=torch.float64)
         chance = torch.zeros(batch.size, len(RANKS), dtype=torch.float64)
         others = 1 if self.rare_self == "exclude" else 0  # the attending word cannot win
@@ -123,14 +123,20 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
                 if len(order) <= k:
                     continue
                 targets = order[:k]
-                attending = [i for i in range(len(kept))
-                             if i not in targets and i not in tokenless]
-                per_rank[r] += [[b, i, *targets] for i in attending]
+                takes_part = np.ones(len(kept), dtype=bool)
+                takes_part[targets] = False
+                takes_part[list(tokenless)] = False
+                attending = np.flatnonzero(takes_part)  # ascending word positions
+                examples = np.empty((len(attending), 2 + k), dtype=np.int64)
+                examples[:, 0], examples[:, 1], examples[:, 2:] = b, attending, targets
+                per_rank[r].append(examples)  # rows (sentence, attending word, k rarest)
                 rows[b, r] = len(attending)
-                chance[b, r] = self._chance(attending, targets, len(kept), others, tokenless)
+                chance[b, r] = self._chance(attending.tolist(), targets, len(kept), others,
+                                            tokenless)
         self.sentence_rows.append(rows)
         self.sentence_chance.append(chance)
-        return [torch.tensor(examples, dtype=torch.long).reshape(-1, 2 + k)
+        return [torch.from_numpy(np.concatenate(examples) if examples
+                                 else np.zeros((0, 2 + k), dtype=np.int64))
                 for examples, k in zip(per_rank, RANKS.values(), strict=True)]
 
     def _chance(self, attending: list[int], targets: list[int], n_words: int,
@@ -153,6 +159,7 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
             self.skipped_batches += 1  # token-only corpus (text_batches): nothing to count
             return
         self.words.prepare(batch)  # word positions read once per batch
+        self._at: dict = {}  # where the examples lie, per shape of word rows (``_places``)
         self.sentences += sentence_ids_of(batch, self.next_sentence_id())
         device = batch.word_ids.device
         self._examples = [r.to(device) for r in self._rows(batch)]
@@ -173,22 +180,61 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
             w = w.clone()
             w.diagonal(offset=wr.first, dim1=-2, dim2=-1).fill_(-1.0)  # never picks itself
         row_max = w.amax(-1)  # [batch, head, query_word]
-        is_max = w == row_max[..., None]
+        is_max = w >= row_max[..., None]  # == the row's maximum (none exceeds it); cheaper
         # padding words hold exactly 0: they tie only with a zero maximum; uncount them
-        ties = is_max.sum(-1) - (row_max == 0) * n_padding[:, None, None]
+        # (int32 counts: a bool sum's default int64 copies the whole tensor first)
+        ties = is_max.sum(-1, dtype=torch.int32) - (row_max == 0) * n_padding[:, None, None]
         credit = 1.0 / ties.clamp_min(1)  # [batch, head, query_word]
+        places = self._places(wr, block.is_whole)
+        if places is None:
+            return  # no sentence has enough words
+        cells, rows, here, into, parts = places
+        picked = is_max.view(-1)[cells]  # [target of an attending word, head]
+        got = []
+        for n_rows, n_targets, begin in parts:  # per rank: hits on any of its k rarest words
+            hits = 0
+            for t in range(n_targets):
+                hits = hits + picked[begin + t * n_rows: begin + (t + 1) * n_rows]
+            got.append(hits)
+        got = torch.cat(got) * credit.view(-1)[rows] * here  # [rank's attending word, head]
+        per_sentence = torch.zeros(batch.size * len(RANKS), n_heads, device=w.device)
+        per_sentence.index_add_(0, into, got.to(torch.float32))  # [sentence * rank, head]
+        self._scratch[:, :, layer, :n_heads] += per_sentence.view(batch.size, len(RANKS),
+                                                                  n_heads)
+
+    def _places(self, wr, whole: bool) -> tuple | None:
+        """Where each rank's attending words and their k rarest words lie in a block's word
+        rows ``wr.weights [batch, head, n, key_word]``: ``cells`` (rank by rank, target by
+        target, in ``weights.reshape(-1)``), ``rows`` (the attending words' rows in ``[batch,
+        head, n]``), ``here [row, 1]`` (the row is completed in this block), ``into [row]``
+        (``sentence * ranks + rank``) and per rank ``(rows, targets, first cell)``; None
+        without any. The same for every whole pattern of a batch with as many heads: built
+        once for them."""
+        key = (tuple(wr.weights.shape), wr.first)
+        if whole and key in self._at:
+            return self._at[key]
+        shape = wr.weights.shape
+        cells, rows, here, into, parts = [], [], [], [], []
+        begin = 0
         for r, ex in enumerate(self._examples):
             if not len(ex):
                 continue
             sent, query = ex[:, 0], ex[:, 1]
             local = (query - wr.first).clamp(0, wr.n - 1)  # the row in this block
-            here = (query >= wr.first) & (query < wr.first + wr.n) & wr.done[sent, local]
-            hits = sum(at_every_head(is_max, sent, local, ex[:, 2 + t])
-                       for t in range(ex.shape[1] - 2))
-            got = hits * at_every_head(credit, sent, local) * here[:, None]  # [row, head]
-            per_sentence = torch.zeros(batch.size, n_heads, device=w.device)
-            per_sentence.index_add_(0, sent, got.to(torch.float32))  # [sentence, head]
-            self._scratch[:, r, layer, :n_heads] += per_sentence
+            here.append((query >= wr.first) & (query < wr.first + wr.n) & wr.done[sent, local])
+            rows.append(flat_index(shape[:3], sent, local))
+            into.append(sent * len(RANKS) + r)
+            n_targets = ex.shape[1] - 2
+            cells += [flat_index(shape, sent, local, ex[:, 2 + t]) for t in range(n_targets)]
+            parts.append((len(ex), n_targets, begin))
+            begin += len(ex) * n_targets
+        found = None
+        if parts:
+            found = (torch.cat(cells), torch.cat(rows), torch.cat(here)[:, None],
+                     torch.cat(into), parts)
+        if whole:
+            self._at[key] = found
+        return found
 
     def end_batch(self, batch: Batch) -> None:
         if self._scratch is not None:

@@ -37,7 +37,7 @@ from attnlens.measures.heads.syntactic_arcs import (
 from attnlens.measures.heads.syntactic_tables import syntactic_tables
 from attnlens.stats.bootstrap import Inference
 from attnlens.stream.base import Batch, PatternBlock
-from attnlens.stream.blocks import at_every_head
+from attnlens.stream.blocks import flat_index
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
 
@@ -89,6 +89,7 @@ class SyntacticHeads(PerSentenceRows, HeadPatternAnalyzer):
     # Feeding --------------------------------------------------------------------------
     def begin_batch(self, batch: Batch) -> None:
         self._scratch = None
+        self._at: dict = {}  # where the arcs lie, per shape of word rows (``_places``)
         if "heads" not in batch.extra or batch.word_ids is None:
             return  # a corpus without dependency trees: nothing to count
         ids = sentence_ids_of(batch, self.next_sentence_id())
@@ -128,21 +129,55 @@ class SyntacticHeads(PerSentenceRows, HeadPatternAnalyzer):
                      cache: ActivationCache) -> None:
         if self._scratch is None:
             return
-        sent, dep, head, pair = self._arcs.unbind(1)  # each [arc]
+        pair = self._arcs[:, 3]  # [arc]
         wr = self.words.rows(batch, layer, block.pattern, block.query)
         if block.start == 0 and not (block.is_whole and wr.n):  # (a whole one sets them)
-            self._begin_columns(wr.weights, len(sent))
+            self._begin_columns(wr.weights, len(pair))
         if not wr.n:
             return
         w = wr.weights  # [batch, head, query_word, key_word] (query words first .. first+n-1)
         n_heads = w.shape[1]
-        n_padding = (~wr.valid).sum(-1)[:, None, None]  # [batch, 1, 1]
+        cells, rows, here, n_padding = self._places(wr, block.is_whole)
         masked = w.clone()
         masked.diagonal(offset=wr.first, dim1=-2, dim2=-1).fill_(-1.0)  # never picks itself
         top_row = masked.amax(-1, keepdim=True)  # [batch, head, query_word, 1]
-        row_max = masked == top_row  # maxima of each query's row
+        row_max = masked >= top_row  # maxima of each query's row (== the maximum; cheaper)
         # padding words hold exactly 0: they tie only with a zero maximum; uncount them
-        row_n = (row_max.sum(-1) - (top_row[..., 0] == 0) * n_padding).clamp_min(1)
+        # (int32 counts: a bool sum's default int64 copies the whole tensor first)
+        row_n = (row_max.sum(-1, dtype=torch.int32) - (top_row[..., 0] == 0) * n_padding
+                 ).clamp_min(1)
+        # dependent's row -> head, then head's row -> dependent: [2 * arc, head]; ties share
+        credit = row_max.view(-1)[cells] / row_n.view(-1)[rows] * here
+        n_arcs = len(pair)
+        summed = torch.zeros(len(self._scratch), 2, n_heads, device=w.device)
+        summed.index_add_(0, pair, credit.view(2, n_arcs, n_heads).transpose(0, 1))
+        self._scratch[:, :2, layer, :n_heads] += summed  # [pair, direction, head]
+        # columns (Clark's code): the largest weight each key word gets from a completed row
+        arc_value = masked.view(-1)[cells[n_arcs:]] * here[n_arcs:]  # [arc, head] head -> dep
+        masked.masked_fill_(~wr.done[:, None, :, None], -2.0)  # rows not done never win
+        block_top = masked.amax(-2)  # [batch, head, key_word]
+        block_count = (masked >= block_top[..., None, :]).sum(-2, dtype=torch.int32)
+        if block.is_whole:  # the layer's columns at once: nothing to carry to a next block
+            self._col_top, self._col_count, self._arc_value = block_top, block_count, arc_value
+            return
+        top = torch.maximum(self._col_top[:, :n_heads], block_top)
+        self._col_count[:, :n_heads] = (self._col_count[:, :n_heads] * (self._col_top[:, :n_heads]
+                                        == top) + block_count * (block_top == top))
+        self._col_top[:, :n_heads] = top
+        self._arc_value[:, :n_heads] += arc_value
+
+    def _places(self, wr, whole: bool) -> tuple[torch.Tensor, ...]:
+        """Where the arcs lie in a block's word rows ``wr.weights [batch, head, n, key_word]``:
+        ``cells [2 * arc, head]`` (the dependent's row at the head, then the head's row at
+        the dependent, in ``weights.reshape(-1)``), ``rows [2 * arc, head]`` (those rows in
+        ``[batch, head, n]``), ``here [2 * arc, 1]`` (the row is completed in this block) and
+        ``n_padding [batch, 1, 1]`` (padding word slots). The same for every whole pattern of
+        a batch with as many heads: built once for them."""
+        key = (tuple(wr.weights.shape), wr.first) if whole else None
+        found = self._at.get(key) if whole else None
+        if found is not None:
+            return found
+        sent, dep, head, _ = self._arcs.unbind(1)  # each [arc]
 
         def row_of(word: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             """(the word's row in this block, whether it is completed here): ``[arc]``."""
@@ -152,29 +187,16 @@ class SyntacticHeads(PerSentenceRows, HeadPatternAnalyzer):
 
         dep_row, dep_here = row_of(dep)
         head_row, head_here = row_of(head)
-        credits = [
-            at_every_head(row_max, sent, dep_row, head) / at_every_head(row_n, sent, dep_row)
-            * dep_here[:, None],
-            at_every_head(row_max, sent, head_row, dep) / at_every_head(row_n, sent, head_row)
-            * head_here[:, None],
-        ]  # dependent's row -> head, head's row -> dependent: [arc, head]; ties share
-        for d, credit in enumerate(credits):
-            summed = torch.zeros(len(self._scratch), n_heads, device=w.device)
-            summed.index_add_(0, pair, credit.to(torch.float32))  # [pair, head]
-            self._scratch[:, d, layer, :n_heads] += summed
-        # columns (Clark's code): the largest weight each key word gets from a completed row
-        rows = masked.masked_fill(~wr.done[:, None, :, None], -2.0)  # others never win
-        block_top = rows.amax(-2)  # [batch, head, key_word]
-        block_count = (rows == block_top[..., None, :]).sum(-2)
-        arc_value = at_every_head(masked, sent, head_row, dep) * head_here[:, None]  # [arc, h]
-        if block.is_whole:  # the layer's columns at once: nothing to carry to a next block
-            self._col_top, self._col_count, self._arc_value = block_top, block_count, arc_value
-            return
-        top = torch.maximum(self._col_top[:, :n_heads], block_top)
-        self._col_count[:, :n_heads] = (self._col_count[:, :n_heads] * (self._col_top[:, :n_heads]
-                                        == top) + block_count * (block_top == top))
-        self._col_top[:, :n_heads] = top
-        self._arc_value[:, :n_heads] += arc_value
+        shape = wr.weights.shape
+        found = (torch.cat([flat_index(shape, sent, dep_row, head),
+                            flat_index(shape, sent, head_row, dep)]),
+                 torch.cat([flat_index(shape[:3], sent, dep_row),
+                            flat_index(shape[:3], sent, head_row)]),
+                 torch.cat([dep_here, head_here])[:, None],
+                 (~wr.valid).sum(-1)[:, None, None])
+        if whole:
+            self._at[key] = found
+        return found
 
     def _begin_columns(self, weights: torch.Tensor, n_arcs: int) -> None:
         """Running column maxima of a layer's word rows, and each arc's weight head -> dep."""
@@ -190,10 +212,13 @@ class SyntacticHeads(PerSentenceRows, HeadPatternAnalyzer):
             return
         sent, dep, _, pair = self._arcs.unbind(1)
         n_heads = self._arc_value.shape[1]
-        top = at_every_head(self._col_top, sent, dep)  # [arc, head]
+        key = ("columns", tuple(self._col_top.shape))
+        at = self._at.get(key)
+        if at is None:  # the dependents' columns [arc, head], the same for every layer
+            at = self._at[key] = flat_index(self._col_top.shape, sent, dep)
+        top = self._col_top.contiguous().view(-1)[at]  # [arc, head]
         # the word attending most to the dependent is its head (dependent's own row excluded)
-        credit = (self._arc_value == top) / at_every_head(self._col_count, sent,
-                                                          dep).clamp_min(1)
+        credit = (self._arc_value == top) / self._col_count.contiguous().view(-1)[at].clamp_min(1)
         summed = torch.zeros(len(self._scratch), n_heads, device=credit.device)
         summed.index_add_(0, pair, credit.to(torch.float32))  # [pair, head]
         self._scratch[:, 2, layer, :n_heads] += summed
