@@ -15,6 +15,7 @@ from attnlens.cli.runner import NUMERIC_DEFAULTS, Interrupted
 
 from attnlens.errors import RunInterrupted
 from attnlens.measures.registry import measure_commands
+from attnlens.runs import collector
 
 help_layout.install()  # --help fits 80 columns (cli/help_layout.py)
 
@@ -129,6 +130,9 @@ def main(argv: list[str] | None = None) -> None:
     status 130 (143 for SIGTERM).
     """
     args = sys.argv[1:] if argv is None else list(argv)
+    own_process = argv is None  # the attnlens program, not a caller such as a test
+    if own_process:
+        collector.hold()  # until the model is loaded (attnlens/runs/collector.py)
     previous = signal.signal(signal.SIGINT, _on_signal), signal.signal(signal.SIGTERM, _on_signal)
     try:
         code = app(prog_name="attnlens", args=args, standalone_mode=False)
@@ -156,6 +160,10 @@ def main(argv: list[str] | None = None) -> None:
         locks = sys.modules.get("attnlens.runs.folder_lock")
         if locks is not None:  # a command that failed after checking its --out
             locks.release_all()
+    if own_process:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        collector.before_exit()
     sys.exit(code or 0)
 
 

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 import typer
 from attnlens.cli import options
 
+from attnlens.runs import collector
+
 if TYPE_CHECKING:
     from attnlens.data.corpus import Corpus
     from attnlens.report.sections import Section, SectionOutput
@@ -229,6 +231,7 @@ class CommandRun:
             from attnlens.model.query_blocks import QueryBlocks
 
             set_blocks(QueryBlocks(self.query_block, self.whole_matrix_limit))
+        collector.settle()  # imports and model loaded: freeze them (attnlens/runs/collector.py)
         return model, tokenizer
 
     def start_processes(self):
@@ -578,6 +581,8 @@ def command(
             run.input_kinds = {"text": "text, one sentence per line",
                                "treebank": "CoNLL-U treebank", **(inputs or {})}
             run.check()
+            if run.model is None:  # no model to load: the collector's hold ends here
+                collector.settle()
             if run.output is not None:
                 own = {k: v for k, v in values.items() if k not in shared}
                 run.output.record(name, {**shared, **own}, run.inputs, run.model)

@@ -7,6 +7,7 @@ and the page is rendered from those files alone (``attnlens.report.folder`` has 
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import shutil
@@ -20,6 +21,7 @@ from typing import Any
 
 from attnlens.data.batch import Batch
 from attnlens.distributed import SINGLE, DistContext, run_sharded
+from attnlens.measures.lm_heads.run import LmHeads
 from attnlens.measures.registry import Measure, report_measures
 from attnlens.model.protocol import has_several_attention_types
 from attnlens.model.transformer import HookedTransformer
@@ -38,6 +40,7 @@ from attnlens.report.kv_heads import add_kv_head_column, grouped
 from attnlens.report.null_run import NullOptions, apply_null, run_null
 from attnlens.report.provenance import invoked_command, model_record, package_versions
 from attnlens.report.sections import Section, SectionOutput
+from attnlens.report.side_work import SideJob, side_job, side_workers_allowed
 from attnlens.runs import stopwatch
 from attnlens.runs.checkpointing import AnalysisCheckpoint
 from attnlens.runs.io import atomic_open, check_output_dir, write_table
@@ -162,23 +165,29 @@ def analyze(
     everything = [a for group in per_section for a in group]
     n_sentences = sum(int(b.input_ids.shape[0]) for b in batches)
     seconds: dict[str, float] = {}
-    if everything:
-        with _all_timed(sections, per_section, seconds):
-            pass_start = time.perf_counter()
-            stream = batches if checkpoint is None else checkpoint.wrap(batches, everything)
-            run_sharded(model, stream, everything, dist, total=n_sentences,
-                        show_progress=show_progress)
-            corpus_pass = time.perf_counter() - pass_start
-    else:
-        corpus_pass = 0.0
-    null = NullOptions() if null is None else null
-    null_result = None
-    if null.on and batches:
-        null_result = run_null(model, tokenizer, batches, sections, null, dist,
-                               show_progress=show_progress)
-    if not dist.is_main:
-        return []
-    outputs, records = _write_sections(model, sections, per_section, out, formats, seconds)
+    # The language-model probes run in a forked process beside the corpus pass (side_work.py)
+    probes = _probes_beside(model, sections, side_workers_allowed(model, dist))
+    try:
+        if everything:
+            with _all_timed(sections, per_section, seconds):
+                pass_start = time.perf_counter()
+                stream = batches if checkpoint is None else checkpoint.wrap(batches, everything)
+                run_sharded(model, stream, everything, dist, total=n_sentences,
+                            show_progress=show_progress)
+                corpus_pass = time.perf_counter() - pass_start
+        else:
+            corpus_pass = 0.0
+        null = NullOptions() if null is None else null
+        null_result = None
+        if null.on and batches:
+            null_result = run_null(model, tokenizer, batches, sections, null, dist,
+                                   show_progress=show_progress)
+        if not dist.is_main:
+            return []
+        outputs, records = _write_sections(model, sections, per_section, out, formats, seconds)
+    finally:
+        if probes is not None:
+            probes.cancel()  # ended already, unless a failure came first
     with stopwatch.phase("null columns added"):
         if null_result is not None:
             apply_null(outputs, sections, null_result, out / TABLES_DIR)
@@ -227,6 +236,24 @@ def analyze(
         time.perf_counter() - began, 2)
     write_run_record(out, record)
     return outputs
+
+
+def _probes_beside(model, sections, forked: bool) -> SideJob | None:
+    """The language-model probes of the section that runs them (``LmHeads.synthetic_runs``)
+    started in a forked process when ``forked``; that section's ``compute`` takes them from
+    the job. Without a fork (None), ``compute`` runs them itself, as before. The null pass
+    stays in this process: at one thread its float32 sums would round differently."""
+    if not forked:
+        return None
+    for section in sections:
+        lm = getattr(section, "lm", None)
+        if (section.name == "lm_heads" and isinstance(lm, LmHeads) and lm.made_for(model)
+                and lm.settings.probes):
+            job = side_job("language-model probes", functools.partial(lm.synthetic_runs, model),
+                           forked)
+            lm.use_synthetic_runs(job.result)
+            return job
+    return None
 
 
 def fixed_costs(before: float | None, phases: dict[str, float]) -> dict[str, float]:

@@ -12,6 +12,7 @@ section.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -161,6 +162,8 @@ class LmHeads:
         self.model: HookedTransformer | None = None  # the model of the corpus analyzers
         self.corpus: dict[str, Analyzer] = {}
         self._result: LmHeadsResult | None = None
+        # Where ``synthetic_runs`` come from when another process ran them (``run_beside``)
+        self._synthetic_source: Callable[[], tuple] | None = None
 
     @property
     def ready(self) -> bool:
@@ -176,6 +179,7 @@ class LmHeads:
         """The analyzers of the one corpus pass (kept: ``compute`` reads them)."""
         s = self.settings
         self.tokenizer, self.model, self._result = tokenizer, model, None
+        self._synthetic_source = None
         self.corpus = {
             "sinks": SinkScores.for_model(model, self.inference),
             "keys": SinkKeys.for_model(model),
@@ -241,7 +245,12 @@ class LmHeads:
         probes = retrieval = long_errors = None
         probe_batches: list[Batch] = []
         if s.probes:
-            probes, retrieval, long_errors, probe_batches = self._synthetic(model, facts)
+            if self._synthetic_source is not None:  # run beside the corpus pass
+                source, self._synthetic_source = self._synthetic_source, None
+                probes, retrieval, long_errors, probe_batches, found = source()
+                facts.update(found)
+            else:
+                probes, retrieval, long_errors, probe_batches = self._synthetic(model, facts)
         sinks: SinkScores = self.corpus["sinks"]
         facts["copying_missing"] = copying_unavailable(model)
         copying = None if facts["copying_missing"] else copying_table(model)
@@ -269,6 +278,24 @@ class LmHeads:
         return LmHeadsResult(tables, original_numbers(tests, head_ids, sizes),
                              original_numbers(sink_rows(sinks), head_ids, sizes),
                              sink_rate(sinks), facts)
+
+    def synthetic_runs(self, model: HookedTransformer) -> tuple:
+        """The runs on the measure's own sequences (probes, haystacks, long probes: most of
+        ``compute``'s time), with what they were: ``(probe scores, retrieval scores, long-probe
+        streaming errors or None, the probe batches, facts)``, every part picklable. They need
+        the model and the corpus analyzers' tokenizer only, so a report may run them in
+        another process beside the corpus pass and hand them back (``use_synthetic_runs``)."""
+        if not self.ready:
+            raise ConfigError("the language-model heads measure needs its corpus analyzers "
+                              "first (corpus_analyzers).")
+        facts: dict = {}
+        with torch.no_grad(), phase(LM_PROBES):
+            return (*self._synthetic(model, facts), facts)
+
+    def use_synthetic_runs(self, source: Callable[[], tuple]) -> None:
+        """``compute`` takes its synthetic runs from ``source()`` (what ``synthetic_runs``
+        returns, computed elsewhere for the same model) instead of running them."""
+        self._synthetic_source = source
 
     def _synthetic(self, model: HookedTransformer, facts: dict) -> tuple:
         """(probe scores, retrieval scores, long-probe streaming errors or None, the probe

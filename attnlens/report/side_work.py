@@ -1,0 +1,140 @@
+"""Forward passes a report needs besides the corpus pass, run in a forked process beside it.
+
+The language-model probes (``LmHeads.synthetic_runs``: ~18k tokens of synthetic sequences,
+~2.8 s of the demo) read the model and the measure's own inputs, not the corpus pass's
+results. On CPU the corpus pass leaves a core mostly idle (its analyzers are Python between
+the forward's matrix products) and small forward passes scale poorly over threads, so the
+probes run in a forked process at one thread while the main process runs the corpus pass,
+the null pass and the other sections' tables; the main process takes the result (pickled back
+through a pipe) where it needs it. The numbers are the same: the same code on the same
+inputs, and these passes give bitwise the same states at one thread as at two
+(``tests/test_side_work.py``; the sample report's tables are identical with
+``ATTNLENS_SIDE_WORKERS=0``). The null model's pass is not moved: its float32 sums at one
+thread round differently from two (its null columns moved by ~1e-9 relative), and a forked
+child cannot use more than one thread (GNU OpenMP's pool does not survive a fork: the child
+hangs).
+
+``side_workers_allowed`` says where forking is safe and useful: Linux, more than one usable
+CPU, the model on the CPU (a forked child may not use a CUDA context), one process (not under
+``torchrun``), and ``ATTNLENS_SIDE_WORKERS`` not ``0``; elsewhere the work runs in this
+process, exactly as before. The child runs at one torch thread, resets SIGINT and SIGTERM
+(the parent reports an interruption), ends with ``os._exit`` (never the parent's ``atexit``
+handlers, such as the output folder's lock), writes no file, and returns the wall seconds of
+every ``attnlens.runs.stopwatch`` phase it timed, which the parent records in ``run.json``'s
+fixed costs under ``SIDE_PREFIX`` (the time it waited under ``WAIT_PREFIX``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import signal
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from attnlens.runs import stopwatch
+
+SIDE_PREFIX = "beside the corpus pass: "  # run.json's fixed costs of work done in a child
+WAIT_PREFIX = "waited for: "  # what the parent waited for a child's result
+
+
+def side_workers_allowed(model: Any, dist: Any = None) -> bool:
+    """Whether ``side_job`` may fork (see the module docstring)."""
+    if os.environ.get("ATTNLENS_SIDE_WORKERS", "1").strip() == "0":
+        return False
+    if not sys.platform.startswith("linux"):
+        return False
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if (cpus or 1) < 2:
+        return False
+    if dist is not None and getattr(dist, "active", False):
+        return False
+    device = getattr(model, "device", "cpu")
+    return str(device) == "cpu"
+
+
+class SideJob:
+    """``work()`` run in a forked child (or, when ``forked`` is False, on ``result()``)."""
+
+    def __init__(self, name: str, work: Callable[[], Any], forked: bool) -> None:
+        self.name, self.work = name, work
+        self.process = self.pipe = None
+        self._done = False
+        self._value: Any = None
+        if forked:
+            context = multiprocessing.get_context("fork")
+            receive, send = context.Pipe(duplex=False)
+            self.process = context.Process(target=_child, args=(work, send), daemon=True,
+                                           name=f"attnlens-{name}")
+            for stream in (sys.stdout, sys.stderr):  # the child flushes what it inherits
+                stream.flush()
+            self.process.start()
+            send.close()  # the child's end: the parent sees EOF if the child dies
+            self.pipe = receive
+
+    def result(self) -> Any:
+        """``work()``'s value (the child's, waiting for it); re-raises its failure."""
+        if self._done:
+            return self._value
+        if self.process is None:
+            self._value, self._done = self.work(), True
+            return self._value
+        with stopwatch.phase(WAIT_PREFIX + self.name):
+            try:  # plain pickle: no storage shared through file descriptors (torch's reducers)
+                kind, payload, phases = pickle.loads(self.pipe.recv_bytes())
+            except EOFError:
+                kind, payload, phases = "died", None, {}
+            finally:
+                self.pipe.close()
+                self.process.join()
+        for phase, seconds in phases.items():
+            stopwatch.add(SIDE_PREFIX + phase, seconds)
+        if kind == "died":
+            raise RuntimeError(f"the {self.name} worker process ended without a result "
+                               f"(exit code {self.process.exitcode}).")
+        if kind == "error":
+            raise payload
+        self._value, self._done = payload, True
+        return payload
+
+    def cancel(self) -> None:
+        """End the child if it still runs (a failed report does not wait for it)."""
+        if self.process is not None and self.process.is_alive():
+            self.process.terminate()
+            self.process.join()
+        if self.pipe is not None:
+            self.pipe.close()
+
+
+def side_job(name: str, work: Callable[[], Any], forked: bool) -> SideJob:
+    """Start ``work`` in a forked child when ``forked`` (``side_workers_allowed``)."""
+    return SideJob(name, work, forked)
+
+
+def _child(work: Callable[[], Any], send) -> None:
+    import torch
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # the parent reports an interruption
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    torch.set_num_threads(1)
+    stopwatch.PHASES.clear()  # the parent's phases so far are the parent's
+    try:
+        message = ("ok", work(), stopwatch.take())
+    except BaseException as exc:  # handed to the parent, which raises it
+        message = ("error", _picklable(exc), stopwatch.take())
+    try:
+        send.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+    finally:
+        send.close()
+
+
+def _picklable(exc: BaseException) -> BaseException:
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        text = "".join(traceback.format_exception(exc))
+        return RuntimeError(f"a side worker failed: {text}")
