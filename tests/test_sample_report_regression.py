@@ -49,8 +49,11 @@ TOLERANCES = {
     # and 1.1e-12 (ATEN_CPU_CAPABILITY=default, MKL_CBWR=COMPATIBLE) against the reference,
     # and 7.7e-12 under default kernels after the sample sentence's re-tokenisation (issue
     # 23; geo_mean of a variant at 7.1e-9, where float32 inputs leave ~1e-3 relative).
-    # atol 2e-11 bounds that; rtol 1e-9 the well-conditioned large values.
-    "collapse_variants": (1e-9, 2e-11),
+    # With the 32-sentence sample by corpus index and token-budget batches (issue 29): 2.8e-11
+    # under ATEN_CPU_CAPABILITY=avx2 (geo_mean of a variant at 1.0e-9, its smallest sentences'
+    # residuals at the float64 floor). atol 1e-10 bounds that with room for another CPU;
+    # rtol 1e-9 the well-conditioned large values.
+    "collapse_variants": (1e-9, 1e-10),
     # Log-linear fits through those residuals, down to 1e-9 for the collapsing variants: an
     # absolute 1e-12 there is 1e-3 in log space, and the fitted factor moved by 0.9 % (default
     # kernels, san+mlp single_factor); rtol 3e-2.
