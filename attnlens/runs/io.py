@@ -138,7 +138,8 @@ def restore_cell(value):
     return value
 
 
-def _is_numeric(column: pd.Series) -> bool:
+def _is_numeric(column) -> bool:
+    """Whether a column (or its dtype) holds numbers or booleans."""
     from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
     return is_numeric_dtype(column) or is_bool_dtype(column)
@@ -147,7 +148,36 @@ def _is_numeric(column: pd.Series) -> bool:
 def neutralise_formulas(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with every text cell of a non-numeric column (and every text header) through
     ``neutralise_cell``: CSV cells from data (words, relation labels, file names) never run
-    as spreadsheet formulas. Numeric columns (``-0.25``) are left as they are."""
+    as spreadsheet formulas. Numeric columns (``-0.25``) are left as they are, and so is a
+    column none of whose distinct values would change (most: checked once per value)."""
+    if not df.columns.is_unique:
+        return _neutralise_each(df)
+    renamed = {c: neutralise_cell(c) for c in df.columns if neutralise_cell(c) != c}
+    text_columns = [c for c, dtype in zip(df.columns, df.dtypes, strict=True)
+                    if not _is_numeric(dtype) and _would_change(df[c])]
+    if not text_columns and not renamed:
+        return df
+    out = df.copy()
+    for column in text_columns:
+        out[column] = out[column].map(neutralise_cell)
+    return out.rename(columns=renamed)
+
+
+def _would_change(column: pd.Series) -> bool:
+    """Whether ``neutralise_cell`` changes any cell of ``column``."""
+    seen = set()
+    for value in column:
+        if type(value) is str:
+            if value in seen:
+                continue
+            seen.add(value)
+        if neutralise_cell(value) is not value:
+            return True
+    return False
+
+
+def _neutralise_each(df: pd.DataFrame) -> pd.DataFrame:
+    """``neutralise_formulas`` cell by cell (a table whose column names repeat)."""
     text_columns = [c for c in df.columns if not _is_numeric(df[c])]
     renamed = {c: neutralise_cell(c) for c in df.columns if neutralise_cell(c) != c}
     if not text_columns and not renamed:
@@ -188,12 +218,30 @@ def markdown_table(df: pd.DataFrame, float_format: str = "{:.4g}", markup: bool 
             return number(value)
         return text(value)
 
+    import numpy as np
+
+    def column_cells(column: pd.Series) -> list[str]:
+        # The values ``itertuples`` gives (each column's own iteration: Python scalars)
+        kind = column.dtype.kind if isinstance(column.dtype, np.dtype) else ""
+        if kind == "f":  # Python floats only
+            return [number(v) for v in column]
+        if kind and kind in "iub":  # Python ints and bools: no character to escape
+            return [str(v) for v in column]
+        memo: dict[str, str] = {}  # text cells repeat (labels, tokens): each escaped once
+        cells = []
+        for value in column:
+            if type(value) is str:
+                done = memo.get(value)
+                if done is None:
+                    done = memo[value] = text(value)
+                cells.append(done)
+            else:
+                cells.append(cell(value))
+        return cells
+
     header = "| " + " | ".join(text(c) for c in df.columns) + " |"
     rule = "|" + "|".join("---" for _ in df.columns) + "|"
-    # Column by column (the values ``itertuples`` gives: each column's own iteration); a
-    # float64 column holds Python floats only.
-    columns = [[number(v) for v in df.iloc[:, k]] if df.dtypes.iloc[k] == "float64"
-               else [cell(v) for v in df.iloc[:, k]] for k in range(df.shape[1])]
+    columns = [column_cells(df.iloc[:, k]) for k in range(df.shape[1])]
     cells = zip(*columns, strict=True) if columns else [()] * len(df)
     rows = ["| " + " | ".join(row) + " |" for row in cells]
     return "\n".join([header, rule, *rows]) + "\n"
