@@ -19,7 +19,8 @@ The side worker is off (``ATTNLENS_SIDE_WORKERS=0``) and torch's threads as the 
 sets them. Prints the median of each stage per checkout and their ratio:
 
     python benchmarks/report_stages.py --before /work/main [--rounds 3] [--inner 3]
-        [--profile FILE] [-- --treebank /work/shared/data/ud-ewt/en_ewt-ud-dev.conllu --max-sentences 300]
+        [--profile FILE]
+        [-- --treebank /work/shared/data/ud-ewt/en_ewt-ud-dev.conllu --max-sentences 300]
 """
 
 from __future__ import annotations

@@ -3,12 +3,12 @@
 Every file under the two folders (tables, figures, example pages, ``manifest.json``,
 ``run.json``, ``index.html``) must be identical, except what a run cannot repeat: run.json's
 timings and creation time (``timings``, ``seconds``, ``created``, the null model's
-``seconds`` and ``share_of_run``, each section's ``seconds``) and the checkout's own path (the model's path inside the
-venv). Those are set to fixed values in copies of ``run.json`` and ``manifest.json``, and
-``index.html`` (which shows run.json) is compared after each copy's page is rendered again
-from the normalised ``run.json``, each with its own checkout's code (``--render-a``,
-``--render-b``: the checkout whose ``.venv`` renders; default this one), so the page code
-of both checkouts is compared on the same input.
+``seconds`` and ``share_of_run``, each section's ``seconds``) and the checkout's own path
+(the model's path inside the venv). Those are set to fixed values in copies of ``run.json``
+and ``manifest.json``, and ``index.html`` (which shows run.json) is compared after each
+copy's page is rendered again from the normalised ``run.json``, each with its own
+checkout's code (``--render-a``, ``--render-b``: the checkout whose ``.venv`` renders;
+default this one), so the page code of both checkouts is compared on the same input.
 
 ``--before TREE`` runs the command first, one checkout after the other, into the same
 ``--out`` (so that paths written into the report agree) and compares the two folders;
