@@ -19,7 +19,7 @@ The side worker is off (``ATTNLENS_SIDE_WORKERS=0``) and torch's threads as the 
 sets them. Prints the median of each stage per checkout and their ratio:
 
     python benchmarks/report_stages.py --before /work/main [--rounds 3] [--inner 3]
-        [--profile FILE]
+        [--threads 1] [--profile FILE]
         [-- --treebank /work/shared/data/ud-ewt/en_ewt-ud-dev.conllu --max-sentences 300]
 """
 
@@ -122,12 +122,18 @@ class _cpu_phase:
         return self.inner.__exit__(*exc)
 
 
-def child(inner: int, extra: list[str], profile: str | None = None) -> None:
+def child(inner: int, extra: list[str], profile: str | None = None,
+          threads: int | None = None) -> None:
     """Run the command ``inner`` times in this process; print one JSON line per timed call;
     ``profile``: the last call under cProfile, its statistics written there."""
     import cProfile
 
+    import torch
+
     from cli.app import main
+
+    if threads:
+        torch.set_num_threads(threads)
 
     with tempfile.TemporaryDirectory() as tmp:
         for call in range(inner):
@@ -158,11 +164,12 @@ def child(inner: int, extra: list[str], profile: str | None = None) -> None:
             print("STAGES " + json.dumps(holder), flush=True)
 
 
-def _one(tree: Path, inner: int, extra: list[str],
-         profile: str | None = None) -> list[dict[str, float]]:
+def _one(tree: Path, inner: int, extra: list[str], profile: str | None = None,
+         threads: int | None = None) -> list[dict[str, float]]:
     env = {**os.environ, "PYTHONPATH": str(tree), "ATTNLENS_SIDE_WORKERS": "0"}
     command = [str(tree / ".venv" / "bin" / "python"), str(Path(__file__).resolve()),
                "--child", "--inner", str(inner), *(["--profile", profile] if profile else []),
+               *(["--threads", str(threads)] if threads else []),
                "--", *extra]
     done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
     if done.returncode:
@@ -183,15 +190,19 @@ def main() -> None:
     parser.add_argument("--inner", type=int, default=3)
     parser.add_argument("--child", action="store_true")
     parser.add_argument("--profile", help="this checkout's last call profiled (cProfile) here")
+    parser.add_argument("--threads", type=int,
+                        help="torch threads (1: no OpenMP thread spins while the machine is "
+                        "shared, so CPU time counts work, not waiting)")
     args = parser.parse_args(argv)
     if args.child:
-        child(args.inner, extra, args.profile)
+        child(args.inner, extra, args.profile, args.threads)
         return
     trees = ([("before", args.before.resolve())] if args.before else []) + [("now", HERE)]
     runs: dict[str, list[dict[str, float]]] = {name: [] for name, _ in trees}
     for round_ in range(args.rounds):
         for name, tree in trees:
-            got = _one(tree, args.inner, extra, args.profile if tree == HERE else None)
+            got = _one(tree, args.inner, extra, args.profile if tree == HERE else None,
+                       args.threads)
             runs[name].extend(got)
             print(f"round {round_ + 1} {name}: after the pass "
                   + ", ".join(f"{r['after the pass']:.2f}" for r in got) + " CPU s", flush=True)

@@ -123,10 +123,15 @@ class Report:
             raise DataError(f"{self.path} is not an attnlens report folder (no {RUN_FILE}); "
                             "make one with `attnlens analyze --out DIR`.")
         self.tables = Tables(self.tables_dir, self._numeric_record)
+        self._numeric_columns: dict[str, list[str]] | None = None
 
     def _numeric_record(self) -> dict[str, list[str]]:
-        record = self.run.get(NUMERIC_RECORD)
-        return record if isinstance(record, dict) else {}
+        """run.json's record of the numeric columns, read once (``tables`` keeps what it read
+        too; every table used to read run.json again)."""
+        if self._numeric_columns is None:
+            record = self.run.get(NUMERIC_RECORD)
+            self._numeric_columns = record if isinstance(record, dict) else {}
+        return self._numeric_columns
 
     @property
     def tables_dir(self) -> Path:

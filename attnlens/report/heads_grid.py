@@ -116,6 +116,7 @@ def _table_grids(name: str, table: pd.DataFrame, keys: tuple[str, ...], layers: 
         group = table.groupby(splits, sort=False).ngroup().fillna(-1).to_numpy(dtype=np.int64)
         repeated = table.duplicated([*splits, "layer", "head"]).to_numpy()
         layer, head, value = (_numbers(table[c]) for c in ("layer", "head", "value"))
+        split_columns = [table[c] for c in splits]
         order = np.argsort(group, kind="stable")
         ids, starts = np.unique(group[order], return_index=True)
         ends = [*starts[1:].tolist(), len(order)]
@@ -126,7 +127,7 @@ def _table_grids(name: str, table: pd.DataFrame, keys: tuple[str, ...], layers: 
             if repeated[rows].any():
                 continue  # more labels than this split sees: not one value per head
             first = int(rows[0])
-            key = tuple(table[c].iloc[first] for c in splits)
+            key = tuple(column.iloc[first] for column in split_columns)
             yield {"label": " ".join(str(k) for k in key), "table": name,
                    "values": _filled(layer[rows], head[rows], value[rows], layers, heads)}
         return

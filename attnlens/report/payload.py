@@ -44,7 +44,7 @@ def encode_column(series: pd.Series, digits: int = EMBEDDED_DIGITS) -> dict[str,
     if len(present) and all(isinstance(v, bool | np.bool_) for v in present.tolist()):
         return {"kind": "bool",
                 "values": [None if pd.isna(v) else bool(v) for v in series.tolist()]}
-    texts = [None if pd.isna(v) else str(v) for v in series.tolist()]
+    texts = [v if type(v) is str else None if pd.isna(v) else str(v) for v in series.tolist()]
     distinct = list(dict.fromkeys(texts))
     if len(texts) >= DICTIONARY_REPEAT * len(distinct) and len(texts) > 8:
         index = {v: i for i, v in enumerate(distinct)}

@@ -154,7 +154,7 @@ def neutralise_formulas(df: pd.DataFrame) -> pd.DataFrame:
         return _neutralise_each(df)
     renamed = {c: neutralise_cell(c) for c in df.columns if neutralise_cell(c) != c}
     text_columns = [c for c, dtype in zip(df.columns, df.dtypes, strict=True)
-                    if not _is_numeric(dtype) and _would_change(df[c])]
+                    if not _is_numeric(dtype) and _changes(df[c], neutralise_cell)]
     if not text_columns and not renamed:
         return df
     out = df.copy()
@@ -163,17 +163,14 @@ def neutralise_formulas(df: pd.DataFrame) -> pd.DataFrame:
     return out.rename(columns=renamed)
 
 
-def _would_change(column: pd.Series) -> bool:
-    """Whether ``neutralise_cell`` changes any cell of ``column``."""
-    seen = set()
-    for value in column:
-        if type(value) is str:
-            if value in seen:
-                continue
-            seen.add(value)
-        if neutralise_cell(value) is not value:
-            return True
-    return False
+def _changes(column: pd.Series, cell: Callable[[Any], Any]) -> bool:
+    """Whether ``cell`` (``neutralise_cell``, ``restore_cell``: each returns the very value
+    it leaves alone) changes any cell of ``column``; each distinct text checked once."""
+    try:
+        distinct = column.unique()
+    except TypeError:  # values that cannot be hashed: every cell
+        distinct = column
+    return any(cell(value) is not value for value in distinct)
 
 
 def _neutralise_each(df: pd.DataFrame) -> pd.DataFrame:
@@ -193,7 +190,8 @@ def restore_formulas(df: pd.DataFrame) -> pd.DataFrame:
     the data's own text)."""
     text_columns = [c for c in df.columns if not _is_numeric(df[c])]
     for column in text_columns:
-        df[column] = df[column].map(restore_cell)
+        if not df.columns.is_unique or _changes(df[column], restore_cell):
+            df[column] = df[column].map(restore_cell)
     return df.rename(columns={c: restore_cell(c) for c in df.columns})
 
 

@@ -99,11 +99,19 @@ def model_is_causal(model) -> bool:
 
 
 def punctuation_ids(tokenizer) -> set[int]:
-    """Vocabulary ids of punctuation tokens (special tokens excluded)."""
+    """Vocabulary ids of punctuation tokens (special tokens excluded).
+
+    Read from the vocabulary once per tokenizer (a report asks three times: head statistics,
+    head examples, the null model's head statistics); read again when the vocabulary's size
+    or the special tokens change."""
     special = tokenizer.special_ids
-    return {
-        i for tok, i in tokenizer.hf.get_vocab().items() if i not in special and is_punctuation(tok)
-    }
+    key = (len(tokenizer.hf), frozenset(special))
+    cached = getattr(tokenizer, "_punctuation_ids", None)
+    if cached is None or cached[0] != key:
+        cached = (key, frozenset(i for tok, i in tokenizer.hf.get_vocab().items()
+                                 if i not in special and is_punctuation(tok)))
+        tokenizer._punctuation_ids = cached
+    return set(cached[1])
 
 
 class TokenMeasures:
