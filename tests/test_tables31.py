@@ -77,3 +77,59 @@ def test_neutralise_formulas_writes_the_same_csv_as_the_cell_by_cell_path() -> N
         assert new.to_csv(index=False) == old.to_csv(index=False)
     # nothing to change: the table itself comes back (no copy)
     assert io.neutralise_formulas(plain) is plain
+
+
+def _old_add_null_columns(table, null, value="value", declared_keys=()):
+    from attnlens.stats.null import NULL_COLUMNS, QUANTILES, null_keys, per_layer
+
+    if value not in table.columns or value not in null.columns:
+        return table
+    keys = [k for k in null_keys(table, declared_keys) if k in null.columns and k != value]
+    by = [*keys, "layer"] if per_layer(table, keys) else keys
+    values = pd.to_numeric(null[value], errors="coerce")
+    frame = null[by].assign(_v=values) if by else pd.DataFrame({"_v": values})
+    frame = frame[np.isfinite(frame["_v"])]
+    if by:
+        grouped = frame.groupby(by, dropna=False)["_v"]
+        stats = grouped.agg(null_mean="mean",
+                            null_low=lambda s: float(np.quantile(s, QUANTILES[0])),
+                            null_high=lambda s: float(np.quantile(s, QUANTILES[1])))
+        stats = stats.reset_index()
+        out = table.drop(columns=[c for c in NULL_COLUMNS if c in table.columns])
+        merged = out.merge(stats, on=by, how="left", sort=False)
+        merged.index = table.index
+        return merged
+    raise AssertionError("not a grouped table")
+
+
+def _null_cases():
+    rng = np.random.default_rng(0)
+    n = 600
+    table = pd.DataFrame({
+        "layer": np.repeat(np.arange(6), n // 6), "head": np.tile(np.arange(100), 6),
+        "measure": pd.array(rng.choice(["a", "b", "c", None], n), dtype="str"),
+        "relation": pd.array(rng.choice(["nsubj", "obj"], n), dtype="str"),
+        "fraction": rng.choice([0.25, 0.5], n),
+        "value": rng.normal(size=n) * 10.0 ** rng.integers(-8, 8, n)})
+    null = table.assign(value=table["value"].to_numpy() * rng.uniform(0.5, 2, n))
+    null.loc[rng.choice(n, 40, replace=False), "value"] = np.nan
+    null.loc[rng.choice(n, 5, replace=False), "value"] = np.inf
+    yield table, null, ()
+    yield table, null, ("fraction",)
+    yield table[table["layer"] == 0].drop_duplicates(["measure", "relation"]), null, ()
+    yield table, null[null["measure"] != "a"], ()  # groups the null lacks
+    single = null.groupby(["measure", "layer"], dropna=False).head(1)  # one value per group
+    yield table, single, ()
+    yield table, null.assign(value=np.nan), ()  # no finite null value at all
+
+
+def test_null_columns_equal_the_group_by_quantiles() -> None:
+    from attnlens.stats.null import add_null_columns
+
+    for table, null, declared in _null_cases():
+        new = add_null_columns(table, null, "value", declared)
+        old = _old_add_null_columns(table, null, "value", declared)
+        assert new.to_csv(index=False) == old.to_csv(index=False)
+        assert new.dtypes.to_dict() == old.dtypes.to_dict()
+        assert (new.index == old.index).all()
+        assert io.markdown_table(new) == io.markdown_table(old)
