@@ -133,3 +133,69 @@ def test_null_columns_equal_the_group_by_quantiles() -> None:
         assert new.dtypes.to_dict() == old.dtypes.to_dict()
         assert (new.index == old.index).all()
         assert io.markdown_table(new) == io.markdown_table(old)
+
+
+def _old_examples(self, decode, text_of=None) -> pd.DataFrame:
+    """``HeadExamples.examples`` before tables31 (scalars read from tensors, each record
+    decoding its sentence)."""
+    import json
+
+    from attnlens.measures.heads.examples import EXAMPLE_COLUMNS, window_text
+
+    def record(mi, measure, layer, head, rank, value, index):
+        ids = self.sentence_ids.get(str(index), [])
+        tokens = decode(ids) if ids else []
+        words = self.sentence_words.get(str(index))
+        sentence = " ".join(words) if words else (text_of(ids) if text_of else " ".join(tokens))
+        at = (mi, layer, head, rank)
+        query, key, start = (int(t[at]) for t in (self.top_query, self.top_key, self.top_start))
+        width = max(0, min(self.window, len(tokens) - start))
+        window = window_text(self.top_window[at][:width, :width].float())
+
+        def token(i: int) -> str:
+            return tokens[i] if 0 <= i < len(tokens) else ""
+
+        return {"layer": layer, "head": head, "measure": measure, "rank": rank + 1,
+                "sentence": sentence, "query_token": token(query), "key_token": token(key),
+                "value": value, "sentence_index": index, "query": query, "key": key,
+                "window_start": start,
+                "window_tokens": json.dumps(tokens[start:start + width], ensure_ascii=False),
+                "window": window}
+
+    records = []
+    for mi, measure in enumerate(self.measures):
+        for layer in range(self.n_layers):
+            for head in range(self.heads_per_layer[layer]):
+                for rank in range(self.k):
+                    value = float(self.top_value[mi, layer, head, rank])
+                    index = int(self.top_sentence[mi, layer, head, rank])
+                    if index < 0 or not value > -float("inf"):
+                        continue
+                    records.append(record(mi, measure, layer, head, rank, value, index))
+    return pd.DataFrame.from_records(records, columns=list(EXAMPLE_COLUMNS))
+
+
+def test_head_examples_table_equals_the_per_record_path() -> None:
+    from attnlens.measures.heads.examples import HeadExamples
+    from attnlens.measures.heads.head_stats import MEASURES
+    from tests.test_head_examples import CLS, SEP, previous_token_batch
+
+    examples = HeadExamples(1, 2, {CLS}, {SEP}, set(), MEASURES, k=3, window=4)
+    examples.update(*previous_token_batch([0.5, 0.9, 0.7], [10, 11, 12]))
+    examples.update(*previous_token_batch([0.6, 0.2], [13, 14]))
+    examples.sentence_words["12"] = ["a", "b|c", "<d>"]  # a sentence with its words
+    calls = []
+
+    def decode(ids):
+        calls.append(ids)
+        return [f"t{i}" for i in ids]
+
+    for text_of in (None, lambda ids: "text " + "-".join(map(str, ids))):
+        new = examples.examples(decode, text_of)
+        assert len(new) > 10
+        assert new.to_csv(index=False) == _old_examples(examples, decode, text_of).to_csv(
+            index=False)
+        assert new.dtypes.to_dict() == _old_examples(examples, decode, text_of).dtypes.to_dict()
+    calls.clear()
+    table = examples.examples(decode)
+    assert len(calls) == table["sentence_index"].nunique() < len(table)  # once per sentence

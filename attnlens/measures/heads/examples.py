@@ -281,25 +281,37 @@ class HeadExamples(HeadPatternAnalyzer):
         """The ``head_examples`` table; ``decode(ids) -> token strings``, ``text_of(ids)`` the
         sentence's text when the corpus gave no words (default: the tokens joined)."""
         records = []
+        # Read once: the scalars as Python numbers, each sentence's tokens and text
+        values, sentences = self.top_value.tolist(), self.top_sentence.tolist()
+        places = [t.tolist() for t in (self.top_query, self.top_key, self.top_start)]
+        texts: dict[int, tuple[list[str], str]] = {}
         for mi, measure in enumerate(self.measures):
             for layer in range(self.n_layers):
                 for head in range(self.heads_per_layer[layer]):
                     for rank in range(self.k):
-                        value = float(self.top_value[mi, layer, head, rank])
-                        index = int(self.top_sentence[mi, layer, head, rank])
+                        value = values[mi][layer][head][rank]
+                        index = sentences[mi][layer][head][rank]
                         if index < 0 or not value > -float("inf"):
                             continue
-                        records.append(self._record(mi, measure, layer, head, rank, value,
-                                                    index, decode, text_of))
+                        if index not in texts:
+                            texts[index] = self._text(index, decode, text_of)
+                        at = (mi, layer, head, rank)
+                        query, key, start = (p[mi][layer][head][rank] for p in places)
+                        records.append(self._record(at, measure, value, index, texts[index],
+                                                    (query, key, start)))
         return pd.DataFrame.from_records(records, columns=list(EXAMPLE_COLUMNS))
 
-    def _record(self, mi, measure, layer, head, rank, value, index, decode, text_of) -> dict:
+    def _text(self, index: int, decode, text_of) -> tuple[list[str], str]:
+        """Sentence ``index``'s tokens and its text."""
         ids = self.sentence_ids.get(str(index), [])
         tokens = decode(ids) if ids else []
         words = self.sentence_words.get(str(index))
         sentence = " ".join(words) if words else (text_of(ids) if text_of else " ".join(tokens))
-        at = (mi, layer, head, rank)
-        query, key, start = (int(t[at]) for t in (self.top_query, self.top_key, self.top_start))
+        return tokens, sentence
+
+    def _record(self, at, measure, value, index, text, place) -> dict:
+        (tokens, sentence), (query, key, start) = text, place
+        _, layer, head, rank = at
         width = max(0, min(self.window, len(tokens) - start))
         grid = self.top_window[at][:width, :width].float()
         window = window_text(grid)
