@@ -199,3 +199,32 @@ def test_head_examples_table_equals_the_per_record_path() -> None:
     calls.clear()
     table = examples.examples(decode)
     assert len(calls) == table["sentence_index"].nunique() < len(table)  # once per sentence
+
+
+def _old_head_rows(heads_per_layer, values, extra) -> pd.DataFrame:
+    frames = []
+    for layer, h in enumerate(heads_per_layer):
+        for head in range(h):
+            frame = pd.DataFrame(dict(extra))
+            frame.insert(0, "head", head)
+            frame.insert(0, "layer", layer)
+            frame["value"] = values[layer, head].reshape(-1)
+            frames.append(frame)
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_spectrum_rows_equal_one_frame_per_head() -> None:
+    from attnlens.measures.spectrum.spectrum import head_rows
+
+    rng = np.random.default_rng(1)
+    for heads, dtype in (([3, 3], np.float64), ([2, 0, 3], np.float32)):  # pruned heads too
+        values = rng.normal(size=(len(heads), max(heads), 4, 2)).astype(dtype)
+        for extra in ({"k_fraction": np.repeat([0.25, 0.5, 0.75, 1.0], 2),
+                       "measure": np.tile(np.array(["p_error", "output"]), 4)},
+                      {"k": np.arange(1, 9)}):
+            new, old = head_rows(heads, values, extra), _old_head_rows(heads, values, extra)
+            pd.testing.assert_frame_equal(new, old, check_exact=True)
+            assert new.to_csv(index=False) == old.to_csv(index=False)
+            new.insert(2, "bucket", "1-8")
+            old.insert(2, "bucket", "1-8")
+            assert io.markdown_table(new) == io.markdown_table(old)

@@ -47,6 +47,7 @@ spectra cost more than every other analyzer together.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -453,12 +454,23 @@ class SpectrumAnalyzer(HeadPatternAnalyzer):
 
     def rows(self, values: np.ndarray, extra: dict[str, np.ndarray]) -> pd.DataFrame:
         """Tidy rows from ``values [layer, head, ...]`` keeping only existing heads."""
-        frames = []
-        for layer, h in enumerate(self.heads_per_layer):
-            for head in range(h):
-                frame = pd.DataFrame(dict(extra))
-                frame.insert(0, "head", head)
-                frame.insert(0, "layer", layer)
-                frame["value"] = values[layer, head].reshape(-1)
-                frames.append(frame)
-        return pd.concat(frames, ignore_index=True)
+        return head_rows(self.heads_per_layer, values, extra)
+
+
+def head_rows(heads_per_layer: Sequence[int], values: np.ndarray,
+              extra: dict[str, np.ndarray]) -> pd.DataFrame:
+    """``layer, head, <extra...>, value``: ``extra``'s rows once per existing head, beside
+    that head's ``values [layer, head, ...]`` flattened; built column by column (the same
+    table as one frame per head concatenated)."""
+    heads = [(layer, head) for layer, h in enumerate(heads_per_layer) for head in range(h)]
+    if not heads:
+        return pd.concat([], ignore_index=True)  # nothing to concatenate: pandas' error
+    n = len(next(iter(extra.values()))) if extra else values[heads[0]].size
+    columns: dict[str, np.ndarray] = {
+        "layer": np.repeat(np.array([layer for layer, _ in heads], dtype=np.int64), n),
+        "head": np.repeat(np.array([head for _, head in heads], dtype=np.int64), n),
+    }
+    columns.update({name: np.tile(np.asarray(column), len(heads))
+                    for name, column in extra.items()})
+    columns["value"] = np.concatenate([values[layer, head].reshape(-1) for layer, head in heads])
+    return pd.DataFrame(columns)
