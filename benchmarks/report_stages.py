@@ -8,6 +8,7 @@ is left out), and times with ``time.process_time`` (every thread of the process)
 - ``corpus pass``: the forward with every analyzer (``run_sharded`` inside ``analyze``);
 - ``null init``, ``null pass``, ``null tables``: the null model's initialisation, its pass
   over the corpus sample, its sections' tables (``run_null``'s three phases);
+- ``null tables <section>``: each section's part of ``null tables``;
 - ``tables <section>``: each section's tables and figures (``Section.write``; figures are
   drawn in worker processes, whose CPU time is not counted); the language-model probes'
   forwards (``LmHeads._synthetic``) run once in the warm-up call and are reused afterwards,
@@ -88,8 +89,8 @@ def _instrument(seconds: dict[str, float]) -> None:
     for measure in report_measures():
         cls = analyze.section_class(measure)
         if "write" in vars(cls):
-            cls.write = timed(lambda self, *a: None if state["null"] else f"tables {self.name}",
-                              cls.write)
+            cls.write = timed(lambda self, *a: f"{'null ' if state['null'] else ''}tables "
+                              f"{self.name}", cls.write)
 
     cache: dict = {}
     original_synthetic = LmHeads._synthetic
