@@ -228,3 +228,34 @@ def test_spectrum_rows_equal_one_frame_per_head() -> None:
             new.insert(2, "bucket", "1-8")
             old.insert(2, "bucket", "1-8")
             assert io.markdown_table(new) == io.markdown_table(old)
+
+
+def test_payload_columns_equal_the_per_value_path() -> None:
+    import json
+    import math
+
+    from attnlens.report import payload
+
+    def old_encode(series, digits=payload.EMBEDDED_DIGITS):
+        if pd.api.types.is_bool_dtype(series):
+            return {"kind": "bool", "values": [bool(v) for v in series.tolist()]}
+        if pd.api.types.is_numeric_dtype(series):
+            values = series.to_numpy(dtype=float)
+            if payload._is_integral(values):
+                return {"kind": "int", "values": [int(v) if math.isfinite(v) else None
+                                                  for v in values.tolist()]}
+            return {"kind": "num", "values": [float(f"{v:.{digits}g}") if math.isfinite(v)
+                                              else None for v in values.tolist()]}
+        raise AssertionError("numeric columns only")
+
+    rng = np.random.default_rng(2)
+    columns = [pd.Series(np.arange(-5, 5)), pd.Series([1.0, np.nan, -3.0, 2.0**52]),
+               pd.Series([1.0, np.inf, 4.0]), pd.Series(rng.normal(size=50) * 1e-7),
+               pd.Series([0.1234567, -np.inf, np.nan, 5e300]),
+               pd.Series(np.array([1.5, 2.5], dtype=np.float32)),
+               pd.Series(np.array([3, 4], dtype=np.uint8)), pd.Series([True, False]),
+               pd.Series(pd.array([1, None, 3], dtype="Int64"))]
+    for column in columns:
+        new = payload.encode_column(column)
+        assert json.dumps(new) == json.dumps(old_encode(column))
+        assert [type(v) for v in new["values"]] == [type(v) for v in old_encode(column)["values"]]

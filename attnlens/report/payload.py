@@ -17,7 +17,8 @@ DICTIONARY_REPEAT = 2
 
 
 def _floats(values: np.ndarray, digits: int) -> list[float | None]:
-    return [float(f"{v:.{digits}g}") if math.isfinite(v) else None for v in values.tolist()]
+    spec = f".{digits}g"
+    return [float(format(v, spec)) if math.isfinite(v) else None for v in values.tolist()]
 
 
 def _is_integral(values: np.ndarray) -> bool:
@@ -37,6 +38,8 @@ def encode_column(series: pd.Series, digits: int = EMBEDDED_DIGITS) -> dict[str,
     if pd.api.types.is_numeric_dtype(series):
         values = series.to_numpy(dtype=float)
         if _is_integral(values):
+            if np.isfinite(values).all():  # whole numbers below 2**53: exact in int64
+                return {"kind": "int", "values": values.astype(np.int64).tolist()}
             ints = [int(v) if math.isfinite(v) else None for v in values.tolist()]
             return {"kind": "int", "values": ints}
         return {"kind": "num", "values": _floats(values, digits)}
