@@ -95,6 +95,9 @@ def same_call(hf, lite, *args, **kwargs) -> None:
     same(dict(expected), dict(got), repr(kwargs))
     for e, g in zip(expected.encodings, got.encodings, strict=True):
         assert e.tokens == g.tokens and e.word_ids == g.word_ids and e.offsets == g.offsets
+    for b in range(len(expected.encodings)):  # the BatchEncoding methods attnlens calls
+        assert expected.sequence_ids(b) == got.sequence_ids(b)
+        assert expected.word_ids(b) == got.word_ids(b) and expected.tokens(b) == got.tokens(b)
 
 
 def chunks(texts: list[str], size: int = 64):

@@ -178,6 +178,15 @@ class BatchEncodingLite(dict):
         except KeyError as exc:
             raise AttributeError(key) from exc
 
+    def tokens(self, batch_index: int = 0) -> list[str]:
+        return self.encodings[batch_index].tokens
+
+    def sequence_ids(self, batch_index: int = 0) -> list[int | None]:
+        return self.encodings[batch_index].sequence_ids
+
+    def word_ids(self, batch_index: int = 0) -> list[int | None]:
+        return self.encodings[batch_index].word_ids
+
 
 class BertTokenizerLite:
     """The subset of transformers' fast ``BertTokenizer`` that attnlens uses (module docstring)."""
