@@ -76,7 +76,7 @@ def same(a, b, where: str = "") -> None:
         return
     if isinstance(a, dict) or hasattr(a, "keys"):
         assert list(a.keys()) == list(b.keys()), where
-        for key in a.keys():
+        for key in a:
             same(a[key], b[key], f"{where}[{key}]")
         return
     assert type(a) is type(b), f"{where}: {type(a)} != {type(b)}"
@@ -87,7 +87,7 @@ def same_call(hf, lite, *args, **kwargs) -> None:
     """One call on both: same outputs (and encodings' tokens and word ids), or same error."""
     try:
         expected = hf(*args, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - the error itself is compared
+    except Exception as exc:  # the error itself is compared
         with pytest.raises(type(exc)):
             lite(*args, **kwargs)
         return
@@ -134,6 +134,7 @@ def check_texts(hf, lite, texts: list[str]) -> None:
         same_call(hf, lite, text, "a second text", truncation=True, max_length=24,
                   return_offsets_mapping=True)
         same_call(hf, lite, text, truncation=True, max_length=8, return_offsets_mapping=True)
+        same_call(hf, lite, text, "a second text", truncation=False, verbose=False)  # viewer
 
 
 def check_wrapper(hf, lite, texts: list[str]) -> None:
@@ -179,7 +180,7 @@ def check_structure(hf, lite) -> None:
     assert hf.get_vocab() == lite.get_vocab() and len(hf) == len(lite)
     assert {i: str(t) for i, t in hf.added_tokens_decoder.items()} == {
         i: str(t) for i, t in lite.added_tokens_decoder.items()}
-    tokens = list(hf.get_vocab())[:2000] + ["[CLS]", "not-a-token", ""]
+    tokens = [*list(hf.get_vocab())[:2000], "[CLS]", "not-a-token", ""]
     assert hf.convert_tokens_to_ids(tokens) == lite.convert_tokens_to_ids(tokens)
     assert hf.convert_tokens_to_ids("[SEP]") == lite.convert_tokens_to_ids("[SEP]")
     assert hf.convert_ids_to_tokens(5) == lite.convert_ids_to_tokens(5)
@@ -345,5 +346,6 @@ def test_other_attributes_from_transformers(minilm):
     assert lite.num_special_tokens_to_add(pair=True) == hf.num_special_tokens_to_add(pair=True)
     same_call(hf, lite, ["a b c", "d"], padding="max_length", max_length=6, return_tensors="pt")
     same_call(hf, lite, ["a b c", "d"], return_length=True)
+    same_call(hf, lite, ["a b c", "d"], padding=True, max_length=2)  # transformers warns
     same_call(hf, lite, [["pre", "split"], ["words"]], is_split_into_words=True)
     same_call(hf, lite, ["a b c", "d"], return_tensors="pt")  # ragged: transformers' error

@@ -43,7 +43,7 @@ VERY_LARGE_INTEGER = int(1e30)  # transformers' model_max_length when none is sa
 LARGE_INTEGER = int(1e20)
 # Call options __call__ reproduces; any other goes to transformers.
 CALL_OPTIONS = {"add_special_tokens", "padding", "truncation", "max_length", "return_tensors",
-                "return_offsets_mapping", "return_special_tokens_mask"}
+                "return_offsets_mapping", "return_special_tokens_mask", "verbose"}
 
 
 def _read_json(path: Path) -> Any:
@@ -63,10 +63,27 @@ def _special_added_token(content: str) -> dict:
             "normalized": False, "special": True}
 
 
-def _expected_parts(config: dict, vocab_ids: dict[str, int]) -> dict | None:
-    """The backend parts ``BertTokenizer.__init__`` builds from ``config``, serialized."""
+PARTS = ("normalizer", "pre_tokenizer", "post_processor", "decoder")
+ADDED_FLAGS = ("single_word", "lstrip", "rstrip", "normalized", "special")
+
+
+def _parts(backend: Tokenizer) -> dict:
+    """The backend's pipeline parts, serialized, and its model's settings (not its vocab)."""
+    parts = {name: json.loads(getattr(backend, name).__getstate__())
+             if getattr(backend, name) is not None else None for name in PARTS}
+    model = backend.model
+    parts["model"] = (type(model).__name__, model.unk_token, model.continuing_subword_prefix,
+                      model.max_input_chars_per_word)
+    return parts
+
+
+def _expected_parts(config: dict, backend: Tokenizer) -> dict | None:
+    """The parts ``BertTokenizer.__init__`` builds from ``config`` (the special tokens' ids
+    read from ``backend`` as transformers reads them), as ``_parts`` gives them."""
     tokens = {role: str(config.get(role, DEFAULTS[role])) for role in ROLES}
-    if tokens["cls_token"] not in vocab_ids or tokens["sep_token"] not in vocab_ids:
+    cls, sep = tokens["cls_token"], tokens["sep_token"]
+    cls_id, sep_id = backend.token_to_id(cls), backend.token_to_id(sep)
+    if cls_id is None or sep_id is None:
         return None
     skeleton = Tokenizer(WordPiece({tokens["unk_token"]: 0}, unk_token=tokens["unk_token"]))
     skeleton.normalizer = normalizers.BertNormalizer(
@@ -74,20 +91,16 @@ def _expected_parts(config: dict, vocab_ids: dict[str, int]) -> dict | None:
         strip_accents=config.get("strip_accents"), lowercase=config.get("do_lower_case", True))
     skeleton.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     skeleton.decoder = decoders.WordPiece(prefix="##")
-    cls, sep = tokens["cls_token"], tokens["sep_token"]
     skeleton.post_processor = processors.TemplateProcessing(
         single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
-        special_tokens=[(cls, vocab_ids[cls]), (sep, vocab_ids[sep])])
-    parts = json.loads(skeleton.to_str())
-    parts["model"].pop("vocab")
-    return {key: parts[key] for key in ("normalizer", "pre_tokenizer", "post_processor",
-                                        "decoder", "model")}
+        special_tokens=[(cls, cls_id), (sep, sep_id)])
+    return _parts(skeleton)
 
 
 def _settings(folder: Path) -> dict | None:
     """tokenizer_config.json's settings when transformers would build a fast BertTokenizer
     from them that this module reproduces; else None."""
-    if not (folder / "tokenizer.json").is_file() or not (folder / "tokenizer_config.json").is_file():
+    if not all((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
         return None
     config = _read_json(folder / "tokenizer_config.json")
     if not isinstance(config, dict) or config.get("tokenizer_class") not in CLASSES:
@@ -103,7 +116,7 @@ def _settings(folder: Path) -> dict | None:
     for role in ROLES:
         value = config.get(role, DEFAULTS[role])
         if isinstance(value, dict) and _special_added_token(value.get("content")) != {
-                k: value.get(k) for k in _special_added_token("").keys()}:
+                k: value.get(k) for k in _special_added_token("")}:
             return None  # an AddedToken with its own flags
         if not isinstance(_content(value), str):
             return None
@@ -120,33 +133,26 @@ def _settings(folder: Path) -> dict | None:
 
 def _backend(folder: Path, config: dict) -> Tokenizer | None:
     """tokenizer.json's backend when it is what transformers builds from ``config``."""
-    saved = _read_json(folder / "tokenizer.json")
-    if not isinstance(saved, dict) or (saved.get("model") or {}).get("type") != "WordPiece":
+    backend = Tokenizer.from_str((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    if type(backend.model).__name__ != "WordPiece":
         return None
-    vocab = saved["model"].get("vocab")
-    if not isinstance(vocab, dict):
-        return None
-    expected = _expected_parts(config, vocab)
-    if expected is None:
-        return None
-    backend = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    loaded = json.loads(backend.to_str())
-    loaded["model"].pop("vocab")
-    if any(loaded.get(key) != value for key, value in expected.items()):
+    expected = _expected_parts(config, backend)
+    if expected is None or _parts(backend) != expected:
         return None
     specials = {_content(config.get(role, DEFAULTS[role])) for role in ROLES}
-    added = loaded.get("added_tokens") or []
-    if {token["content"] for token in added} != specials or len(added) != len(specials):
+    added = backend.get_added_tokens_decoder()
+    if {token.content for token in added.values()} != specials or len(added) != len(specials):
         return None
-    for token in added:
-        if {k: v for k, v in token.items() if k != "id"} != _special_added_token(
-                token["content"]) or vocab.get(token["content"]) != token["id"]:
+    as_special = _special_added_token("")
+    for token in added.values():
+        if any(getattr(token, flag) != as_special[flag] for flag in ADDED_FLAGS):
             return None
     declared = config.get("added_tokens_decoder")
     if declared is not None:
-        as_saved = {str(token["id"]): _special_added_token(token["content"]) for token in added}
-        if {str(k): {f: v.get(f) for f in _special_added_token("")} for k, v in
-                declared.items()} != as_saved:
+        saved = {str(i): {"content": t.content, **{f: getattr(t, f) for f in ADDED_FLAGS}}
+                 for i, t in added.items()}
+        if {str(k): {f: v.get(f) for f in ("content", *ADDED_FLAGS)} for k, v in
+                declared.items()} != saved:
             return None
     return backend
 
@@ -158,7 +164,7 @@ def load_bert_tokenizer(path: str | Path) -> BertTokenizerLite | None:
     try:
         config = _settings(folder)
         backend = _backend(folder, config) if config is not None else None
-    except Exception:  # noqa: BLE001 - any surprise in the files: transformers decides
+    except Exception:  # any surprise in the files: transformers decides
         return None  # transformers reads (or rejects) it instead
     if backend is None:
         return None
@@ -192,7 +198,6 @@ class BertTokenizerLite:
     """The subset of transformers' fast ``BertTokenizer`` that attnlens uses (module docstring)."""
 
     is_fast = True
-    model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
 
     def __init__(self, backend: Tokenizer, config: dict, name_or_path: str) -> None:
         self._tokenizer = backend
@@ -208,6 +213,10 @@ class BertTokenizerLite:
         self._special = {role: _content(config.get(role, DEFAULTS[role])) for role in ROLES}
         self._special.update(bos_token=None, eos_token=None)
         self._delegate = None
+
+    @property
+    def model_input_names(self) -> list[str]:
+        return ["input_ids", "token_type_ids", "attention_mask"]
 
     # Special tokens ------------------------------------------------------------------------
     def _token_id(self, token: str | None) -> int | None:
@@ -347,6 +356,8 @@ class BertTokenizerLite:
                 None, True, False, "longest_first") or options.get("return_tensors") not in (
                 None, "pt"):
             return self._hf()(text, text_pair, **options)
+        if padding is not False and max_length is not None and truncation in (None, False):
+            return self._hf()(text, text_pair, **options)  # transformers' own warning
         if max_length is not None and padding is False and truncation is None:
             truncation = "longest_first"
         truncate = truncation not in (None, False)
@@ -363,7 +374,7 @@ class BertTokenizerLite:
             if isinstance(text_pair, str) or (text_pair is not None
                                               and len(text) != len(text_pair)):
                 return self._hf()(text, text_pair, **options)  # transformers' own error
-            inputs = list(zip(text, text_pair)) if text_pair is not None else text
+            inputs = list(zip(text, text_pair, strict=True)) if text_pair is not None else text
         else:
             inputs = [(text, text_pair)] if text_pair else [text]
         backend = self._tokenizer
