@@ -349,3 +349,18 @@ def test_other_attributes_from_transformers(minilm):
     same_call(hf, lite, ["a b c", "d"], padding=True, max_length=2)  # transformers warns
     same_call(hf, lite, [["pre", "split"], ["words"]], is_split_into_words=True)
     same_call(hf, lite, ["a b c", "d"], return_tensors="pt")  # ragged: transformers' error
+
+
+def test_pickled_and_copied_alike(minilm):
+    """The side worker sends analyzers back pickled; a copy tokenises as the original."""
+    import copy
+    import pickle
+
+    _, lite = minilm
+    texts = sentences("sample")[:8]
+    for clone in (pickle.loads(pickle.dumps(lite)), copy.deepcopy(lite)):
+        assert isinstance(clone, BertTokenizerLite)
+        same(dict(lite(texts, padding=True, truncation=True, max_length=16,
+                       return_tensors="pt")),
+             dict(clone(texts, padding=True, truncation=True, max_length=16,
+                        return_tensors="pt")))
