@@ -27,6 +27,17 @@ def test_a_non_finite_weight_is_refused_with_its_count(values, dtype, bad):
         check_finite(tensors, "f.safetensors")
 
 
+@pytest.mark.parametrize("where", [0, 32767, 32768, 100_000, 3 * 32768 + 5 - 1])
+def test_one_bad_value_anywhere_in_a_large_tensor_is_found(where):
+    """The cheap pass reads the tensor in pieces: a NaN in any piece, the last included."""
+    weight = torch.randn(3 * 32768 + 5)
+    weight[where] = float("nan")
+    with pytest.raises(ModelLoadError, match="holds 1 NaN"):
+        check_finite({"w": weight.reshape(5, -1) if weight.numel() % 5 == 0 else weight}, "f")
+    weight[where] = 0.0
+    check_finite({"w": weight}, "f")
+
+
 def test_complex_weights_are_checked():
     with pytest.raises(ModelLoadError, match="holds 1 NaN"):
         check_finite({"c": torch.tensor([1 + 1j, complex(0, float("inf"))])}, "f")
