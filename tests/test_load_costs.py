@@ -27,7 +27,7 @@ def test_a_non_finite_weight_is_refused_with_its_count(values, dtype, bad):
         check_finite(tensors, "f.safetensors")
 
 
-@pytest.mark.parametrize("where", [0, 32767, 32768, 100_000, 3 * 32768 + 5 - 1])
+@pytest.mark.parametrize("where", [0, 32767, 32768, 70_000, 3 * 32768 + 5 - 1])
 def test_one_bad_value_anywhere_in_a_large_tensor_is_found(where):
     """The cheap pass reads the tensor in pieces: a NaN in any piece, the last included."""
     weight = torch.randn(3 * 32768 + 5)
