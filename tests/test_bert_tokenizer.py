@@ -349,6 +349,8 @@ def test_other_attributes_from_transformers(minilm):
     same_call(hf, lite, ["a b c", "d"], padding=True, max_length=2)  # transformers warns
     same_call(hf, lite, [["pre", "split"], ["words"]], is_split_into_words=True)
     same_call(hf, lite, ["a b c", "d"], return_tensors="pt")  # ragged: transformers' error
+    same_call(hf, lite, [])  # an empty batch: transformers' error
+    same_call(hf, lite, [], padding=True, return_tensors="pt")
 
 
 def test_pickled_and_copied_alike(minilm):

@@ -371,7 +371,7 @@ class BertTokenizerLite:
             return self._hf()(text, text_pair, **options)  # transformers' own error
         batched = isinstance(text, (list, tuple))
         if batched:
-            if isinstance(text_pair, str) or (text_pair is not None
+            if not text or isinstance(text_pair, str) or (text_pair is not None
                                               and len(text) != len(text_pair)):
                 return self._hf()(text, text_pair, **options)  # transformers' own error
             inputs = list(zip(text, text_pair, strict=True)) if text_pair is not None else text
