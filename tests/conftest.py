@@ -137,6 +137,7 @@ SLOW = {
     "test_asymmetry.py::test_merge_of_halves_equals_whole_and_streaming_matches",
     "test_bad_inputs.py::test_bad_input_is_one_line_error_before_loading_leaving_nothing",
     "test_bad_inputs.py::test_the_load_guard_bites",
+    "test_bert_tokenizer.py::test_analyze_of_minilm_imports_no_transformers",
     "test_bert_tokenizer.py::test_loaded_without_transformers",
     "test_checkpointing.py::test_a_cut_during_a_second_resume_still_resumes",
     "test_checkpointing.py::test_a_cut_pass_resumes_to_the_same_tables",

@@ -366,3 +366,20 @@ def test_pickled_and_copied_alike(minilm):
                        return_tensors="pt")),
              dict(clone(texts, padding=True, truncation=True, max_length=16,
                         return_tensors="pt")))
+
+
+def test_analyze_of_minilm_imports_no_transformers(tmp_path):
+    """`attnlens analyze` on MiniLM (tokenizer, model, null model, every section, example
+    pages) runs without importing transformers: ~1 s of its start-up (issue 29). A new use
+    of ``tokenizer.hf`` that the lite tokenizer does not answer would bring it back."""
+    out = tmp_path / "report"
+    code = ("import sys\nfrom attnlens.cli.app import main\n"
+            f"sys.argv = ['attnlens', 'analyze', '--out', {str(out)!r}, '--max-sentences', '6',"
+            " '--probe-sequences', '8', '--quiet']\n"
+            "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'transformers'))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (out / "index.html").is_file()
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout[-2000:]
