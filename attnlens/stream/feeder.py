@@ -28,6 +28,11 @@ from attnlens.stream.blocks import PatternBlock
 PATTERN_SUFFIX = "attn.hook_pattern"
 
 
+class ForwardFed(Exception):
+    """Raised by ``LayerFeeder.save`` (with ``stop_when_fed``) once every analyzer has what it
+    reads of the batch: the rest of the forward pass would feed nobody (the runner stops it)."""
+
+
 def is_pattern_name(name: str) -> bool:
     """``blocks.N.attn.hook_pattern`` (self-attention patterns, the names fed in blocks)."""
     return name.endswith(PATTERN_SUFFIX) and not name.endswith("cross_attn.hook_pattern")
@@ -37,7 +42,8 @@ class LayerFeeder:
     """Collects one batch's activations and hands each layer to the analyzers reading it."""
 
     def __init__(self, model: HookedTransformer, analyzers: Sequence[Analyzer],
-                 blocks: QueryBlocks | None = None) -> None:
+                 blocks: QueryBlocks | None = None, stop_when_fed: bool = False) -> None:
+        self.stop_when_fed = stop_when_fed  # save raises ForwardFed once nothing is missing
         self.blocks = blocks or getattr(model, "query_blocks", DEFAULT_BLOCKS)
         self.all_layerwise = [a for a in analyzers if a.layerwise]
         self.all_whole = [a for a in analyzers if not a.layerwise]
@@ -88,6 +94,15 @@ class LayerFeeder:
     @accepts_query_blocks
     def save(self, x: torch.Tensor, hook: HookPoint) -> None:
         self.save_as(hook.name, x, hook.query_block, hook.pattern_rows)
+        if self.stop_when_fed and self.fed:
+            raise ForwardFed
+
+    @property
+    def fed(self) -> bool:
+        """Whether every analyzer of this batch has all it reads: no layer pending, no
+        pattern half put together, every name a whole-batch analyzer reads stored."""
+        return (not any(self.pending) and not self.parts
+                and all(n in self.store for n in self.whole_names))
 
     def save_as(self, name: str, x: torch.Tensor, query: QueryBlock | None = None,
                 recompute=None) -> None:
