@@ -3,6 +3,7 @@ the residuals of one pass per variant and batch (the path before issue 29)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from attnlens.data.text import sample_sentences, text_batches
@@ -12,6 +13,8 @@ from attnlens.measures.collapse.variant_collapse import (
     VariantCollapse,
     cast_weights,
     length_buckets,
+    linear_ready,
+    run_all_variants,
     run_variant,
 )
 from attnlens.stream.base import Batch
@@ -83,8 +86,8 @@ def test_nothing_runs_before_the_sample_is_complete_then_once(monkeypatch):
     for batch in batches:
         batch.extra["corpus_size"] = 12
     calls = []
-    real = variant_collapse.run_variant
-    monkeypatch.setattr(variant_collapse, "run_variant",
+    real = variant_collapse.all_variant_depths
+    monkeypatch.setattr(variant_collapse, "all_variant_depths",
                         lambda *a, **k: calls.append(a[1]["input_ids"].shape) or real(*a, **k))
     analyzer = VariantCollapse.for_model(model, variants=["san"], per_batch=2, max_sentences=6)
     for batch in batches[:3]:
@@ -144,3 +147,70 @@ def test_minilm_report_sample_equals_one_pass_per_batch(minilm):
         analyzer.model_pass(model, batch)
     assert analyzer.sentences == 32
     assert_same(values_of(analyzer), per_batch_reference(model, batches, variants, None, 32))
+
+
+def per_bucket_reference(model, buckets, variants, weights):
+    """The residuals as ``_run_held`` made them before one call ran every variant: one
+    ``run_variant`` (its own ``functional_call``) per variant and bucket, each variant from
+    its own embedding and block 0, the weights as ``cast_weights`` gives them."""
+    out = {v: [] for v in variants}
+    for v in variants:
+        for _, inputs in buckets:
+            hidden = run_variant(model, inputs, v, weights)
+            out[v].append(torch.stack([depth_residuals(h, inputs["attention_mask"])
+                                       for h in hidden], dim=1))
+    return out
+
+
+def assert_bitwise(got: dict, want: dict) -> None:
+    assert got.keys() == want.keys()
+    for v in want:
+        assert len(got[v]) == len(want[v])
+        for g, w in zip(got[v], want[v], strict=True):
+            assert torch.equal(g, w), (v, float((g - w).abs().max()))
+
+
+@pytest.mark.parametrize("norm_position", ["post", "pre"])
+@pytest.mark.parametrize("dtype", [torch.float64, None])
+def test_all_variants_in_one_call_equal_one_call_per_variant_bitwise(norm_position, dtype):
+    """Sharing the embedding and block 0's attention between variants and holding the
+    weights in ``linear_ready``'s layout change no number: the same operations on the same
+    inputs (float64 and the model's own float32; post-norm, where every variant's block 0
+    attends from the embedding, and pre-norm, where only variants with the same norm switch
+    share it)."""
+    model = tiny_model(norm_position=norm_position)
+    buckets = length_buckets(tiny_batches(LENGTHS, seed=6, vocab=50), torch.device("cpu"))
+    variants = ["san", "san+skip", "san+mlp", "san+ln", "full"]
+    weights = None if dtype is None else cast_weights(model, dtype)
+    got = run_all_variants(model, buckets, variants, weights)
+    assert_bitwise(got, per_bucket_reference(model, buckets, variants, weights))
+    assert got["full"][0].dtype == torch.float64  # residuals in float64 either way
+
+
+def test_linear_ready_weights_are_the_forwards_layout_without_a_copy():
+    from einops import rearrange
+
+    model = tiny_model()
+    weights = cast_weights(model, torch.float64)
+    ready = linear_ready(model, weights)
+    for name in ("W_Q", "W_K", "W_V"):
+        key = f"model.blocks.1.attn.{name}"
+        assert torch.equal(ready[key], weights[key])  # the same tensor, stored otherwise
+        flat = rearrange(ready[key], "head d_in d -> (head d) d_in")
+        assert flat.is_contiguous() and flat.data_ptr() == ready[key].data_ptr()  # a view
+    key = "model.blocks.0.attn.W_O"
+    assert torch.equal(ready[key], weights[key])
+    flat = rearrange(ready[key], "head d_head_v d_out -> d_out (head d_head_v)")
+    assert flat.is_contiguous() and flat.data_ptr() == ready[key].data_ptr()
+
+
+def test_minilm_one_call_equals_one_call_per_variant_bitwise(minilm):
+    """MiniLM's report sample in its float64 buckets: the numbers the analyzer stored
+    before (one ``run_variant`` per variant and bucket), bit for bit."""
+    model, tokenizer = minilm
+    batches = text_batches(tokenizer, sample_sentences()[:24], batch_size=8, max_length=128)
+    buckets = length_buckets(batches, model.device)
+    variants = ["san", "san+skip", "san+mlp", "san+ln", "full"]
+    weights = cast_weights(model, torch.float64)
+    assert_bitwise(run_all_variants(model, buckets, variants, weights),
+                   per_bucket_reference(model, buckets, variants, weights))
