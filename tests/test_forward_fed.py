@@ -191,3 +191,51 @@ def test_minilm_probe_runs_stopped_equal_the_whole_forwards(minilm, monkeypatch)
     assert facts == whole_facts and facts["long_probes"] == 1
     for a, b in zip(stopped, whole, strict=True):
         states_equal(a, b)
+
+
+class _StreamingAsBefore:
+    """``StreamingError.update_block`` as it was before its restriction was kept per batch
+    (a boolean mask made in every layer and multiplied in): the reference."""
+
+    @staticmethod
+    def update_block(self, batch, layer, block, cache) -> None:
+        from attnlens.measures.linear.linear_attention import per_query_head
+        from attnlens.measures.lm_heads.streaming import restriction
+        from attnlens.measures.sparse.sparse import squared_row_error
+
+        if self._skip:
+            return
+        p = block.p
+        values = per_query_head(cache["v", layer].float(), p.shape[1]).contiguous()
+        keep = restriction(self._real, self.sink_tokens, self.window, self.causal,
+                           block.positions)[:, None]
+        kept = p * keep
+        full = p @ values
+        weight = block.query_rows(self._real)[:, None, :, None].to(full.dtype)
+        squared = squared_row_error(full, kept @ values, kept.sum(-1), weight).double()
+        full_w = full * weight
+        norms = (full_w * full_w).sum(dim=(-2, -1)).double()
+        if block.start == 0:
+            self._squared, self._norms = squared, norms
+        else:
+            self._squared, self._norms = self._squared + squared, self._norms + norms
+
+
+@pytest.mark.parametrize("rows", [None, 3])
+def test_streaming_restriction_kept_per_batch_equals_the_boolean_mask(model, rows):
+    from attnlens.measures.lm_heads.streaming import StreamingError
+
+    class Before(StreamingError):
+        update_block = _StreamingAsBefore.update_block
+
+    make_data = CASES["streaming"][2]
+    model.set_query_blocks(QueryBlocks(rows=rows))
+    try:
+        now, before = (cls.for_model(model, sink_tokens=1, window=3)
+                       for cls in (StreamingError, Before))
+        run_analyzers(model, make_data(), [now], show_progress=False)
+        run_analyzers(model, make_data(), [before], show_progress=False)
+    finally:
+        model.set_query_blocks(QueryBlocks())
+    assert now.sentences > 0
+    states_equal(now, before)
