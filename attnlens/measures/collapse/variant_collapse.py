@@ -13,8 +13,9 @@ and batch (the same sentences, padded otherwise: equal within float64 rounding).
 
 The held sentences run in one ``functional_call`` (``all_variant_depths`` for every bucket):
 the variants share the embedding, its residuals and block 0's attention (the same operations
-on the same inputs), and the float64 attention weights are stored in the layout the forward
-reads (``linear_ready``), so no pass copies them again: the same numbers, bit for bit, as
+on the same inputs), and the float64 query, key and value weights are stored in the layout
+the forward reads (``linear_ready``), so no pass copies them again: the same numbers, bit for
+bit, as
 one ``run_variant`` per variant and bucket.
 """
 
@@ -201,10 +202,12 @@ def cast_weights(model: HookedTransformer, dtype: torch.dtype) -> dict[str, torc
 
 def linear_ready(model: HookedTransformer, weights: dict[str, torch.Tensor]
                  ) -> dict[str, torch.Tensor]:
-    """``weights`` (``cast_weights``) with every attention's ``W_Q``, ``W_K``, ``W_V`` and
-    ``W_O`` held as a view of a contiguous copy in the layout ``F.linear`` reads (``[head *
-    d, d_in]`` and ``[d_out, head * d_v]``): the forward's rearrangement of each is then a
-    view, not a copy per call, and ``F.linear`` gets the same contiguous numbers."""
+    """``weights`` (``cast_weights``) with every attention's ``W_Q``, ``W_K`` and ``W_V``
+    held as a view of a contiguous copy in the layout ``F.linear`` reads (``[head * d,
+    d_in]``): the forward's rearrangement of each is then a view, not a copy per call, and
+    ``F.linear`` gets the same contiguous numbers. ``W_O`` is left as it is: its
+    rearrangement is a view already (``[d_out, head * d_v]`` with strides ``(1, d_out)``),
+    and a contiguous copy would take another matrix-product path (other roundings)."""
     ready = dict(weights)
     for prefix, module in model.named_modules():
         if not isinstance(module, MultiHeadAttention):
@@ -215,12 +218,6 @@ def linear_ready(model: HookedTransformer, weights: dict[str, torch.Tensor]
             heads, d_in, d = w.shape
             base = w.permute(0, 2, 1).reshape(heads * d, d_in).contiguous()  # [(head d), d_in]
             ready[key] = base.view(heads, d, d_in).permute(0, 2, 1)
-        key = f"model.{prefix}.W_O"
-        if module.W_O is not None:
-            w = ready[key]  # [head, d_v, d_out]
-            heads, d_v, d_out = w.shape
-            base = w.permute(2, 0, 1).reshape(d_out, heads * d_v).contiguous()
-            ready[key] = base.view(d_out, heads, d_v).permute(1, 2, 0)
     return ready
 
 
