@@ -15,8 +15,7 @@ The held sentences run in one ``functional_call`` (``all_variant_depths`` for ev
 the variants share the embedding, its residuals and block 0's attention (the same operations
 on the same inputs), and the float64 query, key and value weights are stored in the layout
 the forward reads (``linear_ready``), so no pass copies them again: the same numbers, bit for
-bit, as
-one ``run_variant`` per variant and bucket.
+bit, as one ``run_variant`` per variant and bucket.
 """
 
 from __future__ import annotations
