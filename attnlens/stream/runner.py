@@ -20,6 +20,7 @@ from attnlens.model.transformer import HookedTransformer
 from attnlens.progress import progress_bar
 from attnlens.stream.base import Analyzer
 from attnlens.stream.feeder import LayerFeeder
+from attnlens.stream.threads import analyzer_threads_setting
 
 
 @torch.no_grad()
@@ -30,8 +31,12 @@ def run_analyzers(
     total: int | None = None,
     show_progress: bool = True,
     description: str = "analysing",
+    analyzer_threads: int | None = None,
 ) -> Sequence[Analyzer]:
     """Run ``model`` over ``batches`` once, feeding every analyzer what it reads.
+
+    ``analyzer_threads``: the analyzers' intra-op threads (``stream.threads``; None: from
+    ``ATTNLENS_ANALYZER_THREADS``, 0: as many as the forward).
 
     On an encoder-decoder model every analyzer must name its ``attention`` type; it then
     reads that type as a plain stack (``stream.attention_types``).
@@ -40,7 +45,9 @@ def run_analyzers(
         from attnlens.stream.attention_types import run_by_attention
 
         return run_by_attention(model, batches, analyzers, total, show_progress, description)
-    feeder = LayerFeeder(model, analyzers)
+    if analyzer_threads is None:
+        analyzer_threads = analyzer_threads_setting()
+    feeder = LayerFeeder(model, analyzers, threads=analyzer_threads or None)
     hooks = [(name, feeder.save) for name in feeder.names]
     own_passes = [a for a in analyzers if a.needs_model_pass]
     with progress_bar(description, total=total, enabled=show_progress) as advance:
