@@ -12,7 +12,12 @@ from attnlens.errors import ConfigError
 from attnlens.report.analyze import default_sections
 from attnlens.stream.base import Analyzer
 from attnlens.stream.runner import run_analyzers
-from attnlens.stream.threads import ENV, analyzer_threads_setting, limited_threads
+from attnlens.stream.threads import (
+    DEFAULT_ANALYZER_THREADS,
+    ENV,
+    analyzer_threads_setting,
+    limited_threads,
+)
 
 
 @pytest.fixture
@@ -39,7 +44,8 @@ def test_limited_threads_sets_restores_and_nests(two_threads):
     assert torch.get_num_threads() == 2
 
 
-@pytest.mark.parametrize(("text", "expected"), [("", None), (" ", None), ("0", None),
+@pytest.mark.parametrize(("text", "expected"), [("", DEFAULT_ANALYZER_THREADS),
+                                                (" ", DEFAULT_ANALYZER_THREADS), ("0", None),
                                                 ("1", 1), (" 2 ", 2)])
 def test_setting_from_the_environment(monkeypatch, text, expected):
     monkeypatch.setenv(ENV, text)
@@ -48,7 +54,7 @@ def test_setting_from_the_environment(monkeypatch, text, expected):
 
 def test_setting_unset(monkeypatch):
     monkeypatch.delenv(ENV, raising=False)
-    assert analyzer_threads_setting() is None
+    assert analyzer_threads_setting() == DEFAULT_ANALYZER_THREADS
 
 
 @pytest.mark.parametrize("text", ["one", "-1", "1.5"])
@@ -91,7 +97,7 @@ def batches(minilm):
 
 
 @pytest.mark.parametrize(("limit", "env", "expected"), [(1, None, 1), (0, None, 2),
-                                                         (None, "1", 1), (None, None, 2),
+                                                         (None, "1", 1), (None, "0", 2),
                                                          (0, "1", 2)])
 def test_feeder_runs_analyzers_at_the_limit_and_the_forward_at_its_own(
         minilm, batches, two_threads, monkeypatch, limit, env, expected):
