@@ -160,3 +160,31 @@ def test_states_at_one_thread_match_the_forwards_threads(minilm, batches, two_th
                       analyzer_threads=threads)
         states.append([a.state_dict()["state"] for a in analyzers])
     assert largest_difference(*states) == 0.0
+
+
+def test_encoder_decoder_feeders_run_at_the_limit(tmp_path, two_threads, monkeypatch):
+    """``run_analyzers`` on an encoder-decoder model (one feeder per attention type,
+    ``stream.attention_types``) applies the limit too."""
+    from attnlens.data.text import sample_sentences, text_batches
+    from attnlens.loaders import load
+    from attnlens.model.encoder_decoder import ATTENTION_TYPES
+    from attnlens.stream.attention_view import AttentionView
+    from tests.seq2seq_utils import tiny_bart_with_tokenizer
+
+    monkeypatch.delenv(ENV, raising=False)
+    tiny_bart_with_tokenizer(tmp_path, sorted({w for s in sample_sentences()[:4]
+                                               for w in s.split()}))
+    model, tokenizer = load(tmp_path)
+    batches = text_batches(tokenizer, sample_sentences()[:4], batch_size=2)
+    analyzers = []
+    for attention in ATTENTION_TYPES:
+        analyzer = ThreadsSeen()
+        analyzer.attention = attention
+        view = AttentionView(model, attention)
+        analyzer.hook_names = lambda _model, view=view: [
+            f"blocks.{i}.attn.hook_pattern" for i in range(view.cfg.n_layers)]
+        analyzers.append(analyzer)
+    run_analyzers(model, batches, analyzers, show_progress=False, analyzer_threads=1)
+    for analyzer in analyzers:
+        assert analyzer.seen and {threads for _, threads in analyzer.seen} == {1}
+    assert torch.get_num_threads() == 2

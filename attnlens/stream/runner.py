@@ -41,12 +41,13 @@ def run_analyzers(
     On an encoder-decoder model every analyzer must name its ``attention`` type; it then
     reads that type as a plain stack (``stream.attention_types``).
     """
+    if analyzer_threads is None:
+        analyzer_threads = analyzer_threads_setting()
     if has_several_attention_types(model):
         from attnlens.stream.attention_types import run_by_attention
 
-        return run_by_attention(model, batches, analyzers, total, show_progress, description)
-    if analyzer_threads is None:
-        analyzer_threads = analyzer_threads_setting()
+        return run_by_attention(model, batches, analyzers, total, show_progress, description,
+                                analyzer_threads or None)
     feeder = LayerFeeder(model, analyzers, threads=analyzer_threads or None)
     hooks = [(name, feeder.save) for name in feeder.names]
     own_passes = [a for a in analyzers if a.needs_model_pass]
