@@ -23,26 +23,7 @@ import torch
 
 from attnlens.hooks import QueryBlock
 
-__all__ = ["PatternBlock", "QueryBlock", "at_every_head", "flat_index", "max_along"]
-
-# ``amax`` along a dim of at most this many entries is slower than halving (rows30/rows31:
-# ATen's max reduction is slow on short, odd-sized rows: 0.89 ms against 0.52 ms on
-# [64, 12, 27, 27] along -1, 0.84 against 0.29 along -2; from 40 entries on amax wins)
-HALVING_UP_TO = 32
-
-
-def max_along(x: torch.Tensor, dim: int) -> torch.Tensor:
-    """``x.amax(dim)``: the same values (a maximum is exact in any order, and NaN wins in
-    both), by halving a short dim: ``maximum`` of its two halves (overlapping by one entry
-    when odd) until one entry is left."""
-    n = x.shape[dim]
-    if n > HALVING_UP_TO or n < 2 or not x.is_floating_point():
-        return x.amax(dim)
-    while n > 1:
-        half = (n + 1) // 2
-        x = torch.maximum(x.narrow(dim, 0, half), x.narrow(dim, n - half, half))
-        n = half
-    return x.squeeze(dim)
+__all__ = ["PatternBlock", "QueryBlock", "at_every_head", "flat_index"]
 
 
 class PatternBlock:
@@ -130,7 +111,7 @@ class PatternBlock:
     @cached_property
     def row_max(self) -> torch.Tensor:
         """``[batch, head, rows]`` each row's largest weight."""
-        return max_along(self.p, -1)
+        return self.p.amax(-1)
 
     @cached_property
     def is_max(self) -> torch.Tensor:

@@ -41,7 +41,7 @@ from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
 from attnlens.stats.bootstrap import Inference, estimate_shares, pooled, threshold_tests
 from attnlens.stream.base import Batch, PatternBlock
-from attnlens.stream.blocks import flat_index, max_along
+from attnlens.stream.blocks import flat_index
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
 
@@ -179,7 +179,7 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
         if self.rare_self == "exclude":
             w = w.clone()
             w.diagonal(offset=wr.first, dim1=-2, dim2=-1).fill_(-1.0)  # never picks itself
-        row_max = max_along(w, -1)  # [batch, head, query_word]
+        row_max = w.amax(-1)  # [batch, head, query_word]
         is_max = w >= row_max[..., None]  # == the row's maximum (none exceeds it); cheaper
         # padding words hold exactly 0: they tie only with a zero maximum; uncount them
         # (int32 counts: a bool sum's default int64 copies the whole tensor first)

@@ -37,7 +37,7 @@ from attnlens.measures.heads.syntactic_arcs import (
 from attnlens.measures.heads.syntactic_tables import syntactic_tables
 from attnlens.stats.bootstrap import Inference
 from attnlens.stream.base import Batch, PatternBlock
-from attnlens.stream.blocks import flat_index, max_along
+from attnlens.stream.blocks import flat_index
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
 
@@ -140,7 +140,7 @@ class SyntacticHeads(PerSentenceRows, HeadPatternAnalyzer):
         cells, rows, here, n_padding = self._places(wr, block.is_whole)
         masked = w.clone()
         masked.diagonal(offset=wr.first, dim1=-2, dim2=-1).fill_(-1.0)  # never picks itself
-        top_row = max_along(masked, -1)[..., None]  # [batch, head, query_word, 1]
+        top_row = masked.amax(-1, keepdim=True)  # [batch, head, query_word, 1]
         row_max = masked >= top_row  # maxima of each query's row (== the maximum; cheaper)
         # padding words hold exactly 0: they tie only with a zero maximum; uncount them
         # (int32 counts: a bool sum's default int64 copies the whole tensor first)
@@ -155,7 +155,7 @@ class SyntacticHeads(PerSentenceRows, HeadPatternAnalyzer):
         # columns (Clark's code): the largest weight each key word gets from a completed row
         arc_value = masked.view(-1)[cells[n_arcs:]] * here[n_arcs:]  # [arc, head] head -> dep
         masked.masked_fill_(~wr.done[:, None, :, None], -2.0)  # rows not done never win
-        block_top = max_along(masked, -2)  # [batch, head, key_word]
+        block_top = masked.amax(-2)  # [batch, head, key_word]
         block_count = (masked >= block_top[..., None, :]).sum(-2, dtype=torch.int32)
         if block.is_whole:  # the layer's columns at once: nothing to carry to a next block
             self._col_top, self._col_count, self._arc_value = block_top, block_count, arc_value
