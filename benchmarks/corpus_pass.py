@@ -35,6 +35,8 @@ Default corpus: UD EWT dev (``../shared/data``), else the embedded sample treeba
 setting). ``--spectrum-sentences N`` sets `analyze`'s option of that name (the spectrum's
 exact singular values over N sentences evenly spaced by corpus index; 0: every one) for the
 pass, the floor and the command alike; by default its default (256).
+``--analyzer-threads N`` runs the analyzers at N intra-op threads (the forward keeps
+``--threads``; ``stream.threads``), in the pass and in the command.
 ``--profile`` prints cProfile's top functions of the corpus pass. ``--cpu`` times
 with the process's CPU time instead of wall time (less sensitive to other work on a shared
 machine; the command's fixed costs stay wall time).
@@ -295,6 +297,9 @@ def main() -> None:
                         help="bare forward and corpus pass: best of N")
     parser.add_argument("--spectrum-sentences", type=int, default=None,
                         help="the spectrum's sample, as analyze's option (default: its default)")
+    parser.add_argument("--analyzer-threads", type=int, default=None,
+                        help="the analyzers' intra-op threads, for the pass and the command "
+                             "(ATTNLENS_ANALYZER_THREADS; 0: as many as the forward)")
     parser.add_argument("--skip-command", action="store_true")
     parser.add_argument("--skip-floor", action="store_true")
     parser.add_argument("--profile", action="store_true")
@@ -306,6 +311,8 @@ def main() -> None:
     sys.stdout.reconfigure(line_buffering=True)  # each figure as it comes, also into a file
     torch.set_num_threads(args.threads)
     SPECTRUM_SENTENCES[0] = args.spectrum_sentences
+    if args.analyzer_threads is not None:  # read by run_analyzers, here and in the command
+        os.environ["ATTNLENS_ANALYZER_THREADS"] = str(args.analyzer_threads)
     if args.cpu:
         global CLOCK
         CLOCK = time.process_time
@@ -322,7 +329,8 @@ def main() -> None:
     print(f"corpus: {treebank or 'embedded sample treebank'}: {n} sentences, {len(batches)} "
           f"batches of at most {args.batch_size} sentences and "
           f"{args.batch_tokens or 'any number of'} tokens, max length {max_length}, padding "
-          f"{1 - tokens / slots:.1%}, {args.threads} threads")
+          f"{1 - tokens / slots:.1%}, {args.threads} threads, analyzers at "
+          f"{os.environ.get('ATTNLENS_ANALYZER_THREADS') or 'the same'} threads")
     print(f"clock: {'CPU time of this process' if args.cpu else 'wall time'}")
     hf = load_hf_eager(model.cfg.source["path"])
     bare_forward(hf, batches[0])  # warm-up

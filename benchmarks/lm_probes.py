@@ -90,8 +90,9 @@ def main() -> None:
 
     runs = {name: {"HF eager": lambda b=batches: [bare_forward(hf, x) for x in b],
                    "attnlens bare": lambda b=batches: attnlens_bare(b),
-                   "probes": lambda b=batches, m=make: run_analyzers(model, b, [m()],
-                                                                     show_progress=False)}
+                   # as LmHeads._synthetic runs them
+                   "probes": lambda b=batches, m=make: run_analyzers(
+                       model, b, [m()], show_progress=False, stop_when_fed=True)}
             for name, (batches, make) in sets.items()}
 
     def compute() -> None:

@@ -12,7 +12,7 @@ load; each analyzer's seconds in its feeding methods are printed for both, with 
 difference between their states (``state_dict``) field by field.
 
     python benchmarks/rows_pass.py --before /work/main [--sentences 400] [--cpu]
-        [--batch-size 16] [--profile]
+        [--batch-size 16] [--batch-tokens 0] [--profile]
 """
 
 from __future__ import annotations
@@ -125,6 +125,8 @@ def main() -> None:
     parser.add_argument("--before", type=Path, required=True)
     parser.add_argument("--sentences", type=int, default=400)
     parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--batch-tokens", type=int, default=0,
+                        help="padded tokens per batch, as analyze's --batch-tokens (0: none)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--cpu", action="store_true", help="process CPU time")
     parser.add_argument("--profile", action="store_true", help="cProfile of the new version")
@@ -140,7 +142,7 @@ def main() -> None:
     old_package = before_package(args.before, scratch)
     model, tokenizer = attnlens.load()
     batches, _ = load_batches(tokenizer, model, SHARED_UD if SHARED_UD.is_file() else None,
-                              args.sentences, args.batch_size)
+                              args.sentences, args.batch_size, args.batch_tokens)
     names = lambda n: n.endswith("attn.hook_pattern") or n.endswith("attn.hook_v")  # noqa: E731
     caches = []
     with torch.no_grad():
@@ -171,7 +173,8 @@ def main() -> None:
                 if profiler is not None and j == 1:
                     profiler.disable()
     n = sum(b.size for b in batches)
-    print(f"{n} sentences, {len(batches)} batches of {args.batch_size}, "
+    print(f"{n} sentences, {len(batches)} batches of at most {args.batch_size} sentences "
+          f"and {args.batch_tokens or 'any number of'} tokens, "
           f"{'CPU' if args.cpu else 'wall'} time, {args.threads} threads")
     print(f"{'analyzer':20s} {'before':>8s} {'now':>8s} {'speed-up':>9s}  largest state "
           "difference")

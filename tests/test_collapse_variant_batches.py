@@ -3,6 +3,7 @@ the residuals of one pass per variant and batch (the path before issue 29)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from attnlens.data.text import sample_sentences, text_batches
@@ -12,6 +13,8 @@ from attnlens.measures.collapse.variant_collapse import (
     VariantCollapse,
     cast_weights,
     length_buckets,
+    linear_ready,
+    run_all_variants,
     run_variant,
 )
 from attnlens.stream.base import Batch
@@ -83,8 +86,8 @@ def test_nothing_runs_before_the_sample_is_complete_then_once(monkeypatch):
     for batch in batches:
         batch.extra["corpus_size"] = 12
     calls = []
-    real = variant_collapse.run_variant
-    monkeypatch.setattr(variant_collapse, "run_variant",
+    real = variant_collapse.all_variant_depths
+    monkeypatch.setattr(variant_collapse, "all_variant_depths",
                         lambda *a, **k: calls.append(a[1]["input_ids"].shape) or real(*a, **k))
     analyzer = VariantCollapse.for_model(model, variants=["san"], per_batch=2, max_sentences=6)
     for batch in batches[:3]:
@@ -144,3 +147,91 @@ def test_minilm_report_sample_equals_one_pass_per_batch(minilm):
         analyzer.model_pass(model, batch)
     assert analyzer.sentences == 32
     assert_same(values_of(analyzer), per_batch_reference(model, batches, variants, None, 32))
+
+
+def per_bucket_reference(model, buckets, variants, weights):
+    """The residuals as ``_run_held`` made them before one call ran every variant: one
+    ``run_variant`` (its own ``functional_call``) per variant and bucket, each variant from
+    its own embedding and block 0, the weights as ``cast_weights`` gives them."""
+    out = {v: [] for v in variants}
+    for v in variants:
+        for _, inputs in buckets:
+            hidden = run_variant(model, inputs, v, weights)
+            out[v].append(torch.stack([depth_residuals(h, inputs["attention_mask"])
+                                       for h in hidden], dim=1))
+    return out
+
+
+def assert_bitwise(got: dict, want: dict) -> None:
+    assert got.keys() == want.keys()
+    for v in want:
+        assert len(got[v]) == len(want[v])
+        for g, w in zip(got[v], want[v], strict=True):
+            assert torch.equal(g, w), (v, float((g - w).abs().max()))
+
+
+@pytest.mark.parametrize("norm_position", ["post", "pre"])
+@pytest.mark.parametrize("dtype", [torch.float64, None])
+def test_all_variants_in_one_call_equal_one_call_per_variant_bitwise(norm_position, dtype):
+    """Sharing the embedding and block 0's attention between variants and holding the
+    weights in ``linear_ready``'s layout change no number: the same operations on the same
+    inputs (float64 and the model's own float32; post-norm, where every variant's block 0
+    attends from the embedding, and pre-norm, where only variants with the same norm switch
+    share it)."""
+    model = tiny_model(norm_position=norm_position)
+    buckets = length_buckets(tiny_batches(LENGTHS, seed=6, vocab=50), torch.device("cpu"))
+    variants = ["san", "san+skip", "san+mlp", "san+ln", "full"]
+    weights = None if dtype is None else cast_weights(model, dtype)
+    got = run_all_variants(model, buckets, variants, weights)
+    assert_bitwise(got, per_bucket_reference(model, buckets, variants, weights))
+    assert got["full"][0].dtype == torch.float64  # residuals in float64 either way
+
+
+def test_linear_ready_weights_are_the_forwards_layout_without_a_copy():
+    from einops import rearrange
+
+    model = tiny_model()
+    weights = cast_weights(model, torch.float64)
+    ready = linear_ready(model, weights)
+    for name in ("W_Q", "W_K", "W_V"):
+        key = f"model.blocks.1.attn.{name}"
+        assert torch.equal(ready[key], weights[key])  # the same tensor, stored otherwise
+        flat = rearrange(ready[key], "head d_in d -> (head d) d_in")
+        assert flat.is_contiguous() and flat.data_ptr() == ready[key].data_ptr()  # a view
+    # W_O's rearrangement is a view already, in the transposed layout [d_out, head * d_v]
+    # with strides (1, d_out): kept as it is, since a contiguous copy takes another product
+    # path in F.linear (it rounded otherwise at two threads on the EWT sample's 5 x 7 bucket)
+    key = "model.blocks.0.attn.W_O"
+    assert ready[key] is weights[key]
+    flat = rearrange(ready[key], "head d_head_v d_out -> d_out (head d_head_v)")
+    assert flat.stride() == (1, flat.shape[0]) and flat.data_ptr() == ready[key].data_ptr()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_minilm_one_call_equals_one_call_per_variant_bitwise(minilm, threads):
+    """MiniLM in float64 on buckets of the EWT report sample's shapes (5 x 7, 10 x 15, 9 x 31,
+    8 x 56; random tokens, some padding), at one and two threads (the command's): the
+    numbers the analyzer stored before (one ``run_variant`` per variant and bucket), bit for
+    bit. (Two threads on the 5 x 7 bucket caught a contiguous copy of ``W_O``.)"""
+    model, _ = minilm
+    generator = torch.Generator().manual_seed(0)
+    batches = []
+    for size, width, shortest in [(5, 7, 2), (10, 15, 9), (9, 31, 17), (8, 56, 33)]:
+        ids = torch.randint(1000, 20000, (size, width), generator=generator)
+        lengths = torch.randint(shortest, width + 1, (size,), generator=generator)
+        lengths[0] = width
+        mask = (torch.arange(width)[None] < lengths[:, None]).long()
+        batches.append(Batch(input_ids=ids * mask, attention_mask=mask,
+                             token_type_ids=torch.zeros_like(ids)))
+    buckets = length_buckets(batches, model.device)
+    assert [tuple(inputs["input_ids"].shape) for _, inputs in buckets] == [
+        (5, 7), (10, 15), (9, 31), (8, 56)]
+    variants = ["san", "san+skip", "san+mlp", "san+ln", "full"]
+    weights = cast_weights(model, torch.float64)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        assert_bitwise(run_all_variants(model, buckets, variants, weights),
+                       per_bucket_reference(model, buckets, variants, weights))
+    finally:
+        torch.set_num_threads(before)

@@ -256,3 +256,59 @@ def test_the_null_of_a_bert_does_not_import_transformers_modeling_code(
                           timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("drop", [(), ("pad_token_id", "initializer_range", "type_vocab_size",
+                                       "max_position_embeddings", "vocab_size")])
+@pytest.mark.parametrize("settings", [
+    {},
+    {"pad_token_id": None, "initializer_range": 0.05, "type_vocab_size": 1},
+    {"hidden_size": 48, "num_attention_heads": 3, "intermediate_size": 40,
+     "max_position_embeddings": 20, "pad_token_id": 5, "initializer_range": 0.0},
+])
+def test_config_from_json_reads_what_bert_config_reads(tmp_path: Path, settings: dict,
+                                                       drop: tuple) -> None:
+    """config.json read without transformers gives BertConfig's values (defaults included)
+    for every field bert_state_dict reads, and so the same weights."""
+    import json
+
+    from transformers import AutoConfig, BertConfig
+
+    from attnlens.loaders.bert_init import CONFIG_DEFAULTS, bert_state_dict, config_from_json
+
+    BertConfig(vocab_size=vocab_size(), **{**TINY, **settings}).save_pretrained(str(tmp_path))
+    data = json.loads((tmp_path / "config.json").read_text(encoding="utf-8"))
+    for key in drop:
+        data.pop(key, None)
+    (tmp_path / "config.json").write_text(json.dumps(data), encoding="utf-8")
+    expected = AutoConfig.from_pretrained(str(tmp_path), local_files_only=True)
+    got = config_from_json(data)
+    for key in ("model_type", *CONFIG_DEFAULTS):
+        assert getattr(got, key) == getattr(expected, key), key
+    a, b = bert_state_dict(expected, 2), bert_state_dict(got, 2)
+    assert all(torch.equal(a[k], b[k]) for k in a) and list(a) == list(b)
+
+
+def test_config_from_json_leaves_unusual_values_to_transformers() -> None:
+    from attnlens.loaders.bert_init import config_from_json
+
+    assert config_from_json({"model_type": "roberta"}) is None
+    assert config_from_json({"model_type": "bert", "hidden_size": 384.0}) is None
+    assert config_from_json({"model_type": "bert", "pad_token_id": "0"}) is None
+    assert config_from_json({"model_type": "bert", "add_cross_attention": 1}) is None
+    assert config_from_json({"model_type": "bert", "initializer_range": 1}) is None
+    assert config_from_json({"model_type": "bert"}).hidden_size == 768
+
+
+def test_the_null_of_minilm_imports_no_transformers() -> None:
+    """MiniLM's null model (BertModel's draws from its config.json) and its tokenizer load
+    without importing transformers (before: AutoConfig imported it, ~1 s)."""
+    code = ("import sys; import attnlens; "
+            "from attnlens.loaders.random_init import random_init_copy; "
+            "model, _ = attnlens.load(); null = random_init_copy(model, 0); "
+            "assert 'reproduced draw for draw' in null.describe, null.describe; "
+            "print([m for m in sys.modules if m.split('.')[0] == 'transformers'])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

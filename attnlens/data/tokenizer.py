@@ -91,6 +91,11 @@ class Tokenizer:
                 f"{folder} has no tokenizer files ({', '.join(TOKENIZER_FILES[:4])}, ...); "
                 "copy the tokenizer into it, or use attnlens.load_model() for the model alone."
             )
+        from attnlens.data.bert_tokenizer import load_bert_tokenizer
+
+        lite = load_bert_tokenizer(folder) if folder.is_dir() else None
+        if lite is not None:  # transformers' own BertTokenizer, without importing transformers
+            return cls(lite)
         from transformers import AutoTokenizer
 
         try:

@@ -103,28 +103,42 @@ def assignment_matrix(word_ids: torch.Tensor, n_words: int) -> torch.Tensor:
     return (word_ids[:, None, :] == words[None, :, None]).to(torch.float32)
 
 
+def word_pooling(word_ids: torch.Tensor, n_words: int, n_heads: int
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What pools a batch's tokens into words, the same for each of its layers with
+    ``n_heads`` heads: (``A [batch, word, pos]``, ``valid [batch, word]``, ``A_mean [batch,
+    head, word, pos]``: ``A``'s rows divided by the word's tokens, repeated per head and
+    contiguous, as ``A_mean[:, None] @ P`` would copy it at every call)."""
+    assign = assignment_matrix(word_ids, n_words)  # [batch, word, pos]
+    tokens_per_word = assign.sum(-1)  # [batch, word]
+    valid = tokens_per_word > 0
+    from_mean = assign / tokens_per_word.clamp_min(1)[..., None]  # [batch, word, pos]
+    return assign, valid, from_mean[:, None].expand(-1, n_heads, -1, -1).contiguous()
+
+
 def word_attention(
     pattern: torch.Tensor,
     word_ids: torch.Tensor,
     special_mask: torch.Tensor | None = None,
     n_words: int | None = None,
+    pooling: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> WordAttention:
     """Aggregate a token pattern ``[batch, head, query_pos, key_pos]`` to words.
 
     ``word_ids [batch, pos]`` gives each token's word (-1: special, padding or a word cut by
     truncation). ``special_mask [batch, pos]`` marks the special tokens whose total weight is
-    returned as ``to_special``.
+    returned as ``to_special``. ``pooling``: ``word_pooling`` of the same batch, words and
+    heads, when already made (``WordAttentionContext`` makes it once per batch).
     """
     if n_words is None:
         n_words = int(word_ids.max().item()) + 1 if word_ids.numel() else 0
     n_words = max(n_words, 0)
-    assign = assignment_matrix(word_ids, n_words)  # [batch, word, pos]
-    tokens_per_word = assign.sum(-1)  # [batch, word]
-    valid = tokens_per_word > 0
-    from_mean = assign / tokens_per_word.clamp_min(1)[..., None]  # [batch, word, pos]
+    if pooling is None:
+        pooling = word_pooling(word_ids, n_words, pattern.shape[1])
+    assign, valid, from_mean = pooling  # from_mean: [batch, head, word, pos]
     p = pattern.to(torch.float32)
     # rows: mean over a word's tokens; columns: sum over a word's tokens
-    rows = from_mean[:, None] @ p  # [batch, head, query_word, key_pos]
+    rows = from_mean @ p  # [batch, head, query_word, key_pos]
     # columns: one product per sentence of its heads' rows stacked ([head * word, key_pos]),
     # not assign broadcast over the heads (a copy of it per head)
     n_batch, n_heads, _, n_keys = rows.shape
@@ -152,6 +166,8 @@ class WordAttentionContext:
         """Forget the remembered layer (analyzers call this at the end of each batch)."""
         self._key: tuple | None = None
         self._value: WordAttention | None = None
+        self._pooling_key: tuple | None = None  # (batch, heads, words) of ``_pooling``
+        self._pooling: tuple[torch.Tensor, ...] | None = None
         self._rows_key: tuple | None = None
         self._rows_value: WordRows | None = None
         self._layout: _WordLayout | None = None
@@ -163,8 +179,18 @@ class WordAttentionContext:
             batch_ref, pattern_ref, known_layer = self._key
             if batch_ref() is batch and pattern_ref() is pattern and known_layer == layer:
                 return self._value
-        n_words = max(batch.extra["n_words"]) if batch.extra.get("n_words") else None
-        value = word_attention(pattern, batch.word_ids, batch.special_mask, n_words=n_words)
+        n_heads = pattern.shape[1]
+        known = self._pooling_key  # once per batch and head count (weak: batch identity)
+        if known is None or known[0]() is not batch or known[1] != n_heads:
+            n_words = max(batch.extra["n_words"]) if batch.extra.get("n_words") else None
+            if n_words is None:  # (a host read, once per batch)
+                n_words = int(batch.word_ids.max().item()) + 1 if batch.word_ids.numel() else 0
+            n_words = max(n_words, 0)
+            self._pooling_key = (weakref.ref(batch), n_heads, n_words)
+            self._pooling = word_pooling(batch.word_ids, n_words, n_heads)
+        n_words = self._pooling_key[2]
+        value = word_attention(pattern, batch.word_ids, batch.special_mask, n_words=n_words,
+                               pooling=self._pooling)
         self._key = (weakref.ref(batch), weakref.ref(pattern), layer)
         self._value = value
         return value

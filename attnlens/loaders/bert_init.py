@@ -14,10 +14,40 @@ modeling stack behind it (seconds of a report's null pass).
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import torch
 
 ARCHITECTURES = ("BertModel",)  # the classes bert_state_dict reproduces
+
+
+# The BertConfig fields bert_state_dict and covers read, with transformers 5's defaults
+# (models/bert/configuration_bert.py; add_cross_attention from PretrainedConfig).
+CONFIG_DEFAULTS = {"vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12,
+                   "intermediate_size": 3072, "max_position_embeddings": 512,
+                   "type_vocab_size": 2, "initializer_range": 0.02, "pad_token_id": 0,
+                   "add_cross_attention": False}
+_COUNTS = ("vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size",
+           "max_position_embeddings", "type_vocab_size")
+
+
+def config_from_json(hf: dict) -> SimpleNamespace | None:
+    """The fields of ``BertConfig.from_pretrained`` that ``bert_state_dict`` reads, taken
+    from config.json's dict without importing transformers (its import alone is ~1 s); None
+    where a value is not of the plain type transformers keeps as it is (then AutoConfig
+    reads the file)."""
+    if hf.get("model_type") != "bert":
+        return None
+    values = {key: hf.get(key, default) for key, default in CONFIG_DEFAULTS.items()}
+    if not all(type(values[key]) is int and values[key] >= 0 for key in _COUNTS):
+        return None
+    if type(values["add_cross_attention"]) is not bool:
+        return None
+    if values["pad_token_id"] is not None and type(values["pad_token_id"]) is not int:
+        return None
+    if type(values["initializer_range"]) is not float:  # BertConfig refuses an int
+        return None
+    return SimpleNamespace(model_type="bert", **values)
 
 
 def covers(architecture: str, config) -> bool:

@@ -178,12 +178,36 @@ def checkpoint_fingerprint(name_or_path: str | os.PathLike | None) -> dict:
     return {"name": name, "path": str(folder), **files_fingerprint(model_files(folder))}
 
 
+# ATen runs a reduction over fewer elements than its grain size on one thread.
+_ONE_THREAD_ELEMENTS = 32768
+
+
+def _sums_finite(tensor: torch.Tensor) -> bool:
+    """True when ``tensor`` holds no NaN or infinity, read in one cheap pass.
+
+    A NaN or infinity makes any sum holding it NaN or infinite, so finite sums clear the
+    tensor; a sum that is not finite (a NaN, an infinity, or finite values overflowing)
+    returns False and the caller looks element by element. The sums are taken over pieces
+    below ATen's grain size, each on one thread: a two-thread reduction over the whole
+    tensor cost 0.30 CPU s for MiniLM's 22.7M weights on the loaded 2-core machine (the
+    OpenMP threads spin while the other is descheduled), the pieces 0.02 s.
+    """
+    import torch
+
+    pieces = tensor.reshape(-1).split(_ONE_THREAD_ELEMENTS)
+    if not pieces:
+        return True
+    return bool(torch.isfinite(torch.stack([piece.sum() for piece in pieces]).sum()))
+
+
 def check_finite(tensors: dict[str, torch.Tensor], source: str) -> None:
     """Refuse NaN or infinite weights, naming the first tensor that holds one."""
     import torch
 
     for name, tensor in tensors.items():
         if tensor.is_floating_point() or tensor.is_complex():
+            if _sums_finite(tensor):
+                continue
             finite = torch.isfinite(tensor)
             if not bool(finite.all()):
                 bad = int((~finite).sum())

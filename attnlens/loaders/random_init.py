@@ -66,16 +66,22 @@ def random_init_copy(model, seed: int = 0) -> NullModel:
 
 def _from_transformers(path: Path, architecture: str, seed: int) -> NullModel | None:
     """The architecture's own initialisation, or None when transformers lacks the class."""
-    import transformers
-
     hf = read_config(path)
     converter, chosen = find_converter(hf)
-    config = (transformers.AutoConfig.from_pretrained(str(path), local_files_only=True)
-              if chosen in bert_init.ARCHITECTURES else None)
+    config = bert_init.config_from_json(hf) if chosen in bert_init.ARCHITECTURES else None
     if config is not None and bert_init.covers(chosen, config):
-        tensors = bert_init.bert_state_dict(config, seed)  # the same draws, no modeling import
+        # the same draws, no transformers import (config.json read as BertConfig reads it)
+        tensors = bert_init.bert_state_dict(config, seed)
         how = f"transformers' _init_weights reproduced draw for draw (seed {seed})"
     else:
+        import transformers
+
+        config = (transformers.AutoConfig.from_pretrained(str(path), local_files_only=True)
+                  if chosen in bert_init.ARCHITECTURES else None)
+        if config is not None and bert_init.covers(chosen, config):
+            tensors = bert_init.bert_state_dict(config, seed)
+            how = f"transformers' _init_weights reproduced draw for draw (seed {seed})"
+            return _converted(path, hf, converter, chosen, tensors, how)
         hf_class = getattr(transformers, chosen, None)
         if hf_class is None:
             return None
@@ -86,6 +92,12 @@ def _from_transformers(path: Path, architecture: str, seed: int) -> NullModel | 
         tensors = {k: v.detach() for k, v in hf_model.state_dict().items()}
         del hf_model
         how = f"transformers' own _init_weights (seed {seed})"
+    return _converted(path, hf, converter, chosen, tensors, how)
+
+
+def _converted(path: Path, hf: dict, converter, chosen: str, tensors: dict, how: str
+               ) -> NullModel:
+    """A Hugging Face state dict through the checkpoint's converter, as a ``NullModel``."""
     prefix = converter.prefix if any(k.startswith(converter.prefix) for k in tensors) else ""
     reader = WeightReader(tensors, prefix=prefix, ignore=converter.ignore)
     cfg, state = converter.convert(hf, reader, chosen)

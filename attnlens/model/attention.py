@@ -90,6 +90,12 @@ def sliding_window_mask(
     return mask.masked_fill(too_far, neg)
 
 
+def _adds_in_place(scores: torch.Tensor, mask: torch.Tensor) -> bool:
+    """Whether ``scores.add_(mask)`` gives ``scores + mask``: same result dtype and shape."""
+    return (torch.promote_types(scores.dtype, mask.dtype) == scores.dtype
+            and torch.broadcast_shapes(scores.shape, mask.shape) == scores.shape)
+
+
 def _softmax_dtype(scores: torch.Tensor) -> torch.dtype:
     """fp16/bf16 scores: softmax in float32 (as HF eager); float32 and float64 keep their own."""
     return torch.promote_types(scores.dtype, torch.float32)
@@ -391,9 +397,14 @@ class MultiHeadAttention(nn.Module, PerHeadViews):
     ) -> torch.Tensor:
         """One block: ``q_rows [batch, head, rows, d_head]`` against every key (both in the
         score dtype); returns the rows' ``z [batch, head, rows, d_head_v]`` (``v_h``'s dtype)."""
-        scores = torch.matmul(q_rows, keys_t) * self.scale  # [batch, head, rows, key_pos]
+        # [batch, head, rows, key_pos]; scaled and masked in place (a fresh product: the
+        # same numbers as ``* scale`` and ``+ mask``, without two more tensors of its size)
+        scores = torch.matmul(q_rows, keys_t).mul_(self.scale)
         if mask is not None:
-            scores = scores + mask
+            if _adds_in_place(scores, mask):
+                scores.add_(mask)
+            else:
+                scores = scores + mask
         scores = self.hook_scores.fire_block(scores, block)
         pattern = F.softmax(scores, dim=-1, dtype=_softmax_dtype(scores)).to(v_h.dtype)
         pattern = self.hook_pattern.fire_block(pattern, block)

@@ -39,8 +39,10 @@ def run_by_attention(
     total: int | None = None,
     show_progress: bool = True,
     description: str = "analysing",
+    analyzer_threads: int | None = None,
 ) -> Sequence[Analyzer]:
-    """Feed each analyzer its ``attention`` type's activations, one forward pass per batch."""
+    """Feed each analyzer its ``attention`` type's activations, one forward pass per batch
+    (``analyzer_threads``: the analyzers' intra-op threads, as ``run_analyzers``)."""
     untagged = [type(a).__name__ for a in analyzers if a.attention not in ATTENTION_TYPES]
     if untagged:
         raise ConfigError(
@@ -55,7 +57,8 @@ def run_by_attention(
         )
     views = attention_views(model)
     feeders = {
-        attention: LayerFeeder(view, [a for a in analyzers if a.attention == attention])
+        attention: LayerFeeder(view, [a for a in analyzers if a.attention == attention],
+                               threads=analyzer_threads)
         for attention, view in views.items()
     }
     hooks = [

@@ -24,8 +24,14 @@ from attnlens.model.query_blocks import DEFAULT_BLOCKS, QueryBlocks
 from attnlens.model.transformer import HookedTransformer
 from attnlens.stream.base import Analyzer, group_by_layer, layer_of
 from attnlens.stream.blocks import PatternBlock
+from attnlens.stream.threads import limited_threads
 
 PATTERN_SUFFIX = "attn.hook_pattern"
+
+
+class ForwardFed(Exception):
+    """Raised by ``LayerFeeder.save`` (with ``stop_when_fed``) once every analyzer has what it
+    reads of the batch: the rest of the forward pass would feed nobody (the runner stops it)."""
 
 
 def is_pattern_name(name: str) -> bool:
@@ -37,8 +43,13 @@ class LayerFeeder:
     """Collects one batch's activations and hands each layer to the analyzers reading it."""
 
     def __init__(self, model: HookedTransformer, analyzers: Sequence[Analyzer],
-                 blocks: QueryBlocks | None = None) -> None:
+                 blocks: QueryBlocks | None = None, threads: int | None = None,
+                 stop_when_fed: bool = False) -> None:
+        """``threads``: the analyzers' intra-op threads (None: the forward's; ``threads``).
+        ``stop_when_fed``: ``save`` raises ``ForwardFed`` once nothing is missing."""
+        self.stop_when_fed = stop_when_fed
         self.blocks = blocks or getattr(model, "query_blocks", DEFAULT_BLOCKS)
+        self.threads = threads
         self.all_layerwise = [a for a in analyzers if a.layerwise]
         self.all_whole = [a for a in analyzers if not a.layerwise]
         self.analyzer_names = {id(a): a.hook_names(model) for a in analyzers}
@@ -70,6 +81,10 @@ class LayerFeeder:
     def begin(self, batch: Batch) -> None:
         """Start a batch: refuse (or leave out) analyzers that need whole patterns above the
         whole-matrix limit, then ``begin_batch`` every analyzer fed."""
+        with limited_threads(self.threads):
+            self._begin(batch)
+
+    def _begin(self, batch: Batch) -> None:
         active = []
         for analyzer in [*self.all_layerwise, *self.all_whole]:
             needed = self.whole_length(analyzer, batch)
@@ -88,6 +103,15 @@ class LayerFeeder:
     @accepts_query_blocks
     def save(self, x: torch.Tensor, hook: HookPoint) -> None:
         self.save_as(hook.name, x, hook.query_block, hook.pattern_rows)
+        if self.stop_when_fed and self.fed:
+            raise ForwardFed
+
+    @property
+    def fed(self) -> bool:
+        """Whether every analyzer of this batch has all it reads: no layer pending, no
+        pattern half put together, every name a whole-batch analyzer reads stored."""
+        return (not any(self.pending) and not self.parts
+                and all(n in self.store for n in self.whole_names))
 
     def save_as(self, name: str, x: torch.Tensor, query: QueryBlock | None = None,
                 recompute=None) -> None:
@@ -95,6 +119,11 @@ class LayerFeeder:
 
         ``query``: the query rows ``x`` holds when it is a block of a pattern (None: all);
         ``recompute``: the model's function giving any rows of that pattern again."""
+        with limited_threads(self.threads):
+            self._save_as(name, x, query, recompute)
+
+    def _save_as(self, name: str, x: torch.Tensor, query: QueryBlock | None,
+                 recompute) -> None:
         x = x.detach()
         layer = layer_of(name)
         if not is_pattern_name(name):
@@ -158,6 +187,10 @@ class LayerFeeder:
                 del self.store[name]
 
     def end(self) -> None:
+        with limited_threads(self.threads):
+            self._end()
+
+    def _end(self) -> None:
         for layer in sorted({lay for pending in self.pending for lay in pending}):
             self._deliver(layer)  # layers whose names were cached but never all produced
         if self.whole:

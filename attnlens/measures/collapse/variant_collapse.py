@@ -10,6 +10,12 @@ as an argument of ``model_pass`` and holds the sampled sentences of a few batche
 bucket over all of them: a few larger float64 passes instead of one small pass per variant
 and batch (the same sentences, padded otherwise: equal within float64 rounding). The state
 (``state_dict``, ``result``, ``merge``) runs what is still held first.
+
+The held sentences run in one ``functional_call`` (``all_variant_depths`` for every bucket):
+the variants share the embedding, its residuals and block 0's attention (the same operations
+on the same inputs), and the float64 query, key and value weights are stored in the layout
+the forward reads (``linear_ready``), so no pass copies them again: the same numbers, bit for
+bit, as one ``run_variant`` per variant and bucket.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from attnlens.measures.collapse.residual import (
     fit_table,
 )
 from attnlens.measures.collapse.variants import VARIANTS, parse_variants
-from attnlens.model.attention import additive_attention_mask
+from attnlens.model.attention import MultiHeadAttention, additive_attention_mask
 from attnlens.model.transformer import HookedTransformer, TransformerBlock
 from attnlens.stream.base import Analyzer, Batch
 from attnlens.stream.sentence_sample import check_sample_options, sample_batch
@@ -43,11 +49,14 @@ def block_variant(
     mask: torch.Tensor | None,
     positions: torch.Tensor,
     switches: tuple[bool, bool, bool],
+    attn_out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``TransformerBlock.forward`` with the (skip, MLP, norm) ``switches``; ``[batch, pos, d]``.
 
     The same operations in the same order as the block's own forward (the ``full`` variant
     reproduces it exactly, which a test checks); a removed norm is the identity.
+    ``attn_out``: the attention's output on this ``resid`` (``block_attention``), when
+    another variant computed it already.
     """
     use_skip, use_mlp, use_norm = switches
     pre = block.cfg.norm_position == "pre"
@@ -58,7 +67,8 @@ def block_variant(
     def ln2(x: torch.Tensor) -> torch.Tensor:
         return block.ln2(x) if use_norm else x
 
-    attn_out = block.attn(ln1(resid) if pre else resid, mask=mask, positions=positions)
+    if attn_out is None:
+        attn_out = block_attention(block, resid, mask, positions, use_norm)
     mid = resid + attn_out if use_skip else attn_out
     mid = mid if pre else ln1(mid)
     if not use_mlp:
@@ -66,6 +76,26 @@ def block_variant(
     mlp_out = block.mlp(ln2(mid) if pre else mid)
     post = mid + mlp_out if use_skip else mlp_out
     return post if pre else ln2(post)
+
+
+def block_attention(
+    block: TransformerBlock,
+    resid: torch.Tensor,
+    mask: torch.Tensor | None,
+    positions: torch.Tensor,
+    use_norm: bool,
+) -> torch.Tensor:
+    """The attention sub-layer of ``block_variant`` on ``resid [batch, pos, d]``: its input
+    is ``resid`` (post-norm), or ``ln1(resid)`` with the norm switched on (pre-norm)."""
+    pre = block.cfg.norm_position == "pre"
+    attn_in = block.ln1(resid) if pre and use_norm else resid
+    return block.attn(attn_in, mask=mask, positions=positions)
+
+
+def attention_input_key(block: TransformerBlock, use_norm: bool) -> bool | None:
+    """Variants with equal keys give block ``block``'s attention the same input (from the
+    same ``resid``): all of a post-norm model's, a pre-norm model's with the same norm switch."""
+    return use_norm if block.cfg.norm_position == "pre" else None
 
 
 def variant_depths(
@@ -90,6 +120,57 @@ def variant_depths(
     return depths
 
 
+def all_variant_depths(
+    model: HookedTransformer, inputs: dict[str, torch.Tensor], variants: Sequence[str]
+):
+    """``(variant, variant_depths(model, inputs, variant))`` for each of ``variants``, in
+    order (a generator: one variant's depths at a time), sharing what the variants share:
+    positions, the embedding (depth 0), the masks and block 0's attention output (the same
+    operations on the same inputs, so the same numbers)."""
+    ids, attention_mask = inputs["input_ids"], inputs.get("attention_mask")
+    positions = model.positions(ids, tuple(ids.shape), ids.device)
+    embedded = model.embed_tokens(ids, inputs.get("token_type_ids"), positions)
+    n = ids.shape[1]
+    mask = additive_attention_mask(attention_mask, n, n, model.cfg.causal, embedded.dtype,
+                                   embedded.device)
+    layer_masks = model.layer_masks(mask, n)
+    # attention_input_key -> block 0's attention output [batch, pos, d]
+    first_attention: dict[bool | None, torch.Tensor] = {}
+    for variant in parse_variants(variants):
+        switches = VARIANTS[variant]
+        key = attention_input_key(model.blocks[0], switches[2])
+        if key not in first_attention:
+            first_attention[key] = block_attention(model.blocks[0], embedded, layer_masks[0],
+                                                   positions, switches[2])
+        resid, depths = embedded, [embedded]
+        for layer, (block, layer_mask) in enumerate(zip(model.blocks, layer_masks,
+                                                        strict=True)):
+            shared = first_attention[key] if layer == 0 else None
+            resid = block_variant(block, resid, layer_mask, positions, switches, shared)
+            depths.append(resid)
+        yield variant, depths
+
+
+def bucket_residuals(
+    model: HookedTransformer,
+    buckets: Sequence[tuple[torch.Tensor, dict[str, torch.Tensor]]],
+    variants: Sequence[str],
+) -> dict[str, list[torch.Tensor]]:
+    """``{variant: [norm, depth, bucket sentences] per bucket}``: ``depth_residuals`` of
+    every depth of every variant on each bucket's inputs (``length_buckets``); depth 0, the
+    embedding, shared by the variants, is read once per bucket."""
+    out: dict[str, list[torch.Tensor]] = {v: [] for v in variants}
+    for _, inputs in buckets:
+        mask = inputs["attention_mask"]
+        embedded = None
+        for variant, hidden in all_variant_depths(model, inputs, variants):
+            if embedded is None:
+                embedded = depth_residuals(hidden[0], mask)
+            per_depth = [embedded] + [depth_residuals(h, mask) for h in hidden[1:]]
+            out[variant].append(torch.stack(per_depth, dim=1))  # [norm, depth, sentences]
+    return out
+
+
 class _OnWeights(nn.Module):
     """``variant_depths`` as a module, so ``functional_call`` can run it on other weights."""
 
@@ -101,9 +182,57 @@ class _OnWeights(nn.Module):
         return variant_depths(self.model, inputs, variant)
 
 
+class _AllOnWeights(nn.Module):
+    """``bucket_residuals`` as a module: one ``functional_call`` runs every variant and
+    bucket on other weights."""
+
+    def __init__(self, model: HookedTransformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, buckets, variants: Sequence[str]) -> dict[str, list[torch.Tensor]]:
+        return bucket_residuals(self.model, buckets, variants)
+
+
 def cast_weights(model: HookedTransformer, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     """The model's parameters cast to ``dtype`` (a temporary set, named for ``_OnWeights``)."""
     return {f"model.{name}": p.detach().to(dtype) for name, p in model.named_parameters()}
+
+
+def linear_ready(model: HookedTransformer, weights: dict[str, torch.Tensor]
+                 ) -> dict[str, torch.Tensor]:
+    """``weights`` (``cast_weights``) with every attention's ``W_Q``, ``W_K`` and ``W_V``
+    held as a view of a contiguous copy in the layout ``F.linear`` reads (``[head * d,
+    d_in]``): the forward's rearrangement of each is then a view, not a copy per call, and
+    ``F.linear`` gets the same contiguous numbers. ``W_O`` is left as it is: its
+    rearrangement is a view already (``[d_out, head * d_v]`` with strides ``(1, d_out)``),
+    and a contiguous copy would take another matrix-product path (other roundings)."""
+    ready = dict(weights)
+    for prefix, module in model.named_modules():
+        if not isinstance(module, MultiHeadAttention):
+            continue
+        for name in ("W_Q", "W_K", "W_V"):
+            key = f"model.{prefix}.{name}"
+            w = ready[key]  # [head, d_in, d]
+            heads, d_in, d = w.shape
+            base = w.permute(0, 2, 1).reshape(heads * d, d_in).contiguous()  # [(head d), d_in]
+            ready[key] = base.view(heads, d, d_in).permute(0, 2, 1)
+    return ready
+
+
+@torch.no_grad()
+def run_all_variants(
+    model: HookedTransformer,
+    buckets: Sequence[tuple[torch.Tensor, dict[str, torch.Tensor]]],
+    variants: Sequence[str],
+    weights: dict[str, torch.Tensor] | None = None,
+) -> dict[str, list[torch.Tensor]]:
+    """``bucket_residuals`` on the model's own weights, or on ``weights`` (``cast_weights``;
+    one ``functional_call`` for every variant and bucket)."""
+    if weights is None:
+        return bucket_residuals(model, buckets, variants)
+    return torch.func.functional_call(_AllOnWeights(model), linear_ready(model, weights),
+                                      (buckets, variants))
 
 
 @torch.no_grad()
@@ -228,13 +357,11 @@ class VariantCollapse(Analyzer):
         dtype = None if self.dtype is None else getattr(torch, self.dtype)
         weights = cast_weights(model, dtype) if dtype not in (None, model.dtype) else None
         total = sum(b.size for b in held)
+        residuals = run_all_variants(model, buckets, self.variants, weights)
         for variant in self.variants:
             out = None
-            for order, inputs in buckets:
-                hidden = run_variant(model, inputs, variant, weights)
-                per_depth = [depth_residuals(h, inputs["attention_mask"]) for h in hidden]
-                values = torch.stack(per_depth, dim=1)  # [norm, depth, bucket sentences]
-                if out is None:
+            for (order, _), values in zip(buckets, residuals[variant], strict=True):
+                if out is None:  # values [norm, depth, bucket sentences]
                     out = values.new_zeros(*values.shape[:2], total)
                 out[..., order] = values
             self.values[variant].append(out)  # [norm, depth, held sentences]

@@ -301,20 +301,24 @@ class LmHeads:
         """(probe scores, retrieval scores, long-probe streaming errors or None, the probe
         batches): the runs on sequences of the measure's own; what they were goes to
         ``facts``."""
+        # The analyzers read patterns (and values): each forward stops after the last
+        # layer's (stop_when_fed), whose output projection and MLP nobody reads.
         s, frame = self.settings, self._frame(model)
         probe_set = self.probe_set(model, frame)
         probe_batches = probe_set.batches()
         probes = ProbeScores.for_model(model, self.inference)
-        run_analyzers(model, probe_batches, [probes], show_progress=False)
+        run_analyzers(model, probe_batches, [probes], show_progress=False, stop_when_fed=True)
         stacks = haystacks(frame["vocab"], max(1, int(s.probe_sequences * HAYSTACKS_PER_PROBE)),
                            s.probe_seed + 2, frame["first"], frame["closing"], frame["pad"],
                            frame["special"], n_ctx=max_tokens(model))
         retrieval = RetrievalScores.for_model(model, self.inference)
-        run_analyzers(model, stacks.batches(), [retrieval], show_progress=False)
+        run_analyzers(model, stacks.batches(), [retrieval], show_progress=False,
+                      stop_when_fed=True)
         long, long_errors = self.long_probes(model, frame), None
         if long is not None:
             long_errors = StreamingError.for_model(model, s.sink_tokens, s.window)
-            run_analyzers(model, long.batches(8), [long_errors], show_progress=False)
+            run_analyzers(model, long.batches(8), [long_errors], show_progress=False,
+                          stop_when_fed=True)
             facts.update(long_repeat=long.repeat[0], long_probes=len(long))
         facts.update(probes=len(probe_set), repeat=sorted(set(probe_set.repeat)),
                      haystacks=len(stacks), haystack_tokens=int(stacks.input_ids.shape[1]),

@@ -86,6 +86,7 @@ class StreamingError(Analyzer):
         # sink_tokens + window has no long sentence, and its errors would all count 0
         self._skip = real.shape[1] <= self.sink_tokens + self.window
         self._real = real
+        self._kept = {}  # (first row, stop) -> the restriction [batch, 1, rows, key_pos], 0/1
         self._scratch = torch.zeros(self.n_layers, self.n_heads, dtype=torch.float64,
                                     device=real.device)
 
@@ -98,9 +99,12 @@ class StreamingError(Analyzer):
         p = block.p  # [batch, head, rows, key_pos]
         # [batch, head, key_pos, d], contiguous once for its two products
         values = per_query_head(cache["v", layer].float(), p.shape[1]).contiguous()
-        keep = restriction(self._real, self.sink_tokens, self.window, self.causal,
-                           block.positions)[:, None]  # [batch, 1, rows, key_pos]
-        kept = p * keep
+        rows = (block.start, block.stop)
+        if rows not in self._kept:  # the same rows in every layer: made once per batch
+            keep = restriction(self._real, self.sink_tokens, self.window, self.causal,
+                               block.positions)[:, None]  # [batch, 1, rows, key_pos]
+            self._kept[rows] = keep.to(p.dtype)  # p * 1.0 and p * 0.0: p * keep's numbers
+        kept = p * self._kept[rows]
         full = p @ values  # [batch, head, rows, d_head_v]
         weight = block.query_rows(self._real)[:, None, :, None].to(full.dtype)
         squared = squared_row_error(full, kept @ values, kept.sum(-1), weight).double()
@@ -123,7 +127,7 @@ class StreamingError(Analyzer):
         if not self._skip:
             self.error_sums += self._scratch.to(self.error_sums.device)
             self.sentences += int(self._long.sum())
-        self._scratch = None
+        self._scratch, self._kept = None, {}
 
     def mean_errors(self) -> np.ndarray:
         """``[layer, head]`` mean error over the long sentences (NaN when there were none)."""
