@@ -259,3 +259,31 @@ def test_payload_columns_equal_the_per_value_path() -> None:
         new = payload.encode_column(column)
         assert json.dumps(new) == json.dumps(old_encode(column))
         assert [type(v) for v in new["values"]] == [type(v) for v in old_encode(column)["values"]]
+
+
+def test_punctuation_ids_read_once_per_vocabulary() -> None:
+    from attnlens.measures.heads.head_stats import punctuation_ids
+
+    class Vocab:
+        def __init__(self) -> None:
+            self.vocab, self.reads = {"a": 0, ",": 1, "##.": 2, "[CLS]": 3, "?!": 4}, 0
+
+        def get_vocab(self):
+            self.reads += 1
+            return dict(self.vocab)
+
+        def __len__(self) -> int:
+            return len(self.vocab)
+
+    class Tok:
+        def __init__(self) -> None:
+            self.hf, self.special_ids = Vocab(), {3}
+
+    tok = Tok()
+    first = punctuation_ids(tok)
+    first.add(99)  # a caller's copy: the cache is not touched
+    assert punctuation_ids(tok) == {1, 2, 4} and tok.hf.reads == 1
+    tok.hf.vocab[";"] = 5  # the vocabulary grew: read again
+    assert punctuation_ids(tok) == {1, 2, 4, 5} and tok.hf.reads == 2
+    tok.special_ids = {3, 1}  # other special tokens: read again
+    assert punctuation_ids(tok) == {2, 4, 5} and tok.hf.reads == 3
