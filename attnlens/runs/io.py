@@ -150,11 +150,12 @@ def neutralise_formulas(df: pd.DataFrame) -> pd.DataFrame:
     ``neutralise_cell``: CSV cells from data (words, relation labels, file names) never run
     as spreadsheet formulas. Numeric columns (``-0.25``) are left as they are, and so is a
     column none of whose distinct values would change (most: checked once per value)."""
-    if not df.columns.is_unique:
-        return _neutralise_each(df)
+    if df.columns.is_unique:
+        text_columns = [c for c, dtype in zip(df.columns, df.dtypes, strict=True)
+                        if not _is_numeric(dtype) and _changes(df[c], neutralise_cell)]
+    else:  # a table whose column names repeat: every text column, cell by cell
+        text_columns = [c for c in df.columns if not _is_numeric(df[c])]
     renamed = {c: neutralise_cell(c) for c in df.columns if neutralise_cell(c) != c}
-    text_columns = [c for c, dtype in zip(df.columns, df.dtypes, strict=True)
-                    if not _is_numeric(dtype) and _changes(df[c], neutralise_cell)]
     if not text_columns and not renamed:
         return df
     out = df.copy()
@@ -171,18 +172,6 @@ def _changes(column: pd.Series, cell: Callable[[Any], Any]) -> bool:
     except TypeError:  # values that cannot be hashed: every cell
         distinct = column
     return any(cell(value) is not value for value in distinct)
-
-
-def _neutralise_each(df: pd.DataFrame) -> pd.DataFrame:
-    """``neutralise_formulas`` cell by cell (a table whose column names repeat)."""
-    text_columns = [c for c in df.columns if not _is_numeric(df[c])]
-    renamed = {c: neutralise_cell(c) for c in df.columns if neutralise_cell(c) != c}
-    if not text_columns and not renamed:
-        return df
-    out = df.copy()
-    for column in text_columns:
-        out[column] = out[column].map(neutralise_cell)
-    return out.rename(columns=renamed)
 
 
 def restore_formulas(df: pd.DataFrame) -> pd.DataFrame:
