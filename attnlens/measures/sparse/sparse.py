@@ -131,14 +131,17 @@ def _minus_ratio(full: torch.Tensor, kept_product: torch.Tensor, kept_mass: torc
     return torch.addcdiv(full, kept_product, mass, value=-1)
 
 
-def _squared_error(full: torch.Tensor, kept_product: torch.Tensor, kept_mass: torch.Tensor
-                   ) -> torch.Tensor:
-    """``squared_row_error`` where the padded query rows of ``full``, ``kept_product`` and
-    ``kept_mass`` are already 0 (a pattern whose padded rows were zeroed): there the
-    difference is 0 (``0 - 0 / tiny``), as the weight made it, so the weight is not applied
-    and the sums add the same terms."""
-    diff = _minus_ratio(full, kept_product, kept_mass)
-    return (diff * diff).sum(dim=(-2, -1))
+def _norm(x: torch.Tensor) -> torch.Tensor:
+    """``||x||_F`` over the last two axes in one float32 pass: ``[...]``."""
+    return torch.linalg.vector_norm(x, dim=(-2, -1))
+
+
+def _error_norm(full: torch.Tensor, kept_product: torch.Tensor, kept_mass: torch.Tensor
+                ) -> torch.Tensor:
+    """``||full - kept_product / kept_mass||_F`` per sentence and head, ``[batch, head]``,
+    where the padded query rows of all three are already 0 (their difference is then 0,
+    ``0 - 0 / tiny``, as the row weight would make it)."""
+    return _norm(_minus_ratio(full, kept_product, kept_mass))
 
 
 def output_norm(full: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -174,6 +177,8 @@ class SparseCoverage(HeadPatternAnalyzer):
     reads_blocks = True
     state_fields = ("by_distance", "nonglobal_by_distance", "masses", "errors", "rows",
                     "sentences")
+    # the precision of the per-sentence arithmetic (float64: a reference for the tests)
+    compute_dtype = torch.float32
 
     def __init__(
         self,
@@ -298,7 +303,8 @@ class SparseCoverage(HeadPatternAnalyzer):
                                         dtype=torch.float64, device=pattern.device)
             self._norms = torch.zeros(pattern.shape[0], n_heads, dtype=torch.float64,
                                       device=pattern.device)
-        squared, norms = self._fold_rows([layer], pattern.float(), values.float(), block)
+        dtype = self.compute_dtype
+        squared, norms = self._fold_rows([layer], pattern.to(dtype), values.to(dtype), block)
         self._squared += squared
         self._norms += norms
 
@@ -316,8 +322,8 @@ class SparseCoverage(HeadPatternAnalyzer):
         # pattern [batch, head, query_pos, key_pos], values [batch, key_pos, kv_head, d]:
         # the held layers' heads side by side, layer-major (layer * n_heads + head)
         for layers, (pattern, values) in self._held.take(dims=(1, 2)):
-            squared, norms = self._fold_rows(layers, pattern.float(), values.float(),
-                                             self._whole)
+            squared, norms = self._fold_rows(layers, pattern.to(self.compute_dtype),
+                                             values.to(self.compute_dtype), self._whole)
             self._add_errors(layers, squared, norms)
 
     def _add_errors(self, layers: list[int], squared: torch.Tensor, norms: torch.Tensor
@@ -338,7 +344,13 @@ class SparseCoverage(HeadPatternAnalyzer):
         """Fold the block's rows of ``layers`` (``pattern [batch, layer * head, rows,
         key_pos]``, ``values_kv [batch, key_pos, layer * kv_head, d_head_v]``) into the
         histograms and masses; return their squared output errors ``[batch, layer * head,
-        set]`` and squared output norms ``[batch, layer * head]`` (float64)."""
+        set]`` and squared output norms ``[batch, layer * head]`` (float64).
+
+        Each norm is one float32 ``vector_norm`` pass over its difference (squared in
+        float64, exactly); the windows' kept masses come from the rows' mass at each
+        distance (``_histograms``), the window+global products add the global columns
+        outside the window in the same ``baddbmm`` (sparse32: float32 rounding, not bits,
+        differs from the masked sums it replaced; ``tests/test_sparse32.py``)."""
         # values: [batch, head, key_pos, d_head_v], contiguous once (each product below would
         # otherwise copy the transposed view again)
         values = per_query_head(values_kv, pattern.shape[1]).contiguous()
@@ -350,35 +362,39 @@ class SparseCoverage(HeadPatternAnalyzer):
         # Padded query rows set to 0 once: every product, mass and error below is then 0 on
         # them, as the row weight made it, and the real rows' values are the same.
         pattern = pattern * weight
-        self._histograms(layers, pattern, n_heads, block)
+        # [batch, head, rows, w]: each row's mass within |i - j| <= w, w = 0 .. largest window
+        within = self._histograms(layers, pattern, n_heads, block)
         full = pattern @ values  # [batch, head, rows, d_head_v]
-        norms = (full * full).sum(dim=(-2, -1)).double()
+        norms = _norm(full).double().square()
         select, valid, col_distance = self._global_cols
         col_distance = block.query_rows(col_distance, dim=1)  # [batch, rows, c]
+        select = select.to(pattern.dtype)
         global_pattern = pattern @ select[:, None]  # [batch, head, rows, c]
         global_values = select.mT[:, None] @ values  # [batch, head, c, d_head_v]
-
-        def columns(keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            taken = global_pattern * keep[:, None].to(pattern.dtype)  # keep [batch, rows, c]
-            return taken.sum(-1), taken @ global_values
-
-        global_mass, global_product = columns(valid[:, None, :].expand_as(col_distance))
+        # the global columns themselves ([batch, head, rows, c]; a column past a sentence's
+        # own global tokens selects another key, so it is masked out)
+        taken = global_pattern * valid[:, None, None, :].to(pattern.dtype)
+        global_mass, global_product = taken.sum(-1), taken @ global_values
         n_w = len(self.windows)
         for k, w in enumerate(self.windows):
             if w >= n - 1:  # the window holds every key: P_S = P, no error
                 continue
-            kept = pattern * (block.distance <= w)
-            window_mass, window_product = kept.sum(-1), kept @ values
-            squared[..., k] += _squared_error(full, window_product, window_mass).double()
-            mass, product = columns(valid[:, None, :] & (col_distance > w))
-            squared[..., n_w + k] += _squared_error(
-                full, window_product + product, window_mass + mass).double()
+            kept = pattern * (block.distance <= w).to(pattern.dtype)
+            window_mass, window_product = within[..., w], kept @ values
+            squared[..., k] = _error_norm(full, window_product, window_mass).double().square()
+            # the global columns outside the window: [batch, head, rows, c]
+            outside = (valid[:, None, :] & (col_distance > w)).to(pattern.dtype)
+            taken = global_pattern * outside[:, None]
+            product = torch.baddbmm(window_product.flatten(0, 1), taken.flatten(0, 1),
+                                    global_values.flatten(0, 1)).view_as(window_product)
+            squared[..., n_w + k] = _error_norm(
+                full, product, window_mass + taken.sum(-1)).double().square()
         keep, baseline = self._bigbird_sets(block)
         kept = pattern * keep
         bigbird_mass, bigbird_product = kept.sum(-1), kept @ values
-        squared[..., 2 * n_w] += _squared_error(full, global_product, global_mass).double()
-        squared[..., 2 * n_w + 1] += _squared_error(full, bigbird_product,
-                                                    bigbird_mass).double()
+        squared[..., 2 * n_w] = _error_norm(full, global_product, global_mass).double().square()
+        squared[..., 2 * n_w + 1] = _error_norm(full, bigbird_product,
+                                                bigbird_mass).double().square()
         # [batch, head, 2]: the padded rows' masses are 0 already
         masses = torch.stack([global_mass.sum(-1), bigbird_mass.sum(-1)], -1)
         self._add(self.masses[..., :2], layers, masses.double().sum(0))
@@ -391,21 +407,31 @@ class SparseCoverage(HeadPatternAnalyzer):
         return x if self._rows is None else x.index_select(0, self._rows)
 
     def _histograms(self, layers: list[int], masked: torch.Tensor, n_heads: int,
-                    block: PatternBlock) -> None:
-        """Add the mass at each distance (all keys, and non-global keys) of a block's rows.
+                    block: PatternBlock) -> torch.Tensor:
+        """Add the mass at each distance (all keys, and non-global keys) of a block's rows;
+        return each row's mass within ``|i - j| <= w`` for ``w = 0 .. max(windows)``
+        ``[batch, head, rows, w]`` (at most two keys per row and distance, added in order).
 
-        Each sentence's histogram is summed in the pattern's precision, then the sentences
-        in float64 (so a merged split run adds the same per-sentence terms as one run).
+        Each sentence's histogram is summed in the pattern's precision (over its rows' own
+        histograms for all keys), then the sentences in float64 (so a merged split run adds
+        the same per-sentence terms as one run).
         """
-        batch = masked.shape[0]
+        batch, rows, n = masked.shape[0], masked.shape[2], masked.shape[3]
+        top = self.max_distance + 1  # the last bucket holds every d > max_distance
+        n_buckets = min(n - 1, top) + 1  # distances this block can have
+        bucket = block.distance.clamp(max=top).long()  # [rows, key_pos]
+        by_row = torch.zeros(batch, n_heads, rows, n_buckets, dtype=masked.dtype,
+                             device=masked.device)
+        by_row.scatter_add_(3, bucket.expand(batch, n_heads, rows, n), masked)
         nonglobal = masked * ~self._global[:, None]
-        bucket = block.distance.clamp(max=self.max_distance + 1).long().flatten()  # [rows*key]
-        index = bucket.expand(batch, n_heads, -1)  # [batch, head, rows * key_pos]
-        for target, source in ((self.by_distance, masked), (self.nonglobal_by_distance, nonglobal)):
-            hist = torch.zeros(batch, n_heads, self.max_distance + 2, dtype=source.dtype,
-                               device=source.device)
-            hist.scatter_add_(2, index, source.flatten(2))  # [batch, head, distance]
-            self._add(target, layers, hist.double().sum(0))
+        hist = torch.zeros(batch, n_heads, n_buckets, dtype=masked.dtype, device=masked.device)
+        hist.scatter_add_(2, bucket.flatten().expand(batch, n_heads, -1), nonglobal.flatten(2))
+        for target, source in ((self.by_distance, by_row.sum(2)),
+                               (self.nonglobal_by_distance, hist)):
+            # [batch, head, distance] -> [layer * head, distance] in float64 (the first
+            # n_buckets distances of the target)
+            self._add(target, layers, source.double().sum(0))
+        return by_row[..., : self.windows[-1] + 1].cumsum(-1)
 
     # Results --------------------------------------------------------------------------
     def _window_curves(self) -> tuple[np.ndarray, np.ndarray]:
