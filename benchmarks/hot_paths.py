@@ -17,7 +17,15 @@ compares the two states (``--only`` picks pairs):
   analyzers) and ``rollout``.
 
     python benchmarks/hot_paths.py --before /work/main [--sentences 200] [--threads 2]
-        [--only asymmetry,linear,sparse,collapse,sink_keys,...]
+        [--only asymmetry,linear,sparse,collapse,sink_keys,...] [--batch-tokens 1024]
+        [--report-sample] [--null]
+
+``--batch-tokens N``: batches as ``analyze`` makes them (at most 64 sentences and N padded
+tokens, by length) instead of runs of 16; ``--report-sample``: sparse coverage and the
+linear view read ``analyze``'s sample (512 sentences by corpus index, any number per batch)
+instead of 4 per batch; ``--null``: the analyzers read the null model's patterns (MiniLM
+randomly initialised, seed 0) over the null pass's sample of the sentences (512 by corpus
+index), as in ``analyze``'s null pass.
 """
 
 from __future__ import annotations
@@ -110,6 +118,9 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=200)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--only", default=",".join(PAIRS))
+    parser.add_argument("--batch-tokens", type=int, default=0)
+    parser.add_argument("--report-sample", action="store_true")
+    parser.add_argument("--null", action="store_true")
     parser.add_argument("--wall", action="store_true",
                         help="wall time instead of the process's CPU time (which counts the "
                         "threads' spinning waits on a loaded machine)")
@@ -118,7 +129,21 @@ def main() -> None:
     import attnlens
 
     model, tokenizer = attnlens.load()
-    batches, _ = load_batches(tokenizer, model, SHARED_UD, args.sentences, 16)
+    if args.batch_tokens:
+        batches, _ = load_batches(tokenizer, model, SHARED_UD, args.sentences, 64,
+                                  args.batch_tokens)
+    else:
+        batches, _ = load_batches(tokenizer, model, SHARED_UD, args.sentences, 16)
+    options = dict(REPORT_OPTIONS)
+    if args.report_sample:
+        for key in ("linear", "sparse"):
+            options[key] = {"per_batch": None, "max_sentences": 512}
+    if args.null:
+        from attnlens.loaders.random_init import random_init_copy
+        from attnlens.report.null_run import NullOptions, sample_batches
+
+        model = random_init_copy(model, NullOptions().seed).model
+        batches = sample_batches(batches, NullOptions().max_sentences)
     caches = []
     with torch.no_grad():
         for batch in batches:
@@ -128,7 +153,7 @@ def main() -> None:
         relative, name = PAIRS[key]
         module = importlib.import_module(relative.removesuffix(".py").replace("/", "."))
         classes = (old_class(args.before, relative, name), getattr(module, name))
-        pair = [c.for_model(model, **REPORT_OPTIONS.get(key, {})) for c in classes]
+        pair = [c.for_model(model, **options.get(key, {})) for c in classes]
         spent = [0.0, 0.0]
         with torch.no_grad():
             for i, (batch, cache) in enumerate(zip(batches, caches, strict=True)):

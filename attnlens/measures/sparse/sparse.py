@@ -50,6 +50,10 @@ from attnlens.stream.sentence_sample import check_sample_options, sample_batch
 WINDOWS = (1, 2, 4, 8, 16)
 BIGBIRD = {"window": 1, "n_global": 2, "n_random": 3}  # window 1 each side = 3 keys
 MAX_DISTANCE = 128
+# Pattern entries of one chunk of heads in ``_fold_rows``: its ~40 passes (masks, products,
+# differences, norms) then run on about 1 MiB, within the core's L2 cache (2 MiB on the
+# project's machine), instead of streaming several MiB through memory each time.
+CHUNK_ELEMENTS = 2**18
 PATTERNS = ("window", "window+global", "global", "bigbird", "random")
 
 
@@ -346,92 +350,127 @@ class SparseCoverage(HeadPatternAnalyzer):
         histograms and masses; return their squared output errors ``[batch, layer * head,
         set]`` and squared output norms ``[batch, layer * head]`` (float64).
 
-        Each norm is one float32 ``vector_norm`` pass over its difference (squared in
-        float64, exactly); the windows' kept masses come from the rows' mass at each
-        distance (``_histograms``), the window+global products add the global columns
-        outside the window in the same ``baddbmm`` (sparse32: float32 rounding, not bits,
-        differs from the masked sums it replaced; ``tests/test_sparse32.py``)."""
-        # values: [batch, head, key_pos, d_head_v], contiguous once (each product below would
-        # otherwise copy the transposed view again)
-        values = per_query_head(values_kv, pattern.shape[1]).contiguous()
-        n_heads, n = pattern.shape[1], pattern.shape[-1]
-        squared = torch.zeros(pattern.shape[0], n_heads, 2 * len(self.windows) + 2,
-                              dtype=torch.float64, device=pattern.device)
+        The heads go by chunks of about ``CHUNK_ELEMENTS`` pattern entries (``_fold_heads``),
+        so that the dozens of passes over each stay in the core's cache; every result is per
+        sentence and head, so the chunks change no number."""
+        # values: [batch, head, key_pos, d_head_v] (a view; each chunk made contiguous once)
+        values = per_query_head(values_kv, pattern.shape[1])
+        n_heads = pattern.shape[1]
+        sets = self._fold_sets(block)
+        step = max(1, CHUNK_ELEMENTS // max(1, pattern[:, :1].numel()))
+        parts = [self._fold_heads(pattern[:, i : i + step], values[:, i : i + step].contiguous(),
+                                  block, sets)
+                 for i in range(0, n_heads, step)]
+        squared, norms, by_distance, nonglobal, masses = (
+            found[0] if len(parts) == 1 else torch.cat(found, dim=1)
+            for found in zip(*parts, strict=True))
+        # per sentence in the pattern's precision, then the sentences in float64 (so a merged
+        # split run adds the same per-sentence terms as one run)
+        for target, found in ((self.by_distance, by_distance),
+                              (self.nonglobal_by_distance, nonglobal),
+                              (self.masses[..., :2], masses)):
+            self._add(target, layers, found.double().sum(0))
+        for layer in layers:
+            self.masses[layer, : n_heads // len(layers), 2] += sets["baseline"].to(
+                self.masses.device)
+        return squared, norms
+
+    def _fold_sets(self, block: PatternBlock) -> dict:
+        """What every chunk of heads of a block shares: the real rows' weight, the global
+        columns, and each set's keys as 0/1 in the pattern's dtype."""
+        dtype = self.compute_dtype
         rows = block.query_rows(self._real)  # [batch, rows]
-        weight = rows[:, None, :, None].to(pattern.dtype)  # [batch, 1, rows, 1]
-        # Padded query rows set to 0 once: every product, mass and error below is then 0 on
-        # them, as the row weight made it, and the real rows' values are the same.
-        pattern = pattern * weight
-        # [batch, head, rows, w]: each row's mass within |i - j| <= w, w = 0 .. largest window
-        within = self._histograms(layers, pattern, n_heads, block)
-        full = pattern @ values  # [batch, head, rows, d_head_v]
-        norms = _norm(full).double().square()
         select, valid, col_distance = self._global_cols
         col_distance = block.query_rows(col_distance, dim=1)  # [batch, rows, c]
-        select = select.to(pattern.dtype)
-        global_pattern = pattern @ select[:, None]  # [batch, head, rows, c]
-        global_values = select.mT[:, None] @ values  # [batch, head, c, d_head_v]
-        # the global columns themselves ([batch, head, rows, c]; a column past a sentence's
-        # own global tokens selects another key, so it is masked out)
-        taken = global_pattern * valid[:, None, None, :].to(pattern.dtype)
+        keep, baseline = self._bigbird_sets(block)
+        return {
+            "weight": rows[:, None, :, None].to(dtype),  # [batch, 1, rows, 1]
+            "select": select.to(dtype)[:, None],  # [batch, 1, key_pos, c]
+            "valid": valid[:, None, None, :].to(dtype),  # [batch, 1, 1, c]
+            # per window: the keys [rows, key_pos], the global columns outside it
+            # [batch, 1, rows, c]
+            "windows": [((block.distance <= w).to(dtype),
+                         (valid[:, None, :] & (col_distance > w)).to(dtype)[:, None])
+                        for w in self.windows],
+            "bigbird": keep.to(dtype),  # [batch, 1, rows, key_pos]
+            "baseline": baseline,
+            "nonglobal": (~self._global[:, None]).to(dtype),  # [batch, 1, 1, key_pos]
+        }
+
+    def _fold_heads(self, pattern: torch.Tensor, values: torch.Tensor, block: PatternBlock,
+                    sets: dict) -> tuple[torch.Tensor, ...]:
+        """One chunk of heads (``pattern [batch, head, rows, key_pos]``, ``values [batch, head,
+        key_pos, d_head_v]``): squared output errors ``[batch, head, set]`` and squared output
+        norms ``[batch, head]`` (float64), the masses at each distance of all keys and of
+        non-global keys ``[batch, head, distance]`` and the global and BigBird masses
+        ``[batch, head, 2]`` (both in the pattern's precision).
+
+        Each norm is one float32 ``vector_norm`` pass over its difference (squared in
+        float64, exactly); the windows' kept masses come from the rows' mass at each
+        distance (``_distance_masses``), the window+global products add the global columns
+        outside the window in the same ``baddbmm`` (sparse32: float32 rounding, not bits,
+        differs from the masked sums it replaced; ``tests/test_sparse32.py``)."""
+        n = pattern.shape[-1]
+        squared = torch.zeros(pattern.shape[0], pattern.shape[1], 2 * len(self.windows) + 2,
+                              dtype=torch.float64, device=pattern.device)
+        # Padded query rows set to 0 once: every product, mass and error below is then 0 on
+        # them, as the row weight made it, and the real rows' values are the same.
+        pattern = pattern * sets["weight"]
+        # within [batch, head, rows, w]: each row's mass within |i - j| <= w, w = 0 .. largest
+        by_distance, nonglobal, within = self._distance_masses(pattern, block,
+                                                               sets["nonglobal"])
+        full = pattern @ values  # [batch, head, rows, d_head_v]
+        norms = _norm(full).double().square()
+        global_pattern = pattern @ sets["select"]  # [batch, head, rows, c]
+        global_values = sets["select"].mT @ values  # [batch, head, c, d_head_v]
+        # the global columns themselves (a column past a sentence's own global tokens selects
+        # another key, so it is masked out)
+        taken = global_pattern * sets["valid"]
         global_mass, global_product = taken.sum(-1), taken @ global_values
         n_w = len(self.windows)
-        for k, w in enumerate(self.windows):
+        for k, (w, (keys, outside)) in enumerate(zip(self.windows, sets["windows"],
+                                                     strict=True)):
             if w >= n - 1:  # the window holds every key: P_S = P, no error
                 continue
-            kept = pattern * (block.distance <= w).to(pattern.dtype)
-            window_mass, window_product = within[..., w], kept @ values
+            window_mass, window_product = within[..., w], (pattern * keys) @ values
             squared[..., k] = _error_norm(full, window_product, window_mass).double().square()
-            # the global columns outside the window: [batch, head, rows, c]
-            outside = (valid[:, None, :] & (col_distance > w)).to(pattern.dtype)
-            taken = global_pattern * outside[:, None]
+            taken = global_pattern * outside  # the global columns outside the window
             product = torch.baddbmm(window_product.flatten(0, 1), taken.flatten(0, 1),
                                     global_values.flatten(0, 1)).view_as(window_product)
             squared[..., n_w + k] = _error_norm(
                 full, product, window_mass + taken.sum(-1)).double().square()
-        keep, baseline = self._bigbird_sets(block)
-        kept = pattern * keep
+        kept = pattern * sets["bigbird"]
         bigbird_mass, bigbird_product = kept.sum(-1), kept @ values
         squared[..., 2 * n_w] = _error_norm(full, global_product, global_mass).double().square()
         squared[..., 2 * n_w + 1] = _error_norm(full, bigbird_product,
                                                 bigbird_mass).double().square()
         # [batch, head, 2]: the padded rows' masses are 0 already
         masses = torch.stack([global_mass.sum(-1), bigbird_mass.sum(-1)], -1)
-        self._add(self.masses[..., :2], layers, masses.double().sum(0))
-        for layer in layers:
-            self.masses[layer, :n_heads // len(layers), 2] += baseline.to(self.masses.device)
-        return squared, norms
+        return squared, norms, by_distance, nonglobal, masses
 
     def _take(self, x: torch.Tensor) -> torch.Tensor:
         """The sampled sentences of an activation ``[batch, ...]``."""
         return x if self._rows is None else x.index_select(0, self._rows)
 
-    def _histograms(self, layers: list[int], masked: torch.Tensor, n_heads: int,
-                    block: PatternBlock) -> torch.Tensor:
-        """Add the mass at each distance (all keys, and non-global keys) of a block's rows;
-        return each row's mass within ``|i - j| <= w`` for ``w = 0 .. max(windows)``
-        ``[batch, head, rows, w]`` (at most two keys per row and distance, added in order).
-
-        Each sentence's histogram is summed in the pattern's precision (over its rows' own
-        histograms for all keys), then the sentences in float64 (so a merged split run adds
-        the same per-sentence terms as one run).
-        """
-        batch, rows, n = masked.shape[0], masked.shape[2], masked.shape[3]
-        top = self.max_distance + 1  # the last bucket holds every d > max_distance
-        n_buckets = min(n - 1, top) + 1  # distances this block can have
+    def _distance_masses(self, masked: torch.Tensor, block: PatternBlock,
+                         nonglobal_keys: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The mass at each distance ``|i - j|`` of each sentence and head's rows, of all keys
+        and of non-global keys ``[batch, head, distance]`` (the distances this block can
+        have; the last bucket of the state holds every ``d > max_distance``), and each row's
+        mass within ``|i - j| <= w`` for ``w = 0 .. max(windows)`` ``[batch, head, rows, w]``
+        (at most two keys per row and distance, added in order)."""
+        batch, n_heads, rows, n = masked.shape
+        top = self.max_distance + 1
+        n_buckets = min(n - 1, top) + 1
         bucket = block.distance.clamp(max=top).long()  # [rows, key_pos]
         by_row = torch.zeros(batch, n_heads, rows, n_buckets, dtype=masked.dtype,
                              device=masked.device)
         by_row.scatter_add_(3, bucket.expand(batch, n_heads, rows, n), masked)
-        nonglobal = masked * ~self._global[:, None]
-        hist = torch.zeros(batch, n_heads, n_buckets, dtype=masked.dtype, device=masked.device)
-        hist.scatter_add_(2, bucket.flatten().expand(batch, n_heads, -1), nonglobal.flatten(2))
-        for target, source in ((self.by_distance, by_row.sum(2)),
-                               (self.nonglobal_by_distance, hist)):
-            # [batch, head, distance] -> [layer * head, distance] in float64 (the first
-            # n_buckets distances of the target)
-            self._add(target, layers, source.double().sum(0))
-        return by_row[..., : self.windows[-1] + 1].cumsum(-1)
+        nonglobal = torch.zeros(batch, n_heads, n_buckets, dtype=masked.dtype,
+                                device=masked.device)
+        nonglobal.scatter_add_(2, bucket.flatten().expand(batch, n_heads, -1),
+                               (masked * nonglobal_keys).flatten(2))
+        return by_row.sum(2), nonglobal, by_row[..., : self.windows[-1] + 1].cumsum(-1)
 
     # Results --------------------------------------------------------------------------
     def _window_curves(self) -> tuple[np.ndarray, np.ndarray]:
