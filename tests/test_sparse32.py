@@ -7,12 +7,14 @@ the window+global product adds the global columns outside the window in one ``ba
 The reference is the same analyzer with ``compute_dtype = torch.float64`` (every
 per-sentence product, mass and norm in float64 from the same float32 activations).
 
-Measured on MiniLM over UD EWT dev (all 2,001 sentences, every sentence read), the
-``sparse_coverage`` values: new path against the float64 reference at most 4.5e-8 absolute
-(old path: 4.5e-8), new against old at most 5.3e-8; the largest relative differences,
-1.9e-4 (new) and 2.5e-4 (old), are both on the output error of the local head L0H2 (~5e-4,
-a difference of two nearly equal float32 outputs). Window curves and head measures: at most
-1.6e-8 absolute, ``window90*`` integers identical.
+Measured on MiniLM over UD EWT dev (all 2,001 sentences, every sentence read, token-budget
+batches of 1,024), the ``sparse_coverage`` values: this path against the float64 reference
+at most 2.0e-8 absolute (the path before sparse32: 1.5e-8), this path against the old one
+at most 1.5e-8; the largest relative differences to float64, 2.3e-4 (this path) and 3.0e-4
+(old), are on output errors of ~5e-4 (the local head L0H2: a difference of two nearly equal
+float32 outputs, whose rounding is absolute). Window curves at most 3.0e-9 absolute, head
+measures 1.7e-9; the ``window90``, ``window90_exact`` and ``window90_global`` integers are
+identical to the old path's and to float64's.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from tests.conftest import shared_file
 from tests.test_sparse import CLS, PAD, SEP, _batch, _cache
 
 
-def _reference(analyzer_class=SparseCoverage, **options) -> SparseCoverage:
-    analyzer = analyzer_class(**options)
+def _reference(**options) -> SparseCoverage:
+    """The analyzer with every per-sentence quantity in float64."""
+    analyzer = SparseCoverage(**options)
     analyzer.compute_dtype = torch.float64
     return analyzer
 
@@ -73,13 +76,14 @@ def test_float32_path_agrees_with_its_float64_reference_on_a_padded_batch():
 
 def test_minilm_on_ewt_dev_agrees_with_the_float64_reference(minilm):
     """The first 160 UD EWT dev sentences, every one read, token-budget batches as
-    ``analyze`` makes them. Measured there: 2.7e-8 absolute on ``sparse_coverage`` (old path
-    2.1e-8; all 2,001 sentences: 4.5e-8, module docstring). The values are averages of
-    float32 masses (sums of at most ~70 entries, relative ~4e-6 at worst) and of output
-    errors whose float32 rounding is absolute, ~eps x ||P V|| per row over ||P V||: atol
-    1e-6 bounds both with a 20x margin over what was measured (rtol 1e-5 for the masses near
-    1); the ``window90*`` integers must be identical (a flip needs a window mass within 1e-8
-    of 0.9)."""
+    ``analyze`` makes them. Measured there: 7.0e-8 absolute on ``sparse_coverage`` (the
+    output errors, averaged over fewer sentences than the 2.0e-8 of all 2,001, module
+    docstring), 1.2e-8 on the window curves. The values are averages of float32 masses
+    (sums of at most ~70 entries, relative ~4e-6 at worst) and of output errors whose
+    float32 rounding is absolute, ~eps x ||P V|| per row over ||P V||: atol 1e-6 bounds both
+    with a 14x margin over what was measured (rtol 1e-5 for the masses near 1); the
+    ``window90*`` integers must be identical (a flip needs a window mass within ~1e-8 of
+    0.9)."""
     from attnlens.data.corpus import load_corpus
     from attnlens.data.text import REPORT_BATCH_TOKENS
     from attnlens.stream.runner import run_analyzers
@@ -89,8 +93,33 @@ def test_minilm_on_ewt_dev_agrees_with_the_float64_reference(minilm):
                          max_sentences=160)
     batches = corpus.batches(tokenizer, 64, 128, REPORT_BATCH_TOKENS)
     found = SparseCoverage.for_model(model)
-    want = SparseCoverage.for_model(model)
-    want.compute_dtype = torch.float64
+    want = _reference(**SparseCoverage.model_options(model))
     run_analyzers(model, batches, [found, want], show_progress=False)
     assert found.sentences == want.sentences == 160
     _tables_close(found.result(), want.result(), rtol=1e-5, atol=1e-6)
+
+
+def test_chunks_of_heads_change_no_number(monkeypatch):
+    """``_fold_rows`` runs its heads in chunks of ``CHUNK_ELEMENTS`` pattern entries: every
+    result is per sentence and head, so one head at a time gives the same state bit for bit
+    as all heads at once (held layers, grouped-query values, padded sentences)."""
+    import attnlens.measures.sparse.sparse as sparse
+
+    torch.manual_seed(4)
+    n, lengths = 21, (21, 12, 5)
+    ids = torch.full((3, n), PAD)
+    for b, m in enumerate(lengths):
+        ids[b, :m] = torch.randint(1000, 2000, (m,))
+        ids[b, 0], ids[b, m - 1] = CLS, SEP
+    mask = ids != PAD
+    scores = 3 * torch.randn(3, 3, 4, n, n)
+    patterns = torch.softmax(scores.masked_fill(~mask[None, :, None, None, :], -torch.inf), -1)
+    values = torch.randn(3, 3, n, 2, 5)
+    states = []
+    for chunk in (10**9, 1):
+        monkeypatch.setattr(sparse, "CHUNK_ELEMENTS", chunk)
+        analyzer = SparseCoverage(3, 4, windows=(1, 2, 4, 8, 16))
+        analyzer.update(_batch(ids, [0, 1, 2]), _cache(patterns, values))
+        states.append(analyzer)
+    for field in ("by_distance", "nonglobal_by_distance", "masses", "errors"):
+        assert torch.equal(getattr(states[0], field), getattr(states[1], field)), field
