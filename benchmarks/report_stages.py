@@ -13,7 +13,7 @@ is left out), and times with ``time.process_time`` (every thread of the process)
   drawn in worker processes, whose CPU time is not counted); the language-model probes'
   forwards (``LmHeads._synthetic``) run once in the warm-up call and are reused afterwards,
   so they are out of these figures;
-- ``null columns``: ``apply_null``; ``page``: ``Report.render``;
+- ``null columns``: ``join_null``; ``page``: ``Report.render``;
 - ``after the pass``: everything of ``main`` but the corpus pass and the probes.
 
 The side worker is off (``ATTNLENS_SIDE_WORKERS=0``) and torch's threads as the command
@@ -65,7 +65,7 @@ def _instrument(seconds: dict[str, float]) -> None:
         return run
 
     analyze.run_sharded = timed("corpus pass", analyze.run_sharded)
-    analyze.apply_null = timed("null columns", analyze.apply_null)
+    analyze.join_null = timed("null columns", analyze.join_null)
     folder.Report.render = timed("page", folder.Report.render)
     original_null = analyze.run_null
 
