@@ -22,6 +22,8 @@ import pandas as pd
 import pytest
 import torch
 
+import attnlens.measures.heads.roles as roles
+import attnlens.measures.heads.section as heads_section
 import attnlens.report.analyze as analyze_module
 from attnlens.data.corpus import Corpus
 from attnlens.measures.lm_heads.run import LmHeads
@@ -148,6 +150,11 @@ def _report(out: Path, model, old: bool, monkeypatch) -> Counter:
     batches = Corpus("toy words", texts=_texts()).batches(tokenizer)
     writes: Counter = Counter()
     real_open = io.atomic_open
+    real_role_tests = roles.role_tests
+
+    def counting_role_tests(*args, **kwargs):
+        writes["role_tests()"] += 1
+        return real_role_tests(*args, **kwargs)
 
     def counting_open(path, *args, **kwargs):
         if Path(path).suffix in (".csv", ".md"):
@@ -158,6 +165,8 @@ def _report(out: Path, model, old: bool, monkeypatch) -> Counter:
         patch.setenv("ATTNLENS_FIGURE_WORKERS", "0")
         patch.setenv("ATTNLENS_SIDE_WORKERS", "0")
         patch.setattr(io, "atomic_open", counting_open)
+        patch.setattr(roles, "role_tests", counting_role_tests)
+        patch.setattr(heads_section, "role_tests", counting_role_tests)
         if old:
             patch.setattr(analyze_module, "_write_sections", _old_path)
         torch.manual_seed(0)
@@ -208,7 +217,9 @@ def test_tables_written_once_give_the_folder_of_the_write_then_rewrite_path(
         assert "kv_head" in stats.columns
     # The old path wrote the tables with null columns twice; the new one every file once.
     assert {n for n, k in old_writes.items() if k > 1} >= {"head_stats.csv"}
-    assert new_writes and max(new_writes.values()) == 1
+    assert max(k for n, k in new_writes.items() if n != "role_tests()") == 1
+    # The heads section's role tests: once for the model, once for the null model.
+    assert new_writes["role_tests()"] == 2
 
 
 def test_held_tables_keep_the_last_call_per_format_and_write_nothing(tmp_path: Path) -> None:
@@ -223,3 +234,53 @@ def test_held_tables_keep_the_last_call_per_format_and_write_nothing(tmp_path: P
     assert held["t"]["csv"][0] is last and held["t"]["md"][0] is first
     io.write_table(first, tmp_path, "t")  # outside the block: written at once
     assert (tmp_path / "t.csv").is_file()
+
+
+def test_roles_from_one_table_of_tests_equal_the_recomputed_ones(sample_report: Path) -> None:
+    """head_roles and role_evidence built from one ``role_tests`` (the section's new path)
+    equal those that recomputed the tests for every view and table (the old path)."""
+    tables = sample_report / "tables"
+    positional = pd.read_csv(tables / "positional_heads.csv")
+    syntactic = pd.read_csv(tables / "syntactic_accuracy.csv")
+    rare = pd.read_csv(tables / "rare_words.csv")
+    tests_table = pd.read_csv(tables / "role_tests.csv")
+    extra = tests_table[~tests_table["role"].isin(["positional", "syntactic", "rare-word"])]
+    assert not extra.empty  # the language-model roles are in the comparison too
+    tests = roles.role_tests(positional, syntactic, rare, extra)
+    pd.testing.assert_frame_equal(tests, roles.role_tests(positional, syntactic, rare, extra),
+                                  check_exact=True)
+    for view in roles.VIEWS:
+        evidence = roles.role_evidence(positional, syntactic, rare, view, extra, tests)
+        old_evidence = roles.role_evidence(positional, syntactic, rare, view, extra)
+        pd.testing.assert_frame_equal(evidence, old_evidence, check_exact=True)
+        assert not evidence.empty
+        new = roles.classify_heads(positional, syntactic, rare, view, extra, evidence)
+        old = roles.classify_heads(positional, syntactic, rare, view, extra)
+        pd.testing.assert_frame_equal(new, old, check_exact=True)
+
+
+def test_token_vocabulary_read_once_per_tokenizer() -> None:
+    from attnlens.measures.rollout.rollout import token_vocabulary
+
+    class Hf:
+        def __init__(self) -> None:
+            self.tokens = ["[PAD]", "a", "b"]
+
+        def __len__(self) -> int:
+            return len(self.tokens)
+
+    class Tok:
+        def __init__(self) -> None:
+            self.hf, self.reads = Hf(), 0
+
+        def decode_tokens(self, ids):
+            self.reads += 1
+            return [self.hf.tokens[i] for i in ids]
+
+    tok = Tok()
+    first = token_vocabulary(tok)
+    first.append("x")  # a caller's own list: the cache is not touched
+    assert token_vocabulary(tok) == ["[PAD]", "a", "b"] and tok.reads == 1
+    tok.hf.tokens.append("c")  # the vocabulary grew: read again
+    assert token_vocabulary(tok) == ["[PAD]", "a", "b", "c"] and tok.reads == 2
+    assert token_vocabulary(None) is None
