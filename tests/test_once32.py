@@ -284,3 +284,38 @@ def test_token_vocabulary_read_once_per_tokenizer() -> None:
     tok.hf.tokens.append("c")  # the vocabulary grew: read again
     assert token_vocabulary(tok) == ["[PAD]", "a", "b", "c"] and tok.reads == 2
     assert token_vocabulary(None) is None
+
+
+@pytest.mark.parametrize("label", ["float32", "float64", "int", "Int64", "category", "bool",
+                                   "str", "object"])
+def test_head_grid_labels_equal_the_iloc_path(label: str) -> None:
+    """The head map's split labels read from the columns' arrays (``.array[i]``) print as
+    the ``.iloc[i]`` cells did (tables31's path), and the grids equal the group-by path's
+    (tests/test_fixed_costs_equal.py), whatever the label column's dtype."""
+    from attnlens.report import heads_grid
+    from tests.test_fixed_costs_equal import _old_table_grids
+
+    rng = np.random.default_rng(1)
+    layer, head = np.repeat(np.arange(2), 3), np.tile(np.arange(3), 2)
+    labels = {"float32": np.array([0.1, 0.25], dtype=np.float32),
+              "float64": np.array([0.1, 1 / 3]), "int": np.array([5, 7]),
+              "Int64": pd.array([5, 7], dtype="Int64"),
+              "category": pd.Categorical(["p", "q"]), "bool": np.array([True, False]),
+              "str": pd.array(["k=1", "k=2"], dtype="str"),
+              "object": np.array(["x", 2], dtype=object)}[label]
+    parts = [pd.DataFrame({"layer": layer, "head": head, "measure": "m",
+                           "value": rng.normal(size=6), "fraction": labels[i:i + 1].repeat(6)
+                           if isinstance(labels, np.ndarray) else labels[[i] * 6]})
+             for i in range(2)]
+    table = pd.concat(parts, ignore_index=True)
+    keys = ("fraction",)
+    new = heads_grid.table_grids("t", table, keys, 2, 3)
+    assert len(new) == 2
+    # tables31's path (main before once32) read each label by .iloc: the same printed cells
+    assert [g["label"] for g in new] == [str(table["fraction"].iloc[i]) + " m" for i in (0, 6)]
+    if label != "float32":  # the group-by path upcast float32 keys (0.10000000149011612);
+        # the page reads tables back from CSV, float64, so no report has such a label
+        assert new == _old_table_grids("t", table, keys, 2, 3)
+    wide = pd.DataFrame({"layer": layer, "head": head, "a": rng.normal(size=6),
+                         "b": np.arange(6, dtype=np.float32), "flag": layer == 0})
+    assert heads_grid.table_grids("w", wide, (), 2, 3) == _old_table_grids("w", wide, (), 2, 3)
