@@ -319,3 +319,31 @@ def test_head_grid_labels_equal_the_iloc_path(label: str) -> None:
     wide = pd.DataFrame({"layer": layer, "head": head, "a": rng.normal(size=6),
                          "b": np.arange(6, dtype=np.float32), "flag": layer == 0})
     assert heads_grid.table_grids("w", wide, (), 2, 3) == _old_table_grids("w", wide, (), 2, 3)
+
+
+def test_an_encoder_decoder_report_is_the_write_then_rewrite_paths(tmp_path: Path,
+                                                                     monkeypatch) -> None:
+    """Encoder-decoder reports: each attention type's copy of a table, then the combined
+    table, were written before the null columns; now only the combined table, once."""
+    from tests.fixtures import invoke_cli
+    from tests.seq2seq_utils import tiny_bart_with_tokenizer
+    from tests.test_encoder_decoder_analysis import corpus_words
+
+    model = tmp_path / "bart"
+    tiny_bart_with_tokenizer(model, corpus_words())
+    folders = {}
+    for name in ("old", "new"):
+        with monkeypatch.context() as patch:
+            patch.setenv("ATTNLENS_FIGURE_WORKERS", "0")
+            patch.setenv("ATTNLENS_SIDE_WORKERS", "0")
+            if name == "old":
+                patch.setattr(analyze_module, "_write_sections", _old_path)
+            out = tmp_path / "report"  # one path for both: run.json records it
+            result = invoke_cli("analyze", str(model), "--out", str(out), "--quiet")
+            assert result.exit_code == 0, result.output
+        folders[name] = _folder_bytes(out.rename(tmp_path / name))
+    old, new = folders["old"], folders["new"]
+    assert sorted(old) == sorted(new)
+    assert [name for name in old if old[name] != new[name]] == []
+    stats = pd.read_csv(tmp_path / "new" / "tables" / "head_stats.csv")
+    assert {"attention", "null_high"} <= set(stats.columns)
