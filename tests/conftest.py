@@ -131,6 +131,8 @@ def kinds_of(item: pytest.Item) -> set[str]:
 # Marked ``slow``: `make test-fast` leaves them out, `make test` runs them.
 # tests/test_markers.py checks that each still names a test.
 SLOW = {
+    "test_syncs_per_batch.py::test_no_analyzer_waits_more_with_depth",
+    "test_syncs_per_batch.py::test_the_fixed_analyzers_are_counted",
     "test_analyzer_states.py::test_merge_of_halves_equals_one_pass",
     "test_analyzer_states.py::test_state_round_trips_through_files",
     "test_analyzer_states.py::test_token_strings_are_held_as_plain_data",
