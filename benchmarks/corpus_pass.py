@@ -37,9 +37,11 @@ exact singular values over N sentences evenly spaced by corpus index; 0: every o
 pass, the floor and the command alike; by default its default (256).
 ``--analyzer-threads N`` runs the analyzers at N intra-op threads (the forward keeps
 ``--threads``; ``stream.threads``), in the pass and in the command.
-``--profile`` prints cProfile's top functions of the corpus pass. ``--cpu`` times
-with the process's CPU time instead of wall time (less sensitive to other work on a shared
-machine; the command's fixed costs stay wall time).
+``--device cuda`` runs both forwards and the analyzers on a GPU (every time taken after
+``torch.cuda.synchronize``; the floor is left out there, it is CPU arithmetic; the command
+runs with ``--device cuda`` too). ``--profile`` prints cProfile's top functions of the
+corpus pass. ``--cpu`` times with the process's CPU time instead of wall time (less
+sensitive to other work on a shared machine; the command's fixed costs stay wall time).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ import torch
 
 SHARED_UD = Path(__file__).resolve().parents[2] / "shared/data/ud-ewt/en_ewt-ud-dev.conllu"
 CLOCK = time.perf_counter  # --cpu: time.process_time (every thread of this process)
+DEVICE = torch.device("cpu")  # --device
 SPECTRUM_SENTENCES: list[int | None] = [None]  # --spectrum-sentences (None: analyze's default)
 FEEDING = ("begin_batch", "update_layer", "update_block", "end_layer", "end_batch", "update",
            "model_pass")
@@ -73,18 +76,26 @@ def load_batches(tokenizer, model, treebank: Path | None, max_sentences: int | N
     return corpus.batches(tokenizer, batch_size, max_length, batch_tokens or None), max_length
 
 
+def now() -> float:
+    """CLOCK, after the GPU's queued work has finished (``--device cuda``)."""
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize(DEVICE)
+    return CLOCK()
+
+
 def load_hf_eager(path: str):
     """The checkpoint in plain transformers, eager attention (it can return patterns)."""
     from transformers import AutoModel
 
     return AutoModel.from_pretrained(path, attn_implementation="eager",
-                                     dtype=torch.float32).eval()
+                                     dtype=torch.float32).eval().to(DEVICE)
 
 
 @torch.no_grad()
 def bare_forward(hf, batch) -> None:
-    """The bare HF eager forward with every attention pattern returned."""
-    hf(**batch.model_inputs(), output_attentions=True)
+    """The bare HF eager forward with every attention pattern returned (inputs copied to the
+    device as the runner copies them)."""
+    hf(**batch.to(DEVICE).model_inputs(), output_attentions=True)
 
 
 def timed_methods(analyzer, totals: dict[str, float], key: str):
@@ -93,11 +104,11 @@ def timed_methods(analyzer, totals: dict[str, float], key: str):
 
     def wrap(method):
         def run(*args, **kwargs):
-            began = CLOCK()
+            began = now()
             try:
                 return method(*args, **kwargs)
             finally:
-                totals[key] += CLOCK() - began
+                totals[key] += now() - began
         return run
 
     for name in FEEDING:
@@ -134,15 +145,15 @@ def corpus_pass(model, tokenizer, batches, hf, per_analyzer: bool, profile: bool
     bare = ours = 0.0
     for i, batch in enumerate(batches):
         for turn in ((0, 1) if i % 2 == 0 else (1, 0)):
-            start = CLOCK()
+            start = now()
             if turn == 0:
                 bare_forward(hf, batch)
-                bare += CLOCK() - start
+                bare += now() - start
                 continue
             if profiler is not None:
                 profiler.enable()
             run_analyzers(model, [batch], everything, show_progress=False)
-            ours += CLOCK() - start
+            ours += now() - start
             if profiler is not None:
                 profiler.disable()
     if profiler is not None:
@@ -159,9 +170,9 @@ def null_pass_seconds(model, tokenizer, batches, sections) -> float:
     from attnlens.distributed import SINGLE
     from attnlens.report.null_run import NullOptions, run_null
 
-    start = CLOCK()
+    start = now()
     run_null(model, tokenizer, batches, sections, NullOptions(), SINGLE)
-    return CLOCK() - start
+    return now() - start
 
 
 def lm_heads_seconds(model, sections, per_section) -> float:
@@ -171,9 +182,9 @@ def lm_heads_seconds(model, sections, per_section) -> float:
     for section, group in zip(sections, per_section, strict=True):
         if section.name == "lm_heads":
             with tempfile.TemporaryDirectory() as tmp, no_figures():
-                start = CLOCK()
+                start = now()
                 section.write(model, group, Path(tmp), ("png",))
-                return CLOCK() - start
+                return now() - start
     return 0.0
 
 
@@ -267,7 +278,8 @@ def command_figures(treebank: Path | None, max_sentences: int | None, threads: i
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "report"
-        command = [sys.executable, "-m", "attnlens.cli", "analyze", "--out", str(out), "-q"]
+        command = [sys.executable, "-m", "attnlens.cli", "analyze", "--out", str(out), "-q",
+                   "--device", DEVICE.type]
         if treebank:
             command += ["--treebank", str(treebank)]
         if max_sentences:
@@ -303,6 +315,8 @@ def main() -> None:
     parser.add_argument("--skip-command", action="store_true")
     parser.add_argument("--skip-floor", action="store_true")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (both forwards and the "
+                        "analyzers; the floor is CPU-only and left out on a GPU)")
     parser.add_argument("--cpu", action="store_true",
                         help="CPU time of this process instead of wall time (a loaded machine)")
     parser.add_argument("--pass-only", action="store_true",
@@ -313,14 +327,17 @@ def main() -> None:
     SPECTRUM_SENTENCES[0] = args.spectrum_sentences
     if args.analyzer_threads is not None:  # read by run_analyzers, here and in the command
         os.environ["ATTNLENS_ANALYZER_THREADS"] = str(args.analyzer_threads)
+    global CLOCK, DEVICE
     if args.cpu:
-        global CLOCK
         CLOCK = time.process_time
+    DEVICE = torch.device(args.device)
+    if DEVICE.type == "cuda":
+        args.skip_floor = True  # CPU arithmetic, not this device's
     import attnlens
 
     treebank = args.treebank or (SHARED_UD if SHARED_UD.is_file() else None)
     max_sentences = args.max_sentences or None
-    model, tokenizer = attnlens.load()
+    model, tokenizer = attnlens.load(device=DEVICE)
     batches, max_length = load_batches(tokenizer, model, treebank, max_sentences,
                                        args.batch_size, args.batch_tokens)
     n = sum(b.size for b in batches)
@@ -330,7 +347,8 @@ def main() -> None:
           f"batches of at most {args.batch_size} sentences and "
           f"{args.batch_tokens or 'any number of'} tokens, max length {max_length}, padding "
           f"{1 - tokens / slots:.1%}, {args.threads} threads, analyzers at "
-          f"{os.environ.get('ATTNLENS_ANALYZER_THREADS') or 'the same'} threads")
+          f"{os.environ.get('ATTNLENS_ANALYZER_THREADS') or 'the same'} threads, device "
+          f"{torch.cuda.get_device_name(DEVICE) if DEVICE.type == 'cuda' else 'cpu'}")
     print(f"clock: {'CPU time of this process' if args.cpu else 'wall time'}")
     hf = load_hf_eager(model.cfg.source["path"])
     bare_forward(hf, batches[0])  # warm-up

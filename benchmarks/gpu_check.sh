@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # GPU readiness of attnlens in one go: the CUDA tests, the commands on the GPU, a short
-# GPU benchmark (benchmarks/gpu.py) and the long-input case (benchmarks/long_context.py --gpu). Needs only this checkout and a Python with a CUDA build
+# GPU benchmark (benchmarks/gpu.py), the corpus pass against the bare forward
+# (benchmarks/corpus_pass.py --device cuda) and the long-input case
+# (benchmarks/long_context.py --gpu). Needs only this checkout and a Python with a CUDA build
 # of torch (torch >= 2.5). The other dependencies are installed into that Python if it is a
 # virtual environment, else into .venv-gpu (a virtual environment that sees the system's
 # torch, so no torch is downloaded); a Python that already has this checkout is used as is.
@@ -52,7 +54,8 @@ step "CUDA tests (forward, half precision, analyzers, sync counts, analyze, prun
 # -rs lists skips: on a GPU machine nothing here should be skipped.
 "$PY" -m pytest -q -rs -p no:cacheprovider tests/test_cuda.py tests/test_analyzers_cuda.py \
     tests/test_heads_device.py tests/test_attention.py tests/test_loaders.py \
-    tests/test_cli_analyze.py -k "cuda or device or gpu" || status=$?
+    tests/test_cli_analyze.py tests/test_lm_heads_cuda.py tests/test_hf_query_blocks.py \
+    tests/test_folding.py tests/test_sync.py -k "cuda or device or gpu or host" || status=$?
 
 step "attnlens analyze on the GPU (sample treebank), float32 and bfloat16"
 out=$(mktemp -d)
@@ -95,6 +98,9 @@ step "the attention viewer on the GPU: 2,048 tokens CPU vs GPU, 8,192 and 16,384
 
 step "GPU benchmark (benchmarks/gpu.py)"
 "$PY" benchmarks/gpu.py ${GPU_CHECK_QUICK:+--quick} || status=$?
+
+step "the corpus pass on the GPU against the bare HF eager forward (issue 29; UD EWT dev beside the checkout, else the sample)"
+"$PY" benchmarks/corpus_pass.py --device cuda --pass-only --rounds 3 --threads 4 || status=$?
 
 step "long input: attnlens heads on a random 1B-class Llama at 32,768 tokens (--quick: 4,096)"
 # built from a config (random weights, a local word-level tokenizer): nothing is downloaded

@@ -9,11 +9,15 @@ is left out), and times with ``time.process_time`` (every thread of the process)
 - ``null init``, ``null pass``, ``null tables``: the null model's initialisation, its pass
   over the corpus sample, its sections' tables (``run_null``'s three phases);
 - ``null tables <section>``: each section's part of ``null tables``;
+- ``table files (after each section)``: since once32 a section's ``write_table`` calls are
+  held back and its files written once when it returns (``analyze._write_held``), outside
+  ``tables <section>``, which before once32 included them: compare the sums;
 - ``tables <section>``: each section's tables and figures (``Section.write``; figures are
   drawn in worker processes, whose CPU time is not counted); the language-model probes'
   forwards (``LmHeads._synthetic``) run once in the warm-up call and are reused afterwards,
   so they are out of these figures;
-- ``null columns``: ``apply_null``; ``page``: ``Report.render``;
+- ``null columns``: ``join_null`` (``apply_null`` before once32); ``page``:
+  ``Report.render``;
 - ``after the pass``: everything of ``main`` but the corpus pass and the probes.
 
 The side worker is off (``ATTNLENS_SIDE_WORKERS=0``) and torch's threads as the command
@@ -65,7 +69,11 @@ def _instrument(seconds: dict[str, float]) -> None:
         return run
 
     analyze.run_sharded = timed("corpus pass", analyze.run_sharded)
-    analyze.apply_null = timed("null columns", analyze.apply_null)
+    if hasattr(analyze, "_write_held"):  # once32: the tables' files, after each section
+        analyze._write_held = timed("table files (after each section)", analyze._write_held)
+    for name in ("join_null", "apply_null"):  # once32's name, and the one before it
+        if hasattr(analyze, name):
+            setattr(analyze, name, timed("null columns", getattr(analyze, name)))
     folder.Report.render = timed("page", folder.Report.render)
     original_null = analyze.run_null
 

@@ -40,7 +40,9 @@ RENDER = "import sys; from attnlens.report.folder import Report; Report(sys.argv
 
 def _normalised_json(path: Path, tree: Path) -> None:
     """Replace the checkout's path and run.json's timings by fixed values, in place."""
-    text = path.read_text().replace(str(tree), "<checkout>")
+    venv = tree / ".venv"  # a symlink to another checkout's venv: its real path too
+    text = path.read_text().replace(str(venv.resolve()), "<checkout>/.venv")
+    text = text.replace(str(tree), "<checkout>")
     data = json.loads(text)
     if path.name == "run.json":
         for key in VOLATILE_RUN:
@@ -103,7 +105,8 @@ def differences(a: Path, b: Path, tree_a: Path = HERE, tree_b: Path = HERE) -> l
 def _run(tree: Path, out: Path, extra: list[str]) -> None:
     command = [str(tree / ".venv" / "bin" / "attnlens"), "analyze", "--out", str(out),
                "--force", "--quiet", *extra]
-    subprocess.run(command, check=True, cwd=tree)
+    # PYTHONPATH: the checkout's own code even where its .venv is another's (a symlink)
+    subprocess.run(command, check=True, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)})
 
 
 def main() -> None:

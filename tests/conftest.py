@@ -131,6 +131,8 @@ def kinds_of(item: pytest.Item) -> set[str]:
 # Marked ``slow``: `make test-fast` leaves them out, `make test` runs them.
 # tests/test_markers.py checks that each still names a test.
 SLOW = {
+    "test_syncs_per_batch.py::test_no_analyzer_waits_more_with_depth",
+    "test_syncs_per_batch.py::test_the_fixed_analyzers_are_counted",
     "test_analyzer_states.py::test_merge_of_halves_equals_one_pass",
     "test_analyzer_states.py::test_state_round_trips_through_files",
     "test_analyzer_states.py::test_token_strings_are_held_as_plain_data",
@@ -238,6 +240,9 @@ SLOW = {
     "test_null_model.py::test_the_null_of_minilm_imports_no_transformers",
     "test_null_model.py::test_report_tables_gain_null_columns_and_run_json_states_the_cost",
     "test_numeric.py::test_every_numeric_option_refuses_overflow_and_infinity",
+    "test_once32.py::test_an_encoder_decoder_report_is_the_write_then_rewrite_paths",
+    "test_once32.py::test_roles_from_one_table_of_tests_equal_the_recomputed_ones",
+    "test_once32.py::test_tables_written_once_give_the_folder_of_the_write_then_rewrite_path",
     "test_parity_bert.py::test_minilm_float64_matches_hf_float64_eager",
     "test_parity_bert.py::test_minilm_parity",
     "test_parity_bert.py::test_minilm_sentence_embeddings_match_transformers",

@@ -37,13 +37,13 @@ from attnlens.report.folder import (
     numeric_columns,
 )
 from attnlens.report.kv_heads import add_kv_head_column, grouped
-from attnlens.report.null_run import NullOptions, apply_null, run_null
+from attnlens.report.null_run import NullOptions, NullResult, join_null, run_null
 from attnlens.report.provenance import invoked_command, model_record, package_versions
 from attnlens.report.sections import Section, SectionOutput
 from attnlens.report.side_work import SideJob, side_job, side_workers_allowed
 from attnlens.runs import stopwatch
 from attnlens.runs.checkpointing import AnalysisCheckpoint
-from attnlens.runs.io import atomic_open, check_output_dir, write_table
+from attnlens.runs.io import atomic_open, check_output_dir, held_tables, write_table
 from attnlens.stream.base import Analyzer
 
 TIMED_METHODS = ("begin_batch", "update_layer", "end_batch", "update")
@@ -184,14 +184,11 @@ def analyze(
                                    show_progress=show_progress)
         if not dist.is_main:
             return []
-        outputs, records = _write_sections(model, sections, per_section, out, formats, seconds)
+        outputs, records = _write_sections(model, sections, per_section, out, formats, seconds,
+                                           null_result)
     finally:
         if probes is not None:
             probes.cancel()  # ended already, unless a failure came first
-    with stopwatch.phase("null columns added"):
-        if null_result is not None:
-            apply_null(outputs, sections, null_result, out / TABLES_DIR)
-        _add_kv_heads(model, outputs, out / TABLES_DIR)
     with stopwatch.phase("example pages"):
         pages = example_pages(model, tokenizer, out) if example_pages is not None else []
     if prune_dir is not None:
@@ -283,11 +280,18 @@ def _nested(managers: list) -> Iterator[None]:
         yield
 
 
-def _write_sections(model, sections, per_section, out: Path, formats, seconds):
-    """Each section writes into its own staging folder; then its files are filed."""
+def _write_sections(model, sections, per_section, out: Path, formats, seconds,
+                    null_result: NullResult | None = None):
+    """Each section writes into its own staging folder; then its files are filed.
+
+    Every table is written once, in its final form: a section's ``write_table`` calls are
+    held back (``io.held_tables``) until the null columns (``join_null``) and a grouped-query
+    model's ``kv_head`` column have been added to its tables."""
     staging_root = Path(tempfile.mkdtemp(dir=out, prefix=".sections-"))
     outputs: list[SectionOutput] = []
     records: list[SectionRecord] = []
+    kv = _kv_heads(model)
+    joining = 0.0
     try:
         write_times = []
         with figure_pool():  # figures drawn in worker processes; all on disk after the block
@@ -295,11 +299,18 @@ def _write_sections(model, sections, per_section, out: Path, formats, seconds):
                 staging = staging_root / section.name
                 staging.mkdir()
                 began = time.perf_counter()
-                outputs.append(section.write(model, group, staging, formats))
+                with held_tables() as held:
+                    output = section.write(model, group, staging, formats)
+                joined = time.perf_counter()
+                changed = [] if null_result is None else join_null(section, output, null_result)
+                joining += time.perf_counter() - joined
+                _write_held(output, held, changed, kv, staging)
+                outputs.append(output)
                 write_times.append(time.perf_counter() - began)
             tables_done = time.perf_counter()
         stopwatch.add("figures finished after the tables (figure workers)",
                       time.perf_counter() - tables_done)
+        stopwatch.add("null columns added", joining)
         for section, output, spent in zip(sections, outputs, write_times, strict=True):
             tables, figures = _file_outputs(staging_root / section.name, out, output)
             notes = output.notes or [line.strip() for line in output.summary.splitlines()
@@ -314,21 +325,38 @@ def _write_sections(model, sections, per_section, out: Path, formats, seconds):
     return outputs, records
 
 
-def _add_kv_heads(model, outputs: Sequence[SectionOutput], tables_dir: Path) -> None:
-    """A ``kv_head`` column in every per-head table of a grouped-query model (kv_heads.py)."""
+def _kv_heads(model) -> tuple[Sequence[int], Sequence[int]] | None:
+    """Query and key/value heads per layer of a grouped-query model (kv_heads.py), else None."""
     cfg = model.cfg
     heads = getattr(cfg, "heads_per_layer", None)
     kv = getattr(cfg, "kv_heads_per_layer", None)
-    if not grouped(heads, kv):
-        return
-    for output in outputs:
-        for name, table in list(output.tables.items()):
-            with_kv = add_kv_head_column(table, heads, kv)
-            if with_kv is table or not (tables_dir / f"{name}.csv").is_file():
-                continue
-            output.tables[name] = with_kv
-            formats = ("csv", "md") if (tables_dir / f"{name}.md").exists() else ("csv",)
-            write_table(with_kv, tables_dir, name, formats=formats)
+    return (heads, kv) if grouped(heads, kv) else None
+
+
+def _write_held(output: SectionOutput, held: dict, changed: Sequence[str], kv,
+                staging: Path) -> None:
+    """Write the tables a section's ``write_table`` calls held back (``held``: name ->
+    {format: (table, folder)}), each once: those in ``changed`` as ``output.tables`` now has
+    them (with null columns) as CSV, and as Markdown when the section wrote that; with a
+    ``kv_head`` column (``kv``: grouped-query models) wherever a CSV is written; the others
+    as the section gave them; a changed table the section did not write goes to ``staging``.
+    The files are those the section's writes followed by rewrites of the changed tables
+    would leave."""
+    for name in list(dict.fromkeys([*held, *changed])):
+        by_format = dict(held.get(name, {}))
+        folder = next(reversed(by_format.values()))[1] if by_format else staging
+        if name in changed:
+            fresh = ("csv", "md") if "md" in by_format else ("csv",)
+            by_format = {fmt: (output.tables[name], folder) for fmt in fresh}
+        if kv is not None and "csv" in by_format and name in output.tables:
+            table = output.tables[name]
+            with_kv = add_kv_head_column(table, *kv)
+            if with_kv is not table:
+                output.tables[name] = with_kv
+                fresh = ("csv", "md") if "md" in by_format else ("csv",)
+                by_format = {fmt: (with_kv, folder) for fmt in fresh}
+        for fmt, (table, where) in by_format.items():
+            write_table(table, where, name, formats=(fmt,))
 
 
 def _version() -> str:

@@ -116,7 +116,7 @@ def _table_grids(name: str, table: pd.DataFrame, keys: tuple[str, ...], layers: 
         group = table.groupby(splits, sort=False).ngroup().fillna(-1).to_numpy(dtype=np.int64)
         repeated = table.duplicated([*splits, "layer", "head"]).to_numpy()
         layer, head, value = (_numbers(table[c]) for c in ("layer", "head", "value"))
-        split_columns = [table[c] for c in splits]
+        split_values = [table[c].array for c in splits]  # a cell as .iloc gives it, cheaply
         order = np.argsort(group, kind="stable")
         ids, starts = np.unique(group[order], return_index=True)
         ends = [*starts[1:].tolist(), len(order)]
@@ -127,19 +127,22 @@ def _table_grids(name: str, table: pd.DataFrame, keys: tuple[str, ...], layers: 
             if repeated[rows].any():
                 continue  # more labels than this split sees: not one value per head
             first = int(rows[0])
-            key = tuple(column.iloc[first] for column in split_columns)
+            key = tuple(values[first] for values in split_values)
             yield {"label": " ".join(str(k) for k in key), "table": name,
                    "values": _filled(layer[rows], head[rows], value[rows], layers, heads)}
         return
     if table.duplicated(["layer", "head"]).any():
         return
+    layer = head = None  # converted once for every column (as _grid converts them)
     for column in table.columns:
         if column in ("layer", "head") or column in keys:
             continue
         if pd.api.types.is_numeric_dtype(table[column]) and not pd.api.types.is_bool_dtype(
                 table[column]):
+            if layer is None:
+                layer, head = _numbers(table["layer"]), _numbers(table["head"])
             yield {"label": column, "table": name,
-                   "values": _grid(table, column, layers, heads)}
+                   "values": _filled(layer, head, _numbers(table[column]), layers, heads)}
 
 
 def _varies(grid: dict[str, Any]) -> bool:

@@ -6,9 +6,10 @@ model, and the ``null_mean`` / ``null_low`` / ``null_high`` columns they give th
 initialisation, seeded), runs the sections that describe heads (``Section.null_control``)
 over at most ``NULL_SENTENCES`` sentences evenly spaced by corpus index (any batching)
 with bootstrap replicates off (only the point values are used), and computes their tables
-without figures. ``apply_null`` then adds the null columns (``attnlens.stats.null``) to each
-per-head and per-layer table the two runs share, and rewrites those files. ``--null none``
-leaves all of this out. What it cost is recorded in ``run.json`` (``null``) and on the page.
+without figures. ``join_null`` then adds the null columns (``attnlens.stats.null``) to each
+per-head and per-layer table the two runs share, before that table is written (once).
+``--null none`` leaves all of this out. What it cost is recorded in ``run.json`` (``null``)
+and on the page.
 """
 
 from __future__ import annotations
@@ -155,32 +156,28 @@ def null_value_column(table: pd.DataFrame, declared: str) -> str | None:
     return None
 
 
-def apply_null(outputs: Sequence, sections: Sequence, result: NullResult,
-               tables_dir: Path) -> list[str]:
-    """Add the null columns to every table of ``outputs`` the null pass also wrote; rewrite
-    their files in ``tables_dir``. Returns the names of the tables changed."""
-    from attnlens.runs.io import write_table
+def join_null(section, output, result: NullResult) -> list[str]:
+    """Give every table of ``output`` (``section``'s) that the null pass also wrote its null
+    columns, in memory (``report.analyze`` then writes each table once). Returns the names of
+    the tables changed, also added to ``result.changed``."""
     from attnlens.stats.null import add_null_columns
 
+    if section.name not in result.sections:
+        return []
     changed = []
-    for section, output in zip(sections, outputs, strict=True):
-        if section.name not in result.sections:
+    for name, table in list(output.tables.items()):
+        if name not in result.tables or "layer" not in table.columns:
             continue
-        for name, table in list(output.tables.items()):
-            if name not in result.tables or "layer" not in table.columns:
-                continue
-            doc = section.doc.table_doc(name)
-            value = null_value_column(table, doc.null)
-            if value is None:
-                continue
-            with_null = add_null_columns(table, result.tables[name], value, doc.keys)
-            if "null_high" not in with_null.columns:
-                continue
-            output.tables[name] = with_null
-            formats = ("csv", "md") if (tables_dir / f"{name}.md").exists() else ("csv",)
-            write_table(with_null, tables_dir, name, formats=formats)
-            changed.append(name)
-    result.changed = changed
+        doc = section.doc.table_doc(name)
+        value = null_value_column(table, doc.null)
+        if value is None:
+            continue
+        with_null = add_null_columns(table, result.tables[name], value, doc.keys)
+        if "null_high" not in with_null.columns:
+            continue
+        output.tables[name] = with_null
+        changed.append(name)
+    result.changed += changed
     return changed
 
 

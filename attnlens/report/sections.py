@@ -59,4 +59,7 @@ class Section(ABC):
         out_dir: Path,
         formats: tuple[str, ...],
     ) -> SectionOutput:
-        """Write tables and figures into ``out_dir``; return what was written."""
+        """Write tables and figures into ``out_dir``; return what was written.
+
+        Under `attnlens analyze` the tables' files (``write_table``) appear when ``write``
+        has returned (each written once, null columns joined): do not read them back here."""

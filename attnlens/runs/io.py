@@ -239,11 +239,16 @@ def write_table(
 ) -> list[Path]:
     """Write ``df`` as ``name.csv`` and/or ``name.md`` in ``out_dir``; return the paths."""
     paths = []
+    held = _HELD_TABLES.get()
     for fmt in formats:
         path = path_inside(out_dir, f"{name}.{fmt}")  # a name from data cannot leave out_dir
         if fmt not in ("csv", "md"):
             raise DataError(f"unknown table format {fmt!r}; use csv or md.")
         if _NO_TABLE_FILES.get():
+            paths.append(path)
+            continue
+        if held is not None:
+            held.setdefault(name, {})[fmt] = (df, Path(out_dir))
             paths.append(path)
             continue
         with atomic_open(path) as handle:
@@ -313,6 +318,25 @@ def no_table_files() -> Iterator[None]:
         yield
     finally:
         _NO_TABLE_FILES.reset(token)
+
+
+# Tables held back by ``held_tables``: name -> {format: (table, folder)} of the last call.
+_HELD_TABLES: ContextVar[dict[str, dict[str, tuple[Any, Path]]] | None] = ContextVar(
+    "held_tables", default=None)
+
+
+@contextmanager
+def held_tables() -> Iterator[dict[str, dict[str, tuple[pd.DataFrame, Path]]]]:
+    """Inside this block ``write_table`` writes no file and returns the paths it would have
+    written; the dict yielded keeps, per table name and format, the table and folder of the
+    last call (what those files would hold), so that the caller writes each table once, in its
+    final form (``report.analyze``: a report's tables with their null columns)."""
+    held: dict[str, dict[str, tuple[Any, Path]]] = {}
+    token = _HELD_TABLES.set(held)
+    try:
+        yield held
+    finally:
+        _HELD_TABLES.reset(token)
 
 
 def _add_label(fig, label: str):

@@ -112,8 +112,9 @@ class Analyzer(ABC):
     layerwise: bool = False
     needs_model_pass: bool = False
     state_fields: tuple[str, ...] = ()
-    # State fields that hold only host data (numbers, strings, lists and dicts of those, never
-    # a tensor): ``move_state`` leaves them alone instead of walking them every batch.
+    # State fields that live on the host whatever the model's device (numbers, strings, lists
+    # and dicts of those, or CPU tensors of results solved there): ``move_state`` leaves them
+    # alone.
     host_fields: tuple[str, ...] = ()
     # On an encoder-decoder model: the attention type this analyzer reads ("encoder",
     # "decoder" or "cross"); it then sees that type as a plain stack (``AttentionView``).

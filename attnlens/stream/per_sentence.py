@@ -67,8 +67,8 @@ class PerSentenceRows:
         state = super().state_dict()
         for field in self.row_fields:
             chunks = getattr(self, field)
-            state["state"][field] = (
-                torch.cat([c.detach() for c in chunks]) if chunks
+            state["state"][field] = (  # on the CPU, as every shipped state
+                torch.cat([c.detach() for c in chunks]).to("cpu") if chunks
                 else torch.zeros((0, *self.row_width(field)))
             )
         return state

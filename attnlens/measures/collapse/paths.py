@@ -93,10 +93,16 @@ def rank1_residual(matrices: torch.Tensor) -> torch.Tensor:
     """``sqrt(sum_{i>=2} s_i^2) / ||M||_F`` of each ``[..., rows, cols]`` matrix -> ``[...]``.
 
     Zero rows and columns (padding) change no singular value but add zeros, so they are exact.
+    The solver always runs on the CPU (LAPACK, one call for the batch): on a GPU, cuSOLVER
+    took path collapse to 4.0 s of a 7.8 s corpus pass (NVIDIA H200, 2026-11-27) against
+    0.4 s for the whole analyzer on two CPU cores, and the solver is then the CPU run's (the
+    products themselves still come from the device's float64 kernels). The residuals go back
+    to the matrices' device (``[...]``, small).
     """
-    s = torch.linalg.svdvals(matrices.double())  # [..., min(rows, cols)], descending
+    s = torch.linalg.svdvals(matrices.double().cpu())  # [..., min(rows, cols)], descending
     total = s.pow(2).sum(-1)
-    return torch.sqrt(s[..., 1:].pow(2).sum(-1) / total.clamp_min(torch.finfo(s.dtype).tiny))
+    residual = torch.sqrt(s[..., 1:].pow(2).sum(-1) / total.clamp_min(torch.finfo(s.dtype).tiny))
+    return residual.to(matrices.device)
 
 
 def real_patterns(
@@ -250,14 +256,34 @@ class PathCollapse(Analyzer):
             # max_elements / 16 entries: small blocks that the allocator reuses from one
             # length to the next (larger ones left the peak growing with the path length)
             chunk = max(1, self.max_elements // (16 * len(self._rows) * n * n))
-            for length, paths in self.paths.items():
-                residual = torch.cat([
-                    rank1_residual(path_products(self._patterns, paths[i:i + chunk]))
-                    for i in range(0, len(paths), chunk)
-                ])  # [path, rows]
-                self.sums[str(length)] += residual.sum(dim=1)
+            residual = torch.cat(self._residuals(chunk))  # [path of every length, rows]
+            lengths = [str(length) for length in self.paths]
+            sizes = [len(paths) for paths in self.paths.values()]
+            for length, part in zip(lengths, residual.split(sizes), strict=True):
+                self.sums[length] += part.sum(dim=1)
             self.sentences += len(self._rows)
         self._rows, self._patterns = None, {}
+
+    def _residuals(self, chunk: int) -> list[torch.Tensor]:
+        """Rank-1 residuals ``[path, rows]`` of every path, length by length, in chunks of
+        at most ``chunk`` products: the chunks are filled across lengths, so the
+        singular-value solver runs once per chunk, not once per length (on a GPU each run
+        waits for the device: a wait per layer of depth otherwise)."""
+        out: list[torch.Tensor] = []
+        pending: list[torch.Tensor] = []  # products [path, rows, n, n] of one chunk
+        room = chunk
+        for paths in self.paths.values():
+            start = 0
+            while start < len(paths):
+                take = min(room, len(paths) - start)
+                pending.append(path_products(self._patterns, paths[start:start + take]))
+                start, room = start + take, room - take
+                if room == 0:
+                    out.append(rank1_residual(torch.cat(pending)))
+                    pending, room = [], chunk
+        if pending:
+            out.append(rank1_residual(torch.cat(pending)))
+        return out
 
     def result(self) -> dict[str, pd.DataFrame]:
         curve, samples = [], []

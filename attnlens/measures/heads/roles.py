@@ -119,9 +119,12 @@ def role_evidence(
     rare_words: pd.DataFrame | None = None,
     view: str = "tested",
     extra: pd.DataFrame | None = None,
+    tests: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """Tidy: one row per (head, role, detail) granted in ``view``, with its evidence."""
-    tests = role_tests(positional, syntactic_accuracy, rare_words, extra)
+    """Tidy: one row per (head, role, detail) granted in ``view``, with its evidence.
+    ``tests``: ``role_tests`` of the same tables, when the caller has it already."""
+    if tests is None:
+        tests = role_tests(positional, syntactic_accuracy, rare_words, extra)
     granted = tests[tests["passed" if view == "tested" else "above_rule"]]
     return granted[EVIDENCE_COLUMNS].sort_values(
         ["layer", "head", "role"], ignore_index=True, kind="stable")
@@ -133,9 +136,12 @@ def classify_heads(
     rare_words: pd.DataFrame | None = None,
     view: str = "tested",
     extra: pd.DataFrame | None = None,
+    evidence: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """One row per head: its roles ("none" when it has none) and the evidence behind each."""
-    evidence = role_evidence(positional, syntactic_accuracy, rare_words, view, extra)
+    """One row per head: its roles ("none" when it has none) and the evidence behind each.
+    ``evidence``: ``role_evidence`` of the same tables and view, when the caller has it."""
+    if evidence is None:
+        evidence = role_evidence(positional, syntactic_accuracy, rare_words, view, extra)
     syn = _syntactic_rows(syntactic_accuracy)
     table = positional[["layer", "head", "best_offset", "share"]].rename(
         columns={"share": "offset_share"}

@@ -290,12 +290,13 @@ class HeadRolesSection(Section):
             tables.pop("rare_words")
         positional_heads = tables["positional_heads"]
         extra = self._lm_tables(model, tables, one(SinkScores))
-        tables["role_tests"] = role_tests(positional_heads, syn_acc, rare_table, extra)
-        for view, suffix in (("tested", ""), ("uncorrected", "_uncorrected")):
+        tests = role_tests(positional_heads, syn_acc, rare_table, extra)
+        tables["role_tests"] = tests
+        for view, suffix in (("tested", ""), ("uncorrected", "_uncorrected")):  # tests once
+            evidence = role_evidence(positional_heads, syn_acc, rare_table, view, extra, tests)
             tables[f"head_roles{suffix}"] = classify_heads(positional_heads, syn_acc,
-                                                           rare_table, view, extra)
-            tables[f"role_evidence{suffix}"] = role_evidence(positional_heads, syn_acc,
-                                                             rare_table, view, extra)
+                                                           rare_table, view, extra, evidence)
+            tables[f"role_evidence{suffix}"] = evidence
         if "head_embedding" in tables:
             tables["head_embedding"] = tables["head_embedding"].merge(
                 tables["head_roles"][["layer", "head", "roles"]], on=["layer", "head"],

@@ -124,6 +124,7 @@ class FlowAnalyzer(HeadPatternAnalyzer):
 
     name = "flow"
     state_fields = ("kept", "skipped")
+    host_fields = ("kept", "skipped")  # flows are solved on the CPU: their records stay there
 
     def __init__(
         self,

@@ -122,10 +122,18 @@ def rollout_matrices(
 
 def token_vocabulary(tokenizer) -> list[str] | None:
     """Every token id's string (``vocab[id]``, as ``Tokenizer.decode_tokens`` gives it), read
-    once, so an analyzer holds plain strings rather than the tokenizer's bound method."""
+    once, so an analyzer holds plain strings rather than the tokenizer's bound method.
+
+    Read once per tokenizer (a report asks for the model's rollout and the null model's),
+    again when the vocabulary's size changes; each caller gets its own list."""
     if tokenizer is None:
         return None
-    return list(tokenizer.decode_tokens(range(len(tokenizer.hf))))
+    size = len(tokenizer.hf)
+    cached = getattr(tokenizer, "_token_vocabulary", None)
+    if cached is None or cached[0] != size:
+        cached = (size, tuple(tokenizer.decode_tokens(range(size))))
+        tokenizer._token_vocabulary = cached
+    return list(cached[1])
 
 
 def token_strings(vocab: list[str] | None, ids: list[int]) -> list[str]:

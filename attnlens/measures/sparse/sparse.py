@@ -241,6 +241,7 @@ class SparseCoverage(HeadPatternAnalyzer):
 
     # Feeding --------------------------------------------------------------------------
     def begin_batch(self, batch: Batch) -> None:
+        self.move_state(batch.attention_mask.device)  # built for another device: follow the data
         seen, self._seen = self._seen, self._seen + batch.size
         batch, self._rows = sample_batch(batch, self.per_batch, self.max_sentences, seen)
         self._skip = batch.size == 0
