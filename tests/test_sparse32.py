@@ -47,6 +47,20 @@ def _tables_close(found: dict, want: dict, rtol: float, atol: float) -> None:
                 assert got[column].tolist() == table[column].tolist(), f"{name}.{column}"
 
 
+def _padded_patterns(n: int, lengths: tuple[int, ...], n_layers: int
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids ``[sentence, n]`` (CLS ... SEP, then padding) of the given lengths and random
+    softmax patterns ``[layer, sentence, 4 heads, n, n]`` over their real keys."""
+    ids = torch.full((len(lengths), n), PAD)
+    for b, m in enumerate(lengths):
+        ids[b, :m] = torch.randint(1000, 2000, (m,))
+        ids[b, 0], ids[b, m - 1] = CLS, SEP
+    mask = ids != PAD
+    scores = 3 * torch.randn(n_layers, len(lengths), 4, n, n)
+    return ids, torch.softmax(
+        scores.masked_fill(~mask[None, :, None, None, :], -torch.inf), -1)
+
+
 def test_float32_path_agrees_with_its_float64_reference_on_a_padded_batch():
     """Random softmax patterns of 3 padded sentences (lengths 40, 23, 9: every window of
     1..16 is a strict subset somewhere, some sentences shorter than the widest windows),
@@ -55,15 +69,9 @@ def test_float32_path_agrees_with_its_float64_reference_on_a_padded_batch():
     rtol 1e-5 leaves room for other kernel sets, atol 1e-7 covers the errors near 0 of rows
     the windows almost keep whole."""
     torch.manual_seed(3)
-    n, lengths = 40, (40, 23, 9)
-    ids = torch.full((3, n), PAD)
-    for b, m in enumerate(lengths):
-        ids[b, :m] = torch.randint(1000, 2000, (m,))
-        ids[b, 0], ids[b, m - 1] = CLS, SEP
-    mask = ids != PAD
+    n = 40
+    ids, patterns = _padded_patterns(n, (40, 23, 9), n_layers=2)
     batch = _batch(ids, [0, 1, 2])
-    scores = 3 * torch.randn(2, 3, 4, n, n)
-    patterns = torch.softmax(scores.masked_fill(~mask[None, :, None, None, :], -torch.inf), -1)
     values = torch.randn(2, 3, n, 2, 6)  # [layer, batch, key_pos, kv_head, d_head]
     found, want = SparseCoverage(2, 4), _reference(n_layers=2, n_heads=4)
     for analyzer in (found, want):
@@ -106,14 +114,8 @@ def test_chunks_of_heads_change_no_number(monkeypatch):
     import attnlens.measures.sparse.sparse as sparse
 
     torch.manual_seed(4)
-    n, lengths = 21, (21, 12, 5)
-    ids = torch.full((3, n), PAD)
-    for b, m in enumerate(lengths):
-        ids[b, :m] = torch.randint(1000, 2000, (m,))
-        ids[b, 0], ids[b, m - 1] = CLS, SEP
-    mask = ids != PAD
-    scores = 3 * torch.randn(3, 3, 4, n, n)
-    patterns = torch.softmax(scores.masked_fill(~mask[None, :, None, None, :], -torch.inf), -1)
+    n = 21
+    ids, patterns = _padded_patterns(n, (21, 12, 5), n_layers=3)
     values = torch.randn(3, 3, n, 2, 5)
     states = []
     for chunk in (10**9, 1):
