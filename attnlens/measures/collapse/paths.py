@@ -142,6 +142,16 @@ def path_products(patterns: dict, paths: list[HeadPath]) -> torch.Tensor:
     return product
 
 
+def _in_one_copy(tensors: dict, device: torch.device) -> dict:
+    """The 1-D tensors of ``tensors`` (one dtype) on ``device``, as views of one buffer: one
+    host-to-device copy for them all (a copy each waits for a GPU once per key: per path
+    length or layer)."""
+    if not tensors:
+        return {}
+    flat = torch.cat(list(tensors.values())).to(device)
+    return dict(zip(tensors, flat.split([len(t) for t in tensors.values()]), strict=True))
+
+
 class PathCollapse(Analyzer):
     """Rank-1 residual of sampled head paths' attention products, against path length.
 
@@ -218,7 +228,10 @@ class PathCollapse(Analyzer):
         return [f"blocks.{layer}.attn.hook_pattern" for layer in self.layers]
 
     def begin_batch(self, batch: Batch) -> None:
-        self.move_state(batch.attention_mask.device)
+        device = batch.attention_mask.device
+        first = next(iter(self.sums.values()), None)
+        if first is not None and first.device != device:  # the only tensor state field
+            self.sums = _in_one_copy(self.sums, device)
         seen, self._seen = self._seen, self._seen + batch.size
         rows = sampled_rows(batch, self.per_batch, self.max_sentences, seen)
         if rows is None:
@@ -231,13 +244,12 @@ class PathCollapse(Analyzer):
             if fit == 0:
                 self.skipped += len(rows)
             rows = rows[sample_rows(len(rows), fit)]
-        device = batch.attention_mask.device
         self._rows = rows.to(device)
         self._patterns = {}
         built_on = next(iter(self._head_index.values())).device if self._head_index else None
         if built_on != device:  # index tensors on the batch's device: no copy in update_layer
-            self._head_index = {layer: torch.tensor(heads, device=device)
-                                for layer, heads in self.heads_used.items()}
+            self._head_index = _in_one_copy(
+                {layer: torch.tensor(heads) for layer, heads in self.heads_used.items()}, device)
 
     def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
         if self._rows is None or len(self._rows) == 0:
