@@ -94,8 +94,8 @@ def rank1_residual(matrices: torch.Tensor) -> torch.Tensor:
 
     Zero rows and columns (padding) change no singular value but add zeros, so they are exact.
     The solver always runs on the CPU (LAPACK, one call for the batch): on a GPU, cuSOLVER
-    took path collapse to 4.0 s of a 7.8 s corpus pass (NVIDIA H200, 2026-11-27) against
-    0.4 s for the whole analyzer on two CPU cores, and the solver is then the CPU run's (the
+    took path collapse to 4.0 s of a 7.8 s corpus pass (NVIDIA H200, 2026-11-27), 0.46 s
+    with this (0.4 s for the whole analyzer on two CPU cores), and the solver is the CPU run's (the
     products themselves still come from the device's float64 kernels). The residuals go back
     to the matrices' device (``[...]``, small).
     """
