@@ -230,8 +230,9 @@ class PathCollapse(Analyzer):
     def begin_batch(self, batch: Batch) -> None:
         device = batch.attention_mask.device
         first = next(iter(self.sums.values()), None)
-        if first is not None and first.device != device:  # the only tensor state field
+        if first is not None and first.device != device:  # one copy for every length's sums
             self.sums = _in_one_copy(self.sums, device)
+        self.move_state(device)  # the rest of the state (a no-op where it is)
         seen, self._seen = self._seen, self._seen + batch.size
         rows = sampled_rows(batch, self.per_batch, self.max_sentences, seen)
         if rows is None:
