@@ -35,6 +35,7 @@ from attnlens.model.folding import NormParams, attention_input_norm
 from attnlens.model.transformer import HookedTransformer
 from attnlens.stream.base import Batch
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
+from attnlens.stream.held_layers import HeldLayers, add_to_layers
 
 PATTERN_MEASURES = ("asym_ratio", "directed_share", "reciprocity")
 BASELINE_MEASURES = (*PATTERN_MEASURES, "product_violations", "dominance_violations")
@@ -162,27 +163,31 @@ def _pair_counts(P: torch.Tensor, Pt: torch.Tensor, level: torch.Tensor, factor:
 
 
 def masked_unweighted_attention(X: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``unweighted_attention`` of each sentence's real tokens of ``X [batch, pos, C]``:
-    ``[batch, pos, pos]`` in float64, 0 outside the real block."""
+    """``unweighted_attention`` of each sentence's real tokens of ``X [batch, ..., pos, C]``
+    (``...``: e.g. layers): ``[batch, ..., pos, pos]`` in float64, 0 outside the real block."""
     X = X.double()
-    logits = (X @ X.mT / X.shape[-1] ** 0.5).masked_fill(~mask.bool()[:, None, :], -torch.inf)
+    extra = [1] * (X.dim() - 3)  # axes between batch and the matrix
+    keys = ~mask.bool().reshape(mask.shape[0], *extra, 1, mask.shape[1])  # [batch, ..., 1, pos]
+    logits = (X @ X.mT / X.shape[-1] ** 0.5).masked_fill(keys, -torch.inf)
     alpha = torch.softmax(logits, dim=-1)
-    return torch.where(real_pairs(mask), alpha, 0)
+    pairs = real_pairs(mask)
+    return torch.where(pairs.reshape(pairs.shape[0], *extra, *pairs.shape[1:]), alpha, 0)
 
 
 def masked_dominance_violations(alpha: torch.Tensor, pairs: torch.Tensor,
                                 lengths: torch.Tensor) -> torch.Tensor:
-    """``dominance_violations`` of each sentence's real block of ``alpha [batch, pos, pos]``
-    (0 outside it): ``[batch, 3]``."""
+    """``dominance_violations`` of each sentence's real block of ``alpha [batch, ..., pos,
+    pos]`` (0 outside it; ``pairs [batch, ..., pos, pos]`` broadcast over ``...``, ``lengths
+    [batch]``): ``[batch, ..., 3]``."""
     diag = alpha.diagonal(dim1=-2, dim2=-1)  # [batch, pos]
     _, off = _upper_and_off(alpha.shape[-1], alpha.device)
     off = off & pairs
     tol = 1 + RELATIVE_TOL
     product = (alpha * alpha.mT > tol * diag[..., :, None] * diag[..., None, :]) & off
     dominance = (alpha > tol * torch.maximum(diag[..., :, None], diag[..., None, :])) & off
-    n = lengths.to(torch.float64)
-    return torch.stack([n * (n - 1), _counted(product).double(), _counted(dominance).double()],
-                       -1)
+    n = lengths.to(torch.float64).reshape(-1, *([1] * (alpha.dim() - 3)))
+    product, dominance = _counted(product).double(), _counted(dominance).double()
+    return torch.stack([(n * (n - 1)).expand_as(product), product, dominance], -1)
 
 
 class PatternAsymmetry(HeadPatternAnalyzer):
@@ -221,6 +226,7 @@ class PatternAsymmetry(HeadPatternAnalyzer):
         self.base_counts = torch.zeros(self.n_layers, _COUNTS, dtype=f64)
         self.base_violations = torch.zeros(self.n_layers, 3, dtype=f64)
         self._lengths = self._real = self._pairs = self._mask = None
+        self._held = HeldLayers()
 
     @classmethod
     def model_options(cls, model: HookedTransformer) -> dict:
@@ -252,31 +258,56 @@ class PatternAsymmetry(HeadPatternAnalyzer):
         self.sentences += int(self._real.sum())  # one host read of the lengths per batch
 
     def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
-        # Every sentence of the batch in one call: entries outside each sentence's real
-        # block are 0 (masked_pattern_asymmetry), so no loop over lengths or sentences.
-        heads = self.heads_per_layer[layer]
+        # Held, then every held layer of the batch in one call (``_fold_held``): the layers'
+        # heads side by side, entries outside each sentence's real block 0
+        # (masked_pattern_asymmetry), so no loop over layers, lengths or sentences.
         patterns = cache["pattern", layer]  # [batch, head, query_pos, key_pos]
-        real = self._real.to(torch.float64)  # [batch]
-        lengths = self._lengths.clamp_min(1)
-        ratio, counts = masked_pattern_asymmetry(patterns, self._pairs, lengths, self.factor,
-                                                 self.edge_level)
-        self.ratio_sum[layer, :heads] += real @ ratio  # [head]
-        self.counts[layer, :heads] += counts.sum(0)  # [head, 4]
         if not self.baseline:
+            if self._held.add(layer, patterns):
+                self._fold_held()
             return
         X_all = cache["resid_pre", layer]  # [batch, pos, d_model]
         norm = self.input_norms[layer]
         if norm is not None:
             X_all = norm.to(X_all.device).apply(X_all)  # the attention's own input
-        alpha = masked_unweighted_attention(X_all, self._mask)  # [batch, pos, pos]
+        if self._held.add(layer, patterns, X_all[:, None]):  # [batch, 1, pos, d_model]
+            self._fold_held()
+
+    def _fold_held(self) -> None:
+        """Fold the held layers: patterns ``[batch, layer * head, pos, pos]`` (layer-major)
+        and the baseline's inputs ``[batch, layer, pos, d_model]``."""
+        for layers, held in self._held.take(dims=(1, 1)[: 1 + self.baseline]):
+            self._fold(layers, *held)
+
+    def _fold(self, layers: list[int], patterns: torch.Tensor,
+              X_all: torch.Tensor | None = None) -> None:
+        n_layers = len(layers)
+        real = self._real.to(torch.float64)  # [batch]
+        lengths = self._lengths.clamp_min(1)
+        ratio, counts = masked_pattern_asymmetry(patterns, self._pairs, lengths, self.factor,
+                                                 self.edge_level)
+        add_to_layers(self.counts, layers, counts.sum(0).unflatten(0, (n_layers, -1)))
+        # [batch, layer, head]; each layer's weighted sum over sentences as one product per
+        # layer of a contiguous [batch, head] (the same product, and rounding, as unheld)
+        ratio = ratio.unflatten(1, (n_layers, -1))
+        for i, layer in enumerate(layers):
+            self.ratio_sum[layer, :ratio.shape[-1]] += real @ ratio[:, i].contiguous()
+        if X_all is None:
+            return
+        pairs = self._pairs[:, None]  # [batch, 1, pos, pos]
+        alpha = masked_unweighted_attention(X_all, self._mask)  # [batch, layer, pos, pos]
         ratio, counts = masked_pattern_asymmetry(alpha, self._pairs, lengths, self.factor,
                                                  self.edge_level)
-        self.base_ratio_sum[layer] += real @ ratio
-        self.base_counts[layer] += counts.sum(0)
-        self.base_violations[layer] += masked_dominance_violations(alpha, self._pairs,
-                                                                   lengths).sum(0)
+        add_to_layers(self.base_counts, layers, counts.sum(0))
+        ratio = ratio.mT.contiguous()  # [layer, batch]
+        for i, layer in enumerate(layers):
+            self.base_ratio_sum[layer] += real @ ratio[i]
+        add_to_layers(self.base_violations, layers,
+                      masked_dominance_violations(alpha, pairs, lengths).sum(0))
 
     def end_batch(self, batch: Batch) -> None:
+        if self._held:
+            self._fold_held()
         self._lengths = self._real = self._pairs = self._mask = None
 
     @staticmethod

@@ -241,10 +241,12 @@ class HeadExamples(HeadPatternAnalyzer):
         self._found = []
         used = set(self.top_sentence[torch.isfinite(self.top_value)].tolist())
         ids = self._ids.tolist()
-        real = batch.attention_mask.bool().cpu()
+        # read on the host once as NumPy (per-sentence tensor indexing dispatches ops)
+        real = batch.attention_mask.bool().cpu().numpy()
+        input_ids = batch.input_ids.cpu().numpy()
         for b, index in enumerate(ids):
             if index in used:
-                self.sentence_ids[str(index)] = batch.input_ids[b].cpu()[real[b]].tolist()
+                self.sentence_ids[str(index)] = input_ids[b][real[b]].tolist()
                 if batch.words is not None:
                     self.sentence_words[str(index)] = list(batch.words[b])
         for name in (self.sentence_ids, self.sentence_words):

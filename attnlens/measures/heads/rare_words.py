@@ -109,8 +109,9 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
     def _rows(self, batch: Batch) -> list[torch.Tensor]:
         """Per rank k: ``[row, 2 + k]`` (sentence, attending word, the k rarest words)."""
         per_rank: list[list[np.ndarray]] = [[] for _ in RANKS]
-        rows = torch.zeros(batch.size, len(RANKS), dtype=torch.float64)
-        chance = torch.zeros(batch.size, len(RANKS), dtype=torch.float64)
+        # filled on the host as NumPy arrays (a tensor item write is several dispatched ops)
+        rows = np.zeros((batch.size, len(RANKS)), dtype=np.float64)
+        chance = np.zeros((batch.size, len(RANKS)), dtype=np.float64)
         others = 1 if self.rare_self == "exclude" else 0  # the attending word cannot win
         unaligned = batch.extra.get("unaligned") or [[] for _ in range(batch.size)]
         for b, words in enumerate(batch.words):
@@ -133,8 +134,8 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
                 rows[b, r] = len(attending)
                 chance[b, r] = self._chance(attending.tolist(), targets, len(kept), others,
                                             tokenless)
-        self.sentence_rows.append(rows)
-        self.sentence_chance.append(chance)
+        self.sentence_rows.append(torch.from_numpy(rows))
+        self.sentence_chance.append(torch.from_numpy(chance))
         return [torch.from_numpy(np.concatenate(examples) if examples
                                  else np.zeros((0, 2 + k), dtype=np.int64))
                 for examples, k in zip(per_rank, RANKS.values(), strict=True)]
