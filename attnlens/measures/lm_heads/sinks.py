@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -121,29 +122,34 @@ class SinkKeys(Analyzer):
         # one unique over (layer, pair, code) measured slower at 2 threads: 0.5-0.8x.)
         if not self._found:
             return
-        ids, first = batch.input_ids.cpu(), self._first.cpu()
-        lengths = batch.attention_mask.sum(1).cpu()
+        # read on the host once, then counted in NumPy (no dispatched tensor op per layer)
+        ids, first = batch.input_ids.cpu().numpy(), self._first.cpu().numpy()
+        lengths = batch.attention_mask.sum(1).cpu().numpy()
         names, counts, received_by_key = self._names, self.counts, self.received
         shapes = [values.shape for _, values, _ in self._found]  # [batch, head, top] each
-        sizes = [shape.numel() for shape in shapes]
-        all_values = torch.cat([v.flatten() for _, v, _ in self._found]).cpu().split(sizes)
-        all_positions = torch.cat([i.flatten() for _, _, i in self._found]).cpu().split(sizes)
+        ends = np.cumsum([shape.numel() for shape in shapes])[:-1]
+        all_values = np.split(  # float64 (exact for any float dtype; NumPy lacks bfloat16)
+            torch.cat([v.flatten() for _, v, _ in self._found]).cpu().double().numpy(), ends)
+        all_positions = np.split(
+            torch.cat([i.flatten() for _, _, i in self._found]).cpu().numpy(), ends)
         for (layer, _, _), shape, values, positions in zip(
                 self._found, shapes, all_values, all_positions, strict=True):
-            values, positions = values.view(shape), positions.view(shape)
-            n, n_heads, top = values.shape
+            values, positions = values.reshape(shape), positions.reshape(shape)
+            n, n_heads, _ = values.shape
             real = positions < lengths[:, None, None]  # short sentences: fewer real keys
-            token = ids.gather(1, positions.flatten(1)).view_as(positions)  # [batch, head, top]
-            code = token * 2 + (positions == first[:, None, None]).long()  # token, first or not
-            pair = torch.arange(n * n_heads).view(n, n_heads, 1).expand(-1, -1, top)
+            token = np.take_along_axis(ids, positions.reshape(n, -1), 1).reshape(shape)
+            code = token * 2 + (positions == first[:, None, None])  # token, first or not
+            pair = np.broadcast_to(np.arange(n * n_heads).reshape(n, n_heads, 1), shape)
             # (sentence-head pair, code) once, with the attention its top positions receive
+            # (sums in float64, added in order as index_add_ does)
             width = int(code.max()) + 1
-            keyed, inverse = torch.unique((pair * width + code)[real], return_inverse=True)
-            received = torch.zeros(len(keyed), dtype=torch.float64).index_add_(
-                0, inverse, values[real].double())
-            codes, per_code = torch.unique(keyed % width, return_inverse=True)
-            n_top = torch.bincount(per_code, minlength=len(codes))
-            total = torch.zeros(len(codes), dtype=torch.float64).index_add_(0, per_code, received)
+            keyed, inverse = np.unique((pair * width + code)[real], return_inverse=True)
+            received = np.zeros(len(keyed), dtype=np.float64)
+            np.add.at(received, inverse, values[real])
+            codes, per_code = np.unique(keyed % width, return_inverse=True)
+            n_top = np.bincount(per_code, minlength=len(codes))
+            total = np.zeros(len(codes), dtype=np.float64)
+            np.add.at(total, per_code, received)
             for c, count, share in zip(codes.tolist(), n_top.tolist(), total.tolist(),
                                        strict=True):
                 key = names.get((layer, c)) or self._name(layer, c)
