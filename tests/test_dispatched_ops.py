@@ -16,7 +16,6 @@ its own slice of the state), well under the loops they replaced, which this test
 from __future__ import annotations
 
 import pytest
-import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from attnlens.stream.runner import run_analyzers
@@ -25,18 +24,28 @@ from tests.helpers import tiny_model
 FEEDING = ("begin_batch", "update_layer", "update_block", "end_layer", "end_batch")
 
 # analyzer -> (most operations per added layer, most per added sentence), one batch.
-# Before issue 29's rewrite (measured on this test's inputs): pattern asymmetry 160 per layer,
-# sink keys 40 per layer, rare words 12 per sentence, head examples 4 per sentence.
+# Before issue 29's rewrite (measured on this test's inputs), per layer: pattern asymmetry
+# 153, head examples 117, sink keys 45, head statistics 38, head behaviour 24, sink scores 15;
+# per sentence: rare words 16, head examples 3. After it: 15, 18, 13, 29, 15, 2; 0, 0.
 BOUNDS = {
     # per layer: the held layer (1 view), then per held layer its weighted sum over sentences
     # as one product per layer (the rounding of the unheld product) added into its slice
     "asymmetry: PatternAsymmetry": (30, 0),
     # per layer: the block's column sums and the layer's top keys; counted on the host
     "lm_heads: SinkKeys": (15, 0),
+    # per layer: the first token's column (a gather), held; the sums made once per batch
+    "heads: SinkScores": (5, 0),
+    "lm_heads: SinkScores": (5, 0),
+    # per layer: each measure's value per row (one to three operations each, computed once
+    # per block and shared with the head examples), held; weighed and summed once per batch
+    "heads: HeadStats": (32, 0),
+    # per layer: the rows' vertical and diagonal mass and broadness, held; summed once
+    "heads: HeadBehaviour": (18, 0),
     # per sentence: nothing (the host's counts are NumPy arrays, one tensor per batch)
     "heads: RareWordHeads": (None, 0),
+    # per layer: the rows' values (shared with the head statistics) and the pattern, held;
     # per sentence: nothing (the used sentences' ids are read from one NumPy copy)
-    "heads: HeadExamples": (None, 0),
+    "heads: HeadExamples": (25, 0),
 }
 
 

@@ -35,6 +35,7 @@ from attnlens.model.transformer import HookedTransformer
 from attnlens.stats.bootstrap import Inference, estimate_shares
 from attnlens.stream.base import Batch, PatternBlock
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
+from attnlens.stream.held_layers import HeldLayers, add_to_layers
 from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
 
 BEHAVIOURS = ("vertical", "diagonal", "broad")
@@ -110,6 +111,7 @@ class HeadBehaviour(PerSentenceRows, HeadPatternAnalyzer):
         self._scratch = torch.zeros(batch.size, len(BEHAVIOURS), self.n_layers, self.n_heads,
                                     dtype=torch.float64, device=real.device)
         # [sentence, behaviour, layer, head], float64: sums over thousands of rows
+        self._held = HeldLayers()
 
     def update_block(self, batch: Batch, layer: int, block: PatternBlock,
                      cache: ActivationCache) -> None:
@@ -125,10 +127,25 @@ class HeadBehaviour(PerSentenceRows, HeadPatternAnalyzer):
         threshold = block.query_rows(self._threshold) if self.causal else self._threshold
         broad = (block.entropy > threshold).to(torch.float32)  # threshold: [batch, 1, rows|1]
         per_row = torch.stack([vertical, diagonal, broad], 1)  # [batch, behaviour, head, rows]
+        if block.is_whole:  # held, then weighed and summed for several layers at once
+            if self._held.add(layer, per_row):
+                self._fold_held()
+            return
         row_weight = block.query_rows(self._row_weight)[:, None]  # [batch, 1, 1, rows]
         self._scratch[:, :, layer, : block.n_heads] += (per_row.double() * row_weight).sum(-1)
 
+    def _fold_held(self) -> None:
+        """The held layers' rows ``[batch, behaviour, layer * head, query_pos]``, each
+        (sentence, behaviour, head) summed over its own rows as per layer, into the scratch."""
+        by_layer = self._scratch.permute(2, 0, 1, 3)  # [layer, batch, behaviour, head] (a view)
+        for layers, (per_row,) in self._held.take(dims=(2,)):
+            sums = (per_row.double() * self._row_weight[:, None]).sum(-1)  # [b, beh, l * h]
+            sums = sums.unflatten(2, (len(layers), -1))  # [batch, behaviour, layer, head]
+            add_to_layers(by_layer, layers, sums.permute(2, 0, 1, 3))
+
     def end_batch(self, batch: Batch) -> None:
+        if self._held:
+            self._fold_held()
         self.sentence_sums.append(self._scratch)  # stays on the model's device
         self._scratch = None
         self._near = {}

@@ -31,6 +31,7 @@ from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
 from attnlens.stream.base import Batch, PatternBlock
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
+from attnlens.stream.held_layers import HeldLayers
 from attnlens.stream.per_sentence import sentence_ids_of
 
 from .head_stats import (
@@ -118,7 +119,8 @@ class HeadExamples(HeadPatternAnalyzer):
         first = self.reader.first  # [batch]: real tokens are first .. end - 1
         self._bounds = (first, first + batch.attention_mask.bool().sum(1))
         self._uncounted = self.reader.row_weight == 0  # [measure, batch, 1, query_pos]
-        self._found: list[tuple[int, tuple[torch.Tensor, ...]]] = []  # per layer, merged once
+        self._found: list[tuple[list[int], tuple[torch.Tensor, ...]]] = []  # merged once
+        self._held = HeldLayers()
 
     def whole_matrix_length(self, batch: Batch) -> int:
         """The padded length: an example needs the whole pattern (``skips_long_inputs``)."""
@@ -126,11 +128,13 @@ class HeadExamples(HeadPatternAnalyzer):
 
     def update_block(self, batch: Batch, layer: int, block: PatternBlock,
                      cache: ActivationCache) -> None:
-        """A whole pattern is read as it comes, sharing its rows' values with the head
-        statistics (``TokenMeasures.per_row`` on the same block); query blocks of a pattern
-        (inputs cut into blocks below the whole-matrix limit) are put together first."""
+        """A whole pattern is held with its rows' values, shared with the head statistics
+        (``TokenMeasures.per_row`` on the same block), then folded with the other held layers
+        (``_fold_held``); query blocks of a pattern (inputs cut into blocks below the
+        whole-matrix limit) are put together first and folded alone."""
         if block.is_whole:
-            self._update_whole(layer, block)
+            if self._held.add(layer, self.reader.per_row(block), block.p):
+                self._fold_held()
             return
         if block.start == 0:
             self._parts = []
@@ -138,16 +142,21 @@ class HeadExamples(HeadPatternAnalyzer):
         if block.query.is_last:
             whole = torch.cat(self._parts, dim=-2)  # [batch, head, query_pos, key_pos]
             self._parts = []
-            self._update_whole(layer, PatternBlock.whole(whole, layer))
+            whole_block = PatternBlock.whole(whole, layer)
+            self._update_whole([layer], self.reader.per_row(whole_block), whole_block.p)
 
-    def _update_whole(self, layer: int, block: PatternBlock) -> None:
-        """This layer's candidates: the batch's own top k per measure and head (only they can
-        enter the kept top k: the ranking is a total order, value then corpus index), with
+    def _fold_held(self) -> None:
+        # per_row [measure, batch, layer * head, query_pos], p [batch, layer * head, q, k]
+        for layers, (per_row, p) in self._held.take(dims=(2, 1)):
+            self._update_whole(layers, per_row, p)
+
+    def _update_whole(self, layers: list[int], per_row: torch.Tensor, p: torch.Tensor) -> None:
+        """These layers' candidates: the batch's own top k per measure and head (only they
+        can enter the kept top k: the ranking is a total order, value then corpus index), with
         their row, key and window (kept until ``end_batch``, which merges every layer's into
-        the top k at once)."""
-        p = block.p  # [batch, head, query_pos, key_pos]
+        the top k at once). ``per_row [measure, batch, layer * head, query_pos]`` and ``p
+        [batch, layer * head, query_pos, key_pos]``: the layers' heads side by side."""
         reader = self.reader
-        per_row = reader.per_row(block)  # [measure, batch, head, query_pos]
         weight = reader.row_weight  # [measure, batch, 1, query_pos]
         value = (per_row * weight).sum(-1) / self._counted[:, :, None].clamp_min(1)
         value = value.masked_fill(~self._enough[:, :, None], -torch.inf)  # [measure, batch, head]
@@ -163,8 +172,9 @@ class HeadExamples(HeadPatternAnalyzer):
         start = self._window_start(query, key, best)  # [measure, head, k']
         window = self._windows(p, best, start)  # [measure, head, k', w, w]
         first = self.reader.first[best]  # [measure, head, k'] each sentence's first token
-        self._found.append((layer, (value.gather(-1, best), self._ids[best], query - first,
-                                    key - first, start - first, window)))
+        fields = (value.gather(-1, best), self._ids[best], query - first, key - first,
+                  start - first, window)  # each [measure, layer * head, k', ...]
+        self._found.append((layers, tuple(f.unflatten(1, (len(layers), -1)) for f in fields)))
 
     def _windows(self, p: torch.Tensor, rows: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
         """``[measure, head, k, w, w]``: the pattern ``p [batch, head, query_pos, key_pos]``
@@ -196,18 +206,19 @@ class HeadExamples(HeadPatternAnalyzer):
         """The batch's candidates of every layer fed, ``[measure, layer, head, k', ...]``
         (heads a layer lacks: value -inf and corpus index 0, which never displace a kept
         example: the kept ones there are -inf with index -1)."""
-        layers = [layer for layer, _ in self._found]
+        layers = [layer for run, _ in self._found for layer in run]
         fields = []
         for f in range(6):
             parts = []
             for _, found in self._found:
-                x = found[f]  # [measure, head, k', ...]
-                missing = self.n_heads - x.shape[1]
+                x = found[f]  # [measure, layer, head, k', ...]
+                missing = self.n_heads - x.shape[2]
                 if missing:
                     fill = -torch.inf if f == 0 else 0
-                    x = torch.cat([x, x.new_full((x.shape[0], missing, *x.shape[2:]), fill)], 1)
+                    x = torch.cat([x, x.new_full((*x.shape[:2], missing, *x.shape[3:]), fill)],
+                                  2)
                 parts.append(x)
-            fields.append(torch.stack(parts, 1))
+            fields.append(parts[0] if len(parts) == 1 else torch.cat(parts, 1))
         return layers, tuple(fields)
 
     def _keep(self, layers: list[int], value, sentence, query, key, start, window) -> None:
@@ -235,6 +246,8 @@ class HeadExamples(HeadPatternAnalyzer):
     def end_batch(self, batch: Batch) -> None:
         """Merge the batch's candidates into the top k, then keep the tokens of this batch's
         sentences that an example uses (one sync)."""
+        if self._held:
+            self._fold_held()
         if self._found:
             layers, fields = self._stacked()
             self._keep(layers, *fields)

@@ -42,6 +42,7 @@ from attnlens.hooks import ActivationCache
 from attnlens.model.transformer import HookedTransformer
 from attnlens.stream.base import Batch, PatternBlock
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
+from attnlens.stream.held_layers import HeldLayers, add_to_layers
 from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
 
 # Every statistic HeadStats can compute, in table order; ``MEASURES`` is the set of a
@@ -307,15 +308,31 @@ class HeadStats(PerSentenceRows, HeadPatternAnalyzer):
         self._scratch = torch.zeros(batch.size, len(self.measures), self.n_layers,
                                     self.n_heads, dtype=torch.float64,
                                     device=batch.input_ids.device)
+        self._held = HeldLayers()
 
     def update_block(self, batch: Batch, layer: int, block: PatternBlock,
                      cache: ActivationCache) -> None:
         per_row = self.reader.per_row(block)  # [measure, batch, head, rows]
+        if block.is_whole:  # held, then weighed and summed for several layers at once
+            if self._held.add(layer, per_row):
+                self._fold_held()
+            return
         weight = block.query_rows(self.reader.row_weight)  # [measure, batch, 1, rows]
         per_sentence = (per_row.double() * weight).sum(3)  # [measure, batch, head]
         self._scratch[:, :, layer, : block.n_heads] += per_sentence.transpose(0, 1)
 
+    def _fold_held(self) -> None:
+        """The held layers' rows ``[measure, batch, layer * head, query_pos]``, each (measure,
+        sentence, head) summed over its own rows as per layer, into the scratch."""
+        by_layer = self._scratch.permute(2, 0, 1, 3)  # [layer, batch, measure, head] (a view)
+        for layers, (per_row,) in self._held.take(dims=(2,)):
+            per_sentence = (per_row.double() * self.reader.row_weight).sum(3)  # [m, b, l * h]
+            per_sentence = per_sentence.unflatten(2, (len(layers), -1))  # [m, b, layer, head]
+            add_to_layers(by_layer, layers, per_sentence.permute(2, 1, 0, 3))
+
     def end_batch(self, batch: Batch) -> None:
+        if self._held:
+            self._fold_held()
         # the running sums and the per-sentence rows stay on the model's device (move_state)
         self.sums += self._scratch.sum(0)
         self.rows += int(self._plain_rows)  # one read per batch

@@ -26,6 +26,7 @@ from attnlens.hooks import ActivationCache
 from attnlens.measures.lm_heads.shares import HeadShares, kv_heads_of
 from attnlens.model.transformer import HookedTransformer
 from attnlens.stream.base import Analyzer, Batch, PatternBlock, pattern_hook_names
+from attnlens.stream.held_layers import HeldLayers, add_to_layers
 
 SINK_EPSILON = 0.3  # Gu et al. 2024's threshold of the Sink-rate
 TOP_KEYS = 3  # keys per sentence and head counted by SinkKeys
@@ -52,16 +53,38 @@ class SinkScores(HeadShares):
         real = batch.attention_mask.bool()  # [batch, pos]
         self._first = first_real(real)  # [batch]
         self._rows = real.to(torch.float32)[:, None, :]  # [batch, 1, query_pos]
+        self._index: dict[torch.Size, torch.Tensor] = {}  # first-token index per block shape
+        self._held = HeldLayers()
         self._start(batch, real.sum(1))
 
     def update_block(self, batch: Batch, layer: int, block: PatternBlock,
                      cache: ActivationCache) -> None:
         p = block.p  # [batch, head, rows, key_pos]
         n_heads = p.shape[1]
-        index = self._first[:, None, None, None].expand(-1, n_heads, p.shape[2], 1)
+        index = self._index.get(p.shape)
+        if index is None:
+            index = self._index[p.shape] = self._first[:, None, None, None].expand(
+                -1, n_heads, p.shape[2], 1)
         to_first = p.gather(-1, index)[..., 0]  # [batch, head, rows]: A[i, first]
+        if block.is_whole:  # held, then summed for several layers at once (``_fold_held``)
+            if self._held.add(layer, to_first):
+                self._fold_held()
+            return
         rows = block.query_rows(self._rows)  # [batch, 1, rows]
         self._scratch[:, 0, layer, :n_heads] += (to_first * rows).sum(-1)
+
+    def _fold_held(self) -> None:
+        """Each held layer's row sums, ``[batch, layer * head, query_pos]`` in one product and
+        sum (each (sentence, head) summed over its own row as per layer), into the scratch."""
+        by_layer = self._scratch[:, 0].transpose(0, 1)  # [layer, batch, head] (a view)
+        for layers, (to_first,) in self._held.take(dims=(1,)):
+            sums = (to_first * self._rows).sum(-1)  # [batch, layer * head]
+            add_to_layers(by_layer, layers, sums.unflatten(1, (len(layers), -1)).transpose(0, 1))
+
+    def end_batch(self, batch: Batch) -> None:
+        if self._held:
+            self._fold_held()
+        self._finish()
 
 
 class SinkKeys(Analyzer):
