@@ -100,7 +100,11 @@ step "GPU benchmark (benchmarks/gpu.py)"
 "$PY" benchmarks/gpu.py ${GPU_CHECK_QUICK:+--quick} || status=$?
 
 step "the corpus pass on the GPU against the bare HF eager forward (issue 29; UD EWT dev beside the checkout, else the sample)"
-"$PY" benchmarks/corpus_pass.py --device cuda --pass-only --rounds 3 --threads 4 || status=$?
+# with the dispatch floor: the analyzers' aten operations times this GPU's cheapest launch
+for dtype in float32 bfloat16; do
+    "$PY" benchmarks/corpus_pass.py --device cuda --pass-only --dispatch-floor --rounds 3 \
+        --threads 4 --dtype "$dtype" || status=$?
+done
 
 step "long input: attnlens heads on a random 1B-class Llama at 32,768 tokens (--quick: 4,096)"
 # built from a config (random weights, a local word-level tokenizer): nothing is downloaded
