@@ -30,6 +30,7 @@ from attnlens.hooks import ActivationCache
 from attnlens.stats.bootstrap import Inference, estimate_shares, threshold_tests
 from attnlens.stream.base import Batch, PatternBlock
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
+from attnlens.stream.held_layers import HeldLayers, add_to_layers
 from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
 
 OFFSETS = (-3, -2, -1, 0, 1, 2, 3)
@@ -91,12 +92,30 @@ class PositionalHeads(PerSentenceRows, HeadPatternAnalyzer):
         self.sentences += sentence_ids_of(batch, self.next_sentence_id())
         self._scratch = torch.zeros(batch.size, len(TARGETS) - 1, self.n_layers, self.n_heads,
                                     device=real.device)  # [sentence, target, layer, head]
+        self._held = HeldLayers()
 
     def update_block(self, batch: Batch, layer: int, block: PatternBlock,
                      cache: ActivationCache) -> None:
         # padding keys hold exactly 0 < a real row's maximum, so they never tie with it
         is_max = block.is_max  # [batch, head, rows, key_pos]
         credit = block.query_rows(self._rows)[:, None, :] / block.max_count.clamp_min(1)
+        if block.is_whole:  # held, then counted for several layers at once (``_fold_held``)
+            self._whole = block
+            if self._held.add(layer, is_max, credit):
+                self._fold_held()
+            return
+        self._add([layer], self._counted(block, is_max, credit))
+
+    def _fold_held(self) -> None:
+        # is_max [batch, layer * head, query_pos, key_pos], credit [batch, layer * head, rows]
+        for layers, (is_max, credit) in self._held.take(dims=(1, 1)):
+            self._add(layers, self._counted(self._whole, is_max, credit))
+
+    def _counted(self, block: PatternBlock, is_max: torch.Tensor, credit: torch.Tensor
+                 ) -> torch.Tensor:
+        """``[batch, target, head]`` credit per target except "farther" of a block's rows
+        (``is_max [batch, head, rows, key_pos]``, ``credit [batch, head, rows]``; ``head``:
+        one layer's heads or several layers' side by side), each head summed over its rows."""
         counted = []  # credit: [batch, head, rows]
         for o in OFFSETS:
             hit, rows = block.diagonal_span(is_max, o)  # entries (q, q + o), their queries
@@ -108,9 +127,18 @@ class PositionalHeads(PerSentenceRows, HeadPatternAnalyzer):
         # [batch, head, rows]; int32 counts (a bool sum's int64 copies the pattern first)
         on_far_special = (is_max & far_special[:, None]).sum(-1, dtype=torch.int32)
         counted.append((on_far_special * credit).sum(2))
-        self._scratch[:, :, layer, : block.n_heads] += torch.stack(counted, 1)  # [b, t, h]
+        return torch.stack(counted, 1)  # [batch, target, head]
+
+    def _add(self, layers: list[int], counted: torch.Tensor) -> None:
+        """``scratch[:, :, layer, :heads] += counted [batch, target, layer * head]``."""
+        by_layer = self._scratch.permute(2, 0, 1, 3)  # [layer, batch, target, head] (a view)
+        counted = counted.unflatten(2, (len(layers), -1))  # [batch, target, layer, head]
+        add_to_layers(by_layer, layers, counted.permute(2, 0, 1, 3))
 
     def end_batch(self, batch: Batch) -> None:
+        if self._held:
+            self._fold_held()
+        self._whole = None
         self.sentence_counts.append(self._scratch)
         self.sentence_rows.append(self._rows.sum(1))  # [sentence]
         self._scratch = self._rows = self._special_keys = None

@@ -29,6 +29,7 @@ words one sentence decides, and the bootstrap over 2 sentences hardly varies.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -43,6 +44,7 @@ from attnlens.stats.bootstrap import Inference, estimate_shares, pooled, thresho
 from attnlens.stream.base import Batch, PatternBlock
 from attnlens.stream.blocks import flat_index
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
+from attnlens.stream.held_layers import HeldLayers, add_to_layers
 from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
 
 RANKS = {"rarest": 1, "two_rarest": 2}
@@ -166,6 +168,7 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
         self._examples = [r.to(device) for r in self._rows(batch)]
         self._scratch = torch.zeros(batch.size, len(RANKS), self.n_layers, self.n_heads,
                                     device=device)  # [sentence, rank, layer, head]
+        self._held = HeldLayers()
 
     def update_block(self, batch: Batch, layer: int, block: PatternBlock,
                      cache: ActivationCache) -> None:
@@ -174,6 +177,22 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
         wr = self.words.rows(batch, layer, block.pattern, block.query)
         if not wr.n:
             return
+        if block.is_whole:  # held, then counted for several layers at once (``_fold_held``)
+            self._whole_rows = wr
+            if self._held.add(layer, wr.weights):
+                self._fold_held()
+            return
+        self._count([layer], wr, whole=False)
+
+    def _fold_held(self) -> None:
+        # word rows [batch, layer * head, word, key_word]: the layers' heads side by side
+        wr = self._whole_rows
+        for layers, (weights,) in self._held.take(dims=(1,)):
+            self._count(layers, replace(wr, weights=weights), whole=True)
+
+    def _count(self, layers: list[int], wr, whole: bool) -> None:
+        """Add the hits of word rows ``wr`` (one layer's block, or whole patterns of several
+        layers with their heads side by side) to the scratch."""
         n_padding = (~wr.valid).sum(-1)  # [batch] word slots beyond the sentence
         w = wr.weights  # [batch, head, query_word, key_word] (query words first .. first+n-1)
         n_heads = w.shape[1]
@@ -186,7 +205,7 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
         # (int32 counts: a bool sum's default int64 copies the whole tensor first)
         ties = is_max.sum(-1, dtype=torch.int32) - (row_max == 0) * n_padding[:, None, None]
         credit = 1.0 / ties.clamp_min(1)  # [batch, head, query_word]
-        places = self._places(wr, block.is_whole)
+        places = self._places(wr, whole)
         if places is None:
             return  # no sentence has enough words
         cells, rows, here, into, parts = places
@@ -198,10 +217,12 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
                 hits = hits + picked[begin + t * n_rows: begin + (t + 1) * n_rows]
             got.append(hits)
         got = torch.cat(got) * credit.view(-1)[rows] * here  # [rank's attending word, head]
-        per_sentence = torch.zeros(batch.size * len(RANKS), n_heads, device=w.device)
+        per_sentence = torch.zeros(len(self._scratch) * len(RANKS), n_heads, device=w.device)
         per_sentence.index_add_(0, into, got.to(torch.float32))  # [sentence * rank, head]
-        self._scratch[:, :, layer, :n_heads] += per_sentence.view(batch.size, len(RANKS),
-                                                                  n_heads)
+        # [batch, rank, layer, head], added into each layer's slice of the scratch
+        per_sentence = per_sentence.view(-1, len(RANKS), len(layers), n_heads // len(layers))
+        by_layer = self._scratch.permute(2, 0, 1, 3)  # [layer, batch, rank, head] (a view)
+        add_to_layers(by_layer, layers, per_sentence.permute(2, 0, 1, 3))
 
     def _places(self, wr, whole: bool) -> tuple | None:
         """Where each rank's attending words and their k rarest words lie in a block's word
@@ -238,6 +259,9 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
         return found
 
     def end_batch(self, batch: Batch) -> None:
+        if self._held:
+            self._fold_held()
+        self._whole_rows = None
         if self._scratch is not None:
             self.sentence_hits.append(self._scratch)  # stays on the model's device
         self._scratch = None
