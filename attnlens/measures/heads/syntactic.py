@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pandas as pd
 import torch
@@ -39,6 +40,7 @@ from attnlens.stats.bootstrap import Inference
 from attnlens.stream.base import Batch, PatternBlock
 from attnlens.stream.blocks import flat_index
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
+from attnlens.stream.held_layers import HeldLayers, add_to_layers
 from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
 
 
@@ -89,6 +91,8 @@ class SyntacticHeads(PerSentenceRows, HeadPatternAnalyzer):
     # Feeding --------------------------------------------------------------------------
     def begin_batch(self, batch: Batch) -> None:
         self._scratch = None
+        self._held = HeldLayers()
+        self._col_top = self._col_count = self._arc_value = None
         self._at: dict = {}  # where the arcs lie, per shape of word rows (``_places``)
         if "heads" not in batch.extra or batch.word_ids is None:
             return  # a corpus without dependency trees: nothing to count
@@ -129,15 +133,32 @@ class SyntacticHeads(PerSentenceRows, HeadPatternAnalyzer):
                      cache: ActivationCache) -> None:
         if self._scratch is None:
             return
-        pair = self._arcs[:, 3]  # [arc]
         wr = self.words.rows(batch, layer, block.pattern, block.query)
-        if block.start == 0 and not (block.is_whole and wr.n):  # (a whole one sets them)
-            self._begin_columns(wr.weights, len(pair))
-        if not wr.n:
+        if block.is_whole:  # held, then rows and columns of several layers at once
+            if wr.n:  # (without word rows nothing is credited)
+                self._whole_rows = wr
+                if self._held.add(layer, wr.weights):
+                    self._fold_held()
             return
+        if block.start == 0:
+            self._begin_columns(wr.weights, len(self._arcs))
+        if wr.n:
+            self._count([layer], wr, whole=False)
+
+    def _fold_held(self) -> None:
+        # word rows [batch, layer * head, word, key_word]: the layers' heads side by side
+        wr = self._whole_rows
+        for layers, (weights,) in self._held.take(dims=(1,)):
+            self._count(layers, replace(wr, weights=weights), whole=True)
+
+    def _count(self, layers: list[int], wr, whole: bool) -> None:
+        """Credit the arcs in word rows ``wr`` (one layer's query block, or the whole patterns
+        of several layers with their heads side by side): rows now, columns now for whole
+        patterns (``_add_columns``), else carried to the layer's next block."""
+        pair = self._arcs[:, 3]  # [arc]
         w = wr.weights  # [batch, head, query_word, key_word] (query words first .. first+n-1)
         n_heads = w.shape[1]
-        cells, rows, here, n_padding = self._places(wr, block.is_whole)
+        cells, rows, here, n_padding = self._places(wr, whole)
         masked = w.clone()
         masked.diagonal(offset=wr.first, dim1=-2, dim2=-1).fill_(-1.0)  # never picks itself
         top_row = masked.amax(-1, keepdim=True)  # [batch, head, query_word, 1]
@@ -151,14 +172,16 @@ class SyntacticHeads(PerSentenceRows, HeadPatternAnalyzer):
         n_arcs = len(pair)
         summed = torch.zeros(len(self._scratch), 2, n_heads, device=w.device)
         summed.index_add_(0, pair, credit.view(2, n_arcs, n_heads).transpose(0, 1))
-        self._scratch[:, :2, layer, :n_heads] += summed  # [pair, direction, head]
+        by_layer = self._scratch[:, :2].permute(2, 0, 1, 3)  # [layer, pair, direction, head]
+        add_to_layers(by_layer, layers,
+                      summed.unflatten(2, (len(layers), -1)).permute(2, 0, 1, 3))
         # columns (Clark's code): the largest weight each key word gets from a completed row
         arc_value = masked.view(-1)[cells[n_arcs:]] * here[n_arcs:]  # [arc, head] head -> dep
         masked.masked_fill_(~wr.done[:, None, :, None], -2.0)  # rows not done never win
         block_top = masked.amax(-2)  # [batch, head, key_word]
         block_count = (masked >= block_top[..., None, :]).sum(-2, dtype=torch.int32)
-        if block.is_whole:  # the layer's columns at once: nothing to carry to a next block
-            self._col_top, self._col_count, self._arc_value = block_top, block_count, arc_value
+        if whole:  # the layers' columns at once: nothing to carry to a next block
+            self._add_columns(layers, block_top, block_count, arc_value)
             return
         top = torch.maximum(self._col_top[:, :n_heads], block_top)
         self._col_count[:, :n_heads] = (self._col_count[:, :n_heads] * (self._col_top[:, :n_heads]
@@ -208,23 +231,34 @@ class SyntacticHeads(PerSentenceRows, HeadPatternAnalyzer):
         self._arc_value = torch.zeros(n_arcs, n_heads, device=weights.device)  # [arc, head]
 
     def end_layer(self, batch: Batch, layer: int) -> None:
-        if self._scratch is None:
+        if self._scratch is None or self._col_top is None:  # (whole patterns: held)
             return
-        sent, dep, _, pair = self._arcs.unbind(1)
-        n_heads = self._arc_value.shape[1]
-        key = ("columns", tuple(self._col_top.shape))
-        at = self._at.get(key)
-        if at is None:  # the dependents' columns [arc, head], the same for every layer
-            at = self._at[key] = flat_index(self._col_top.shape, sent, dep)
-        top = self._col_top.contiguous().view(-1)[at]  # [arc, head]
-        # the word attending most to the dependent is its head (dependent's own row excluded)
-        credit = (self._arc_value == top) / self._col_count.contiguous().view(-1)[at].clamp_min(1)
-        summed = torch.zeros(len(self._scratch), n_heads, device=credit.device)
-        summed.index_add_(0, pair, credit.to(torch.float32))  # [pair, head]
-        self._scratch[:, 2, layer, :n_heads] += summed
+        self._add_columns([layer], self._col_top, self._col_count, self._arc_value)
         self._col_top = self._col_count = self._arc_value = None
 
+    def _add_columns(self, layers: list[int], col_top: torch.Tensor, col_count: torch.Tensor,
+                     arc_value: torch.Tensor) -> None:
+        """Credit each arc whose dependent's column is topped by its head: the column maxima
+        ``col_top [batch, head, key_word]``, their ties ``col_count`` and each arc's weight
+        head -> dep ``arc_value [arc, head]`` (``head``: these layers' heads side by side)."""
+        sent, dep, _, pair = self._arcs.unbind(1)
+        n_heads = arc_value.shape[1]
+        key = ("columns", tuple(col_top.shape))
+        at = self._at.get(key)
+        if at is None:  # the dependents' columns [arc, head], the same for every layer
+            at = self._at[key] = flat_index(col_top.shape, sent, dep)
+        top = col_top.contiguous().view(-1)[at]  # [arc, head]
+        # the word attending most to the dependent is its head (dependent's own row excluded)
+        credit = (arc_value == top) / col_count.contiguous().view(-1)[at].clamp_min(1)
+        summed = torch.zeros(len(self._scratch), n_heads, device=credit.device)
+        summed.index_add_(0, pair, credit.to(torch.float32))  # [pair, head]
+        by_layer = self._scratch[:, 2].transpose(0, 1)  # [layer, pair, head] (a view)
+        add_to_layers(by_layer, layers, summed.unflatten(1, (len(layers), -1)).transpose(0, 1))
+
     def end_batch(self, batch: Batch) -> None:
+        if self._held:
+            self._fold_held()
+        self._whole_rows = None
         if self._scratch is not None:
             self.pair_hits.append(self._scratch)  # stays on the model's device
         self._scratch = None
