@@ -100,7 +100,8 @@ def main() -> None:
     quick = measured[:3]  # --help, the argument error, the path error (the demo: demo_time.py)
     record("`attnlens --help`; an argument error; a path error", "<= 0.5 s",
            "; ".join(f"{seconds:.2f} s" for seconds, _ in quick)
-           + f" (median of {args.rounds} fresh processes each)",
+           + f" (each the median of {args.rounds} fresh process"
+           + ("es)" if args.rounds > 1 else ")"),
            all(seconds <= target for seconds, target in quick), this_command(),
            key="fixed.cli")
 

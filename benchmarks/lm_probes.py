@@ -128,7 +128,8 @@ def main() -> None:
     record("the language-model heads' probe passes / HF eager forward with `output_attentions`, "
            "same inputs and batches, interleaved", "<= 1.3",
            f"{worst:.2f} (worst of " + ", ".join(f"{name} {r:.2f}" for name, r in ratios.items())
-           + f"; LmHeads.compute {whole / eager_all:.2f}x, median of {args.rounds}, {unit})",
+           + f"; LmHeads.compute {whole / eager_all:.2f}x; "
+           f"{'CPU' if args.cpu else 'wall'} time, median of {args.rounds} rounds)",
            worst <= 1.3, this_command(), key="lm_probes")
 
 
