@@ -93,7 +93,13 @@ def card(item: dict[str, Any]) -> str:
     return item.get("device") or (item.get("machine") or {}).get("cuda") or "unknown GPU"
 
 
-def run_sentence(records: list[dict[str, Any]]) -> str:
+def shown(path: Path) -> str:
+    """``path`` as the README names it: relative to the checkout when inside it."""
+    path = path.resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def run_sentence(records: list[dict[str, Any]], source: str) -> str:
     start = next((r for r in records if r.get("kind") == "start"), None)
     end = next((r for r in reversed(records) if r.get("kind") == "end"), None)
     if start is None:
@@ -107,7 +113,7 @@ def run_sentence(records: list[dict[str, Any]]) -> str:
     return (f"Every row but the GPU ones comes from one `make bench` run on {began:%Y-%m-%d} "
             f"({span}) on {box.get('cpu')} ({box.get('cores')} cores), "
             f"{threads if threads is not None else 'default'} threads: each benchmark recorded "
-            "what it printed in `benchmarks/results/bench.jsonl` and "
+            f"what it printed in `{source}` and "
             "`benchmarks/readme_table.py` wrote this table from it. Ratios are taken in one "
             "process against a baseline measured in the same run.")
 
@@ -116,7 +122,8 @@ def row(figure: str, target: str, measured: str, command: str) -> str:
     return f"| {figure} | {target} | {measured} | {command} |"
 
 
-def section(records: list[dict[str, Any]], gpu: list[dict[str, Any]] | None = None) -> str:
+def section(records: list[dict[str, Any]], gpu: list[dict[str, Any]] | None = None,
+            source: str = "benchmarks/results/bench.jsonl") -> str:
     """The text between the markers (newline first and last)."""
     figures = latest_by_key([r for r in records if r.get("kind") == "figure"])
     by_key = {r["key"]: r for r in figures}
@@ -155,7 +162,7 @@ def section(records: list[dict[str, Any]], gpu: list[dict[str, Any]] | None = No
                          "and copied by hand from [performance.md](docs/performance.md#gpu).")
     notes.append("Where the time goes, the floor beside each ratio and what is left: "
                  "[docs/performance.md](docs/performance.md).")
-    return "\n".join(["", run_sentence(records), "", *lines, "", " ".join(notes), ""])
+    return "\n".join(["", run_sentence(records, source), "", *lines, "", " ".join(notes), ""])
 
 
 def replace_section(readme: str, body: str) -> str:
@@ -179,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no records: {args.records} does not exist (run `make bench`)", file=sys.stderr)
         return 1
     gpu = read_records(args.gpu) if args.gpu.is_file() else None
-    body = section(read_records(args.records), gpu)
+    body = section(read_records(args.records), gpu, shown(args.records))
     if args.print:
         print(BEGIN + "\n" + body + END)
         return 0
