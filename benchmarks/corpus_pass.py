@@ -18,12 +18,19 @@ trained ``--max-length``):
   pass (a shared per-block quantity is charged to the first analyzer that asks for it);
 - **floor**: the analyzers' essential arithmetic alone, a tight vectorised loop over the
   patterns cached beforehand (``floor_seconds``), and its ratio to the bare forward;
+- **dispatch floor**: the aten operations the analyzers dispatch over the pass (a
+  ``TorchDispatchMode`` counter around their feeding methods; views apart), times this
+  device's cheapest operation (an in-place add to a one-element tensor, on a GPU a kernel
+  launch; a view), measured in the same process: what the analyzers cost at the least as
+  written, whatever their arithmetic; with the arithmetic floor, the pass's floor
+  (``--dispatch-floor`` also with ``--pass-only`` or on a GPU);
 - **fixed costs**: the whole `attnlens analyze` command on the same corpus in a fresh process
   (``--skip-command`` leaves it out), from its start to its exit, minus the passes above as
   its ``run.json`` records them (target <= 4 s).
 
     python benchmarks/corpus_pass.py [--threads 2] [--max-sentences N] [--treebank PATH]
-        [--skip-command] [--profile] [--cpu] [--rounds N] [--pass-only]
+        [--skip-command] [--profile] [--cpu] [--rounds N] [--pass-only] [--dispatch-floor]
+        [--device cuda] [--dtype bfloat16]
         [--batch-size N] [--batch-tokens N] [--before-batch-size N]
 
 ``--before-batch-size N`` also times the pass in batches of N sentences (no token budget)
@@ -39,7 +46,8 @@ pass, the floor and the command alike; by default its default (256).
 ``--threads``; ``stream.threads``), in the pass and in the command.
 ``--device cuda`` runs both forwards and the analyzers on a GPU (every time taken after
 ``torch.cuda.synchronize``; the floor is left out there, it is CPU arithmetic; the command
-runs with ``--device cuda`` too). ``--profile`` prints cProfile's top functions of the
+runs with ``--device cuda`` too). ``--dtype bfloat16`` loads both models in bfloat16
+(`analyze`'s ``--dtype``; the command too). ``--profile`` prints cProfile's top functions of the
 corpus pass. ``--cpu`` times with the process's CPU time instead of wall time (less
 sensitive to other work on a shared machine; the command's fixed costs stay wall time).
 """
@@ -60,6 +68,7 @@ import torch
 SHARED_UD = Path(__file__).resolve().parents[2] / "shared/data/ud-ewt/en_ewt-ud-dev.conllu"
 CLOCK = time.perf_counter  # --cpu: time.process_time (every thread of this process)
 DEVICE = torch.device("cpu")  # --device
+DTYPE = torch.float32  # --dtype (both forwards)
 SPECTRUM_SENTENCES: list[int | None] = [None]  # --spectrum-sentences (None: analyze's default)
 FEEDING = ("begin_batch", "update_layer", "update_block", "end_layer", "end_batch", "update",
            "model_pass")
@@ -88,7 +97,7 @@ def load_hf_eager(path: str):
     from transformers import AutoModel
 
     return AutoModel.from_pretrained(path, attn_implementation="eager",
-                                     dtype=torch.float32).eval().to(DEVICE)
+                                     dtype=DTYPE).eval().to(DEVICE)
 
 
 @torch.no_grad()
@@ -271,6 +280,90 @@ def floor_seconds(cached, batches, hf, spectrum_sentences: int | None = None
     return bare, parts
 
 
+# The dispatch floor -----------------------------------------------------------------------
+def count_dispatches(model, tokenizer, batches) -> tuple[int, int, dict[str, int]]:
+    """(operations, of them views, {analyzer: operations}): the aten operations every
+    analyzer of `analyze` dispatches in its feeding methods over the whole pass (a
+    ``TorchDispatchMode`` counter around each call; the forward and the runner are left out).
+    The count depends on the batches, not on the machine or the device."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from attnlens.measures.lm_heads.run import LmHeads
+    from attnlens.report.analyze import default_sections
+    from attnlens.stream.runner import run_analyzers
+
+    class Counter(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops = self.views = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops += 1
+            self.views += bool(func.is_view)
+            return func(*args, **(kwargs or {}))
+
+    totals = {"ops": 0, "views": 0}
+    per: dict[str, int] = {}
+
+    def counted(method, key: str):
+        def run(*args, **kwargs):
+            with Counter() as counter:
+                result = method(*args, **kwargs)
+            totals["ops"] += counter.ops
+            totals["views"] += counter.views
+            per[key] = per.get(key, 0) + counter.ops
+            return result
+        return run
+
+    sections = default_sections(LmHeads())
+    for section in sections:
+        if section.name == "spectrum" and SPECTRUM_SENTENCES[0] is not None:
+            section.max_sentences = SPECTRUM_SENTENCES[0] or None
+    everything = []
+    for section in sections:
+        for analyzer in section.analyzers(model, tokenizer):
+            key = f"{section.name}: {type(analyzer).__name__}"
+            for name in FEEDING:
+                if hasattr(analyzer, name) and name not in vars(analyzer):
+                    setattr(analyzer, name, counted(getattr(analyzer, name), key))
+            everything.append(analyzer)
+    run_analyzers(model, batches, everything, show_progress=False)
+    return totals["ops"], totals["views"], per
+
+
+def forward_dispatches(hf, batch) -> int:
+    """The aten operations of one bare HF eager forward."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counter(TorchDispatchMode):
+        ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Counter.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Counter():
+        bare_forward(hf, batch)
+    return Counter.ops
+
+
+def cheapest_operations(repeats: int = 20_000) -> tuple[float, float]:
+    """Seconds per operation of this device's cheapest dispatches, best of 5 loops: an
+    in-place add to a one-element tensor (one kernel on a GPU: its launch) and a view."""
+    x = torch.zeros(1, device=DEVICE)
+    best_add = best_view = float("inf")
+    for _ in range(5):
+        start = now()
+        for _ in range(repeats):
+            x.add_(1)
+        best_add = min(best_add, (now() - start) / repeats)
+        start = now()
+        for _ in range(repeats):
+            x.view(-1)
+        best_view = min(best_view, (now() - start) / repeats)
+    return best_add, best_view
+
+
 # The command ------------------------------------------------------------------------------
 def command_figures(treebank: Path | None, max_sentences: int | None, threads: int,
                     batching: tuple[str, ...] = ()):
@@ -279,7 +372,7 @@ def command_figures(treebank: Path | None, max_sentences: int | None, threads: i
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "report"
         command = [sys.executable, "-m", "attnlens.cli", "analyze", "--out", str(out), "-q",
-                   "--device", DEVICE.type]
+                   "--device", DEVICE.type, "--dtype", str(DTYPE).removeprefix("torch.")]
         if treebank:
             command += ["--treebank", str(treebank)]
         if max_sentences:
@@ -314,9 +407,13 @@ def main() -> None:
                              "(ATTNLENS_ANALYZER_THREADS; 0: as many as the forward)")
     parser.add_argument("--skip-command", action="store_true")
     parser.add_argument("--skip-floor", action="store_true")
+    parser.add_argument("--dispatch-floor", action="store_true",
+                        help="the dispatch floor even with --pass-only or on a GPU")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (both forwards and the "
                         "analyzers; the floor is CPU-only and left out on a GPU)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                        help="both forwards' dtype (analyze's --dtype)")
     parser.add_argument("--cpu", action="store_true",
                         help="CPU time of this process instead of wall time (a loaded machine)")
     parser.add_argument("--pass-only", action="store_true",
@@ -327,7 +424,8 @@ def main() -> None:
     SPECTRUM_SENTENCES[0] = args.spectrum_sentences
     if args.analyzer_threads is not None:  # read by run_analyzers, here and in the command
         os.environ["ATTNLENS_ANALYZER_THREADS"] = str(args.analyzer_threads)
-    global CLOCK, DEVICE
+    global CLOCK, DEVICE, DTYPE
+    DTYPE = getattr(torch, args.dtype)
     if args.cpu:
         CLOCK = time.process_time
     DEVICE = torch.device(args.device)
@@ -337,7 +435,7 @@ def main() -> None:
 
     treebank = args.treebank or (SHARED_UD if SHARED_UD.is_file() else None)
     max_sentences = args.max_sentences or None
-    model, tokenizer = attnlens.load(device=DEVICE)
+    model, tokenizer = attnlens.load(device=DEVICE, dtype=DTYPE)
     batches, max_length = load_batches(tokenizer, model, treebank, max_sentences,
                                        args.batch_size, args.batch_tokens)
     n = sum(b.size for b in batches)
@@ -348,7 +446,8 @@ def main() -> None:
           f"{args.batch_tokens or 'any number of'} tokens, max length {max_length}, padding "
           f"{1 - tokens / slots:.1%}, {args.threads} threads, analyzers at "
           f"{os.environ.get('ATTNLENS_ANALYZER_THREADS') or 'the same'} threads, device "
-          f"{torch.cuda.get_device_name(DEVICE) if DEVICE.type == 'cuda' else 'cpu'}")
+          f"{torch.cuda.get_device_name(DEVICE) if DEVICE.type == 'cuda' else 'cpu'}, "
+          f"{args.dtype}")
     print(f"clock: {'CPU time of this process' if args.cpu else 'wall time'}")
     hf = load_hf_eager(model.cfg.source["path"])
     bare_forward(hf, batches[0])  # warm-up
@@ -395,6 +494,7 @@ def main() -> None:
     for key, spent in sorted(totals.items(), key=lambda kv: -kv[1]):
         print(f"  {key:48s} {spent:7.2f} s  {spent / bare_timed:5.2f}x forward")
     print(f"  {'all analyzers':48s} {sum(totals.values()):7.2f} s")
+    floor = floor_bare = None
     if not args.skip_floor:
         cached = cache_patterns(model, batches)
         from attnlens.measures.spectrum.section import REPORT_SENTENCES
@@ -409,6 +509,21 @@ def main() -> None:
               f"floor of the pass: {1 + floor / floor_bare:.2f}x)")
         for key, spent in parts.items():
             print(f"  {key:46s} {spent:7.2f} s")
+    if not args.skip_floor or args.dispatch_floor:
+        ops, views, per_ops = count_dispatches(model, tokenizer, batches)
+        add, view = cheapest_operations()
+        least = (ops - views) * add + views * view
+        forward_ops = forward_dispatches(hf, batches[0])
+        print(f"dispatch floor: the analyzers dispatch {ops:,} aten operations over the pass "
+              f"({ops / len(batches):,.0f} a batch, {views:,} of them views; the bare forward "
+              f"{forward_ops:,} for the first batch); at this device's cheapest operation "
+              f"(an in-place add {add * 1e6:.2f} us, a view {view * 1e6:.2f} us) at least "
+              f"{least:.2f} s, {least / bare:.2f}x the bare forward")
+        for key, n in sorted(per_ops.items(), key=lambda kv: -kv[1])[:8]:
+            print(f"  {key:48s} {n:9,d}")
+        if floor is not None:
+            print(f"floor of the pass, arithmetic and dispatch: "
+                  f"{1 + floor / floor_bare + least / bare:.2f}x")
     if not args.skip_command:
         wall, timings = command_figures(
             treebank, max_sentences, args.threads,

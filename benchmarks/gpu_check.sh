@@ -105,13 +105,16 @@ step "GPU benchmark (benchmarks/gpu.py)"
 "$PY" benchmarks/gpu.py ${GPU_CHECK_QUICK:+--quick} || status=$?
 
 step "the corpus pass on the GPU against the bare HF eager forward (issue 29; UD EWT dev beside the checkout, else the sample)"
-# both record their figures with the card's name (benchmarks/bench_record.py) for the README's
-# table (benchmarks/readme_table.py; GPU_RECORD= to record nowhere)
+# with the dispatch floor: the analyzers' aten operations times this GPU's cheapest launch.
+# This step and the long-input one record their figures with the card's name
+# (benchmarks/bench_record.py) for the README's table (benchmarks/readme_table.py).
 if [ -n "${GPU_CHECK_QUICK:-}" ]; then default_record=benchmarks/results/gpu-quick.jsonl
 else default_record=benchmarks/results/gpu.jsonl; fi
 GPU_RECORD=${GPU_RECORD-$default_record}
-ATTNLENS_BENCH_RECORD=$GPU_RECORD "$PY" benchmarks/corpus_pass.py --device cuda --pass-only \
-    --rounds 3 --threads 4 || status=$?
+for dtype in float32 bfloat16; do
+    ATTNLENS_BENCH_RECORD=$GPU_RECORD "$PY" benchmarks/corpus_pass.py --device cuda --pass-only \
+        --dispatch-floor --rounds 3 --threads 4 --dtype "$dtype" || status=$?
+done
 
 step "long input: attnlens heads on a random 1B-class Llama at 32,768 tokens (--quick: 4,096)"
 # built from a config (random weights, a local word-level tokenizer): nothing is downloaded
