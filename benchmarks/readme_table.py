@@ -52,7 +52,8 @@ EXPECTED: dict[str, tuple[str, str]] = {
     "distributed": ("2 processes (`torchrun`) / 1 process", "python benchmarks/distributed.py"),
     "long.cpu.native": ("long inputs in query blocks", "python benchmarks/long_context.py"),
 }
-GPU_ORDER = ["corpus_pass", "long.gpu"]  # the GPU rows' order (then by date)
+# The GPU rows' order (then by date).
+GPU_ORDER = ["corpus_pass", "corpus_pass.bfloat16", "long.gpu"]
 # A test, not a benchmark: its row points at the tests.
 PARITY_ROW = ("parity with HF eager, fp32", "<= 1e-5 tiny models, <= 1e-4 MiniLM",
               "see the table under Models (a test, not a benchmark)",
