@@ -129,7 +129,8 @@ def main() -> None:
            "same inputs and batches, interleaved", "<= 1.3",
            f"{worst:.2f} (worst of " + ", ".join(f"{name} {r:.2f}" for name, r in ratios.items())
            + f"; LmHeads.compute {whole / eager_all:.2f}x; "
-           f"{'CPU' if args.cpu else 'wall'} time, median of {args.rounds} rounds)",
+           f"{'CPU' if args.cpu else 'wall'} time, median of {args.rounds} round"
+           + ("s)" if args.rounds > 1 else ")"),
            worst <= 1.3, this_command(), key="lm_probes")
 
 
