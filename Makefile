@@ -116,11 +116,22 @@ verify-models: setup
 
 # Performance figures (docs/performance.md): each script prints ratios against a baseline it
 # measures in the same run. Takes 15-30 min on 2 cores; run it on a quiet machine.
+# Each benchmark behind a row of the README's performance table also records what it
+# printed (benchmarks/bench_record.py) in benchmarks/results/bench.jsonl, emptied at the
+# run's start and given its start and end lines; at the end benchmarks/readme_table.py
+# rewrites the README's table from it (and from benchmarks/results/gpu.jsonl, the GPU rows).
 # `make bench QUICK=1` runs every script on small settings (a few minutes): a check that
-# the scripts work, not figures to quote. `benchmarks/gpu_check.sh` is the GPU counterpart.
+# the scripts work, not figures to quote: it records in benchmarks/results/bench-quick.jsonl
+# and prints the table it would give without touching the README.
+# `benchmarks/gpu_check.sh` is the GPU counterpart.
 BENCH_THREADS ?= 2
 QUICK ?= 0
+BENCH_RECORD := benchmarks/results/bench.jsonl
+BENCH_TABLE :=
 ifeq ($(QUICK),1)
+BENCH_RECORD := benchmarks/results/bench-quick.jsonl
+BENCH_TABLE := --print --records $(BENCH_RECORD)
+BENCH_DEMO := --runs 1
 BENCH_FIXED := --rounds 1
 BENCH_LM_PROBES := --rounds 1
 BENCH_FORWARD := --rounds 3
@@ -136,9 +147,13 @@ BENCH_LONG := --quick
 BENCH_VIEWER := --lengths 512,1024
 BENCH_FIGURES := --rounds 1
 endif
-BENCH := OMP_NUM_THREADS=$(BENCH_THREADS) $(BIN)/python benchmarks
+BENCH := ATTNLENS_BENCH_RECORD=$(BENCH_RECORD) OMP_NUM_THREADS=$(BENCH_THREADS) $(BIN)/python \
+	benchmarks
 bench: setup
+	mkdir -p $(dir $(BENCH_RECORD)) && : > $(BENCH_RECORD)
+	$(BENCH)/bench_record.py start
 	$(BENCH)/fixed_costs.py --phases $(BENCH_FIXED)
+	$(BENCH)/demo_time.py $(BENCH_DEMO)
 	$(BENCH)/forward.py --threads $(BENCH_THREADS) $(BENCH_FORWARD)
 	$(BENCH)/corpus_pass.py --threads $(BENCH_THREADS) $(BENCH_CORPUS_PASS)
 	$(BENCH)/lm_probes.py --threads $(BENCH_THREADS) $(BENCH_LM_PROBES)
@@ -152,3 +167,5 @@ bench: setup
 	$(BENCH)/long_context.py $(BENCH_LONG)
 	$(BENCH)/viewer.py $(BENCH_VIEWER)
 	$(BENCH)/figures.py $(BENCH_FIGURES)
+	$(BENCH)/bench_record.py end
+	$(BIN)/python benchmarks/readme_table.py $(BENCH_TABLE)

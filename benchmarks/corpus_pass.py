@@ -64,6 +64,7 @@ import time
 from pathlib import Path
 
 import torch
+from bench_record import record, this_command
 
 SHARED_UD = Path(__file__).resolve().parents[2] / "shared/data/ud-ewt/en_ewt-ud-dev.conllu"
 CLOCK = time.perf_counter  # --cpu: time.process_time (every thread of this process)
@@ -449,6 +450,9 @@ def main() -> None:
           f"{torch.cuda.get_device_name(DEVICE) if DEVICE.type == 'cuda' else 'cpu'}, "
           f"{args.dtype}")
     print(f"clock: {'CPU time of this process' if args.cpu else 'wall time'}")
+    corpus = ("UD EWT dev" if treebank and Path(treebank).resolve() == SHARED_UD.resolve()
+              else Path(treebank).name if treebank else "the embedded sample treebank")
+    corpus += f" ({n:,} sentences)"
     hf = load_hf_eager(model.cfg.source["path"])
     bare_forward(hf, batches[0])  # warm-up
     if args.before_batch_size:
@@ -541,6 +545,28 @@ def main() -> None:
               f"(target <= 4 s); minus the corpus pass only: {wall - passes:.2f} s")
         for name, spent in itemised.items():
             print(f"  {spent:7.2f} s  {name}")
+        record(f"`analyze`'s fixed costs on {corpus}: the command minus its corpus, null and "
+               "language-model passes; minus the corpus pass only", "<= 4 s",
+               f"{fixed:.2f} s; {wall - passes:.2f} s (command {wall:.2f} s: corpus pass "
+               f"{passes:.2f}, null {null_cmd:.2f}, language-model heads {lm_cmd:.2f})",
+               fixed <= 4, this_command(), key="corpus_pass.fixed")
+    target = 1.2 if DEVICE.type == "cuda" else 1.3
+    floors = []
+    if floor is not None:
+        floors.append(f"floor {floor:.2f} s = {floor / floor_bare:.2f}x the forward beside it, "
+                      f"floor of the pass {1 + floor / floor_bare:.2f}x")
+    if not args.skip_floor or args.dispatch_floor:
+        floors.append(f"dispatch floor {least:.2f} s = {least / bare:.2f}x the forward"
+                      + (f", arithmetic and dispatch {1 + floor / floor_bare + least / bare:.2f}x"
+                         if floor is not None else ""))
+    dtype = "" if args.dtype == "float32" else f", {args.dtype}"
+    record("corpus pass (every analyzer of `analyze`) / bare HF eager forward with "
+           f"`output_attentions`, same batches, interleaved, {corpus}{dtype}", f"<= {target}",
+           f"{plain / bare:.2f} ({plain:.2f} s vs {bare:.2f} s, best of {args.rounds}"
+           f"{', CPU time' if args.cpu else ''}" + "".join(f"; {f}" for f in floors) + ")",
+           plain / bare <= target, this_command(),
+           key="corpus_pass" + ("" if args.dtype == "float32" else f".{args.dtype}"),
+           **({"device": torch.cuda.get_device_name(DEVICE)} if DEVICE.type == "cuda" else {}))
 
 
 if __name__ == "__main__":

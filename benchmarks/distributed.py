@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from bench_record import record, this_command
 
 SHARED_UD = Path(__file__).resolve().parents[2] / "shared/data/ud-ewt/en_ewt-ud-dev.conllu"
 TOLERANCE = 1e-9
@@ -95,6 +96,12 @@ def main() -> None:
           f"the forward): worst float difference {worst_threads:.1e}")
     print(f"wall time 1 process {one:.1f} s, {args.processes} processes {many:.1f} s: "
           f"ratio {one / many:.2f}")
+    sentences = args.sentences if corpus else 43
+    record(f"{args.processes} processes (`torchrun`) / 1 process, same threads per process "
+           f"({sentences} sentences)", f"same tables (floats within {TOLERANCE:g})",
+           f"{'exact columns identical' if exact else 'exact columns differ'}, floats within "
+           f"{worst:.1e} (wall time 1 process {one:.1f} s, {args.processes} processes "
+           f"{many:.1f} s)", exact and worst <= TOLERANCE, this_command(), key="distributed")
 
 
 if __name__ == "__main__":

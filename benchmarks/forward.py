@@ -13,6 +13,7 @@ import statistics
 import time
 
 import torch
+from bench_record import record, this_command
 from transformers import AutoModel
 
 import attnlens
@@ -69,6 +70,15 @@ def main() -> None:
     cached = median["attnlens caching every pattern"] / median["HF eager, output_attentions"]
     print(f"ratio attnlens / HF SDPA forward:            {fast:.3f}  (target <= 1.05)")
     print(f"ratio attnlens cached patterns / HF eager:   {cached:.3f}  (target <= 1.05)")
+    ms = {name: f"{1000 * seconds:.1f} ms" for name, seconds in median.items()}
+    shape = f"{args.batch} x {args.length} tokens"
+    record(f"attnlens forward, no hooks / HF SDPA forward ({shape})", "<= 1.05",
+           f"{fast:.3f} ({ms['attnlens (SDPA path, no hooks)']} vs {ms['HF SDPA']}, "
+           f"median of {args.rounds})", fast <= 1.05, this_command(), key="forward.sdpa")
+    record(f"attnlens caching every pattern / HF eager with `output_attentions` ({shape})",
+           "<= 1.05", f"{cached:.3f} ({ms['attnlens caching every pattern']} vs "
+           f"{ms['HF eager, output_attentions']}, median of {args.rounds})", cached <= 1.05,
+           this_command(), key="forward.cached")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,11 @@
 #   PYTHON=/opt/conda/bin/python bash benchmarks/gpu_check.sh
 #   GPU_CHECK_QUICK=1 bash benchmarks/gpu_check.sh   # smaller benchmark sizes
 #
+# The corpus-pass and long-input steps append their figures, with the card's name, to
+# benchmarks/results/gpu.jsonl (GPU_RECORD=FILE elsewhere, GPU_RECORD= nowhere; with
+# GPU_CHECK_QUICK=1 they go to benchmarks/results/gpu-quick.jsonl): the GPU rows of the
+# README's table (benchmarks/readme_table.py).
+#
 # Prints every step; the exit status is that of the first failing step (tests, commands,
 # benchmark), so `&& echo ready` works. With two or more GPUs it also runs analyze under
 # torchrun with NCCL and compares its tables with a one-process run.
@@ -100,15 +105,21 @@ step "GPU benchmark (benchmarks/gpu.py)"
 "$PY" benchmarks/gpu.py ${GPU_CHECK_QUICK:+--quick} || status=$?
 
 step "the corpus pass on the GPU against the bare HF eager forward (issue 29; UD EWT dev beside the checkout, else the sample)"
-# with the dispatch floor: the analyzers' aten operations times this GPU's cheapest launch
+# with the dispatch floor: the analyzers' aten operations times this GPU's cheapest launch.
+# This step and the long-input one record their figures with the card's name
+# (benchmarks/bench_record.py) for the README's table (benchmarks/readme_table.py).
+if [ -n "${GPU_CHECK_QUICK:-}" ]; then default_record=benchmarks/results/gpu-quick.jsonl
+else default_record=benchmarks/results/gpu.jsonl; fi
+GPU_RECORD=${GPU_RECORD-$default_record}
 for dtype in float32 bfloat16; do
-    "$PY" benchmarks/corpus_pass.py --device cuda --pass-only --dispatch-floor --rounds 3 \
-        --threads 4 --dtype "$dtype" || status=$?
+    ATTNLENS_BENCH_RECORD=$GPU_RECORD "$PY" benchmarks/corpus_pass.py --device cuda --pass-only \
+        --dispatch-floor --rounds 3 --threads 4 --dtype "$dtype" || status=$?
 done
 
 step "long input: attnlens heads on a random 1B-class Llama at 32,768 tokens (--quick: 4,096)"
 # built from a config (random weights, a local word-level tokenizer): nothing is downloaded
-"$PY" benchmarks/long_context.py --gpu ${GPU_CHECK_QUICK:+--quick} || status=$?
+ATTNLENS_BENCH_RECORD=$GPU_RECORD "$PY" benchmarks/long_context.py --gpu \
+    ${GPU_CHECK_QUICK:+--quick} || status=$?
 
 echo
 if [ "$status" -eq 0 ]; then echo "gpu_check: every step passed"; else echo "gpu_check: a step failed (exit $status)"; fi

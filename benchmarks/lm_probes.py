@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_record import record, this_command
 from corpus_pass import bare_forward, load_hf_eager
 
 
@@ -111,6 +112,7 @@ def main() -> None:
     print(f"{'inputs':12s} {'tokens':>7s} {'HF eager':>9s} {'attnlens bare':>14s} "
           f"{'probes':>8s} {'/ HF eager':>10s} {'/ bare':>7s}")
     eager_all = 0.0
+    ratios = {}
     for name, (batches, _) in sets.items():
         tokens = sum(int(b.input_ids.numel()) for b in batches)
         eager, bare, probe = (median[(name, k)] for k in ("HF eager", "attnlens bare",
@@ -118,9 +120,18 @@ def main() -> None:
         eager_all += eager
         print(f"{name:12s} {tokens:7d} {eager:9.2f} {bare:14.2f} {probe:8.2f} "
               f"{probe / eager:10.2f} {probe / bare:7.2f}")
+        ratios[name] = probe / eager
     whole = median[("all", "LmHeads.compute")]
     print(f"LmHeads.compute (every pass, tables, tests): {whole:.2f} {unit} = "
           f"{whole / eager_all:.2f}x the HF eager forward of its inputs ({eager_all:.2f})")
+    worst = max(ratios.values())
+    record("the language-model heads' probe passes / HF eager forward with `output_attentions`, "
+           "same inputs and batches, interleaved", "<= 1.3",
+           f"{worst:.2f} (worst of " + ", ".join(f"{name} {r:.2f}" for name, r in ratios.items())
+           + f"; LmHeads.compute {whole / eager_all:.2f}x; "
+           f"{'CPU' if args.cpu else 'wall'} time, median of {args.rounds} round"
+           + ("s)" if args.rounds > 1 else ")"),
+           worst <= 1.3, this_command(), key="lm_probes")
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from bench_record import record, this_command
 
 WORDS = ["the", "a", "cat", "dog", "sat", "ran", "on", "under", "mat", "rug", "big", "small",
          "red", "blue", "fast", "slow", "bird", "fish", "tree", "house", "saw", "ate", "near",
@@ -177,6 +178,15 @@ def cpu_case(args) -> None:
           f"{last['seconds'] / first['seconds']:.2f} wall, {last['cpu'] / first['cpu']:.2f} CPU"
           "  (target <= 20)")
     print_output_paths(lengths[-1], args.query_block, "cpu", args.rounds, args.backend)
+    rss, wall = last["peak"] / first["peak"], last["seconds"] / first["seconds"]
+    record(f"long inputs in query blocks, {args.backend} backend: `attnlens heads --text` on one "
+           f"document (tiny Llama), peak RSS and time {lengths[-1]:,} / {lengths[0]:,} tokens; "
+           f"tables at {reference:,} tokens vs the whole matrix",
+           f"<= 4.5; <= 20; within {TOLERANCE:.0e}",
+           f"{rss:.2f}; {wall:.2f}; within {worst:.1e} ({last['peak']:.0f} vs "
+           f"{first['peak']:.0f} MiB; {last['seconds']:.1f} vs {first['seconds']:.1f} s wall)",
+           rss <= 4.5 and wall <= 20 and worst <= TOLERANCE, this_command(),
+           key=f"long.cpu.{args.backend}")
     if worst > TOLERANCE:
         raise SystemExit(f"tables differ by {worst:.1e} > {TOLERANCE:.0e}")
 
@@ -341,6 +351,11 @@ def gpu_case(args) -> None:
           f"peak device memory {run['cuda_peak'] / 1024:.1f} GiB, {run['seconds']:.1f} s "
           f"({torch.cuda.get_device_name(0)})")
     print_output_paths(length, 1024, "cuda", args.rounds)
+    record("long input on one GPU: `attnlens heads --text`, 1B-class Llama-style config (16 "
+           f"layers, 32 heads, d_model 2,048), {length:,} tokens", "runs on one 80 GB GPU",
+           f"{run['cuda_peak'] / 1024:.1f} GiB peak, {run['seconds']:.1f} s",
+           run["cuda_peak"] / 1024 <= 80, this_command(), key="long.gpu",
+           device=torch.cuda.get_device_name(0))
 
 
 def main() -> None:

@@ -29,6 +29,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench_record import record, this_command
+
 SHARED_UD = Path(__file__).resolve().parents[2] / "shared/data/ud-ewt/en_ewt-ud-dev.conllu"
 WORDS = ["the", "a", "cat", "dog", "sat", "ran", "on", "under", "mat", "rug", "big", "small",
          "red", "blue", "fast", "slow", "bird", "fish", "tree", "house", "saw", "ate", "near"]
@@ -105,13 +107,16 @@ def measure(kind: str, size: int, tokens: int = 2048) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def report(label: str, small: dict, large: dict, target: float) -> None:
+def report(label: str, small: dict, large: dict, target: float) -> tuple[str, float, str]:
+    """Print the case; return its ratio as printed, the ratio and the peaks as printed."""
     growth = (large["peak"] - large["before"]) / max(small["peak"] - small["before"], 1.0)
     print(f"{label}: peak RSS {small['peak']:.0f} -> {large['peak']:.0f} MiB; "
           f"pass growth {small['peak'] - small['before']:.0f} -> "
           f"{large['peak'] - large['before']:.0f} MiB")
     print(f"ratio peak memory {large['peak'] / small['peak']:.3f}  (target <= {target}); "
           f"ratio of the pass's growth {growth:.3f}")
+    return (f"{large['peak'] / small['peak']:.3f}", large["peak"] / small["peak"],
+            f"{small['peak']:.0f} -> {large['peak']:.0f} MiB")
 
 
 def main() -> None:
@@ -127,15 +132,28 @@ def main() -> None:
         return
     layers, tokens, sentences = ((2, 6), 512, (50, 200)) if args.quick else \
         ((4, 24), 2048, (200, 2001))
+    cases = []  # (figure, target, (ratio as printed, ratio, peaks as printed))
     if not args.corpus_only:
-        report(f"tiny Llama, {tokens:,} tokens, {layers[0]} -> {layers[1]} layers",
-               measure("depth", layers[0], tokens), measure("depth", layers[1], tokens), 1.2)
+        cases.append((f"{layers[1]} / {layers[0]} layers (tiny Llama, {tokens:,} tokens)", 1.2,
+                      report(f"tiny Llama, {tokens:,} tokens, {layers[0]} -> {layers[1]} layers",
+                             measure("depth", layers[0], tokens),
+                             measure("depth", layers[1], tokens), 1.2)))
     if not args.depth_only:
         if not SHARED_UD.is_file():
             print(f"skipped the corpus case: {SHARED_UD} is absent")
-            return
-        report(f"MiniLM, UD EWT dev, {sentences[0]:,} -> {sentences[1]:,} sentences",
-               measure("corpus", sentences[0]), measure("corpus", sentences[1]), 1.1)
+        else:
+            cases.append((f"{sentences[1]:,} / {sentences[0]:,} sentences (MiniLM, UD EWT dev)",
+                          1.1,
+                          report(f"MiniLM, UD EWT dev, {sentences[0]:,} -> {sentences[1]:,} "
+                                 "sentences", measure("corpus", sentences[0]),
+                                 measure("corpus", sentences[1]), 1.1)))
+    if cases:
+        record("peak memory: " + "; ".join(figure for figure, _, _ in cases),
+               "; ".join(f"<= {target}" for _, target, _ in cases),
+               "; ".join(printed for _, _, (printed, _, _) in cases)
+               + " (peak RSS " + "; ".join(peaks for _, _, (_, _, peaks) in cases) + ")",
+               all(ratio <= target for _, target, (_, ratio, _) in cases), this_command(),
+               key="memory")
 
 
 if __name__ == "__main__":
