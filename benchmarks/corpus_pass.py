@@ -450,7 +450,7 @@ def main() -> None:
           f"{torch.cuda.get_device_name(DEVICE) if DEVICE.type == 'cuda' else 'cpu'}, "
           f"{args.dtype}")
     print(f"clock: {'CPU time of this process' if args.cpu else 'wall time'}")
-    corpus = ("UD EWT dev" if treebank and Path(treebank).resolve() == SHARED_UD.resolve()
+    corpus = ("UD EWT dev" if treebank and Path(treebank).name == SHARED_UD.name
               else Path(treebank).name if treebank else "the embedded sample treebank")
     corpus += f" ({n:,} sentences)"
     hf = load_hf_eager(model.cfg.source["path"])
