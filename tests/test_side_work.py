@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -61,6 +66,50 @@ def test_a_child_that_dies_without_a_result_is_an_error() -> None:
     job = side_work.side_job("test", _dies, forked=True)
     with pytest.raises(RuntimeError, match="exit code 3"):
         job.result()
+
+
+PARENT = """
+import sys, time
+from attnlens.report import side_work
+
+def work():
+    time.sleep(1.0)
+    return b"x" * (4 << 20)  # more than a pipe holds: its write blocks until read
+
+job = side_work.side_job("test", work, forked=True)
+print(job.process.pid, flush=True)
+time.sleep(600)  # never reads: killed first
+"""
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie (an orphan's reaper may be slow)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+@needs_fork
+def test_a_parent_killed_outright_leaves_no_child_behind() -> None:
+    # Before the fix the child finished its work and then blocked for ever writing to a
+    # pipe no one read (it held the read end itself): every SIGKILLed run left one.
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        child = int(parent.stdout.readline())
+        assert _running(child)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        while _running(child) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(child), "the side worker outlived its killed parent"
+    finally:
+        parent.kill()
+        parent.wait(timeout=30)
+        parent.stdout.close()
 
 
 def test_an_unforked_job_runs_here_when_its_result_is_asked() -> None:

@@ -19,7 +19,9 @@ CPU, the model on the CPU (a forked child may not use a CUDA context), one proce
 ``torchrun``), and ``ATTNLENS_SIDE_WORKERS`` not ``0``; elsewhere the work runs in this
 process, exactly as before. The child runs at one torch thread, resets SIGINT and SIGTERM
 (the parent reports an interruption), ends with ``os._exit`` (never the parent's ``atexit``
-handlers, such as the output folder's lock), writes no file, and returns the wall seconds of
+handlers, such as the output folder's lock), writes no file, ends with its parent (a parent
+killed with SIGKILL leaves no child behind: ``PR_SET_PDEATHSIG``, and the child closes its
+inherited copy of the pipe's read end), and returns the wall seconds of
 every ``attnlens.runs.stopwatch`` phase it timed, which the parent records in ``run.json``'s
 fixed costs under ``SIDE_PREFIX`` (the time it waited under ``WAIT_PREFIX``).
 """
@@ -67,8 +69,8 @@ class SideJob:
         if forked:
             context = multiprocessing.get_context("fork")
             receive, send = context.Pipe(duplex=False)
-            self.process = context.Process(target=_child, args=(work, send), daemon=True,
-                                           name=f"attnlens-{name}")
+            self.process = context.Process(target=_child, args=(work, send, receive, os.getpid()),
+                                           daemon=True, name=f"attnlens-{name}")
             for stream in (sys.stdout, sys.stderr):  # the child flushes what it inherits
                 stream.flush()
             self.process.start()
@@ -114,11 +116,15 @@ def side_job(name: str, work: Callable[[], Any], forked: bool) -> SideJob:
     return SideJob(name, work, forked)
 
 
-def _child(work: Callable[[], Any], send) -> None:
+def _child(work: Callable[[], Any], send, receive, parent: int) -> None:
     import torch
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # the parent reports an interruption
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # A parent killed outright (SIGKILL, the OOM killer) runs no clean-up: the child ends
+    # with it instead of computing on and then blocking for ever on a pipe no one reads.
+    receive.close()  # the parent's end, inherited: with it open a write never sees EPIPE
+    _end_with_parent(parent)
     torch.set_num_threads(1)
     stopwatch.PHASES.clear()  # the parent's phases so far are the parent's
     try:
@@ -129,6 +135,20 @@ def _child(work: Callable[[], Any], send) -> None:
         send.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
     finally:
         send.close()
+
+
+def _end_with_parent(parent: int) -> None:
+    """Ask Linux to send this process SIGKILL when its parent ends (``PR_SET_PDEATHSIG``);
+    exit now if the parent has already gone."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # no prctl: the closed read end still ends the child at its write
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def _picklable(exc: BaseException) -> BaseException:
