@@ -1,13 +1,16 @@
 """fixed34 (issue 29, fixed costs): each fast path against the code it replaces.
 
 The CoNLL-U reader's plain-block path (``conllu._plain_tokens``) against the ``conllu``
-library's on hand-built blocks, fuzzed ones and UD EWT dev.
+library's, and the word alignment (``alignment.token_words``, the word ids of
+``Tokenizer.encode_text_words``) against its code before fixed34, on hand-built input, fuzzed
+input and UD EWT dev.
 """
 
 from __future__ import annotations
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 import attnlens.data.conllu as conllu_module
 from attnlens.data.conllu import parse_conllu
@@ -99,3 +102,119 @@ def test_ud_ewt_dev_reads_as_the_library_reads_it(monkeypatch):
     plain = _outcome(text, monkeypatch, True)
     assert len(plain) == 2001
     assert plain == _outcome(text, monkeypatch, False)
+
+
+# Word alignment: token_words and encode_text_words against the code they replace ----------
+def _old_token_words(offsets, added, spans, length):
+    """``alignment.token_words`` before fixed34 (a character at a time)."""
+    owner = [-1] * length
+    for w, (start, end) in enumerate(spans):
+        for c in range(start, min(end, length)):
+            if owner[c] < 0:
+                owner[c] = w
+    starts = [start for start, _ in spans]
+    result = []
+    for (start, end), is_added in zip(offsets, added, strict=True):
+        if is_added:
+            result.append(-1)
+            continue
+        word = next((owner[c] for c in range(start, min(end, length)) if owner[c] >= 0), -1)
+        if word < 0:
+            word = next((w for w, s in enumerate(starts) if s >= start), -1)
+        result.append(word)
+    return result
+
+
+def _old_word_ids(tok, enc, texts, spans, full_counts):
+    """``Tokenizer.encode_text_words``' word ids before fixed34 (torch, a row at a time)."""
+    import torch
+
+    from attnlens.data.alignment import token_words
+
+    special = tok.special_ids
+    word_ids = torch.full_like(enc["input_ids"], -1)
+    n_words, unaligned = [], []
+    for b, counts in enumerate(full_counts):
+        not_text = [bool(a) or i in special for i, a in zip(
+            enc["input_ids"][b].tolist(), enc["special_tokens_mask"][b].tolist(), strict=True)]
+        ids = token_words(enc["offset_mapping"][b].tolist(), not_text, spans[b], len(texts[b]))
+        kept = torch.tensor(ids, dtype=torch.long)
+        got = torch.bincount(kept[kept >= 0], minlength=len(counts))[: len(counts)]
+        complete = got == torch.tensor(counts, dtype=got.dtype)
+        n = int(complete.long().cumprod(0).sum())
+        kept[kept >= n] = -1
+        word_ids[b, : len(ids)] = kept
+        n_words.append(n)
+        unaligned.append([w for w in range(n) if counts[w] == 0])
+    return word_ids, n_words, unaligned
+
+
+SPAN_CASES = [
+    # (spans, offsets, added, length)
+    ([(0, 3), (4, 7)], [(0, 0), (0, 2), (2, 3), (4, 7), (0, 0)], [1, 0, 0, 0, 1], 7),
+    ([(0, 6), (0, 6), (7, 8)], [(0, 3), (3, 6), (7, 8)], [0, 0, 0], 8),  # a shared span
+    ([(4, 7), (0, 3)], [(0, 3), (4, 7)], [0, 0], 7),  # out of order
+    ([(0, 3), (2, 5), (5, 5)], [(0, 1), (2, 3), (4, 5), (5, 5)], [0, 0, 0, 0], 5),  # overlap
+    ([(-2, 1), (1, 3)], [(0, 1), (1, 2), (2, 3)], [0, 0, 0], 4),  # negative start
+    ([(0, 2), (-3, -1), (3, 9)], [(0, 2), (3, 4), (3, 9)], [0, 0, 0], 5),  # beyond the text
+    ([(1, 2), (3, 4)], [(0, 1), (1, 2), (2, 3), (3, 4), (4, 4), (-1, 2)], [0] * 6, 4),
+    ([], [(0, 1)], [0], 2),
+]
+
+
+@pytest.mark.parametrize(("spans", "offsets", "added", "length"), SPAN_CASES)
+def test_token_words_as_before(spans, offsets, added, length):
+    from attnlens.data.alignment import token_words
+
+    assert token_words(offsets, added, spans, length) == _old_token_words(
+        offsets, added, spans, length)
+
+
+SPAN = st.tuples(st.integers(-3, 12), st.integers(-3, 12))
+
+
+@FUZZ
+@given(st.lists(SPAN, max_size=6), st.lists(st.tuples(SPAN, st.booleans()), max_size=8),
+       st.integers(0, 10))
+def test_fuzzed_token_words_as_before(spans, tokens, length):
+    from attnlens.data.alignment import token_words
+
+    def outcome(function):
+        try:
+            return function(offsets, added, spans, length)
+        except IndexError:  # a negative span reaching before the text, before as now
+            return IndexError
+
+    offsets, added = [o for o, _ in tokens], [a for _, a in tokens]
+    assert outcome(token_words) == outcome(_old_token_words)
+
+
+def _check_encoding(tok, texts, spans, max_length):
+    counts = tok.tokens_per_text_word(texts, spans)
+    batch = tok.encode_text_words(texts, spans, max_length=max_length, full_counts=counts)
+    enc = tok._encode_offsets(texts, padding=True, truncation=True, max_length=max_length,
+                              return_tensors="pt")
+    word_ids, n_words, unaligned = _old_word_ids(tok, enc, texts, spans, counts)
+    assert batch.word_ids.dtype == word_ids.dtype and batch.word_ids.equal(word_ids)
+    assert (batch.n_words, batch.unaligned) == (n_words, unaligned)
+    assert batch.n_cut_words == [len(c) - n for c, n in zip(counts, n_words, strict=True)]
+
+
+@pytest.mark.parametrize("max_length", [4, 7, 128])
+def test_encode_text_words_as_before(minilm, max_length):
+    from attnlens.data.alignment import join_words
+
+    _, tok = minilm
+    words = [["Hello", "world", "!"], ["un", "believably", "long", "words", "[SEP]", "here"],
+             ["a"], ["x", "", "y"], ["supercalifragilistic", "token", "pieces", "cut"]]
+    joined = [join_words(w) for w in words]
+    _check_encoding(tok, [t for t, _ in joined], [s for _, s in joined], max_length)
+
+
+def test_encode_text_words_as_before_on_ud_ewt_dev(minilm):
+    _, tok = minilm
+    sentences = conllu_module.read_conllu(shared_file("ud-ewt/en_ewt-ud-dev.conllu"))
+    surfaces = [s.surface() for s in sentences]
+    for first in range(0, len(surfaces), 256):
+        chunk = surfaces[first:first + 256]
+        _check_encoding(tok, [t for t, _ in chunk], [list(s) for _, s in chunk], 48)
