@@ -9,6 +9,7 @@ input and UD EWT dev.
 from __future__ import annotations
 
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -218,3 +219,71 @@ def test_encode_text_words_as_before_on_ud_ewt_dev(minilm):
     for first in range(0, len(surfaces), 256):
         chunk = surfaces[first:first + 256]
         _check_encoding(tok, [t for t, _ in chunk], [list(s) for _, s in chunk], 48)
+
+
+# Student's t: the continued fraction in NumPy against torch's, bit for bit ------------------
+def _old_continued_fraction(a, b, x):
+    """``student_t._continued_fraction`` before fixed34 (torch operations)."""
+    from attnlens.stats.student_t import EPS, MAX_TERMS, TINY
+
+    dd = 1 - (a + b) * x / (a + 1)
+    dd = torch.where(dd.abs() < TINY, TINY, dd)
+    dd = 1 / dd
+    cc = torch.ones_like(x)
+    f = dd.clone()
+    active = torch.ones_like(x, dtype=torch.bool)
+    m = 0
+    while bool(active.any()):
+        m += 1
+        assert m <= MAX_TERMS
+        change = torch.zeros_like(x)
+        for step in (0, 1):
+            if step == 0:
+                d = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
+            else:
+                d = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))
+            dd = 1 + d * dd
+            dd = 1 / torch.where(dd.abs() < TINY, TINY, dd)
+            cc = 1 + d / cc
+            cc = torch.where(cc.abs() < TINY, TINY, cc)
+            factor = torch.where(active, dd * cc, 1.0)
+            f = f * factor
+            change = torch.maximum(change, (factor - 1).abs())
+        active = active & (change > EPS)
+    return f
+
+
+def _fraction_inputs(nu: torch.Tensor, t: torch.Tensor):
+    """(a, b, x) as ``student_t._upper`` hands them to the fraction."""
+    r = t / nu.sqrt()
+    a, b = nu / 2, torch.full_like(nu, 0.5)
+    x, y = 1 / (1 + r * r), 1 / (1 + 1 / (r * r))
+    direct = x < (a + 1) / (a + b + 2)
+    return (torch.where(direct, a, b), torch.where(direct, b, a), torch.where(direct, x, y))
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 17, 648, 2000])
+def test_continued_fraction_as_torch_computed_it(n):
+    from attnlens.stats.student_t import _continued_fraction
+
+    gen = torch.Generator().manual_seed(n)
+    nu = torch.exp(torch.rand(n, generator=gen, dtype=torch.float64) * 18)  # 1 .. 6.6e7
+    t = torch.randn(n, generator=gen, dtype=torch.float64).abs() * torch.exp(
+        torch.rand(n, generator=gen, dtype=torch.float64) * 6) + 1e-3
+    a, b, x = _fraction_inputs(nu, t)
+    new, old = _continued_fraction(a, b, x), _old_continued_fraction(a, b, x)
+    assert new.dtype == old.dtype == torch.float64 and torch.equal(new, old)
+
+
+def test_p_values_of_the_ewt_heads_as_torch_computed_them(monkeypatch):
+    """Every role test's p-value of the heads section on MiniLM's real shapes: the same."""
+    import attnlens.stats.student_t as student_t
+    from attnlens.stats.bootstrap import p_above
+
+    gen = torch.Generator().manual_seed(0)
+    reps = torch.rand(1000, 648, generator=gen) * 0.2 + 0.4  # [replicate, share] float32
+    estimate = reps.double().mean(0) + torch.randn(648, generator=gen, dtype=torch.float64) / 20
+    df = torch.randint(2, 2000, (648,), generator=gen).double()
+    new = p_above(estimate, reps, 0.1, df)
+    monkeypatch.setattr(student_t, "_continued_fraction", _old_continued_fraction)
+    assert torch.equal(new, p_above(estimate, reps, 0.1, df))

@@ -145,7 +145,7 @@ def relation_stats(
 def _columns_of(sentences: torch.Tensor, weights: torch.Tensor | None, ids: torch.Tensor):
     if weights is None:
         return None
-    return weights[:, torch.searchsorted(sentences, ids)]
+    return weights.index_select(1, torch.searchsorted(sentences, ids))  # weights[:, ...]
 
 
 def all_relation_stats(
