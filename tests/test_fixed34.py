@@ -287,3 +287,54 @@ def test_p_values_of_the_ewt_heads_as_torch_computed_them(monkeypatch):
     new = p_above(estimate, reps, 0.1, df)
     monkeypatch.setattr(student_t, "_continued_fraction", _old_continued_fraction)
     assert torch.equal(new, p_above(estimate, reps, 0.1, df))
+
+
+# Markdown tables: the columns' values by tolist() -----------------------------------------
+def _old_markdown_table(df, float_format="{:.4g}", markup=True):
+    """``io.markdown_table`` before fixed34 (every column iterated cell by cell)."""
+    import numpy as np
+
+    from attnlens.runs.io import markdown_cell
+
+    def text(value):
+        return markdown_cell(str(value)) if markup else str(value).replace("|", "\\|")
+
+    number = float_format.format
+
+    def column_cells(column):
+        kind = column.dtype.kind if isinstance(column.dtype, np.dtype) else ""
+        if kind == "f":
+            return [number(v) for v in column]
+        if kind and kind in "iub":
+            return [str(v) for v in column]
+        return [text(v) if type(v) is str else number(v) if isinstance(v, float) else text(v)
+                for v in column]
+
+    header = "| " + " | ".join(text(c) for c in df.columns) + " |"
+    rule = "|" + "|".join("---" for _ in df.columns) + "|"
+    columns = [column_cells(df.iloc[:, k]) for k in range(df.shape[1])]
+    cells = zip(*columns, strict=True) if columns else [()] * len(df)
+    return "\n".join([header, rule, *["| " + " | ".join(r) + " |" for r in cells]]) + "\n"
+
+
+def test_markdown_tables_as_before():
+    import numpy as np
+    import pandas as pd
+
+    from attnlens.runs.io import markdown_table
+
+    n = 7
+    df = pd.DataFrame({
+        "f64": [0.1, -0.0, np.nan, np.inf, 1e-300, 123456.789, 2 / 3],
+        "f32": np.array([0.1, 2, 3, np.nan, 5, 6, 7], dtype=np.float32),
+        "int": np.arange(n), "u8": np.arange(n, dtype=np.uint8),
+        "bool": [True, False] * 3 + [True],
+        "str": pd.array(["a|b", "<x>", None, "a|b", "&", "", "é"], dtype="str"),
+        "obj": pd.Series(["t", 1, 2.5, None, np.nan, True, ("a", 1)], dtype=object),
+        "cat": pd.Categorical(["x", "y", "x", None, "y", "x", "z"]),
+        "Int64": pd.array([1, None, 3, 4, 5, 6, 7], dtype="Int64"),
+        "when": pd.date_range("2026-11-27", periods=n),
+    })
+    for markup in (True, False):
+        assert markdown_table(df, markup=markup) == _old_markdown_table(df, markup=markup)
+    assert markdown_table(df.iloc[:0]) == _old_markdown_table(df.iloc[:0])
