@@ -338,3 +338,59 @@ def test_markdown_tables_as_before():
     for markup in (True, False):
         assert markdown_table(df, markup=markup) == _old_markdown_table(df, markup=markup)
     assert markdown_table(df.iloc[:0]) == _old_markdown_table(df.iloc[:0])
+
+
+# Held-out sentences' arcs: membership by a table instead of torch.isin ---------------------
+@pytest.mark.parametrize(("values", "keep"), [
+    ([3, 0, 7, 7, 2], [7, 0]), ([3, 0, 7], [9, 11]), ([], [1]), ([4, 5], []),
+    ([5, -1, 2], [2, -1]), ([2, 2, 2], [2, 2]),
+])
+def test_members_as_isin(values, keep):
+    from attnlens.measures.heads.syntactic_arcs import _members
+
+    values, keep = torch.tensor(values, dtype=torch.long), torch.tensor(keep, dtype=torch.long)
+    assert torch.equal(_members(values, keep), torch.isin(values, keep))
+
+
+def test_members_as_isin_on_random_indices():
+    from attnlens.measures.heads.syntactic_arcs import _members
+
+    gen = torch.Generator().manual_seed(0)
+    values = torch.randint(0, 3000, (25_000,), generator=gen)
+    keep = torch.randperm(3000, generator=gen)[:1000]
+    assert torch.equal(_members(values, keep), torch.isin(values, keep))
+
+
+# Bootstrap weights gathered by index ops -----------------------------------------------------
+def _old_poisson_weights(sentence_ids, n, seed):
+    """``bootstrap.poisson_weights`` before fixed34 (advanced indexing)."""
+    from attnlens.stats import bootstrap
+
+    ids = torch.as_tensor(sentence_ids, dtype=torch.long).reshape(-1).cpu()
+    out = torch.empty(n, len(ids), dtype=torch.float32)
+    if n == 0 or not len(ids):
+        return out
+    blocks = ids // bootstrap.BLOCK
+    for block in torch.unique(blocks).tolist():
+        cols = (blocks == block).nonzero()[:, 0]
+        out[:, cols] = bootstrap._block_draws(seed, block, n)[:, ids[cols] % bootstrap.BLOCK]
+    return out
+
+
+@pytest.mark.parametrize("ids", [list(range(2001)), [700, 3, 3, 900, 2, 255, 256],
+                                 sorted(range(0, 6000, 7)), [5]])
+def test_poisson_weights_as_before(ids):
+    from attnlens.stats.bootstrap import poisson_weights
+
+    for n, seed in ((1000, 0), (7, 3)):
+        assert torch.equal(poisson_weights(ids, n, seed), _old_poisson_weights(ids, n, seed))
+
+
+def test_bootstrap_columns_as_before():
+    from attnlens.measures.heads.syntactic_tables import _columns_of
+
+    sentences = torch.arange(0, 4000, 2)
+    weights = torch.rand(50, len(sentences))
+    ids = sentences[torch.randperm(len(sentences))[:300]].sort().values
+    assert torch.equal(_columns_of(sentences, weights, ids),
+                       weights[:, torch.searchsorted(sentences, ids)])
