@@ -394,3 +394,31 @@ def test_bootstrap_columns_as_before():
     ids = sentences[torch.randperm(len(sentences))[:300]].sort().values
     assert torch.equal(_columns_of(sentences, weights, ids),
                        weights[:, torch.searchsorted(sentences, ids)])
+
+
+# Held-out selection: the accuracies without the tests it never reads -------------------------
+def test_relation_stats_without_tests_keeps_the_accuracies():
+    import numpy as np
+
+    from attnlens.measures.heads.syntactic_arcs import RelationArcs
+    from attnlens.measures.heads.syntactic_tables import relation_stats
+    from attnlens.stats.bootstrap import Inference, poisson_weights
+
+    gen = torch.Generator().manual_seed(1)
+    n = 40
+    arcs = torch.randint(0, 6, (n,), generator=gen).double()
+    hits = (torch.rand(n, 3, 2, 4, generator=gen) * arcs[:, None, None, None]).floor()
+    offsets = torch.tensor([-2, -1, 1, 3])
+    counts = torch.rand(n, 4, generator=gen) * arcs[:, None]
+    group = RelationArcs(torch.arange(n) * 3, arcs, hits, offsets, counts)
+    for inference in (Inference(bootstrap=200), Inference(bootstrap=200, pooling="sentence"),
+                      Inference(bootstrap=0)):
+        weights = (poisson_weights(group.sentences, inference.bootstrap, 0)
+                   if inference.bootstrap else None)
+        full = relation_stats(group, inference, weights, 0.1)
+        lean = relation_stats(group, inference, weights, 0.1, tests=False)
+        for field in ("accuracy", "ci_low", "ci_high"):
+            assert np.array_equal(getattr(full, field), getattr(lean, field), equal_nan=True)
+        assert (lean.baseline, lean.baseline_offset, lean.examples, lean.n_sentences) == (
+            full.baseline, full.baseline_offset, full.examples, full.n_sentences)
+        assert np.isnan(lean.p_value).all() and np.isnan(lean.excess_low).all()
