@@ -61,18 +61,28 @@ def token_words(
     ``added[token]`` is 1 for tokens the tokenizer added (special tokens, padding);
     ``spans`` are the words' character spans in a text of ``length`` characters.
     """
-    owner = [-1] * length  # the word each character belongs to
+    owner = [-1] * length  # the word each character belongs to (the first span's)
+    owned = 0  # no character at or after this one has a word yet
     for w, (start, end) in enumerate(spans):
-        for c in range(start, min(end, length)):
+        stop = min(end, length)
+        if 0 <= owned <= start < stop:  # after every earlier word: all at once
+            owner[start:stop] = [w] * (stop - start)
+            owned = stop
+            continue
+        for c in range(start, stop):
             if owner[c] < 0:
                 owner[c] = w
+        owned = -1 if start < 0 or owned < 0 else max(owned, stop)
     starts = [start for start, _ in spans]
     result = []
     for (start, end), is_added in zip(offsets, added, strict=True):
         if is_added:
             result.append(-1)
             continue
-        word = next((owner[c] for c in range(start, min(end, length)) if owner[c] >= 0), -1)
+        stop = min(end, length)
+        word = owner[start] if 0 <= start < stop else -1  # its first character's word
+        if word < 0:
+            word = next((owner[c] for c in range(start, stop) if owner[c] >= 0), -1)
         if word < 0:  # whitespace (or nothing): the mark of the word that follows
             word = next((w for w, s in enumerate(starts) if s >= start), -1)
         result.append(word)

@@ -1,8 +1,9 @@
 """Dependency treebanks in CoNLL-U: sentences of words with 0-based heads and relations.
 
-Read with the ``conllu`` library. Only the basic tree is used: multiword-token ranges
-(``3-4  don't``) and empty nodes (``8.1``) are skipped, so a sentence's words are its
-syntactic words (``do``, ``n't``), numbered from 0. The root's head is -1.
+Read by the ``conllu`` library's rules (plain blocks without calling its parser:
+``_plain_tokens``). Only the basic tree is used: multiword-token ranges (``3-4  don't``) and
+empty nodes (``8.1``) are skipped, so a sentence's words are its syntactic words (``do``,
+``n't``), numbered from 0. The root's head is -1.
 
 Every sentence must be a tree: one root (HEAD 0), no word its own head, no cycles, each word
 ID once. A malformed file is a ``DataError`` naming the file and line (``file:12``), the
@@ -221,6 +222,60 @@ def _blocks(text: str) -> list[tuple[int, list[tuple[int, str]]]]:
 _PARSE_ERRORS = (ValueError, KeyError, IndexError, TypeError, AttributeError)
 
 
+class _Tokens(list):
+    """One sentence's tokens with its comments' ``metadata``, as ``conllu.TokenList`` has them."""
+
+    def __init__(self, tokens: list[dict], metadata: dict) -> None:
+        super().__init__(tokens)
+        self.metadata = metadata
+
+
+def _plain_int(value: str) -> int | None:
+    """``value`` as an int when it is ASCII digits without a leading zero, else None."""
+    if value.isascii() and value.isdigit() and (value[0] != "0" or value == "0"):
+        return int(value)
+    return None
+
+
+def _plain_tokens(lines: list[tuple[int, str]]) -> _Tokens | None:
+    """One block read without the ``conllu`` library, where it is plain: every line without
+    surrounding whitespace or a double space, 10 tab-separated columns, IDs and HEADs that
+    the library reads without an error, no ``global.columns`` comment. The fields attnlens
+    reads (ID, FORM, UPOS, HEAD, DEPREL, MISC, the comments) have the library's values, by
+    its own functions where a value is not a plain number; the others are kept as written.
+    None for any other block: ``_parse_block`` reads it (and names what is wrong)."""
+    from conllu.exceptions import ParseException
+    from conllu.parser import parse_comment_line, parse_dict_value, parse_id_value
+
+    tokens, metadata = [], {}
+    for _, line in lines:
+        if line != line.strip() or "  " in line:
+            return None
+        if line.startswith("#"):
+            if line.startswith("# global.columns = "):
+                return None
+            for key, value in parse_comment_line(line):
+                metadata[key] = value
+            continue
+        columns = line.split("\t")
+        if len(columns) != 10 or "-" in columns[8]:  # DEPS: a range there may be an error
+            return None
+        ident, head = _plain_int(columns[0]), _plain_int(columns[6])
+        if ident is None:
+            try:
+                ident = parse_id_value(columns[0])  # a range, an empty node, or "_"
+            except ParseException:
+                return None
+        if head is None and columns[6] != "_":
+            return None
+        tokens.append(dict(zip(_FIELDS, columns, strict=True), id=ident, head=head,
+                           misc=parse_dict_value(columns[9])))
+    return _Tokens(tokens, metadata)
+
+
+_FIELDS = ("id", "form", "lemma", "upos", "xpos", "feats", "head", "deprel", "deps", "misc")
+
+
 def _parse_block(lines: list[tuple[int, str]], source: str):
     """One block through the ``conllu`` library; an error names the line that caused it."""
     import conllu
@@ -250,7 +305,8 @@ def parse_conllu(text: str, source: str = "<string>") -> list[DepSentence]:
     sentences = []
     for _, lines in _blocks(text):
         token_lines = tuple(n for n, line in lines if not line.startswith("#"))
-        for tokens in _parse_block(lines, source):
+        plain = _plain_tokens(lines)
+        for tokens in [plain] if plain is not None else _parse_block(lines, source):
             if not len(tokens):
                 continue  # a block of comments only (e.g. a file header)
             sent_id = tokens.metadata.get("sent_id")

@@ -189,17 +189,19 @@ class Tokenizer:
         """Each token's word (-1: none) in each text's untruncated encoding, no special
         tokens (see ``attnlens.data.alignment``)."""
         enc = self._encode_offsets(texts, add_special_tokens=False)
-        return [token_words(enc["offset_mapping"][b], self._not_text(enc, b), spans[b],
-                            len(text)) for b, text in enumerate(texts)]
+        not_text = self._not_text(enc)
+        return [token_words(enc["offset_mapping"][b], not_text[b], spans[b], len(text))
+                for b, text in enumerate(texts)]
 
-    def _not_text(self, enc, b: int) -> list[bool]:
-        """Per token of encoding row ``b``: added by the tokenizer, or a special token (a
+    def _not_text(self, enc) -> list[list[bool]]:
+        """Per row and token of an encoding: added by the tokenizer, or a special token (a
         special token's text typed in a sentence is read as that token: it is no word's)."""
-        ids, added = enc["input_ids"][b], enc["special_tokens_mask"][b]
+        ids, added = enc["input_ids"], enc["special_tokens_mask"]
         ids = ids.tolist() if hasattr(ids, "tolist") else ids
         added = added.tolist() if hasattr(added, "tolist") else added
         special = self.special_ids
-        return [bool(a) or i in special for i, a in zip(ids, added, strict=True)]
+        return [[bool(a) or i in special for i, a in zip(row_ids, row_added, strict=True)]
+                for row_ids, row_added in zip(ids, added, strict=True)]
 
     def tokens_per_word(self, sentences: Sequence[Sequence[str]]) -> list[list[int]]:
         """How many tokens each word of each sentence has (words joined by single spaces,
@@ -249,25 +251,25 @@ class Tokenizer:
                                    max_length=max_length, return_tensors="pt")
         if full_counts is None:
             full_counts = self.tokens_per_text_word(texts, spans)
-        word_ids = torch.full_like(enc["input_ids"], -1)
-        n_words, n_cut, unaligned = [], [], []
+        offsets, not_text = enc["offset_mapping"].tolist(), self._not_text(enc)
+        rows, n_words, n_cut, unaligned = [], [], [], []
         for b, counts in enumerate(full_counts):
-            ids = token_words(enc["offset_mapping"][b].tolist(), self._not_text(enc, b),
-                              spans[b], len(texts[b]))
-            kept = torch.tensor(ids, dtype=torch.long)  # [pos]
-            got = torch.bincount(kept[kept >= 0], minlength=len(counts))[: len(counts)]
-            complete = got == torch.tensor(counts, dtype=got.dtype)  # [word]
+            ids = token_words(offsets[b], not_text[b], spans[b], len(texts[b]))
+            got = [0] * len(counts)  # tokens each word kept
+            for w in ids:
+                if 0 <= w < len(counts):
+                    got[w] += 1
             # Truncation cuts from the end, so complete words are a prefix of the sentence.
-            n = int(complete.long().cumprod(0).sum())
-            kept[kept >= n] = -1
-            word_ids[b, : len(ids)] = kept
+            n = next((w for w, (g, c) in enumerate(zip(got, counts, strict=True)) if g != c),
+                     len(counts))
+            rows.append([w if w < n else -1 for w in ids])
             n_words.append(n)
             n_cut.append(len(counts) - n)
             unaligned.append([w for w in range(n) if counts[w] == 0])
         return WordBatch(
             input_ids=enc["input_ids"],
             attention_mask=enc["attention_mask"],
-            word_ids=word_ids,
+            word_ids=_word_id_rows(rows, enc["input_ids"]),
             n_words=n_words,
             token_type_ids=enc.get("token_type_ids"),
             n_cut_words=n_cut,
@@ -276,3 +278,13 @@ class Tokenizer:
 
     def decode_tokens(self, input_ids: Sequence[int]) -> list[str]:
         return self.hf.convert_ids_to_tokens(list(input_ids))
+
+
+def _word_id_rows(rows: list[list[int]], input_ids: torch.Tensor) -> torch.Tensor:
+    """``[batch, pos]`` word ids: ``rows[b]`` from position 0 of row ``b``, -1 after it."""
+    word_ids = torch.full_like(input_ids, -1)
+    width = max(map(len, rows), default=0)
+    if width:
+        padded = [row + [-1] * (width - len(row)) for row in rows]
+        word_ids[:, :width] = torch.tensor(padded, dtype=word_ids.dtype)
+    return word_ids

@@ -206,17 +206,20 @@ def markdown_table(df: pd.DataFrame, float_format: str = "{:.4g}", markup: bool 
         return text(value)
 
     import numpy as np
+    import pandas as pd
 
     def column_cells(column: pd.Series) -> list[str]:
-        # The values ``itertuples`` gives (each column's own iteration: Python scalars)
+        # The values ``itertuples`` gives (each column's own iteration: Python scalars); for
+        # numbers, objects and text, ``tolist()`` gives the same values at once
         kind = column.dtype.kind if isinstance(column.dtype, np.dtype) else ""
         if kind == "f":  # Python floats only
-            return [number(v) for v in column]
+            return [number(v) for v in column.tolist()]
         if kind and kind in "iub":  # Python ints and bools: no character to escape
-            return [str(v) for v in column]
+            return [str(v) for v in column.tolist()]
+        plain = kind == "O" or isinstance(column.dtype, pd.StringDtype)
         memo: dict[str, str] = {}  # text cells repeat (labels, tokens): each escaped once
         cells = []
-        for value in column:
+        for value in column.tolist() if plain else column:
             if type(value) is str:
                 done = memo.get(value)
                 if done is None:

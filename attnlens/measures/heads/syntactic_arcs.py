@@ -46,8 +46,8 @@ class SentenceArcs:
             r = self.relations.index(relation)
             pairs, arcs = self.pair_relation == r, self.arc_relation == r
         if keep is not None:
-            pairs &= torch.isin(self.pair_sentence, keep)
-            arcs &= torch.isin(self.arc_sentence, keep)
+            pairs &= _members(self.pair_sentence, keep)
+            arcs &= _members(self.arc_sentence, keep)
         ids, rows = torch.unique(self.pair_sentence[pairs], return_inverse=True)
         width = self.pair_hits.shape[1:]
         hits = torch.zeros((len(ids), *width), dtype=torch.float64)
@@ -60,6 +60,15 @@ class SentenceArcs:
         counts.index_put_((arc_rows, columns), torch.ones(len(arc_rows), dtype=torch.float64),
                           accumulate=True)  # [sentence, offset]
         return RelationArcs(ids, n_arcs, hits, offsets, counts)
+
+
+def _members(values: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """``torch.isin(values, keep)`` for corpus indices, by a table of the kept ones."""
+    if not len(values) or not len(keep) or min(int(values.min()), int(keep.min())) < 0:
+        return torch.isin(values, keep)
+    table = torch.zeros(max(int(values.max()), int(keep.max())) + 1, dtype=torch.bool)
+    table[keep] = True
+    return table[values]
 
 
 @dataclass

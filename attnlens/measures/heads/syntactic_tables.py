@@ -106,9 +106,13 @@ def best_offset(offsets: torch.Tensor, shares: torch.Tensor) -> tuple[int, float
 
 
 def relation_stats(
-    group: RelationArcs, inference: Inference, weights: torch.Tensor | None, margin: float
+    group: RelationArcs, inference: Inference, weights: torch.Tensor | None, margin: float,
+    tests: bool = True,
 ) -> RelationStats:
-    """Accuracies, baseline and the paired test of one relation's per-sentence arcs."""
+    """Accuracies, baseline and the paired test of one relation's per-sentence arcs.
+
+    ``tests=False`` leaves out what only the tests read (NaN): the excess intervals, the
+    p-values and the baseline's interval (held-out selection reports accuracies only)."""
     n = len(group.sentences)
     shape = group.hits.shape[1:]  # [direction, layer, head]
     if not n:  # no arc on these sentences
@@ -126,10 +130,11 @@ def relation_stats(
     base_low = base_high = float("nan")
     if weights is not None and n:
         acc_reps = replicates(hits, group.arcs, weights, inference.pooling)  # [rep, share]
+        low, high = percentile_interval(acc_reps, inference.level)
+    if weights is not None and n and tests:
         base_reps = replicates(group.offset_counts, group.arcs, weights,
                                inference.pooling).amax(1)  # [rep]: best offset per replicate
         excess_reps = acc_reps - base_reps[:, None]
-        low, high = percentile_interval(acc_reps, inference.level)
         ex_low, ex_high = percentile_interval(excess_reps, inference.level)
         p = p_above(accuracy - base, excess_reps, margin, df)
         b_low, b_high = percentile_interval(base_reps[:, None], inference.level)
@@ -145,7 +150,7 @@ def relation_stats(
 def _columns_of(sentences: torch.Tensor, weights: torch.Tensor | None, ids: torch.Tensor):
     if weights is None:
         return None
-    return weights[:, torch.searchsorted(sentences, ids)]
+    return weights.index_select(1, torch.searchsorted(sentences, ids))  # weights[:, ...]
 
 
 def all_relation_stats(
@@ -299,7 +304,7 @@ def held_out_selection(
             chosen_group = select_data.group(key, keep_select)
         ev = data.group(key, keep_eval)
         weights = _columns_of(data.sentences, all_weights, ev.sentences)
-        ev_stats = relation_stats(ev, inference, weights, evaluate.margin)
+        ev_stats = relation_stats(ev, inference, weights, evaluate.margin, tests=False)
         ev_best = _best_heads(torch.from_numpy(ev_stats.accuracy), exists)
         if chosen_group is not None and chosen_group.examples:
             acc = pooled(chosen_group.hits.reshape(len(chosen_group.sentences), -1),
