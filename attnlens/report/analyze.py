@@ -13,7 +13,7 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -185,7 +185,7 @@ def analyze(
         if not dist.is_main:
             return []
         outputs, records = _write_sections(model, sections, per_section, out, formats, seconds,
-                                           null_result)
+                                           null_result, _probe_readers(sections, probes))
     finally:
         if probes is not None:
             probes.cancel()  # ended already, unless a failure came first
@@ -253,6 +253,16 @@ def _probes_beside(model, sections, forked: bool) -> SideJob | None:
     return None
 
 
+def _probe_readers(sections: Sequence[Section], probes: SideJob | None) -> set[str]:
+    """The sections whose tables wait for the probes run beside the pass (``probes``): the
+    language-model heads section and those listing its roles (``lm``, the head roles)."""
+    if probes is None:
+        return set()
+    lm = next((s for s in sections if s.name == "lm_heads"), None)
+    return {s.name for s in sections
+            if lm is not None and (s is lm or getattr(s, "lm", None) is lm)}
+
+
 def fixed_costs(before: float | None, phases: dict[str, float]) -> dict[str, float]:
     """run.json's itemised fixed costs: what ran before ``analyze`` (the process's age at its
     start, less the phases the command timed: imports and start-up), then every phase timed
@@ -280,34 +290,48 @@ def _nested(managers: list) -> Iterator[None]:
         yield
 
 
+def write_order(sections: Sequence[Section], last: Collection[str] = ()) -> list[int]:
+    """The sections' indices in the order they write: report order, the sections named in
+    ``last`` moved to the end (their own order kept)."""
+    return sorted(range(len(sections)), key=lambda i: sections[i].name in last)
+
+
 def _write_sections(model, sections, per_section, out: Path, formats, seconds,
-                    null_result: NullResult | None = None):
+                    null_result: NullResult | None = None, last: Collection[str] = ()):
     """Each section writes into its own staging folder; then its files are filed.
+
+    The sections named in ``last`` write after the others (``write_order``: those waiting
+    for the language-model probes' side job, so that the others' tables are made while it
+    runs); ``outputs`` and the records keep report order.
 
     Every table is written once, in its final form: a section's ``write_table`` calls are
     held back (``io.held_tables``) until the null columns (``join_null``) and a grouped-query
     model's ``kv_head`` column have been added to its tables."""
     staging_root = Path(tempfile.mkdtemp(dir=out, prefix=".sections-"))
-    outputs: list[SectionOutput] = []
     records: list[SectionRecord] = []
     kv = _kv_heads(model)
     joining = 0.0
     try:
-        write_times = []
+        written: dict[int, tuple[SectionOutput, float, list[str]]] = {}
         with figure_pool():  # figures drawn in worker processes; all on disk after the block
-            for section, group in zip(sections, per_section, strict=True):
+            for i in write_order(sections, last):
+                section = sections[i]
                 staging = staging_root / section.name
                 staging.mkdir()
                 began = time.perf_counter()
                 with held_tables() as held:
-                    output = section.write(model, group, staging, formats)
+                    output = section.write(model, per_section[i], staging, formats)
                 joined = time.perf_counter()
                 changed = [] if null_result is None else join_null(section, output, null_result)
                 joining += time.perf_counter() - joined
                 _write_held(output, held, changed, kv, staging)
-                outputs.append(output)
-                write_times.append(time.perf_counter() - began)
+                written[i] = output, time.perf_counter() - began, changed
             tables_done = time.perf_counter()
+        in_order = [written[i] for i in range(len(sections))]
+        outputs = [output for output, _, _ in in_order]
+        write_times = [spent for _, spent, _ in in_order]
+        if null_result is not None:  # run.json lists the null-joined tables in report order
+            null_result.changed = [name for _, _, names in in_order for name in names]
         stopwatch.add("figures finished after the tables (figure workers)",
                       time.perf_counter() - tables_done)
         stopwatch.add("null columns added", joining)
