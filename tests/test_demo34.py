@@ -3,6 +3,7 @@ that wait passively in the program, the sections waiting for the probes written 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -87,7 +88,7 @@ main()
 @pytest.mark.parametrize(("env", "expected"), [({}, "PASSIVE"),
                                                ({"OMP_WAIT_POLICY": "ACTIVE"}, "ACTIVE")])
 def test_the_attnlens_program_waits_passively_unless_told_otherwise(env, expected) -> None:
-    environ = {k: v for k, v in __import__("os").environ.items()
+    environ = {k: v for k, v in os.environ.items()
                if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     done = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True,
                           timeout=120, env={**environ, **env})
