@@ -159,3 +159,42 @@ def test_sections_waiting_for_the_probes_write_last_and_are_recorded_in_report_o
     assert null.changed == ["heads_table", "lm_heads_table", "spectrum_table", "sparse_table"]
     assert sorted(p.name for p in (tmp_path / "tables").iterdir()) == sorted(
         f"{s.name}_table.csv" for s in sections)
+
+
+class _Making:
+    """A section whose ``analyzers`` records its name (and fails when told to)."""
+
+    def __init__(self, name: str, log: list[str], fails: bool = False) -> None:
+        self.name, self._log, self._fails = name, log, fails
+
+    def analyzers(self, model, tokenizer) -> list[str]:
+        self._log.append(self.name)
+        if self._fails:
+            raise RuntimeError("no analyzers")
+        return [f"{self.name} analyzer"]
+
+
+class _Job:
+    def __init__(self, log: list[str]) -> None:
+        self._log = log
+
+    def cancel(self) -> None:
+        self._log.append("cancelled")
+
+
+def test_the_probes_start_once_the_language_model_analyzers_exist_before_the_others(
+        monkeypatch) -> None:
+    log: list[str] = []
+    monkeypatch.setattr(report, "_probes_beside",
+                        lambda model, sections, forked: log.append("probes started")
+                        or _Job(log))
+    sections = [_Making(name, log) for name in ("heads", "lm_heads", "spectrum")]
+    per_section, job = report._analyzers_and_probes(None, None, sections, forked=True)
+    assert log == ["lm_heads", "probes started", "heads", "spectrum"]
+    assert per_section == [["heads analyzer"], ["lm_heads analyzer"], ["spectrum analyzer"]]
+    assert isinstance(job, _Job)
+    log.clear()
+    sections = [_Making("heads", log, fails=True), _Making("lm_heads", log)]
+    with pytest.raises(RuntimeError, match="no analyzers"):
+        report._analyzers_and_probes(None, None, sections, forked=True)
+    assert log == ["lm_heads", "probes started", "heads", "cancelled"]

@@ -160,14 +160,13 @@ def analyze(
     if has_several_attention_types(model):  # every section per attention type, tables with a column
         sections = [by_attention_type(s) for s in sections]
     start = time.perf_counter()
-    with stopwatch.phase("analyzers made"):
-        per_section = [s.analyzers(model, tokenizer) for s in sections]
-    everything = [a for group in per_section for a in group]
-    n_sentences = sum(int(b.input_ids.shape[0]) for b in batches)
-    seconds: dict[str, float] = {}
     # The language-model probes run in a forked process beside the corpus pass (side_work.py)
-    probes = _probes_beside(model, sections, side_workers_allowed(model, dist))
+    per_section, probes = _analyzers_and_probes(model, tokenizer, sections,
+                                                side_workers_allowed(model, dist))
     try:
+        everything = [a for group in per_section for a in group]
+        n_sentences = sum(int(b.input_ids.shape[0]) for b in batches)
+        seconds: dict[str, float] = {}
         if everything:
             with _all_timed(sections, per_section, seconds):
                 pass_start = time.perf_counter()
@@ -233,6 +232,27 @@ def analyze(
         time.perf_counter() - began, 2)
     write_run_record(out, record)
     return outputs
+
+
+def _analyzers_and_probes(model, tokenizer, sections: Sequence[Section], forked: bool
+                          ) -> tuple[list[list[Analyzer]], SideJob | None]:
+    """Every section's analyzers (in report order) and the probes' job (``_probes_beside``),
+    started as soon as the language-model heads' analyzers, which it reads, exist: before
+    the other sections make theirs (``rarity``'s word list, ...). A failure after the start
+    ends the job."""
+    with stopwatch.phase("analyzers made"):
+        made = {i: s.analyzers(model, tokenizer) for i, s in enumerate(sections)
+                if s.name == "lm_heads"}
+    probes = _probes_beside(model, sections, forked)
+    try:
+        with stopwatch.phase("analyzers made"):
+            made.update({i: s.analyzers(model, tokenizer) for i, s in enumerate(sections)
+                         if i not in made})
+    except BaseException:
+        if probes is not None:
+            probes.cancel()
+        raise
+    return [made[i] for i in range(len(sections))], probes
 
 
 def _probes_beside(model, sections, forked: bool) -> SideJob | None:
