@@ -198,3 +198,47 @@ def test_the_probes_start_once_the_language_model_analyzers_exist_before_the_oth
     with pytest.raises(RuntimeError, match="no analyzers"):
         report._analyzers_and_probes(None, None, sections, forked=True)
     assert log == ["lm_heads", "probes started", "heads", "cancelled"]
+
+
+@pytest.mark.parametrize("forked", [False, True])
+def test_long_probes_left_to_this_process_give_the_same_result(tmp_path, forked) -> None:
+    """``synthetic_runs(long=False)`` elsewhere (a child) and the long probes run here
+    (``use_synthetic_runs(..., long_here=True)``) give the tables, role tests and facts of
+    the whole runs done here, bitwise, the facts in the same order."""
+    import functools
+
+    import transformers
+
+    from attnlens.loaders import load_model
+    from attnlens.loaders.parity_inputs import save_tiny
+    from attnlens.loaders.verify import tiny_config
+    from attnlens.measures.lm_heads.run import LmHeads
+    from attnlens.measures.lm_heads.settings import LmHeadsSettings
+    from attnlens.report import side_work
+    from attnlens.stats.bootstrap import Inference
+    from attnlens.stream.runner import run_analyzers
+    from tests.lm_heads_toys import random_batches, toy_tokenizer
+
+    if forked and not side_work.side_workers_allowed(torch.nn.Linear(1, 1)):
+        pytest.skip("side workers fork on Linux with 2+ CPUs")
+    save_tiny(transformers.GPT2LMHeadModel, tiny_config("gpt2"), tmp_path)
+
+    def measured(split: bool):
+        model = load_model(tmp_path)
+        lm = LmHeads(LmHeadsSettings(probe_sequences=20, probe_length=6, window=4,
+                                     sink_tokens=1, controls=2).check(), Inference(bootstrap=20))
+        run_analyzers(model, random_batches(n=12, length=10),
+                      lm.corpus_analyzers(model, toy_tokenizer()), show_progress=False)
+        if split:
+            job = side_work.side_job("probes", functools.partial(lm.synthetic_runs, model,
+                                                                 long=False), forked)
+            lm.use_synthetic_runs(job.result, long_here=True)
+        return lm.compute(model)
+
+    whole, split = measured(split=False), measured(split=True)
+    assert whole.facts["long_probes"] >= 1
+    assert list(whole.facts.items()) == list(split.facts.items())
+    assert whole.tables.keys() == split.tables.keys()
+    for name in whole.tables:
+        pd.testing.assert_frame_equal(whole.tables[name], split.tables[name], check_exact=True)
+    pd.testing.assert_frame_equal(whole.role_tests, split.role_tests, check_exact=True)

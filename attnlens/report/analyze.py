@@ -266,9 +266,11 @@ def _probes_beside(model, sections, forked: bool) -> SideJob | None:
         lm = getattr(section, "lm", None)
         if (section.name == "lm_heads" and isinstance(lm, LmHeads) and lm.made_for(model)
                 and lm.settings.probes):
-            job = side_job("language-model probes", functools.partial(lm.synthetic_runs, model),
-                           forked)
-            lm.use_synthetic_runs(job.result)
+            # The long probes stay here: this process runs them once its own work is done,
+            # while the child may still run the rest (the two take about as long)
+            job = side_job("language-model probes",
+                           functools.partial(lm.synthetic_runs, model, long=False), forked)
+            lm.use_synthetic_runs(job.result, long_here=True)
             return job
     return None
 
