@@ -7,7 +7,7 @@ before it sleeps, so that the next region starts at once. Between torch's operat
 through most of that time and holds the second core: the language-model probes' side worker
 (``attnlens.report.side_work``), the figure workers, or any other process then get half a
 core, and a region whose partner was descheduled waits for it (demo34 measured the demo's
-probes at 4.9 s beside a passive parent against 6.3 s beside a spinning one, idle; ~2.5x the
+probes at 4.9 s beside a passive parent against 6.3 s beside a spinning one, idle; 2.4-3x the
 whole demo's wall on a machine with one core busy elsewhere). ``OMP_WAIT_POLICY=PASSIVE``
 makes idle threads sleep at once. It changes no number: the same threads split the same
 work, only how they wait differs.
