@@ -15,7 +15,7 @@ from attnlens.cli.runner import NUMERIC_DEFAULTS, Interrupted
 
 from attnlens.errors import RunInterrupted
 from attnlens.measures.registry import measure_commands
-from attnlens.runs import collector
+from attnlens.runs import collector, openmp
 
 help_layout.install()  # --help fits 80 columns (cli/help_layout.py)
 
@@ -133,6 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     own_process = argv is None  # the attnlens program, not a caller such as a test
     if own_process:
         collector.hold()  # until the model is loaded (attnlens/runs/collector.py)
+        openmp.passive_waits()  # before torch loads (attnlens/runs/openmp.py)
     previous = signal.signal(signal.SIGINT, _on_signal), signal.signal(signal.SIGTERM, _on_signal)
     try:
         code = app(prog_name="attnlens", args=args, standalone_mode=False)

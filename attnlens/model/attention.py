@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from einops import rearrange
@@ -92,8 +93,10 @@ def sliding_window_mask(
 
 def _adds_in_place(scores: torch.Tensor, mask: torch.Tensor) -> bool:
     """Whether ``scores.add_(mask)`` gives ``scores + mask``: same result dtype and shape."""
+    # numpy's: torch.broadcast_shapes imports torch.fx's symbolic shapes (sympy: ~0.7 s of
+    # the first forward)
     return (torch.promote_types(scores.dtype, mask.dtype) == scores.dtype
-            and torch.broadcast_shapes(scores.shape, mask.shape) == scores.shape)
+            and np.broadcast_shapes(tuple(scores.shape), tuple(mask.shape)) == scores.shape)
 
 
 def _softmax_dtype(scores: torch.Tensor) -> torch.dtype:

@@ -13,7 +13,7 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -160,14 +160,13 @@ def analyze(
     if has_several_attention_types(model):  # every section per attention type, tables with a column
         sections = [by_attention_type(s) for s in sections]
     start = time.perf_counter()
-    with stopwatch.phase("analyzers made"):
-        per_section = [s.analyzers(model, tokenizer) for s in sections]
-    everything = [a for group in per_section for a in group]
-    n_sentences = sum(int(b.input_ids.shape[0]) for b in batches)
-    seconds: dict[str, float] = {}
     # The language-model probes run in a forked process beside the corpus pass (side_work.py)
-    probes = _probes_beside(model, sections, side_workers_allowed(model, dist))
+    per_section, probes = _analyzers_and_probes(model, tokenizer, sections,
+                                                side_workers_allowed(model, dist))
     try:
+        everything = [a for group in per_section for a in group]
+        n_sentences = sum(int(b.input_ids.shape[0]) for b in batches)
+        seconds: dict[str, float] = {}
         if everything:
             with _all_timed(sections, per_section, seconds):
                 pass_start = time.perf_counter()
@@ -185,7 +184,7 @@ def analyze(
         if not dist.is_main:
             return []
         outputs, records = _write_sections(model, sections, per_section, out, formats, seconds,
-                                           null_result)
+                                           null_result, _probe_readers(sections, probes))
     finally:
         if probes is not None:
             probes.cancel()  # ended already, unless a failure came first
@@ -235,6 +234,27 @@ def analyze(
     return outputs
 
 
+def _analyzers_and_probes(model, tokenizer, sections: Sequence[Section], forked: bool
+                          ) -> tuple[list[list[Analyzer]], SideJob | None]:
+    """Every section's analyzers (in report order) and the probes' job (``_probes_beside``),
+    started as soon as the language-model heads' analyzers, which it reads, exist: before
+    the other sections make theirs (``rarity``'s word list, ...). A failure after the start
+    ends the job."""
+    with stopwatch.phase("analyzers made"):
+        made = {i: s.analyzers(model, tokenizer) for i, s in enumerate(sections)
+                if s.name == "lm_heads"}
+    probes = _probes_beside(model, sections, forked)
+    try:
+        with stopwatch.phase("analyzers made"):
+            made.update({i: s.analyzers(model, tokenizer) for i, s in enumerate(sections)
+                         if i not in made})
+    except BaseException:
+        if probes is not None:
+            probes.cancel()
+        raise
+    return [made[i] for i in range(len(sections))], probes
+
+
 def _probes_beside(model, sections, forked: bool) -> SideJob | None:
     """The language-model probes of the section that runs them (``LmHeads.synthetic_runs``)
     started in a forked process when ``forked``; that section's ``compute`` takes them from
@@ -246,11 +266,23 @@ def _probes_beside(model, sections, forked: bool) -> SideJob | None:
         lm = getattr(section, "lm", None)
         if (section.name == "lm_heads" and isinstance(lm, LmHeads) and lm.made_for(model)
                 and lm.settings.probes):
-            job = side_job("language-model probes", functools.partial(lm.synthetic_runs, model),
-                           forked)
-            lm.use_synthetic_runs(job.result)
+            # The long probes stay here: this process runs them once its own work is done,
+            # while the child may still run the rest (the two take about as long)
+            job = side_job("language-model probes",
+                           functools.partial(lm.synthetic_runs, model, long=False), forked)
+            lm.use_synthetic_runs(job.result, long_here=True)
             return job
     return None
+
+
+def _probe_readers(sections: Sequence[Section], probes: SideJob | None) -> set[str]:
+    """The sections whose tables wait for the probes run beside the pass (``probes``): the
+    language-model heads section and those listing its roles (``lm``, the head roles)."""
+    if probes is None:
+        return set()
+    lm = next((s for s in sections if s.name == "lm_heads"), None)
+    return {s.name for s in sections
+            if lm is not None and (s is lm or getattr(s, "lm", None) is lm)}
 
 
 def fixed_costs(before: float | None, phases: dict[str, float]) -> dict[str, float]:
@@ -280,34 +312,48 @@ def _nested(managers: list) -> Iterator[None]:
         yield
 
 
+def write_order(sections: Sequence[Section], last: Collection[str] = ()) -> list[int]:
+    """The sections' indices in the order they write: report order, the sections named in
+    ``last`` moved to the end (their own order kept)."""
+    return sorted(range(len(sections)), key=lambda i: sections[i].name in last)
+
+
 def _write_sections(model, sections, per_section, out: Path, formats, seconds,
-                    null_result: NullResult | None = None):
+                    null_result: NullResult | None = None, last: Collection[str] = ()):
     """Each section writes into its own staging folder; then its files are filed.
+
+    The sections named in ``last`` write after the others (``write_order``: those waiting
+    for the language-model probes' side job, so that the others' tables are made while it
+    runs); ``outputs`` and the records keep report order.
 
     Every table is written once, in its final form: a section's ``write_table`` calls are
     held back (``io.held_tables``) until the null columns (``join_null``) and a grouped-query
     model's ``kv_head`` column have been added to its tables."""
     staging_root = Path(tempfile.mkdtemp(dir=out, prefix=".sections-"))
-    outputs: list[SectionOutput] = []
     records: list[SectionRecord] = []
     kv = _kv_heads(model)
     joining = 0.0
     try:
-        write_times = []
+        written: dict[int, tuple[SectionOutput, float, list[str]]] = {}
         with figure_pool():  # figures drawn in worker processes; all on disk after the block
-            for section, group in zip(sections, per_section, strict=True):
+            for i in write_order(sections, last):
+                section = sections[i]
                 staging = staging_root / section.name
                 staging.mkdir()
                 began = time.perf_counter()
                 with held_tables() as held:
-                    output = section.write(model, group, staging, formats)
+                    output = section.write(model, per_section[i], staging, formats)
                 joined = time.perf_counter()
                 changed = [] if null_result is None else join_null(section, output, null_result)
                 joining += time.perf_counter() - joined
                 _write_held(output, held, changed, kv, staging)
-                outputs.append(output)
-                write_times.append(time.perf_counter() - began)
+                written[i] = output, time.perf_counter() - began, changed
             tables_done = time.perf_counter()
+        in_order = [written[i] for i in range(len(sections))]
+        outputs = [output for output, _, _ in in_order]
+        write_times = [spent for _, spent, _ in in_order]
+        if null_result is not None:  # run.json lists the null-joined tables in report order
+            null_result.changed = [name for _, _, names in in_order for name in names]
         stopwatch.add("figures finished after the tables (figure workers)",
                       time.perf_counter() - tables_done)
         stopwatch.add("null columns added", joining)

@@ -6,7 +6,10 @@ results. On CPU the corpus pass leaves a core mostly idle (its analyzers are Pyt
 the forward's matrix products) and small forward passes scale poorly over threads, so the
 probes run in a forked process at one thread while the main process runs the corpus pass,
 the null pass and the other sections' tables; the main process takes the result (pickled back
-through a pipe) where it needs it. The numbers are the same: the same code on the same
+through a pipe) where it needs it, and writes the sections that wait for it after the others
+(``report.analyze.write_order``). The second core is the child's only while the main
+process's idle OpenMP thread sleeps instead of spinning (``attnlens.runs.openmp``: the
+program sets ``OMP_WAIT_POLICY=PASSIVE``). The numbers are the same: the same code on the same
 inputs, and these passes give bitwise the same states at one thread as at two
 (``tests/test_side_work.py``; the sample report's tables are identical with
 ``ATTNLENS_SIDE_WORKERS=0``). The null model's pass is not moved: its float32 sums at one

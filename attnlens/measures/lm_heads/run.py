@@ -162,8 +162,10 @@ class LmHeads:
         self.model: HookedTransformer | None = None  # the model of the corpus analyzers
         self.corpus: dict[str, Analyzer] = {}
         self._result: LmHeadsResult | None = None
-        # Where ``synthetic_runs`` come from when another process ran them (``run_beside``)
+        # Where ``synthetic_runs`` come from when another process ran them (``run_beside``),
+        # and whether the long probes were left to this process (``use_synthetic_runs``)
         self._synthetic_source: Callable[[], tuple] | None = None
+        self._long_here = False
 
     @property
     def ready(self) -> bool:
@@ -247,7 +249,12 @@ class LmHeads:
         if s.probes:
             if self._synthetic_source is not None:  # run beside the corpus pass
                 source, self._synthetic_source = self._synthetic_source, None
+                # The long probes left here first, while the other process may still run
+                # the rest (their facts first, as _synthetic orders them)
+                here = self._long_runs(model, facts) if self._long_here else None
                 probes, retrieval, long_errors, probe_batches, found = source()
+                if self._long_here:
+                    long_errors = here
                 facts.update(found)
             else:
                 probes, retrieval, long_errors, probe_batches = self._synthetic(model, facts)
@@ -279,28 +286,32 @@ class LmHeads:
                              original_numbers(sink_rows(sinks), head_ids, sizes),
                              sink_rate(sinks), facts)
 
-    def synthetic_runs(self, model: HookedTransformer) -> tuple:
+    def synthetic_runs(self, model: HookedTransformer, long: bool = True) -> tuple:
         """The runs on the measure's own sequences (probes, haystacks, long probes: most of
         ``compute``'s time), with what they were: ``(probe scores, retrieval scores, long-probe
         streaming errors or None, the probe batches, facts)``, every part picklable. They need
         the model and the corpus analyzers' tokenizer only, so a report may run them in
-        another process beside the corpus pass and hand them back (``use_synthetic_runs``)."""
+        another process beside the corpus pass and hand them back (``use_synthetic_runs``).
+        ``long=False`` leaves the long probes out (None, no facts of theirs), for the process
+        that takes the result to run them (``use_synthetic_runs(..., long_here=True)``)."""
         if not self.ready:
             raise ConfigError("the language-model heads measure needs its corpus analyzers "
                               "first (corpus_analyzers).")
         facts: dict = {}
         with torch.no_grad(), phase(LM_PROBES):
-            return (*self._synthetic(model, facts), facts)
+            return (*self._synthetic(model, facts, long), facts)
 
-    def use_synthetic_runs(self, source: Callable[[], tuple]) -> None:
+    def use_synthetic_runs(self, source: Callable[[], tuple], long_here: bool = False) -> None:
         """``compute`` takes its synthetic runs from ``source()`` (what ``synthetic_runs``
-        returns, computed elsewhere for the same model) instead of running them."""
-        self._synthetic_source = source
+        returns, computed elsewhere for the same model) instead of running them; with
+        ``long_here`` (``source`` ran ``synthetic_runs(model, long=False)``) it runs the long
+        probes itself, after taking the rest."""
+        self._synthetic_source, self._long_here = source, long_here
 
-    def _synthetic(self, model: HookedTransformer, facts: dict) -> tuple:
+    def _synthetic(self, model: HookedTransformer, facts: dict, long: bool = True) -> tuple:
         """(probe scores, retrieval scores, long-probe streaming errors or None, the probe
-        batches): the runs on sequences of the measure's own; what they were goes to
-        ``facts``."""
+        batches): the runs on sequences of the measure's own (the long probes only when
+        ``long``); what they were goes to ``facts``."""
         # The analyzers read patterns (and values): each forward stops after the last
         # layer's (stop_when_fed), whose output projection and MLP nobody reads.
         s, frame = self.settings, self._frame(model)
@@ -314,16 +325,26 @@ class LmHeads:
         retrieval = RetrievalScores.for_model(model, self.inference)
         run_analyzers(model, stacks.batches(), [retrieval], show_progress=False,
                       stop_when_fed=True)
-        long, long_errors = self.long_probes(model, frame), None
-        if long is not None:
-            long_errors = StreamingError.for_model(model, s.sink_tokens, s.window)
-            run_analyzers(model, long.batches(8), [long_errors], show_progress=False,
-                          stop_when_fed=True)
-            facts.update(long_repeat=long.repeat[0], long_probes=len(long))
+        long_errors = self._long_runs(model, facts, frame) if long else None
         facts.update(probes=len(probe_set), repeat=sorted(set(probe_set.repeat)),
                      haystacks=len(stacks), haystack_tokens=int(stacks.input_ids.shape[1]),
                      needle=NEEDLE)
         return probes, retrieval, long_errors, probe_batches
+
+    @torch.no_grad()
+    def _long_runs(self, model: HookedTransformer, facts: dict,
+                   frame: dict | None = None) -> StreamingError | None:
+        """The long probes' streaming errors (None when no long probe fits the model); their
+        repeat and count go to ``facts``."""
+        s = self.settings
+        long = self.long_probes(model, self._frame(model) if frame is None else frame)
+        if long is None:
+            return None
+        long_errors = StreamingError.for_model(model, s.sink_tokens, s.window)
+        run_analyzers(model, long.batches(8), [long_errors], show_progress=False,
+                      stop_when_fed=True)
+        facts.update(long_repeat=long.repeat[0], long_probes=len(long))
+        return long_errors
 
     def _decode(self, token_id: int) -> str:
         return self.tokenizer.decode_tokens([token_id])[0]

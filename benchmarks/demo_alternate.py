@@ -1,0 +1,80 @@
+"""The demo's command from several checkouts or settings, alternating, with the machine's load.
+
+Each round runs every variant once, in the order given: ``attnlens analyze --out DIR --force
+--quiet`` (what `make demo` runs) in a fresh process. A variant is ``LABEL:ENV:ATTNLENS``:
+a label, ``NAME=VALUE`` pairs separated by commas (or nothing), and the ``attnlens`` program
+to run (a checkout's ``.venv/bin/attnlens``). Each run prints its wall seconds, its own CPU
+seconds (its child processes included) and the CPU seconds other processes used meanwhile
+(``/proc/stat``'s busy time less the run's own): a run with ~0 there had an idle machine.
+Then the figures of its ``run.json`` (corpus pass, null pass, the probes in the child, the
+wait for them, imports, example pages, page).
+
+    python benchmarks/demo_alternate.py --rounds 3 \\
+        main::/work/main/.venv/bin/attnlens demo34::.venv/bin/attnlens \\
+        spin:GOMP_SPINCOUNT=300000:.venv/bin/attnlens
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+
+def busy_seconds() -> float:
+    """CPU seconds every process has used since boot (Linux ``/proc/stat``)."""
+    with open("/proc/stat", encoding="ascii") as handle:
+        ticks = [int(x) for x in handle.readline().split()[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle, iowait
+
+
+def children_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def run_once(label: str, env: dict[str, str], attnlens: str, out: Path) -> str:
+    load = Path("/proc/loadavg").read_text().split()[0]
+    cpu, busy, began = children_cpu(), busy_seconds(), time.perf_counter()
+    subprocess.run([attnlens, "analyze", "--out", str(out), "--force", "--quiet"],
+                   env={**os.environ, **env}, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    wall = time.perf_counter() - began
+    own = children_cpu() - cpu
+    other = busy_seconds() - busy - own
+    timings = json.loads((out / "run.json").read_text())["timings"]
+    fixed = timings["fixed costs"]
+    child = next((v for k, v in fixed.items() if k.startswith("beside the corpus pass")), None)
+    return (f"{label:10s} load {load:>5s}  wall {wall:6.2f}  cpu {own:6.2f}  other {other:6.2f} | "
+            f"pass {timings['corpus pass (forward and every analyzer)']:5.2f}  "
+            f"null {timings.get('null model pass (included in total)', 0.0):5.2f}  "
+            f"probes in the child {child}  waited {fixed.get('waited for: language-model probes')}"
+            f"  imports {fixed.get('imports and start-up')}  example pages "
+            f"{fixed.get('example pages')}  page {fixed.get('page')}")
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, str], str]:
+    label, pairs, attnlens = text.split(":", 2)
+    env = dict(pair.split("=", 1) for pair in pairs.split(",") if pair)
+    return label, env, attnlens
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("variants", nargs="+", help="LABEL:ENV:ATTNLENS")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    variants = [parse_variant(v) for v in args.variants]
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(args.rounds):
+            for label, env, attnlens in variants:
+                print(run_once(label, env, attnlens, Path(tmp) / label), flush=True)
+
+
+if __name__ == "__main__":
+    main()
