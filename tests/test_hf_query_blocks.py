@@ -133,6 +133,40 @@ def test_row_mask_rows_are_the_rows_of_transformers_eager_mask(row_masks):
     assert torch.equal(rows.dense(), whole)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_the_mask_without_sync_is_transformers_eager_mask_bit_for_bit(dtype):
+    """``eager_mask_without_sync`` against transformers' own ``eager_mask``: causal with
+    padding, a sliding window with an offset, bidirectional with padding, and the bidirectional
+    mask without padding skipped (None) where allowed, in three dtypes."""
+    from transformers.masking_utils import (
+        bidirectional_mask_function,
+        causal_mask_function,
+        eager_mask,
+        sliding_window_causal_mask_function,
+    )
+
+    from attnlens.backends.hf.row_mask import eager_mask_without_sync
+
+    padding = torch.ones(2, 23, dtype=torch.bool)
+    padding[1, 17:] = False
+    cases = [
+        {"q_length": 23, "mask_function": causal_mask_function, "attention_mask": padding},
+        {"q_length": 6, "q_offset": 9, "attention_mask": padding,
+         "mask_function": sliding_window_causal_mask_function(4)},
+        {"q_length": 23, "mask_function": bidirectional_mask_function,
+         "attention_mask": padding},
+        {"q_length": 23, "mask_function": bidirectional_mask_function,
+         "allow_is_bidirectional_skip": True},
+    ]
+    for case in cases:
+        args = {"batch_size": 2, "kv_length": 23, "dtype": dtype, **case}
+        expected, found = eager_mask(**args), eager_mask_without_sync(**args)
+        if expected is None:
+            assert found is None
+            continue
+        assert found.dtype == expected.dtype and torch.equal(found, expected), case
+
+
 def test_row_masks_only_for_long_inputs_of_the_listed_families():
     from transformers import BertConfig, LlamaConfig
 

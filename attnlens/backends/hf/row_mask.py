@@ -9,7 +9,8 @@ of the families whose modelling code only hands the mask to the attention functi
 (``ROW_MASK_MODEL_TYPES``), a ``RowMask`` that builds any rows on demand: ``eager_mask`` with
 the query positions ``q_offset + start .. q_offset + stop``, so each block's rows are
 computed by the same mask function from the same positions, bit for bit the rows of the
-whole mask (tests/test_hf_query_blocks.py). The attention function
+whole mask (tests/test_hf_query_blocks.py). Both go through ``eager_mask_without_sync``,
+``eager_mask``'s own steps without its per-call synchronisation on a GPU. The attention function
 (``attention.EagerRows``) reads rows from it; anything that needs the whole mask calls
 ``dense()``.
 """
@@ -34,8 +35,8 @@ ROW_MASK_MODEL_TYPES = frozenset({
 class RowMask:
     """The eager mask ``[batch, 1, query_pos, key_pos]`` of one forward pass, built by rows.
 
-    ``build(q_length=..., q_offset=...)`` is transformers' ``eager_mask`` with every other
-    argument of this call bound.
+    ``build(q_length=..., q_offset=...)`` is ``eager_mask_without_sync`` (transformers'
+    ``eager_mask``) with every other argument of this call bound.
     """
 
     def __init__(self, build: Callable[..., torch.Tensor | None], batch: int, q_length: int,
@@ -61,15 +62,28 @@ def row_mask_applies(config, batch: int, q_length: int, kv_length: int,
     return size > ROW_MASK_BYTES and getattr(config, "model_type", None) in ROW_MASK_MODEL_TYPES
 
 
+def eager_mask_without_sync(dtype: torch.dtype = torch.float32, **kwargs) -> torch.Tensor | None:
+    """transformers' ``eager_mask``, bit for bit: its boolean ``sdpa_mask`` turned into 0 and
+    the dtype's minimum, the 0 made on the mask's device. transformers up to at least 5.17
+    made it with ``torch.tensor(0.0, device=...)``, a host-to-device copy that synchronises
+    with a GPU on every call, so once per block of rows (5.24 no longer does)."""
+    from transformers.masking_utils import sdpa_mask
+
+    kwargs.pop("allow_is_causal_skip", None)  # as eager_mask: never skipped
+    mask = sdpa_mask(allow_is_causal_skip=False, **kwargs)
+    if mask is None:  # a bidirectional mask skipped where allowed
+        return None
+    return torch.where(mask, torch.zeros((), device=mask.device, dtype=dtype),
+                       torch.finfo(dtype).min)
+
+
 def attnlens_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int = 0,
                   dtype: torch.dtype = torch.float32, config=None, **kwargs
                   ) -> torch.Tensor | RowMask | None:
     """transformers' mask interface for ``attn_implementation="attnlens"`` (module docstring):
     ``eager_mask``'s result, or a ``RowMask`` giving its rows on long inputs."""
-    from transformers.masking_utils import eager_mask
-
-    build = partial(eager_mask, batch_size=batch_size, kv_length=kv_length, dtype=dtype,
-                    config=config, **kwargs)
+    build = partial(eager_mask_without_sync, batch_size=batch_size, kv_length=kv_length,
+                    dtype=dtype, config=config, **kwargs)
     if row_mask_applies(config, batch_size, q_length, kv_length, dtype):
         return RowMask(build, batch_size, q_length, kv_length, q_offset)
     return build(q_length=q_length, q_offset=q_offset)
