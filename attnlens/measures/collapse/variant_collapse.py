@@ -6,16 +6,17 @@ model is rebuilt or copied (in float64 the weights are cast once per batch and s
 variants, through ``torch.func.functional_call``). ``VariantCollapse`` folds the relative
 residual at every depth, per variant; its state holds plain tensors only. It gets the model
 as an argument of ``model_pass`` and holds the sampled sentences of a few batches (at most
-``FLUSH_SENTENCES``, or until its sample is complete) to run each variant once per length
-bucket over all of them: a few larger float64 passes instead of one small pass per variant
-and batch (the same sentences, padded otherwise: equal within float64 rounding). The state
-(``state_dict``, ``result``, ``merge``) runs what is still held first.
+``FLUSH_SENTENCES``, or until its sample is complete), then runs every variant over them in
+one call, each sentence alone at its own length (``sentence_inputs``): a sentence's residuals
+are then the same bits for any batching and any number of torchrun processes (at the same
+threads per process), which rows run beside it changing nothing. The state (``state_dict``,
+``result``, ``merge``) runs what is still held first.
 
-The held sentences run in one ``functional_call`` (``all_variant_depths`` for every bucket):
-the variants share the embedding, its residuals and block 0's attention (the same operations
-on the same inputs), and the float64 query, key and value weights are stored in the layout
-the forward reads (``linear_ready``), so no pass copies them again: the same numbers, bit for
-bit, as one ``run_variant`` per variant and bucket.
+The held sentences run in one ``functional_call`` (``all_variant_depths`` for every
+sentence): the variants share the embedding, its residuals and block 0's attention (the same
+operations on the same inputs), and the float64 query, key and value weights are stored in
+the layout the forward reads (``linear_ready``), so no pass copies them again: the same
+numbers, bit for bit, as one ``run_variant`` per variant and sentence.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from attnlens.model.transformer import HookedTransformer, TransformerBlock
 from attnlens.stream.base import Analyzer, Batch
 from attnlens.stream.sentence_sample import check_sample_options, sample_batch
 
-# Sampled sentences held before the variants run over them (one pass per length bucket).
+# Sampled sentences held before the variants run over them (in one call, the weights cast once).
 FLUSH_SENTENCES = 32
 
 
@@ -157,8 +158,9 @@ def bucket_residuals(
     variants: Sequence[str],
 ) -> dict[str, list[torch.Tensor]]:
     """``{variant: [norm, depth, bucket sentences] per bucket}``: ``depth_residuals`` of
-    every depth of every variant on each bucket's inputs (``length_buckets``); depth 0, the
-    embedding, shared by the variants, is read once per bucket."""
+    every depth of every variant on each bucket's inputs (a sentence of ``sentence_inputs``,
+    or any batch of them); depth 0, the embedding, shared by the variants, is read once per
+    bucket."""
     out: dict[str, list[torch.Tensor]] = {v: [] for v in variants}
     for _, inputs in buckets:
         mask = inputs["attention_mask"]
@@ -248,33 +250,29 @@ def run_variant(
     return torch.func.functional_call(_OnWeights(model), weights, (inputs, variant))
 
 
-def length_buckets(batches: Sequence[Batch], device: torch.device
-                   ) -> list[tuple[torch.Tensor, dict[str, torch.Tensor]]]:
-    """The sentences of ``batches`` regrouped by length: ``(order, inputs)`` per bucket of
-    real lengths ``(hi/2, hi]`` (``hi`` a power of two, at least 8), ``order [g]`` each
-    sentence's place among all of them, ``inputs`` its model inputs ``[g, longest]`` with
-    the real tokens first, padded on the right as the tokenizer pads (one host read)."""
+def sentence_inputs(batches: Sequence[Batch], device: torch.device
+                    ) -> list[tuple[torch.Tensor, dict[str, torch.Tensor]]]:
+    """The sentences of ``batches`` one by one: ``(order, inputs)`` per sentence, ``order
+    [1]`` its place among all of them, ``inputs`` its real tokens ``[1, n]`` (one host read).
+
+    Each sentence runs alone at its own length, so its residuals are the same bits whatever
+    the batching, the held set and the process count (at a given thread count): a float64
+    product over the MLP's 1,536 inputs rounds otherwise when the rows beside it change (MKL
+    splits the sum by the number of rows), and padding to a bucket's longest sentence changes
+    the sums of the attention's rows."""
     names = ["input_ids", "attention_mask"]
     if all(b.token_type_ids is not None for b in batches):
         names.append("token_type_ids")
-    parts: dict[str, list[torch.Tensor]] = {name: [] for name in names}
+    rows = {name: [] for name in names}
     for batch in batches:
-        mask = batch.attention_mask.cpu()
-        first = torch.sort((~mask.bool()).to(torch.int8), dim=1, stable=True).indices
-        for name in names:  # [size, width] with each sentence's real tokens first
-            parts[name].append(getattr(batch, name).cpu().gather(1, first))
-    width = max(t.shape[1] for t in parts["input_ids"])
-    rows = {name: torch.cat([torch.nn.functional.pad(t, (0, width - t.shape[1]))
-                             for t in tensors]) for name, tensors in parts.items()}
-    lengths = rows["attention_mask"].bool().sum(1)  # [sentences]
-    hi = torch.tensor([max(8, 1 << max(0, n - 1).bit_length()) for n in lengths.tolist()])
-    buckets = []
-    for bucket in torch.unique(hi).tolist():
-        order = torch.nonzero(hi == bucket).flatten()  # [g]
-        longest = int(lengths[order].max())
-        inputs = {name: t[order, :longest].to(device) for name, t in rows.items()}
-        buckets.append((order.to(device), inputs))
-    return buckets
+        mask = batch.attention_mask.cpu().bool()  # [size, width]
+        host = {name: getattr(batch, name).cpu() for name in names}
+        for i, real in enumerate(mask):
+            for name in names:
+                rows[name].append(host[name][i][real][None])  # [1, n]
+    return [(torch.tensor([j], device=device),
+             {name: rows[name][j].to(device) for name in names})
+            for j in range(len(rows["input_ids"]))]
 
 
 class VariantCollapse(Analyzer):
@@ -347,13 +345,13 @@ class VariantCollapse(Analyzer):
             self._run_held()
 
     def _run_held(self) -> None:
-        """Run every variant over the held sentences, one pass per length bucket, and append
+        """Run every variant over the held sentences, one pass per sentence, and append
         their residuals ``[norm, depth, sentence]`` in the order the sentences came."""
         held, self._held = self._held, []
         if not held:
             return
         model = self._model
-        buckets = length_buckets(held, model.device)
+        buckets = sentence_inputs(held, model.device)
         dtype = None if self.dtype is None else getattr(torch, self.dtype)
         weights = cast_weights(model, dtype) if dtype not in (None, model.dtype) else None
         total = sum(b.size for b in held)
