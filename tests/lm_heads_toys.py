@@ -119,3 +119,18 @@ def toy_tokenizer():
     hf = PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<bos>", pad_token="<bos>",
                                  unk_token="<bos>")
     return Tokenizer(hf)
+
+
+def fed_lm_heads(model: HookedTransformer):
+    """A small ``LmHeads`` measure (20 probes of 6 tokens, 2 controls, 20 bootstrap
+    replicates) whose corpus analyzers have read 12 random sentences of 10 tokens."""
+    from attnlens.measures.lm_heads.run import LmHeads
+    from attnlens.measures.lm_heads.settings import LmHeadsSettings
+    from attnlens.stats.bootstrap import Inference
+    from attnlens.stream.runner import run_analyzers
+
+    lm = LmHeads(LmHeadsSettings(probe_sequences=20, probe_length=6, window=4, sink_tokens=1,
+                                 controls=2).check(), Inference(bootstrap=20))
+    run_analyzers(model, random_batches(n=12, length=10),
+                  lm.corpus_analyzers(model, toy_tokenizer()), show_progress=False)
+    return lm

@@ -212,12 +212,8 @@ def test_long_probes_left_to_this_process_give_the_same_result(tmp_path, forked)
     from attnlens.loaders import load_model
     from attnlens.loaders.parity_inputs import save_tiny
     from attnlens.loaders.verify import tiny_config
-    from attnlens.measures.lm_heads.run import LmHeads
-    from attnlens.measures.lm_heads.settings import LmHeadsSettings
     from attnlens.report import side_work
-    from attnlens.stats.bootstrap import Inference
-    from attnlens.stream.runner import run_analyzers
-    from tests.lm_heads_toys import random_batches, toy_tokenizer
+    from tests.lm_heads_toys import fed_lm_heads
 
     if forked and not side_work.side_workers_allowed(torch.nn.Linear(1, 1)):
         pytest.skip("side workers fork on Linux with 2+ CPUs")
@@ -225,10 +221,7 @@ def test_long_probes_left_to_this_process_give_the_same_result(tmp_path, forked)
 
     def measured(split: bool):
         model = load_model(tmp_path)
-        lm = LmHeads(LmHeadsSettings(probe_sequences=20, probe_length=6, window=4,
-                                     sink_tokens=1, controls=2).check(), Inference(bootstrap=20))
-        run_analyzers(model, random_batches(n=12, length=10),
-                      lm.corpus_analyzers(model, toy_tokenizer()), show_progress=False)
+        lm = fed_lm_heads(model)
         if split:
             job = side_work.side_job("probes", functools.partial(lm.synthetic_runs, model,
                                                                  long=False), forked)

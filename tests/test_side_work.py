@@ -139,18 +139,11 @@ def test_probes_run_in_a_forked_process_equal_the_probes_run_here() -> None:
 
     from attnlens.loaders import load_model
     from attnlens.loaders.verify import save_tiny, tiny_config
-    from attnlens.measures.lm_heads.run import LmHeads
-    from attnlens.measures.lm_heads.settings import LmHeadsSettings
-    from attnlens.stats.bootstrap import Inference
-    from attnlens.stream.runner import run_analyzers
-    from tests.lm_heads_toys import random_batches, toy_tokenizer
+    from tests.lm_heads_toys import fed_lm_heads
 
     def measured(tmp: str, forked: bool):
         model = load_model(tmp)
-        lm = LmHeads(LmHeadsSettings(probe_sequences=20, probe_length=6, window=4,
-                                     sink_tokens=1, controls=2).check(), Inference(bootstrap=20))
-        run_analyzers(model, random_batches(n=12, length=10),
-                      lm.corpus_analyzers(model, toy_tokenizer()), show_progress=False)
+        lm = fed_lm_heads(model)
         if forked:
             job = side_work.side_job("probes", lambda: lm.synthetic_runs(model), forked=True)
             lm.use_synthetic_runs(job.result)
