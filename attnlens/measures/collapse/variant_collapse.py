@@ -22,6 +22,7 @@ numbers, bit for bit, as one ``run_variant`` per variant and sentence.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import accumulate
 
 import pandas as pd
 import torch
@@ -253,7 +254,8 @@ def run_variant(
 def sentence_inputs(batches: Sequence[Batch], device: torch.device
                     ) -> list[tuple[torch.Tensor, dict[str, torch.Tensor]]]:
     """The sentences of ``batches`` one by one: ``(order, inputs)`` per sentence, ``order
-    [1]`` its place among all of them, ``inputs`` its real tokens ``[1, n]`` (one host read).
+    [1]`` its place among all of them, ``inputs`` its real tokens ``[1, n]`` (views of one
+    host-to-device copy per input).
 
     Each sentence runs alone at its own length, so its residuals are the same bits whatever
     the batching, the held set and the process count (at a given thread count): a float64
@@ -263,16 +265,20 @@ def sentence_inputs(batches: Sequence[Batch], device: torch.device
     names = ["input_ids", "attention_mask"]
     if all(b.token_type_ids is not None for b in batches):
         names.append("token_type_ids")
-    rows = {name: [] for name in names}
+    rows: dict[str, list[torch.Tensor]] = {name: [] for name in names}
     for batch in batches:
         mask = batch.attention_mask.cpu().bool()  # [size, width]
         host = {name: getattr(batch, name).cpu() for name in names}
         for i, real in enumerate(mask):
             for name in names:
-                rows[name].append(host[name][i][real][None])  # [1, n]
-    return [(torch.tensor([j], device=device),
-             {name: rows[name][j].to(device) for name in names})
-            for j in range(len(rows["input_ids"]))]
+                rows[name].append(host[name][i][real])  # [n]
+    lengths = [len(r) for r in rows["input_ids"]]
+    # every sentence's tokens end to end [1, tokens], one copy to the device per input
+    flat = {name: torch.cat(rows[name])[None].to(device) for name in names}
+    order = torch.arange(len(lengths), device=device)  # [sentences]
+    starts = [0, *accumulate(lengths)]
+    return [(order[j:j + 1], {name: flat[name][:, starts[j]:starts[j + 1]] for name in names})
+            for j in range(len(lengths))]
 
 
 class VariantCollapse(Analyzer):
