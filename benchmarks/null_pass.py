@@ -1,6 +1,7 @@
 """The report's null-model pass before and after null35, alternated in one process.
 
-Runs ``attnlens analyze --out TMP --force --quiet [ARGS]`` in this process with the null
+Runs ``attnlens COMMAND --out TMP --force --quiet [ARGS]`` (``--command``, default
+``analyze``) in this process with the null
 pass replaced by a recorder (so the corpus pass, tables and page run once, as the command
 runs them), then calls on the recorded model, batches and sections, ``--rounds`` times
 after one warm-up call of each, alternating which goes first:
@@ -14,7 +15,7 @@ Each call's wall time (``time.perf_counter``) and CPU time of every thread
 of ``run_null``), the median per path and their ratio, and whether the two calls' tables
 agree on every table the after pass makes (``pandas.testing.assert_frame_equal``, exact):
 
-    python benchmarks/null_pass.py [--rounds 3] [-- --treebank FILE]
+    python benchmarks/null_pass.py [--rounds 3] [--command analyze] [-- --treebank FILE]
 """
 
 from __future__ import annotations
@@ -74,8 +75,8 @@ def before(model, tokenizer, batches, sections, options, dist, show_progress=Fal
     return result
 
 
-def _recorded(args: list[str]) -> tuple:
-    """The null pass's arguments as ``attnlens analyze ARGS`` gives them."""
+def _recorded(args: list[str], command: str = "analyze") -> tuple:
+    """The null pass's arguments as ``attnlens COMMAND ARGS`` gives them."""
     from attnlens.cli.app import main
 
     import attnlens.report.analyze as analyze
@@ -84,7 +85,7 @@ def _recorded(args: list[str]) -> tuple:
     analyze.run_null = lambda *a, **k: recorded.append(a)  # the report gets no null columns
     with tempfile.TemporaryDirectory() as out:
         try:
-            main(["analyze", "--out", out, "--force", "--quiet", *args])
+            main([command, "--out", out, "--force", "--quiet", *args])
         except SystemExit as stop:
             if stop.code:
                 raise
@@ -109,13 +110,14 @@ def main() -> None:
     argv = argv[:argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--command", default="analyze", help="or heads, rollout, ...")
     args = parser.parse_args(argv)
     os.environ.setdefault("ATTNLENS_SIDE_WORKERS", "0")
     import pandas as pd
 
     from attnlens.report.null_run import run_null
 
-    recorded = _recorded(extra)
+    recorded = _recorded(extra, args.command)
     paths = {"before": before, "after": run_null}
     found = {name: [] for name in paths}
     results = {name: _timed(run, recorded)[1] for name, run in paths.items()}  # warm-up

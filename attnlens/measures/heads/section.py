@@ -3,6 +3,7 @@ statistics with intervals, held-out best heads, behaviour classes and head clust
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -311,6 +312,13 @@ class HeadRolesSection(Section):
                 tables["head_roles"][["layer", "head", "roles"]], on=["layer", "head"],
                 how="left")
         return tables
+
+    def null_twin(self) -> HeadRolesSection:
+        """Without head clustering (`attnlens heads`): its JS distances between every pair
+        of heads and their embedding give no null column (no value column)."""
+        twin = copy.copy(self)
+        twin.clusters = False
+        return twin
 
     def null_tables(self, model: HookedTransformer, analyzers: list,
                     out_dir: Path) -> dict[str, pd.DataFrame]:
