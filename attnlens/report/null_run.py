@@ -9,12 +9,11 @@ with bootstrap replicates off (only the point values are used), each forward sto
 the analyzers have what they read (``stop_when_fed``: the last layer's output projection and
 MLP are not run), and computes their tables without figures: only the tables a null column
 can come from where a section says which (``Section.null_twin``, ``Section.null_tables``:
-the heads section leaves out its role tests, held-out selection and Table 1; rollout its
-whole-sentence matrices and attention flow). ``join_null`` then adds the null columns
-(``attnlens.stats.null``) to each per-head and per-layer table the two runs share, before
-that table is written (once).
-``--null none`` leaves all of this out. What it cost is recorded in ``run.json`` (``null``)
-and on the page.
+the heads section leaves out its role tests, held-out selection, Table 1 and clustering;
+rollout its whole-sentence matrices and attention flow). ``join_null`` then adds the null
+columns (``attnlens.stats.null``) to each per-head and per-layer table the two runs share,
+before that table is written (once). ``--null none`` leaves all of this out. What it cost
+is recorded in ``run.json`` (``null``) and on the page.
 """
 
 from __future__ import annotations
