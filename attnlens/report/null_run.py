@@ -5,11 +5,15 @@ model, and the ``null_mean`` / ``null_low`` / ``null_high`` columns they give th
 (``attnlens.loaders.random_init``: same config and tokenizer, transformers' own
 initialisation, seeded), runs the sections that describe heads (``Section.null_control``)
 over at most ``NULL_SENTENCES`` sentences evenly spaced by corpus index (any batching)
-with bootstrap replicates off (only the point values are used), and computes their tables
-without figures. ``join_null`` then adds the null columns (``attnlens.stats.null``) to each
-per-head and per-layer table the two runs share, before that table is written (once).
-``--null none`` leaves all of this out. What it cost is recorded in ``run.json`` (``null``)
-and on the page.
+with bootstrap replicates off (only the point values are used), each forward stopped once
+the analyzers have what they read (``stop_when_fed``: the last layer's output projection and
+MLP are not run), and computes their tables without figures: only the tables a null column
+can come from where a section says which (``Section.null_twin``, ``Section.null_tables``:
+the heads section leaves out its role tests, held-out selection, Table 1 and clustering;
+rollout its whole-sentence matrices and attention flow). ``join_null`` then adds the null
+columns (``attnlens.stats.null``) to each per-head and per-layer table the two runs share,
+before that table is written (once). ``--null none`` leaves all of this out. What it cost
+is recorded in ``run.json`` (``null``) and on the page.
 """
 
 from __future__ import annotations
@@ -94,8 +98,9 @@ def sample_batches(batches: Sequence, max_sentences: int) -> list:
 
 
 def _cheap(section):
-    """A copy of ``section`` with bootstrap replicates off (the null needs point values)."""
-    twin = copy.copy(section)
+    """A copy of ``section``'s null twin (``Section.null_twin``) with bootstrap replicates
+    and examples off (the null needs point values)."""
+    twin = copy.copy(section.null_twin())
     if hasattr(twin, "examples"):
         twin.examples = False  # example sentences are the model's, not the null's
     inference = getattr(twin, "inference", None)
@@ -128,7 +133,7 @@ def run_null(model, tokenizer, batches: Sequence, sections: Sequence, options: N
         everything = [a for group in per_section for a in group]
         if everything:
             run_sharded(null.model, sample, everything, dist, total=n,
-                        show_progress=show_progress)
+                        show_progress=show_progress, stop_when_fed=True)
     if not dist.is_main:
         return None
     result = NullResult(describe=null.describe, initialisation=null.initialisation,
@@ -139,8 +144,7 @@ def run_null(model, tokenizer, batches: Sequence, sections: Sequence, options: N
         for section, group in zip(chosen, per_section, strict=True):
             staging = Path(tmp) / section.name
             staging.mkdir()
-            output = section.write(null.model, group, staging, ("svg",))
-            result.tables.update(output.tables)
+            result.tables.update(section.null_tables(null.model, group, staging))
     result.seconds = time.perf_counter() - start
     return result
 

@@ -63,3 +63,15 @@ class Section(ABC):
 
         Under `attnlens analyze` the tables' files (``write_table``) appear when ``write``
         has returned (each written once, null columns joined): do not read them back here."""
+
+    def null_twin(self) -> Section:
+        """The section as a report's null-model pass runs it (``report.null_run``): itself,
+        unless it has work whose results no null column reads (a copy without it)."""
+        return self
+
+    def null_tables(self, model: HookedTransformer, analyzers: list[Analyzer],
+                    out_dir: Path) -> dict[str, pd.DataFrame]:
+        """The tables of the null-model pass, by name: every table ``write`` makes (into
+        ``out_dir``), unless the section computes only those a null column can come from
+        (``report.null_run.join_null``: per-head and per-layer tables of values)."""
+        return self.write(model, analyzers, out_dir, ("svg",)).tables

@@ -3,6 +3,7 @@ statistics with intervals, held-out best heads, behaviour classes and head clust
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -181,6 +182,10 @@ def table_one(best: pd.DataFrame, heldout: pd.DataFrame | None = None) -> pd.Dat
     return table.reset_index(drop=True)
 
 
+def _sinks(analyzers: list) -> SinkScores | None:
+    return next((a for a in analyzers if isinstance(a, SinkScores)), None)
+
+
 class HeadRolesSection(Section):
     name = "heads"
     title = "Head roles: positional, syntactic and rare-word heads"
@@ -258,8 +263,10 @@ class HeadRolesSection(Section):
         return held_out_selection(syntactic, chooser, selected_on=self.select_on_name,
                                   evaluated_on=self.corpus_name or "the analysed corpus")
 
-    def tables(self, model: HookedTransformer, analyzers: list) -> dict[str, pd.DataFrame]:
-        """Every table of the section, by name (computed from the analyzers' states)."""
+    def _analyzer_tables(self, model: HookedTransformer, analyzers: list
+                         ) -> dict[str, pd.DataFrame]:
+        """The analyzers' own tables, heads by their original numbers: without the syntactic
+        tables when the corpus has no trees, without ``rare_words`` when it has no words."""
         def one(kind):
             return next((a for a in analyzers if isinstance(a, kind)), None)
 
@@ -274,22 +281,25 @@ class HeadRolesSection(Section):
             if analyzer is not None:
                 tables.update(analyzer.result())
         tables = renumber_tables(tables, model)  # heads by their original numbers from here
-        has_trees = not tables["syntactic_best"].empty
-        has_words = rare.used_sentences > 0
-        syn_acc = tables["syntactic_accuracy"] if has_trees else None
-        rare_table = tables["rare_words"] if has_words else None
-        if has_trees:
+        if tables["syntactic_best"].empty:
+            for name in SYNTACTIC_TABLES:
+                tables.pop(name, None)
+        if rare.used_sentences <= 0:
+            tables.pop("rare_words")
+        return tables
+
+    def tables(self, model: HookedTransformer, analyzers: list) -> dict[str, pd.DataFrame]:
+        """Every table of the section, by name (computed from the analyzers' states)."""
+        tables = self._analyzer_tables(model, analyzers)
+        syn_acc, rare_table = tables.get("syntactic_accuracy"), tables.get("rare_words")
+        if syn_acc is not None:
+            syntactic = next(a for a in analyzers if isinstance(a, SyntacticHeads))
             tables["syntactic_heldout"] = renumber_heads(self._held_out(model, syntactic),
                                                          head_ids_of(model))
             tables["syntactic_table1"] = table_one(tables["syntactic_best"],
                                                    tables["syntactic_heldout"])
-        else:
-            for name in SYNTACTIC_TABLES:
-                tables.pop(name, None)
-        if not has_words:
-            tables.pop("rare_words")
         positional_heads = tables["positional_heads"]
-        extra = self._lm_tables(model, tables, one(SinkScores))
+        extra = self._lm_tables(model, tables, _sinks(analyzers))
         tests = role_tests(positional_heads, syn_acc, rare_table, extra)
         tables["role_tests"] = tests
         for view, suffix in (("tested", ""), ("uncorrected", "_uncorrected")):  # tests once
@@ -301,6 +311,23 @@ class HeadRolesSection(Section):
             tables["head_embedding"] = tables["head_embedding"].merge(
                 tables["head_roles"][["layer", "head", "roles"]], on=["layer", "head"],
                 how="left")
+        return tables
+
+    def null_twin(self) -> HeadRolesSection:
+        """Without head clustering (`attnlens heads`): its JS distances between every pair
+        of heads and their embedding give no null column (no value column)."""
+        twin = copy.copy(self)
+        twin.clusters = False
+        return twin
+
+    def null_tables(self, model: HookedTransformer, analyzers: list,
+                    out_dir: Path) -> dict[str, pd.DataFrame]:
+        """The null pass's tables: the analyzers' own (``head_stats`` with the sink rows), of
+        which the null columns come; not the role tests, the held-out selection (with
+        ``--select-on``, a pass of its own), Table 1 or the figures, which no null column
+        reads."""
+        tables = self._analyzer_tables(model, analyzers)
+        self._lm_tables(model, tables, _sinks(analyzers))
         return tables
 
     def _lm_tables(self, model: HookedTransformer, tables: dict[str, pd.DataFrame],

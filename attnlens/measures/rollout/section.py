@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from functools import partial
 from pathlib import Path
 
@@ -213,6 +214,13 @@ class RolloutSection(Section):
             analyzers.append(FlowAnalyzer.for_model(model, tokenizer,
                                                     max_tokens=self.flow_max_tokens, **options))
         return analyzers
+
+    def null_twin(self) -> RolloutSection:
+        """Without the sentences kept whole and without attention flow: the null columns
+        come from ``rollout_layers`` only (``rollout`` and ``flow`` have no measure column)."""
+        twin = copy.copy(self)
+        twin.sentences, twin.method = 0, "rollout"
+        return twin
 
     def write(self, model, analyzers, out_dir: Path, formats) -> SectionOutput:
         (rollout,) = [a for a in analyzers if isinstance(a, RolloutAnalyzer)]
