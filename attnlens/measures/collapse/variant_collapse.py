@@ -7,10 +7,10 @@ variants, through ``torch.func.functional_call``). ``VariantCollapse`` folds the
 residual at every depth, per variant; its state holds plain tensors only. It gets the model
 as an argument of ``model_pass`` and holds the sampled sentences of a few batches (at most
 ``FLUSH_SENTENCES``, or until its sample is complete), then runs every variant over them in
-one call, each sentence alone at its own length (``sentence_inputs``): a sentence's residuals
-are then the same bits for any batching and any number of torchrun processes (at the same
-threads per process), which rows run beside it changing nothing. The state (``state_dict``,
-``result``, ``merge``) runs what is still held first.
+one call, each sentence alone at its own length (``sentence_inputs``) and on one thread: a
+sentence's residuals are then the same bits for any batching, any number of torchrun
+processes and any thread count, which rows run beside it changing nothing. The state
+(``state_dict``, ``result``, ``merge``) runs what is still held first.
 
 The held sentences run in one ``functional_call`` (``all_variant_depths`` for every
 sentence): the variants share the embedding, its residuals and block 0's attention (the same
@@ -40,6 +40,7 @@ from attnlens.model.attention import MultiHeadAttention, additive_attention_mask
 from attnlens.model.transformer import HookedTransformer, TransformerBlock
 from attnlens.stream.base import Analyzer, Batch
 from attnlens.stream.sentence_sample import check_sample_options, sample_batch
+from attnlens.stream.threads import limited_threads
 
 # Sampled sentences held before the variants run over them (in one call, the weights cast once).
 FLUSH_SENTENCES = 32
@@ -257,8 +258,9 @@ def sentence_inputs(batches: Sequence[Batch], device: torch.device
     [1]`` its place among all of them, ``inputs`` its real tokens ``[1, n]`` (views of one
     host-to-device copy per input).
 
-    Each sentence runs alone at its own length, so its residuals are the same bits whatever
-    the batching, the held set and the process count (at a given thread count): a float64
+    Each sentence runs alone at its own length (and ``_run_held`` runs them on one thread),
+    so its residuals are the same bits whatever the batching, the held set, the process and
+    the thread count: a float64
     product over the MLP's 1,536 inputs rounds otherwise when the rows beside it change (MKL
     splits the sum by the number of rows), and padding to a bucket's longest sentence changes
     the sums of the attention's rows."""
@@ -361,7 +363,8 @@ class VariantCollapse(Analyzer):
         dtype = None if self.dtype is None else getattr(torch, self.dtype)
         weights = cast_weights(model, dtype) if dtype not in (None, model.dtype) else None
         total = sum(b.size for b in held)
-        residuals = run_all_variants(model, buckets, self.variants, weights)
+        with limited_threads(1):  # one thread: the same bits at any thread count
+            residuals = run_all_variants(model, buckets, self.variants, weights)
         for variant in self.variants:
             out = None
             for (order, _), values in zip(buckets, residuals[variant], strict=True):
