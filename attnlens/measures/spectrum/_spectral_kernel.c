@@ -31,6 +31,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,15 +41,34 @@
 #define MAX_SWEEPS_PER_EIGENVALUE 40
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-/* One build runs the AVX2/FMA code where the CPU has it, plain x86-64 code elsewhere. */
-#define MULTIVERSION __attribute__((target_clones("arch=x86-64-v3", "default")))
+/* One build runs AVX-512 code where the CPU has it, AVX2 code where it has that, plain
+ * x86-64 code elsewhere. Every step below is inlined into each clone (STEP): a step left
+ * out of line is compiled once, for plain x86-64. */
+#define MULTIVERSION \
+    __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define MULTIVERSION
+#endif
+#if defined(__GNUC__)
+#define STEP static inline __attribute__((always_inline))
+#else
+#define STEP static inline
+#endif
+
+#if defined(__GNUC__) && !defined(SPECTRAL_PLAIN_C)
+/* The LANES entries of one position as one value (GCC and clang vector extension): a
+ * LANES-wide accumulator stays in registers, where an array of them goes to the stack. */
+typedef double lanes_t __attribute__((vector_size(LANES * sizeof(double))));
+#define LANES_AT(p) (*(lanes_t *)(p))
+#define GRAM_BLOCK 4 /* Gram entries per block side: 16 accumulators, 8 loads per step */
+#else
+#define GRAM_BLOCK 1
 #endif
 
 typedef struct {
     int m, n, r, samples; /* samples: the length of the sums forming G (max(m, n)) */
-    double *x;            /* [r][samples][LANES]: column i of X, per lane */
+    double *x;            /* [r rounded up to GRAM_BLOCK][samples][LANES]: column i of X,
+                           * per lane; the padding columns stay zero */
     double *g;            /* [r][r][LANES]: lower triangle used */
     double *d, *e2;       /* [r][LANES]: diagonal, squared off-diagonal */
     double *v, *w;        /* [r][LANES]: Householder vector, rank-2 update vector */
@@ -60,7 +80,7 @@ typedef struct {
 
 /* Interleave matrices first .. first + count - 1 of src into w->x as float64 columns of X.
  * Lanes past count repeat the last matrix (their results are not written out). */
-static void load_group(Work *w, const void *src, int double_input, Py_ssize_t first, int count) {
+STEP void load_group(Work *w, const void *src, int double_input, Py_ssize_t first, int count) {
     const int m = w->m, n = w->n, r = w->r, s = w->samples;
     for (int q = 0; q < LANES; q++) {
         Py_ssize_t t = first + (q < count ? q : count - 1);
@@ -77,10 +97,46 @@ static void load_group(Work *w, const void *src, int double_input, Py_ssize_t fi
     }
 }
 
-/* g[i][j] = sum_k X[k][i] X[k][j] for j <= i; trace = sum_i g[i][i]. */
-static inline void gram(Work *w) {
-    const int r = w->r, s = w->samples;
+/* trace = sum_i g[i][i], once g is filled. */
+STEP void gram_trace(Work *w) {
+    const int r = w->r;
     for (int q = 0; q < LANES; q++) w->trace[q] = 0;
+    for (int i = 0; i < r; i++)
+        for (int q = 0; q < LANES; q++) w->trace[q] += w->g[((size_t)i * r + i) * LANES + q];
+}
+
+#if GRAM_BLOCK > 1
+/* g[i][j] = sum_k X[k][i] X[k][j] for j <= i, GRAM_BLOCK x GRAM_BLOCK entries from one pass
+ * over k (each sum in the same order as one entry at a time: the same bits). Entries of a
+ * diagonal block above the diagonal are computed and dropped. */
+STEP void gram(Work *w) {
+    const int r = w->r, s = w->samples;
+    for (int ib = 0; ib < r; ib += GRAM_BLOCK)
+        for (int jb = 0; jb <= ib; jb += GRAM_BLOCK) {
+            const double *xi = w->x + (size_t)ib * s * LANES;
+            const double *xj = w->x + (size_t)jb * s * LANES;
+            lanes_t acc[GRAM_BLOCK][GRAM_BLOCK];
+            for (int a = 0; a < GRAM_BLOCK; a++)
+                for (int b = 0; b < GRAM_BLOCK; b++) acc[a][b] = (lanes_t){0};
+            for (int k = 0; k < s; k++) {
+                lanes_t xa[GRAM_BLOCK], xb[GRAM_BLOCK];
+                for (int a = 0; a < GRAM_BLOCK; a++)
+                    xa[a] = LANES_AT(xi + ((size_t)a * s + k) * LANES);
+                for (int b = 0; b < GRAM_BLOCK; b++)
+                    xb[b] = LANES_AT(xj + ((size_t)b * s + k) * LANES);
+                for (int a = 0; a < GRAM_BLOCK; a++)
+                    for (int b = 0; b < GRAM_BLOCK; b++) acc[a][b] += xa[a] * xb[b];
+            }
+            for (int a = 0; a < GRAM_BLOCK && ib + a < r; a++)
+                for (int b = 0; b < GRAM_BLOCK && jb + b <= ib + a; b++)
+                    LANES_AT(w->g + ((size_t)(ib + a) * r + jb + b) * LANES) = acc[a][b];
+        }
+    gram_trace(w);
+}
+#else
+/* g[i][j] = sum_k X[k][i] X[k][j] for j <= i. */
+STEP void gram(Work *w) {
+    const int r = w->r, s = w->samples;
     for (int i = 0; i < r; i++) {
         const double *xi = w->x + (size_t)i * s * LANES;
         for (int j = 0; j <= i; j++) {
@@ -91,14 +147,15 @@ static inline void gram(Work *w) {
             double *gij = w->g + ((size_t)i * r + j) * LANES;
             for (int q = 0; q < LANES; q++) gij[q] = acc[q];
         }
-        for (int q = 0; q < LANES; q++) w->trace[q] += w->g[((size_t)i * r + i) * LANES + q];
     }
+    gram_trace(w);
 }
+#endif
 
 /* The reflector of column k (rows k+1 .. r-1 of g, already updated): d[k] = g[k][k],
  * e2[k] = the squared off-diagonal left after it, v[k+1 ..] the Householder vector and
  * beta = 2 / (v . v) (0 for a column already reduced, which then needs no reflection). */
-static inline void reflector(Work *w, int k, double *restrict v, double *restrict beta) {
+STEP void reflector(Work *w, int k, double *restrict v, double *restrict beta) {
     const int r = w->r;
     const double *g = w->g;
     double tail[LANES] = {0};
@@ -125,7 +182,7 @@ static inline void reflector(Work *w, int k, double *restrict v, double *restric
 
 /* u = beta * A v - (beta^2 / 2) (v . A v) v over rows b .. r-1, from u = A v (the vector
  * of the symmetric rank-2 update A -= v u^T + u v^T). */
-static inline void finish_update_vector(int b, int r, const double *restrict v,
+STEP void finish_update_vector(int b, int r, const double *restrict v,
                                         double *restrict u, const double *restrict beta) {
     double half[LANES] = {0};
     for (int i = b; i < r; i++)
@@ -139,7 +196,7 @@ static inline void finish_update_vector(int b, int r, const double *restrict v,
 }
 
 /* next = A nv over rows/columns from..r-1 (A symmetric, lower triangle stored). */
-static inline void multiply(Work *w, int from, const double *restrict nv,
+STEP void multiply(Work *w, int from, const double *restrict nv,
                             double *restrict next) {
     const int r = w->r;
     for (int i = from; i < r; i++)
@@ -165,7 +222,7 @@ static inline void multiply(Work *w, int from, const double *restrict nv,
 /* One pass over rows/columns from..r-1 of the lower triangle: apply the pending update
  * A -= v u^T + u v^T and, when nv is given, accumulate next = A' nv with the updated
  * entries, so each entry is read and written once per step. */
-static inline void update_and_multiply(Work *w, int from, const double *restrict v,
+STEP void update_and_multiply(Work *w, int from, const double *restrict v,
                                        const double *restrict u, const double *restrict nv,
                                        double *restrict next) {
     const int r = w->r;
@@ -208,7 +265,7 @@ static inline void update_and_multiply(Work *w, int from, const double *restrict
 /* Householder tridiagonalisation of g (lower triangle): diagonal to d, squared
  * off-diagonal to e2 (e2[k] couples k and k + 1). Step k reflects rows/columns k+1..r-1;
  * its rank-2 update is fused with the matrix-vector product of step k + 1. */
-static inline void tridiagonalise(Work *w) {
+STEP void tridiagonalise(Work *w) {
     const int r = w->r;
     double *v = w->v, *u = w->w, *nv = w->v2, *nu = w->w2;
     double beta[LANES], next_beta[LANES];
@@ -250,7 +307,7 @@ static inline void tridiagonalise(Work *w) {
  * active bottom index; a sweep runs over rows 0 .. bottom of every active lane together
  * (a lane past its bottom is left unchanged). A negligible interior entry needs no split:
  * the sweep passes through it as a fresh start. Returns a mask of lanes that failed. */
-static inline int tridiagonal_eigenvalues(Work *w) {
+STEP int tridiagonal_eigenvalues(Work *w) {
     const int r = w->r;
     const double eps = 2.220446049250313e-16, eps2 = eps * eps;
     double *d = w->d, *e2 = w->e2;
@@ -375,13 +432,15 @@ static PyObject *gram_eigenvalues(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "out holds the wrong number of bytes");
     } else {
         Work w = {.m = m, .n = n, .r = r, .samples = m > n ? m : n};
-        size_t lanes = LANES * sizeof(double);
-        double *block = calloc((size_t)r * w.samples + (size_t)r * r + 6 * (size_t)r + 1, lanes);
+        const size_t lanes = LANES * sizeof(double);
+        const size_t columns = ((size_t)r + GRAM_BLOCK - 1) / GRAM_BLOCK * GRAM_BLOCK;
+        /* one spare row of lanes to align the work space to a whole row (lanes_t loads) */
+        double *block = calloc(columns * w.samples + (size_t)r * r + 6 * (size_t)r + 2, lanes);
         if (block == NULL) {
             PyErr_NoMemory();
         } else {
-            w.x = block;
-            w.g = w.x + (size_t)r * w.samples * LANES;
+            w.x = (double *)(((uintptr_t)block + lanes - 1) / lanes * lanes);
+            w.g = w.x + columns * w.samples * LANES;
             w.d = w.g + (size_t)r * r * LANES;
             w.e2 = w.d + (size_t)r * LANES;
             w.v = w.e2 + (size_t)r * LANES;
