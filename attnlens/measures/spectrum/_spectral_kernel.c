@@ -82,16 +82,21 @@ typedef struct {
  * Lanes past count repeat the last matrix (their results are not written out). */
 STEP void load_group(Work *w, const void *src, int double_input, Py_ssize_t first, int count) {
     const int m = w->m, n = w->n, r = w->r, s = w->samples;
-    for (int q = 0; q < LANES; q++) {
-        Py_ssize_t t = first + (q < count ? q : count - 1);
-        for (int i = 0; i < r; i++) {
-            double *xi = w->x + ((size_t)i * s) * LANES + q;
-            for (int k = 0; k < s; k++) {
-                /* X = P (m > n): X[k][i] = P[k][i]; X = P^T (m <= n): X[k][i] = P[i][k], read
-                 * along P's rows (a square P has the same eigenvalues either way) */
-                size_t at = (size_t)t * m * n + (m > n ? (size_t)k * n + i : (size_t)i * n + k);
-                xi[(size_t)k * LANES] = double_input ? ((const double *)src)[at]
-                                                     : (double)((const float *)src)[at];
+    /* column by column, so the 8 passes over one column's cache lines hit L1 */
+    for (int i = 0; i < r; i++) {
+        double *xi = w->x + (size_t)i * s * LANES;
+        for (int q = 0; q < LANES; q++) {
+            const size_t t = (size_t)(first + (q < count ? q : count - 1));
+            /* X = P (m > n): X[k][i] = P[k][i]; X = P^T (m <= n): X[k][i] = P[i][k], read
+             * along P's rows (a square P has the same eigenvalues either way) */
+            const size_t at = t * m * n + (m > n ? (size_t)i : (size_t)i * n);
+            const size_t step = m > n ? (size_t)n : 1;
+            if (double_input) {
+                const double *p = (const double *)src + at;
+                for (int k = 0; k < s; k++) xi[(size_t)k * LANES + q] = p[k * step];
+            } else {
+                const float *p = (const float *)src + at;
+                for (int k = 0; k < s; k++) xi[(size_t)k * LANES + q] = (double)p[k * step];
             }
         }
     }
@@ -321,7 +326,7 @@ STEP int tridiagonal_eigenvalues(Work *w) {
     const int max_sweeps = MAX_SWEEPS_PER_EIGENVALUE * r;
     for (;;) {
         int top_bottom = 0;
-        double shift[LANES], active[LANES];
+        double shift[LANES];
         for (int q = 0; q < LANES; q++) {
             int mq = bottom[q];
             while (mq > 0) { /* deflate converged eigenvalues at the bottom */
@@ -336,7 +341,6 @@ STEP int tridiagonal_eigenvalues(Work *w) {
             }
             bottom[q] = mq;
             if (mq > top_bottom) top_bottom = mq;
-            active[q] = mq > 0;
             if (mq > 0) { /* Wilkinson's shift from the trailing 2 x 2 block */
                 double a = AT(d, mq - 1)[q], c = AT(d, mq)[q], b2 = AT(e2, mq - 1)[q];
                 double delta = 0.5 * (a - c);
@@ -359,28 +363,31 @@ STEP int tridiagonal_eigenvalues(Work *w) {
             gamma[q] = AT(d, 0)[q] - shift[q];
             p[q] = gamma[q] * gamma[q];
         }
+        double first_e2[LANES]; /* row i = 0 has no previous off-diagonal entry: a sink */
         for (int i = 0; i < top_bottom; i++) {
             double *di = AT(d, i), *dn = AT(d, i + 1), *ei = AT(e2, i);
-            double *eprev = i > 0 ? AT(e2, i - 1) : NULL;
+            double *eprev = i > 0 ? AT(e2, i - 1) : first_e2;
+            /* branch-free, so the compiler vectorises across lanes: a division whose
+             * divisor is 0 divides by 1 instead and its result is not used */
             for (int q = 0; q < LANES; q++) {
                 /* lanes whose active part ends above row i + 1 keep their values */
-                int live = active[q] != 0 && i < bottom[q];
+                const int live = i < bottom[q];
                 double bb = p[q] + ei[q];
-                double inv = bb != 0 ? 1.0 / bb : 0.0;
-                if (live && eprev) eprev[q] = s2[q] * bb;
+                double inv = 1.0 / (bb != 0 ? bb : 1.0);
+                inv = bb != 0 ? inv : 0.0;
+                eprev[q] = live ? s2[q] * bb : eprev[q];
                 double old_c2 = c2[q], old_gamma = gamma[q];
                 double nc2 = bb != 0 ? p[q] * inv : 1.0;
                 double ns2 = ei[q] * inv;
                 double a = dn[q] - shift[q];
                 double ng = nc2 * a - ns2 * old_gamma;
-                double np = nc2 != 0 ? ng * ng / nc2 : old_c2 * ei[q];
-                if (live) {
-                    di[q] = old_gamma + (a - ng) + shift[q];
-                    c2[q] = nc2;
-                    s2[q] = ns2;
-                    gamma[q] = ng;
-                    p[q] = np;
-                }
+                double np = ng * ng / (nc2 != 0 ? nc2 : 1.0);
+                np = nc2 != 0 ? np : old_c2 * ei[q];
+                di[q] = live ? old_gamma + (a - ng) + shift[q] : di[q];
+                c2[q] = live ? nc2 : c2[q];
+                s2[q] = live ? ns2 : s2[q];
+                gamma[q] = live ? ng : gamma[q];
+                p[q] = live ? np : p[q];
             }
         }
         for (int q = 0; q < LANES; q++) {
