@@ -17,6 +17,9 @@
  * over the lanes with independent data: the compiler vectorises them and the long
  * dependency chains of step 3 (two divisions per rotation) overlap across lanes. LAPACK
  * solves one small matrix at a time and pays call and latency overheads per matrix.
+ * Step 1 computes 4 x 4 entries of G per pass over the samples, in registers (lanes_t).
+ * No floating-point contraction (ISO C mode, -std=c99: no FMA), so every build and
+ * clone gives the same bits.
  *
  * Accuracy: each step is backward stable in float64, so every eigenvalue is within a few
  * eps64 * trace(G) of the exact one (Weyl); a converged sweep is declared when an
@@ -40,10 +43,12 @@
 #endif
 #define MAX_SWEEPS_PER_EIGENVALUE 40
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(SPECTRAL_NO_CLONES)
 /* One build runs AVX-512 code where the CPU has it, AVX2 code where it has that, plain
  * x86-64 code elsewhere. Every step below is inlined into each clone (STEP): a step left
- * out of line is compiled once, for plain x86-64. */
+ * out of line is compiled once, for plain x86-64. SPECTRAL_NO_CLONES builds one version
+ * for the compiler's target (the tests build each clone's code so). */
 #define MULTIVERSION \
     __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
@@ -55,9 +60,11 @@
 #define STEP static inline
 #endif
 
-#if defined(__GNUC__) && !defined(SPECTRAL_PLAIN_C)
+#if defined(__GNUC__) && !defined(SPECTRAL_PLAIN_C) && (LANES & (LANES - 1)) == 0
 /* The LANES entries of one position as one value (GCC and clang vector extension): a
- * LANES-wide accumulator stays in registers, where an array of them goes to the stack. */
+ * LANES-wide accumulator stays in registers, where an array of them goes to the stack.
+ * Other compilers, a LANES that is not a power of two, or SPECTRAL_PLAIN_C: plain C,
+ * the same arithmetic in the same order (the same bits), slower. */
 typedef double lanes_t __attribute__((vector_size(LANES * sizeof(double))));
 #define LANES_AT(p) (*(lanes_t *)(p))
 #define GRAM_BLOCK 4 /* Gram entries per block side: 16 accumulators, 8 loads per step */
