@@ -25,13 +25,13 @@ The spectral path uses attnlens' C kernel (``attnlens/measures/spectrum/_spectra
 float64 Gram matrix (4 x 4 entries per pass, in registers), its Householder reduction and
 square-root-free QR sweeps, on 8 matrices at once with their entries interleaved so every
 loop vectorises across matrices (an AVX-512 clone, an AVX2 one, plain x86-64), one thread
-per core. Per matrix on one core (printed last; random softmax matrices; 2026-11-27 on the
-Intel AVX-512 machine, load 4, the median of 3 rounds): n = 16: 4.3 us against 26.2 us for
-svdvals (6.1x); n = 64: 76.6 us against 272.9 us (3.6x); n = 128: 332 us against 1,100 us
-(3.3x); before spec35 on the same machine (idle, 19:07): 3.5x at n = 16, 1.7x at n = 64
-(125 us), as the reduction and the QR sweeps ran plain x86-64 code in every clone. Steps at
-n = 64 (best of 9 rounds, load 4): loading 7 us, Gram matrix 7 us, reduction 15 us, QR
-sweeps 21 us; at n = 128 the reduction and the sweeps dominate.
+per core. Per matrix on one core (random softmax matrices; ``benchmarks/spectrum_builds.py``,
+best of 9 interleaved rounds, 2026-11-27 on the Intel AVX-512 machine, load 3): n = 16:
+2.3 us against 12.5 us for svdvals (5.5x); n = 64: 40.6 us against 173 us (4.3x); n = 128:
+278 us against 916 us (3.3x); before spec35, in the same run: 4.1x, 2.2x and 1.35x, as the
+reduction and the QR sweeps ran plain x86-64 code in every clone. Steps at n = 64 (load 4):
+loading 7 us, Gram matrix 7 us, reduction 15 us, QR sweeps 21 us; at n = 128 the reduction
+and the sweeps dominate.
 Small matrices gain most (LAPACK's per-call cost dominates there); the second core gives
 the rest.
 
