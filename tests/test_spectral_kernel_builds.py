@@ -3,7 +3,8 @@ CPU or compiler gets, against float64 eigenvalues and against the installed buil
 
 The installed build holds one version per x86-64 level (GCC's target clones) and runs the
 one this CPU supports; the other versions, the plain-C path of compilers without GCC's
-vector extension and other lane counts are built here, one version each
+vector extension, other lane counts and other numbers of groups in the QR sweeps
+(``QR_GROUPS``: counts of matrices that leave groups empty) are built here, one version each
 (``SPECTRAL_NO_CLONES``), with the C compiler Python was built with. Every form does the
 same arithmetic in the same order without floating-point contraction, so each gives the
 installed build's bits; all are checked against ``numpy.linalg.eigvalsh`` of the float64
@@ -53,6 +54,10 @@ BUILDS = {
     "lanes 16": (["-DSPECTRAL_NO_CLONES", "-DLANES=16"], set()),
     "plain C": (["-DSPECTRAL_NO_CLONES", "-DSPECTRAL_PLAIN_C"], set()),
     "plain C, lanes 3": (["-DSPECTRAL_NO_CLONES", "-DSPECTRAL_PLAIN_C", "-DLANES=3"], set()),
+    "QR one group": (["-DSPECTRAL_NO_CLONES", "-DQR_GROUPS=1"], set()),
+    "QR three groups": (["-DSPECTRAL_NO_CLONES", "-DQR_GROUPS=3"], set()),
+    "plain C, QR three groups": (["-DSPECTRAL_NO_CLONES", "-DSPECTRAL_PLAIN_C",
+                                  "-DQR_GROUPS=3"], set()),
 }
 
 pytestmark = [
@@ -139,7 +144,7 @@ def test_each_build_matches_float64_eigenvalues_and_the_installed_bits(build, na
             assert np.array_equal(got, kernel_eigenvalues(X).numpy()), (name, tuple(X.shape))
 
 
-@pytest.mark.parametrize("name", ["x86-64", "plain C, lanes 3", "lanes 16"])
+@pytest.mark.parametrize("name", ["x86-64", "plain C, lanes 3", "lanes 16", "QR three groups"])
 def test_each_build_isolates_lanes(build, name):
     """A matrix's values do not depend on its neighbours in its group of LANES, in any
     build (a lane that finishes its QR sweeps early keeps its values)."""

@@ -15,7 +15,8 @@
  * Speed comes from the layout, not the algorithm: LANES matrices of the same shape are
  * processed together, their entries interleaved (``a[i][j][lane]``), so every loop runs
  * over the lanes with independent data: the compiler vectorises them and the long
- * dependency chains of step 3 (two divisions per rotation) overlap across lanes. LAPACK
+ * dependency chains of step 3 (two divisions per rotation) overlap across lanes, QR_GROUPS
+ * groups at a time (the vector of one group is one chain, bound by its latency). LAPACK
  * solves one small matrix at a time and pays call and latency overheads per matrix.
  * Step 1 computes 4 x 4 entries of G per pass over the samples, in registers (lanes_t).
  * No floating-point contraction (ISO C mode, -std=c99: no FMA), so every build and
@@ -67,8 +68,10 @@
  * the same arithmetic in the same order (the same bits), slower. */
 typedef double lanes_t __attribute__((vector_size(LANES * sizeof(double))));
 #define LANES_AT(p) (*(lanes_t *)(p))
+#define LANE_VECTORS 1
 #define GRAM_BLOCK 4 /* Gram entries per block side: 16 accumulators, 8 loads per step */
 #else
+#define LANE_VECTORS 0
 #define GRAM_BLOCK 1
 #endif
 
@@ -77,13 +80,25 @@ typedef struct {
     double *x;            /* [r rounded up to GRAM_BLOCK][samples][LANES]: column i of X,
                            * per lane; the padding columns stay zero */
     double *g;            /* [r][r][LANES]: lower triangle used */
-    double *d, *e2;       /* [r][LANES]: diagonal, squared off-diagonal */
+    double *d, *e2;       /* [r][QW], from this group's first lane: diagonal, squared
+                           * off-diagonal */
     double *v, *w;        /* [r][LANES]: Householder vector, rank-2 update vector */
     double *v2, *w2;      /* [r][LANES]: the same for the next step */
-    double *trace;        /* [LANES] */
+    double *trace;        /* [QW], from this group's first lane */
+    double *d_all, *e2_all, *trace_all; /* the same from lane 0 of the first group */
 } Work;
 
 #define AT(p, i) ((p) + (size_t)(i) * LANES)
+/* Step 3 runs QR_GROUPS groups side by side (QW lanes): as many independent chains of
+ * divisions in flight. Their diagonals d and squared off-diagonals e2 are [r][QW]. */
+#ifndef QR_GROUPS
+#define QR_GROUPS 2
+#endif
+#define QW (QR_GROUPS * LANES)
+#if QW > 64
+#error "LANES * QR_GROUPS must be at most 64 (a mask of failed lanes is 64 bits)"
+#endif
+#define DE(p, i) ((p) + (size_t)(i) * QW)
 
 /* Interleave matrices first .. first + count - 1 of src into w->x as float64 columns of X.
  * Lanes past count repeat the last matrix (their results are not written out). */
@@ -117,7 +132,7 @@ STEP void gram_trace(Work *w) {
         for (int q = 0; q < LANES; q++) w->trace[q] += w->g[((size_t)i * r + i) * LANES + q];
 }
 
-#if GRAM_BLOCK > 1
+#if LANE_VECTORS
 /* g[i][j] = sum_k X[k][i] X[k][j] for j <= i, GRAM_BLOCK x GRAM_BLOCK entries from one pass
  * over k (each sum in the same order as one entry at a time: the same bits). Entries of a
  * diagonal block above the diagonal are computed and dropped. */
@@ -183,8 +198,8 @@ STEP void reflector(Work *w, int k, double *restrict v, double *restrict beta) {
         double v0 = x[q] - alpha;
         beta[q] = tail[q] > 0 ? 2.0 / (v0 * v0 + tail[q]) : 0.0;
         AT(v, k + 1)[q] = v0;
-        AT(w->d, k)[q] = gkk[q];
-        AT(w->e2, k)[q] = tail[q] > 0 ? alpha * alpha : x[q] * x[q];
+        DE(w->d, k)[q] = gkk[q];
+        DE(w->e2, k)[q] = tail[q] > 0 ? alpha * alpha : x[q] * x[q];
     }
     for (int i = k + 2; i < r; i++) {
         const double *restrict gik = g + ((size_t)i * r + k) * LANES;
@@ -307,25 +322,118 @@ STEP void tridiagonalise(Work *w) {
     const double *g = w->g;
     for (int q = 0; q < LANES; q++) {
         if (r >= 2) {
-            AT(w->d, r - 2)[q] = g[((size_t)(r - 2) * r + (r - 2)) * LANES + q];
+            DE(w->d, r - 2)[q] = g[((size_t)(r - 2) * r + (r - 2)) * LANES + q];
             double off = g[((size_t)(r - 1) * r + (r - 2)) * LANES + q];
-            AT(w->e2, r - 2)[q] = off * off;
+            DE(w->e2, r - 2)[q] = off * off;
         }
-        AT(w->d, r - 1)[q] = g[((size_t)(r - 1) * r + (r - 1)) * LANES + q];
+        DE(w->d, r - 1)[q] = g[((size_t)(r - 1) * r + (r - 1)) * LANES + q];
     }
 }
 
-/* Eigenvalues of the tridiagonal (d, e2) of every lane, into d. Each lane keeps its own
+/* Rows 0 .. top_bottom - 1 of one QR sweep of each of the QW lanes (Pal-Walker-Kahan, from the
+ * state c2, s2, gamma, p of row 0, updated in place): lanes whose active part ends above
+ * row i + 1 keep their values. Branch-free: a division whose divisor is 0 divides by 1
+ * instead and its result is not used. */
+#if LANE_VECTORS
+typedef long long lanes_mask_t __attribute__((vector_size(LANES * sizeof(double))));
+/* m ? a : b lane by lane (m all ones or all zeros per lane) */
+#define LANES_SELECT(m, a, b) \
+    ((lanes_t)((((lanes_mask_t)(a)) & (m)) | (((lanes_mask_t)(b)) & ~(m))))
+
+/* The state in registers: one vector operation per step for LANES lanes, QR_GROUPS
+ * independent chains of divisions in flight. */
+STEP void sweep_rows(Work *w, int top_bottom, const int *bottom, const double *shift,
+                     double *c2, double *s2, double *gamma, double *p) {
+    double first_e2[QW]; /* row i = 0 has no previous off-diagonal entry: a sink */
+    const lanes_t one = (lanes_t){0} + 1.0, zero = (lanes_t){0};
+    lanes_mask_t ends[QR_GROUPS];
+    lanes_t C2[QR_GROUPS], S2[QR_GROUPS], G[QR_GROUPS], P[QR_GROUPS], shifts[QR_GROUPS];
+    for (int h = 0; h < QR_GROUPS; h++)
+        for (int q = 0; q < LANES; q++) {
+            ends[h][q] = bottom[h * LANES + q];
+            C2[h][q] = c2[h * LANES + q];
+            S2[h][q] = s2[h * LANES + q];
+            G[h][q] = gamma[h * LANES + q];
+            P[h][q] = p[h * LANES + q];
+            shifts[h][q] = shift[h * LANES + q];
+        }
+    for (int i = 0; i < top_bottom; i++) {
+        double *eprev_row = i > 0 ? DE(w->e2, i - 1) : first_e2;
+        for (int h = 0; h < QR_GROUPS; h++) {
+            double *di = DE(w->d, i) + h * LANES, *dn = DE(w->d, i + 1) + h * LANES;
+            double *ei = DE(w->e2, i) + h * LANES, *eprev = eprev_row + h * LANES;
+            const lanes_mask_t live = ((lanes_mask_t){0} + i) < ends[h];
+            const lanes_t e = LANES_AT(ei), bb = P[h] + e;
+            const lanes_mask_t bb_nonzero = bb != zero;
+            const lanes_t inv =
+                LANES_SELECT(bb_nonzero, one / LANES_SELECT(bb_nonzero, bb, one), zero);
+            LANES_AT(eprev) = LANES_SELECT(live, S2[h] * bb, LANES_AT(eprev));
+            const lanes_t nc2 = LANES_SELECT(bb_nonzero, P[h] * inv, one);
+            const lanes_t ns2 = e * inv;
+            const lanes_t a = LANES_AT(dn) - shifts[h];
+            const lanes_t ng = nc2 * a - ns2 * G[h];
+            const lanes_mask_t c2_nonzero = nc2 != zero;
+            const lanes_t np = LANES_SELECT(
+                c2_nonzero, ng * ng / LANES_SELECT(c2_nonzero, nc2, one), C2[h] * e);
+            LANES_AT(di) = LANES_SELECT(live, G[h] + (a - ng) + shifts[h], LANES_AT(di));
+            C2[h] = LANES_SELECT(live, nc2, C2[h]);
+            S2[h] = LANES_SELECT(live, ns2, S2[h]);
+            G[h] = LANES_SELECT(live, ng, G[h]);
+            P[h] = LANES_SELECT(live, np, P[h]);
+        }
+    }
+    for (int h = 0; h < QR_GROUPS; h++)
+        for (int q = 0; q < LANES; q++) {
+            c2[h * LANES + q] = C2[h][q];
+            s2[h * LANES + q] = S2[h][q];
+            gamma[h * LANES + q] = G[h][q];
+            p[h * LANES + q] = P[h][q];
+        }
+}
+#else
+/* The same arithmetic lane by lane. */
+STEP void sweep_rows(Work *w, int top_bottom, const int *bottom, const double *shift,
+                     double *c2, double *s2, double *gamma, double *p) {
+    double first_e2[QW]; /* row i = 0 has no previous off-diagonal entry: a sink */
+    for (int i = 0; i < top_bottom; i++) {
+        double *di = DE(w->d, i), *dn = DE(w->d, i + 1), *ei = DE(w->e2, i);
+        double *eprev = i > 0 ? DE(w->e2, i - 1) : first_e2;
+        for (int q = 0; q < QW; q++) {
+            const int live = i < bottom[q];
+            double bb = p[q] + ei[q];
+            double inv = 1.0 / (bb != 0 ? bb : 1.0);
+            inv = bb != 0 ? inv : 0.0;
+            eprev[q] = live ? s2[q] * bb : eprev[q];
+            double old_c2 = c2[q], old_gamma = gamma[q];
+            double nc2 = bb != 0 ? p[q] * inv : 1.0;
+            double ns2 = ei[q] * inv;
+            double a = dn[q] - shift[q];
+            double ng = nc2 * a - ns2 * old_gamma;
+            double np = ng * ng / (nc2 != 0 ? nc2 : 1.0);
+            np = nc2 != 0 ? np : old_c2 * ei[q];
+            di[q] = live ? old_gamma + (a - ng) + shift[q] : di[q];
+            c2[q] = live ? nc2 : c2[q];
+            s2[q] = live ? ns2 : s2[q];
+            gamma[q] = live ? ng : gamma[q];
+            p[q] = live ? np : p[q];
+        }
+    }
+}
+#endif
+
+/* Eigenvalues of the tridiagonal (d, e2) of each of the QW lanes (QR_GROUPS groups side by
+ * side), into d. Each lane keeps its own
  * active bottom index; a sweep runs over rows 0 .. bottom of every active lane together
  * (a lane past its bottom is left unchanged). A negligible interior entry needs no split:
  * the sweep passes through it as a fresh start. Returns a mask of lanes that failed. */
-STEP int tridiagonal_eigenvalues(Work *w) {
+STEP unsigned long long tridiagonal_eigenvalues(Work *w) {
     const int r = w->r;
     const double eps = 2.220446049250313e-16, eps2 = eps * eps;
     double *d = w->d, *e2 = w->e2;
-    int bottom[LANES], failed = 0, sweeps = 0;
-    double floor2[LANES];
-    for (int q = 0; q < LANES; q++) {
+    int bottom[QW], sweeps = 0;
+    unsigned long long failed = 0;
+    double floor2[QW];
+    for (int q = 0; q < QW; q++) {
         bottom[q] = r - 1;
         double tol = eps * fabs(w->trace[q]);
         floor2[q] = tol * tol;
@@ -333,14 +441,14 @@ STEP int tridiagonal_eigenvalues(Work *w) {
     const int max_sweeps = MAX_SWEEPS_PER_EIGENVALUE * r;
     for (;;) {
         int top_bottom = 0;
-        double shift[LANES];
-        for (int q = 0; q < LANES; q++) {
+        double shift[QW];
+        for (int q = 0; q < QW; q++) {
             int mq = bottom[q];
             while (mq > 0) { /* deflate converged eigenvalues at the bottom */
-                double e = AT(e2, mq - 1)[q];
-                double dd = fabs(AT(d, mq - 1)[q] * AT(d, mq)[q]);
+                double e = DE(e2, mq - 1)[q];
+                double dd = fabs(DE(d, mq - 1)[q] * DE(d, mq)[q]);
                 if (e <= eps2 * dd || e <= floor2[q] || !(e == e)) {
-                    if (!(e == e)) failed |= 1 << q;
+                    if (!(e == e)) failed |= 1ULL << q;
                     mq--;
                 } else {
                     break;
@@ -349,7 +457,7 @@ STEP int tridiagonal_eigenvalues(Work *w) {
             bottom[q] = mq;
             if (mq > top_bottom) top_bottom = mq;
             if (mq > 0) { /* Wilkinson's shift from the trailing 2 x 2 block */
-                double a = AT(d, mq - 1)[q], c = AT(d, mq)[q], b2 = AT(e2, mq - 1)[q];
+                double a = DE(d, mq - 1)[q], c = DE(d, mq)[q], b2 = DE(e2, mq - 1)[q];
                 double delta = 0.5 * (a - c);
                 double root = sqrt(delta * delta + b2);
                 shift[q] = c - b2 / (delta + (delta >= 0 ? root : -root));
@@ -359,49 +467,23 @@ STEP int tridiagonal_eigenvalues(Work *w) {
         }
         if (top_bottom == 0) break;
         if (++sweeps > max_sweeps) {
-            for (int q = 0; q < LANES; q++)
-                if (bottom[q] > 0) failed |= 1 << q;
+            for (int q = 0; q < QW; q++)
+                if (bottom[q] > 0) failed |= 1ULL << q;
             break;
         }
-        double c2[LANES], s2[LANES], gamma[LANES], p[LANES];
-        for (int q = 0; q < LANES; q++) {
+        double c2[QW], s2[QW], gamma[QW], p[QW];
+        for (int q = 0; q < QW; q++) {
             c2[q] = 1;
             s2[q] = 0;
-            gamma[q] = AT(d, 0)[q] - shift[q];
+            gamma[q] = DE(d, 0)[q] - shift[q];
             p[q] = gamma[q] * gamma[q];
         }
-        double first_e2[LANES]; /* row i = 0 has no previous off-diagonal entry: a sink */
-        for (int i = 0; i < top_bottom; i++) {
-            double *di = AT(d, i), *dn = AT(d, i + 1), *ei = AT(e2, i);
-            double *eprev = i > 0 ? AT(e2, i - 1) : first_e2;
-            /* branch-free, so the compiler vectorises across lanes: a division whose
-             * divisor is 0 divides by 1 instead and its result is not used */
-            for (int q = 0; q < LANES; q++) {
-                /* lanes whose active part ends above row i + 1 keep their values */
-                const int live = i < bottom[q];
-                double bb = p[q] + ei[q];
-                double inv = 1.0 / (bb != 0 ? bb : 1.0);
-                inv = bb != 0 ? inv : 0.0;
-                eprev[q] = live ? s2[q] * bb : eprev[q];
-                double old_c2 = c2[q], old_gamma = gamma[q];
-                double nc2 = bb != 0 ? p[q] * inv : 1.0;
-                double ns2 = ei[q] * inv;
-                double a = dn[q] - shift[q];
-                double ng = nc2 * a - ns2 * old_gamma;
-                double np = ng * ng / (nc2 != 0 ? nc2 : 1.0);
-                np = nc2 != 0 ? np : old_c2 * ei[q];
-                di[q] = live ? old_gamma + (a - ng) + shift[q] : di[q];
-                c2[q] = live ? nc2 : c2[q];
-                s2[q] = live ? ns2 : s2[q];
-                gamma[q] = live ? ng : gamma[q];
-                p[q] = live ? np : p[q];
-            }
-        }
-        for (int q = 0; q < LANES; q++) {
+        sweep_rows(w, top_bottom, bottom, shift, c2, s2, gamma, p);
+        for (int q = 0; q < QW; q++) {
             int mq = bottom[q];
             if (mq > 0) {
-                AT(e2, mq - 1)[q] = s2[q] * p[q];
-                AT(d, mq)[q] = gamma[q] + shift[q];
+                DE(e2, mq - 1)[q] = s2[q] * p[q];
+                DE(d, mq)[q] = gamma[q] + shift[q];
             }
         }
     }
@@ -413,15 +495,31 @@ static Py_ssize_t solve_all(Work *w, const void *src, int double_input, Py_ssize
                             double *out) {
     Py_ssize_t failures = 0;
     const int r = w->r;
-    for (Py_ssize_t first = 0; first < count; first += LANES) {
-        int here = (int)(count - first < LANES ? count - first : LANES);
-        load_group(w, src, double_input, first, here);
-        gram(w);
-        tridiagonalise(w);
-        int failed = tridiagonal_eigenvalues(w);
+    for (Py_ssize_t first = 0; first < count; first += QW) {
+        for (int h = 0; h < QR_GROUPS; h++) {
+            const Py_ssize_t start = first + (Py_ssize_t)h * LANES;
+            w->d = w->d_all + h * LANES;
+            w->e2 = w->e2_all + h * LANES;
+            w->trace = w->trace_all + h * LANES;
+            if (start < count) {
+                int here = (int)(count - start < LANES ? count - start : LANES);
+                load_group(w, src, double_input, start, here);
+                gram(w);
+                tridiagonalise(w);
+            } else { /* no matrices: zeros, deflated at once */
+                for (int i = 0; i < r; i++)
+                    for (int q = 0; q < LANES; q++) DE(w->d, i)[q] = DE(w->e2, i)[q] = 0;
+                for (int q = 0; q < LANES; q++) w->trace[q] = 0;
+            }
+        }
+        w->d = w->d_all;
+        w->e2 = w->e2_all;
+        w->trace = w->trace_all;
+        unsigned long long failed = tridiagonal_eigenvalues(w);
+        int here = (int)(count - first < QW ? count - first : QW);
         for (int q = 0; q < here; q++) {
             double *row = out + (size_t)(first + q) * r;
-            for (int i = 0; i < r; i++) row[i] = (failed >> q) & 1 ? NAN : AT(w->d, i)[q];
+            for (int i = 0; i < r; i++) row[i] = (failed >> q) & 1 ? NAN : DE(w->d, i)[q];
             failures += (failed >> q) & 1;
         }
     }
@@ -449,19 +547,20 @@ static PyObject *gram_eigenvalues(PyObject *self, PyObject *args) {
         const size_t lanes = LANES * sizeof(double);
         const size_t columns = ((size_t)r + GRAM_BLOCK - 1) / GRAM_BLOCK * GRAM_BLOCK;
         /* one spare row of lanes to align the work space to a whole row (lanes_t loads) */
-        double *block = calloc(columns * w.samples + (size_t)r * r + 6 * (size_t)r + 2, lanes);
+        double *block = calloc(columns * w.samples + (size_t)r * r + 4 * (size_t)r +
+                               2 * QR_GROUPS * (size_t)r + QR_GROUPS + 1, lanes);
         if (block == NULL) {
             PyErr_NoMemory();
         } else {
             w.x = (double *)(((uintptr_t)block + lanes - 1) / lanes * lanes);
             w.g = w.x + columns * w.samples * LANES;
-            w.d = w.g + (size_t)r * r * LANES;
-            w.e2 = w.d + (size_t)r * LANES;
-            w.v = w.e2 + (size_t)r * LANES;
+            w.v = w.g + (size_t)r * r * LANES;
             w.w = w.v + (size_t)r * LANES;
             w.v2 = w.w + (size_t)r * LANES;
             w.w2 = w.v2 + (size_t)r * LANES;
-            w.trace = w.w2 + (size_t)r * LANES;
+            w.d_all = w.w2 + (size_t)r * LANES;
+            w.e2_all = w.d_all + (size_t)r * QW;
+            w.trace_all = w.e2_all + (size_t)r * QW;
             Py_ssize_t failures = 0;
             Py_BEGIN_ALLOW_THREADS
             if (count > 0) failures = solve_all(&w, src.buf, double_input, count, out.buf);
