@@ -56,6 +56,11 @@ BUILDS = {
     "plain C, lanes 3": (["-DSPECTRAL_NO_CLONES", "-DSPECTRAL_PLAIN_C", "-DLANES=3"], set()),
     "QR one group": (["-DSPECTRAL_NO_CLONES", "-DQR_GROUPS=1"], set()),
     "QR three groups": (["-DSPECTRAL_NO_CLONES", "-DQR_GROUPS=3"], set()),
+    # the QR sweeps in lane vectors (sweep_rows_vectors) are built for AVX-512 only
+    "x86-64-v4, QR one group": (["-DSPECTRAL_NO_CLONES", "-march=x86-64-v4", "-DQR_GROUPS=1"],
+                                V4),
+    "x86-64-v4, QR three groups": (["-DSPECTRAL_NO_CLONES", "-march=x86-64-v4",
+                                    "-DQR_GROUPS=3"], V4),
     "plain C, QR three groups": (["-DSPECTRAL_NO_CLONES", "-DSPECTRAL_PLAIN_C",
                                   "-DQR_GROUPS=3"], set()),
 }
@@ -144,7 +149,8 @@ def test_each_build_matches_float64_eigenvalues_and_the_installed_bits(build, na
             assert np.array_equal(got, kernel_eigenvalues(X).numpy()), (name, tuple(X.shape))
 
 
-@pytest.mark.parametrize("name", ["x86-64", "plain C, lanes 3", "lanes 16", "QR three groups"])
+@pytest.mark.parametrize("name", ["x86-64", "x86-64-v4", "plain C, lanes 3", "lanes 16",
+                                  "QR three groups"])
 def test_each_build_isolates_lanes(build, name):
     """A matrix's values do not depend on its neighbours in its group of LANES, in any
     build (a lane that finishes its QR sweeps early keeps its values)."""
