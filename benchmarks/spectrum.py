@@ -24,14 +24,13 @@ Where the time goes: svdvals is LAPACK (float32 ``gesdd``) one matrix at a time,
 The spectral path uses attnlens' C kernel (``attnlens/measures/spectrum/_spectral_kernel.c``): the
 float64 Gram matrix (4 x 4 entries per pass, in registers), its Householder reduction and
 square-root-free QR sweeps, on 8 matrices at once with their entries interleaved so every
-loop vectorises across matrices (an AVX-512 clone, an AVX2 one, plain x86-64), one thread
-per core. Per matrix on one core (random softmax matrices; ``benchmarks/spectrum_builds.py``,
-best of 9 interleaved rounds, 2026-11-27 on the Intel AVX-512 machine, load 3): n = 16:
-2.3 us against 12.5 us for svdvals (5.5x); n = 64: 40.6 us against 173 us (4.3x); n = 128:
-278 us against 916 us (3.3x); before spec35, in the same run: 4.1x, 2.2x and 1.35x, as the
-reduction and the QR sweeps ran plain x86-64 code in every clone. Steps at n = 64 (load 4):
-loading 7 us, Gram matrix 7 us, reduction 15 us, QR sweeps 21 us; at n = 128 the reduction
-and the sweeps dominate.
+loop vectorises across matrices (an AVX-512 clone, an AVX2 one, plain x86-64; with AVX-512
+the QR sweeps of two groups run side by side in vector registers), one thread per core.
+Per matrix on one core (random softmax matrices; ``benchmarks/spectrum_builds.py``, best of
+9 interleaved rounds, 2026-11-27 20:08 on the Intel AVX-512 machine, load 3): n = 16: 2.5 us
+against 20.0 us for svdvals (8.1x); n = 64: 34.1 us against 173 us (5.1x); n = 128: 200 us
+against 766 us (3.8x); before spec35, in the same run: 3.9x, 2.2x and 1.45x, as the
+reduction and the QR sweeps ran plain x86-64 code in every clone.
 Small matrices gain most (LAPACK's per-call cost dominates there); the second core gives
 the rest.
 
