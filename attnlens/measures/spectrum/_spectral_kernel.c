@@ -15,8 +15,12 @@
  * Speed comes from the layout, not the algorithm: LANES matrices of the same shape are
  * processed together, their entries interleaved (``a[i][j][lane]``), so every loop runs
  * over the lanes with independent data: the compiler vectorises them and the long
- * dependency chains of step 3 (two divisions per rotation) overlap across lanes. LAPACK
+ * dependency chains of step 3 (two divisions per rotation) overlap across lanes, QR_GROUPS
+ * groups at a time (the vector of one group is one chain, bound by its latency). LAPACK
  * solves one small matrix at a time and pays call and latency overheads per matrix.
+ * Step 1 computes 4 x 4 entries of G per pass over the samples, in registers (lanes_t).
+ * No floating-point contraction (ISO C mode, -std=c99: no FMA), so every build and
+ * clone gives the same bits.
  *
  * Accuracy: each step is backward stable in float64, so every eigenvalue is within a few
  * eps64 * trace(G) of the exact one (Weyl); a converged sweep is declared when an
@@ -31,6 +35,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,48 +44,142 @@
 #endif
 #define MAX_SWEEPS_PER_EIGENVALUE 40
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-/* One build runs the AVX2/FMA code where the CPU has it, plain x86-64 code elsewhere. */
-#define MULTIVERSION __attribute__((target_clones("arch=x86-64-v3", "default")))
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(SPECTRAL_NO_CLONES)
+/* One build runs AVX-512 code where the CPU has it, AVX2 code where it has that, plain
+ * x86-64 code elsewhere. Every step below is inlined into each clone (STEP): a step left
+ * out of line is compiled once, for plain x86-64. SPECTRAL_NO_CLONES builds one version
+ * for the compiler's target (the tests build each clone's code so). */
+#define MULTIVERSION \
+    __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define SPECTRAL_CLONES 1
 #else
 #define MULTIVERSION
+#endif
+#if defined(__GNUC__)
+#define STEP static inline __attribute__((always_inline))
+#else
+#define STEP static inline
+#endif
+
+#if defined(__GNUC__) && !defined(SPECTRAL_PLAIN_C) && (LANES & (LANES - 1)) == 0
+/* The LANES entries of one position as one value (GCC and clang vector extension): a
+ * LANES-wide accumulator stays in registers, where an array of them goes to the stack.
+ * Other compilers, a LANES that is not a power of two, or SPECTRAL_PLAIN_C: plain C,
+ * the same arithmetic in the same order (the same bits), slower. */
+typedef double lanes_t __attribute__((vector_size(LANES * sizeof(double))));
+#define LANES_AT(p) (*(lanes_t *)(p))
+#define LANE_VECTORS 1
+#define GRAM_BLOCK 4 /* Gram entries per block side: 16 accumulators, 8 loads per step */
+#else
+#define LANE_VECTORS 0
+#define GRAM_BLOCK 1
 #endif
 
 typedef struct {
     int m, n, r, samples; /* samples: the length of the sums forming G (max(m, n)) */
-    double *x;            /* [r][samples][LANES]: column i of X, per lane */
+    double *x;            /* [r rounded up to GRAM_BLOCK][samples][LANES]: column i of X,
+                           * per lane; the padding columns stay zero */
     double *g;            /* [r][r][LANES]: lower triangle used */
-    double *d, *e2;       /* [r][LANES]: diagonal, squared off-diagonal */
+    double *d, *e2;       /* [r][QW], from this group's first lane: diagonal, squared
+                           * off-diagonal */
     double *v, *w;        /* [r][LANES]: Householder vector, rank-2 update vector */
     double *v2, *w2;      /* [r][LANES]: the same for the next step */
-    double *trace;        /* [LANES] */
+    double *trace;        /* [QW], from this group's first lane */
+    double *d_all, *e2_all, *trace_all; /* the same from lane 0 of the first group */
+    int vector_sweeps;    /* step 3 by sweep_rows_vectors (SWEEP_VECTORS builds only) */
 } Work;
 
 #define AT(p, i) ((p) + (size_t)(i) * LANES)
+/* Step 3 runs QR_GROUPS groups side by side (QW lanes): as many independent chains of
+ * divisions in flight. Their diagonals d and squared off-diagonals e2 are [r][QW]. */
+#ifndef QR_GROUPS
+#define QR_GROUPS 2
+#endif
+#define QW (QR_GROUPS * LANES)
+#if QW > 64
+#error "LANES * QR_GROUPS must be at most 64 (a mask of failed lanes is 64 bits)"
+#endif
+/* The QR sweeps in lane vectors (sweep_rows_vectors) pay only with 32 vector registers of
+ * 8 doubles: with AVX2 or SSE2 the state of two groups spills and the plain loop of
+ * sweep_rows is faster (measured: 1.8x at n = 64). So the vector form is compiled for
+ * AVX-512 alone, and used when the whole build targets it, or, in the clones' build, when
+ * the CPU has it (gram_eigenvalues asks once per call). */
+#if LANE_VECTORS && LANES == 8 && defined(__AVX512F__) && defined(__AVX512DQ__)
+#define SWEEP_VECTORS 1
+#define SWEEP_TARGET
+#elif LANE_VECTORS && LANES == 8 && defined(SPECTRAL_CLONES)
+#define SWEEP_VECTORS 1
+#define SWEEP_TARGET __attribute__((target("arch=x86-64-v4")))
+#else
+#define SWEEP_VECTORS 0
+#endif
+#define DE(p, i) ((p) + (size_t)(i) * QW)
 
 /* Interleave matrices first .. first + count - 1 of src into w->x as float64 columns of X.
  * Lanes past count repeat the last matrix (their results are not written out). */
-static void load_group(Work *w, const void *src, int double_input, Py_ssize_t first, int count) {
+STEP void load_group(Work *w, const void *src, int double_input, Py_ssize_t first, int count) {
     const int m = w->m, n = w->n, r = w->r, s = w->samples;
-    for (int q = 0; q < LANES; q++) {
-        Py_ssize_t t = first + (q < count ? q : count - 1);
-        for (int i = 0; i < r; i++) {
-            double *xi = w->x + ((size_t)i * s) * LANES + q;
-            for (int k = 0; k < s; k++) {
-                /* X = P (m > n): X[k][i] = P[k][i]; X = P^T (m <= n): X[k][i] = P[i][k], read
-                 * along P's rows (a square P has the same eigenvalues either way) */
-                size_t at = (size_t)t * m * n + (m > n ? (size_t)k * n + i : (size_t)i * n + k);
-                xi[(size_t)k * LANES] = double_input ? ((const double *)src)[at]
-                                                     : (double)((const float *)src)[at];
+    /* column by column, so the 8 passes over one column's cache lines hit L1 */
+    for (int i = 0; i < r; i++) {
+        double *xi = w->x + (size_t)i * s * LANES;
+        for (int q = 0; q < LANES; q++) {
+            const size_t t = (size_t)(first + (q < count ? q : count - 1));
+            /* X = P (m > n): X[k][i] = P[k][i]; X = P^T (m <= n): X[k][i] = P[i][k], read
+             * along P's rows (a square P has the same eigenvalues either way) */
+            const size_t at = t * m * n + (m > n ? (size_t)i : (size_t)i * n);
+            const size_t step = m > n ? (size_t)n : 1;
+            if (double_input) {
+                const double *p = (const double *)src + at;
+                for (int k = 0; k < s; k++) xi[(size_t)k * LANES + q] = p[k * step];
+            } else {
+                const float *p = (const float *)src + at;
+                for (int k = 0; k < s; k++) xi[(size_t)k * LANES + q] = (double)p[k * step];
             }
         }
     }
 }
 
-/* g[i][j] = sum_k X[k][i] X[k][j] for j <= i; trace = sum_i g[i][i]. */
-static inline void gram(Work *w) {
-    const int r = w->r, s = w->samples;
+/* trace = sum_i g[i][i], once g is filled. */
+STEP void gram_trace(Work *w) {
+    const int r = w->r;
     for (int q = 0; q < LANES; q++) w->trace[q] = 0;
+    for (int i = 0; i < r; i++)
+        for (int q = 0; q < LANES; q++) w->trace[q] += w->g[((size_t)i * r + i) * LANES + q];
+}
+
+#if LANE_VECTORS
+/* g[i][j] = sum_k X[k][i] X[k][j] for j <= i, GRAM_BLOCK x GRAM_BLOCK entries from one pass
+ * over k (each sum in the same order as one entry at a time: the same bits). Entries of a
+ * diagonal block above the diagonal are computed and dropped. */
+STEP void gram(Work *w) {
+    const int r = w->r, s = w->samples;
+    for (int ib = 0; ib < r; ib += GRAM_BLOCK)
+        for (int jb = 0; jb <= ib; jb += GRAM_BLOCK) {
+            const double *xi = w->x + (size_t)ib * s * LANES;
+            const double *xj = w->x + (size_t)jb * s * LANES;
+            lanes_t acc[GRAM_BLOCK][GRAM_BLOCK];
+            for (int a = 0; a < GRAM_BLOCK; a++)
+                for (int b = 0; b < GRAM_BLOCK; b++) acc[a][b] = (lanes_t){0};
+            for (int k = 0; k < s; k++) {
+                lanes_t xa[GRAM_BLOCK], xb[GRAM_BLOCK];
+                for (int a = 0; a < GRAM_BLOCK; a++)
+                    xa[a] = LANES_AT(xi + ((size_t)a * s + k) * LANES);
+                for (int b = 0; b < GRAM_BLOCK; b++)
+                    xb[b] = LANES_AT(xj + ((size_t)b * s + k) * LANES);
+                for (int a = 0; a < GRAM_BLOCK; a++)
+                    for (int b = 0; b < GRAM_BLOCK; b++) acc[a][b] += xa[a] * xb[b];
+            }
+            for (int a = 0; a < GRAM_BLOCK && ib + a < r; a++)
+                for (int b = 0; b < GRAM_BLOCK && jb + b <= ib + a; b++)
+                    LANES_AT(w->g + ((size_t)(ib + a) * r + jb + b) * LANES) = acc[a][b];
+        }
+    gram_trace(w);
+}
+#else
+/* g[i][j] = sum_k X[k][i] X[k][j] for j <= i. */
+STEP void gram(Work *w) {
+    const int r = w->r, s = w->samples;
     for (int i = 0; i < r; i++) {
         const double *xi = w->x + (size_t)i * s * LANES;
         for (int j = 0; j <= i; j++) {
@@ -91,14 +190,15 @@ static inline void gram(Work *w) {
             double *gij = w->g + ((size_t)i * r + j) * LANES;
             for (int q = 0; q < LANES; q++) gij[q] = acc[q];
         }
-        for (int q = 0; q < LANES; q++) w->trace[q] += w->g[((size_t)i * r + i) * LANES + q];
     }
+    gram_trace(w);
 }
+#endif
 
 /* The reflector of column k (rows k+1 .. r-1 of g, already updated): d[k] = g[k][k],
  * e2[k] = the squared off-diagonal left after it, v[k+1 ..] the Householder vector and
  * beta = 2 / (v . v) (0 for a column already reduced, which then needs no reflection). */
-static inline void reflector(Work *w, int k, double *restrict v, double *restrict beta) {
+STEP void reflector(Work *w, int k, double *restrict v, double *restrict beta) {
     const int r = w->r;
     const double *g = w->g;
     double tail[LANES] = {0};
@@ -114,8 +214,8 @@ static inline void reflector(Work *w, int k, double *restrict v, double *restric
         double v0 = x[q] - alpha;
         beta[q] = tail[q] > 0 ? 2.0 / (v0 * v0 + tail[q]) : 0.0;
         AT(v, k + 1)[q] = v0;
-        AT(w->d, k)[q] = gkk[q];
-        AT(w->e2, k)[q] = tail[q] > 0 ? alpha * alpha : x[q] * x[q];
+        DE(w->d, k)[q] = gkk[q];
+        DE(w->e2, k)[q] = tail[q] > 0 ? alpha * alpha : x[q] * x[q];
     }
     for (int i = k + 2; i < r; i++) {
         const double *restrict gik = g + ((size_t)i * r + k) * LANES;
@@ -125,7 +225,7 @@ static inline void reflector(Work *w, int k, double *restrict v, double *restric
 
 /* u = beta * A v - (beta^2 / 2) (v . A v) v over rows b .. r-1, from u = A v (the vector
  * of the symmetric rank-2 update A -= v u^T + u v^T). */
-static inline void finish_update_vector(int b, int r, const double *restrict v,
+STEP void finish_update_vector(int b, int r, const double *restrict v,
                                         double *restrict u, const double *restrict beta) {
     double half[LANES] = {0};
     for (int i = b; i < r; i++)
@@ -139,7 +239,7 @@ static inline void finish_update_vector(int b, int r, const double *restrict v,
 }
 
 /* next = A nv over rows/columns from..r-1 (A symmetric, lower triangle stored). */
-static inline void multiply(Work *w, int from, const double *restrict nv,
+STEP void multiply(Work *w, int from, const double *restrict nv,
                             double *restrict next) {
     const int r = w->r;
     for (int i = from; i < r; i++)
@@ -165,7 +265,7 @@ static inline void multiply(Work *w, int from, const double *restrict nv,
 /* One pass over rows/columns from..r-1 of the lower triangle: apply the pending update
  * A -= v u^T + u v^T and, when nv is given, accumulate next = A' nv with the updated
  * entries, so each entry is read and written once per step. */
-static inline void update_and_multiply(Work *w, int from, const double *restrict v,
+STEP void update_and_multiply(Work *w, int from, const double *restrict v,
                                        const double *restrict u, const double *restrict nv,
                                        double *restrict next) {
     const int r = w->r;
@@ -208,7 +308,7 @@ static inline void update_and_multiply(Work *w, int from, const double *restrict
 /* Householder tridiagonalisation of g (lower triangle): diagonal to d, squared
  * off-diagonal to e2 (e2[k] couples k and k + 1). Step k reflects rows/columns k+1..r-1;
  * its rank-2 update is fused with the matrix-vector product of step k + 1. */
-static inline void tridiagonalise(Work *w) {
+STEP void tridiagonalise(Work *w) {
     const int r = w->r;
     double *v = w->v, *u = w->w, *nv = w->v2, *nu = w->w2;
     double beta[LANES], next_beta[LANES];
@@ -238,25 +338,120 @@ static inline void tridiagonalise(Work *w) {
     const double *g = w->g;
     for (int q = 0; q < LANES; q++) {
         if (r >= 2) {
-            AT(w->d, r - 2)[q] = g[((size_t)(r - 2) * r + (r - 2)) * LANES + q];
+            DE(w->d, r - 2)[q] = g[((size_t)(r - 2) * r + (r - 2)) * LANES + q];
             double off = g[((size_t)(r - 1) * r + (r - 2)) * LANES + q];
-            AT(w->e2, r - 2)[q] = off * off;
+            DE(w->e2, r - 2)[q] = off * off;
         }
-        AT(w->d, r - 1)[q] = g[((size_t)(r - 1) * r + (r - 1)) * LANES + q];
+        DE(w->d, r - 1)[q] = g[((size_t)(r - 1) * r + (r - 1)) * LANES + q];
     }
 }
 
-/* Eigenvalues of the tridiagonal (d, e2) of every lane, into d. Each lane keeps its own
+/* Rows 0 .. top_bottom - 1 of one QR sweep of each of the QW lanes (Pal-Walker-Kahan, from the
+ * state c2, s2, gamma, p of row 0, updated in place): lanes whose active part ends above
+ * row i + 1 keep their values. Branch-free: a division whose divisor is 0 divides by 1
+ * instead and its result is not used. */
+#if SWEEP_VECTORS
+typedef long long lanes_mask_t __attribute__((vector_size(LANES * sizeof(double))));
+/* m ? a : b lane by lane (m all ones or all zeros per lane) */
+#define LANES_SELECT(m, a, b) \
+    ((lanes_t)((((lanes_mask_t)(a)) & (m)) | (((lanes_mask_t)(b)) & ~(m))))
+
+/* The state in registers: one vector operation per step for LANES lanes, QR_GROUPS
+ * independent chains of divisions in flight. */
+SWEEP_TARGET static void sweep_rows_vectors(Work *w, int top_bottom, const int *bottom,
+                                            const double *shift, double *c2, double *s2,
+                                            double *gamma, double *p) {
+    lanes_t first_e2[QR_GROUPS]; /* row i = 0 has no previous off-diagonal entry: a sink
+                                  * (lanes_t: aligned for LANES_AT) */
+    const lanes_t one = (lanes_t){0} + 1.0, zero = (lanes_t){0};
+    lanes_mask_t ends[QR_GROUPS];
+    lanes_t C2[QR_GROUPS], S2[QR_GROUPS], G[QR_GROUPS], P[QR_GROUPS], shifts[QR_GROUPS];
+    for (int h = 0; h < QR_GROUPS; h++)
+        for (int q = 0; q < LANES; q++) {
+            ends[h][q] = bottom[h * LANES + q];
+            C2[h][q] = c2[h * LANES + q];
+            S2[h][q] = s2[h * LANES + q];
+            G[h][q] = gamma[h * LANES + q];
+            P[h][q] = p[h * LANES + q];
+            shifts[h][q] = shift[h * LANES + q];
+        }
+    for (int i = 0; i < top_bottom; i++) {
+        double *eprev_row = i > 0 ? DE(w->e2, i - 1) : (double *)first_e2;
+        for (int h = 0; h < QR_GROUPS; h++) {
+            double *di = DE(w->d, i) + h * LANES, *dn = DE(w->d, i + 1) + h * LANES;
+            double *ei = DE(w->e2, i) + h * LANES, *eprev = eprev_row + h * LANES;
+            const lanes_mask_t live = ((lanes_mask_t){0} + i) < ends[h];
+            const lanes_t e = LANES_AT(ei), bb = P[h] + e;
+            const lanes_mask_t bb_nonzero = bb != zero;
+            const lanes_t inv =
+                LANES_SELECT(bb_nonzero, one / LANES_SELECT(bb_nonzero, bb, one), zero);
+            LANES_AT(eprev) = LANES_SELECT(live, S2[h] * bb, LANES_AT(eprev));
+            const lanes_t nc2 = LANES_SELECT(bb_nonzero, P[h] * inv, one);
+            const lanes_t ns2 = e * inv;
+            const lanes_t a = LANES_AT(dn) - shifts[h];
+            const lanes_t ng = nc2 * a - ns2 * G[h];
+            const lanes_mask_t c2_nonzero = nc2 != zero;
+            const lanes_t np = LANES_SELECT(
+                c2_nonzero, ng * ng / LANES_SELECT(c2_nonzero, nc2, one), C2[h] * e);
+            LANES_AT(di) = LANES_SELECT(live, G[h] + (a - ng) + shifts[h], LANES_AT(di));
+            C2[h] = LANES_SELECT(live, nc2, C2[h]);
+            S2[h] = LANES_SELECT(live, ns2, S2[h]);
+            G[h] = LANES_SELECT(live, ng, G[h]);
+            P[h] = LANES_SELECT(live, np, P[h]);
+        }
+    }
+    for (int h = 0; h < QR_GROUPS; h++)
+        for (int q = 0; q < LANES; q++) {
+            c2[h * LANES + q] = C2[h][q];
+            s2[h * LANES + q] = S2[h][q];
+            gamma[h * LANES + q] = G[h][q];
+            p[h * LANES + q] = P[h][q];
+        }
+}
+#endif
+
+/* The same arithmetic lane by lane (every build). */
+STEP void sweep_rows(Work *w, int top_bottom, const int *bottom, const double *shift,
+                     double *c2, double *s2, double *gamma, double *p) {
+    double first_e2[QW]; /* row i = 0 has no previous off-diagonal entry: a sink */
+    for (int i = 0; i < top_bottom; i++) {
+        double *di = DE(w->d, i), *dn = DE(w->d, i + 1), *ei = DE(w->e2, i);
+        double *eprev = i > 0 ? DE(w->e2, i - 1) : first_e2;
+        for (int q = 0; q < QW; q++) {
+            const int live = i < bottom[q];
+            double bb = p[q] + ei[q];
+            double inv = 1.0 / (bb != 0 ? bb : 1.0);
+            inv = bb != 0 ? inv : 0.0;
+            eprev[q] = live ? s2[q] * bb : eprev[q];
+            double old_c2 = c2[q], old_gamma = gamma[q];
+            double nc2 = bb != 0 ? p[q] * inv : 1.0;
+            double ns2 = ei[q] * inv;
+            double a = dn[q] - shift[q];
+            double ng = nc2 * a - ns2 * old_gamma;
+            double np = ng * ng / (nc2 != 0 ? nc2 : 1.0);
+            np = nc2 != 0 ? np : old_c2 * ei[q];
+            di[q] = live ? old_gamma + (a - ng) + shift[q] : di[q];
+            c2[q] = live ? nc2 : c2[q];
+            s2[q] = live ? ns2 : s2[q];
+            gamma[q] = live ? ng : gamma[q];
+            p[q] = live ? np : p[q];
+        }
+    }
+}
+
+/* Eigenvalues of the tridiagonal (d, e2) of each of the QW lanes (QR_GROUPS groups side by
+ * side), into d. Each lane keeps its own
  * active bottom index; a sweep runs over rows 0 .. bottom of every active lane together
  * (a lane past its bottom is left unchanged). A negligible interior entry needs no split:
  * the sweep passes through it as a fresh start. Returns a mask of lanes that failed. */
-static inline int tridiagonal_eigenvalues(Work *w) {
+STEP unsigned long long tridiagonal_eigenvalues(Work *w) {
     const int r = w->r;
     const double eps = 2.220446049250313e-16, eps2 = eps * eps;
     double *d = w->d, *e2 = w->e2;
-    int bottom[LANES], failed = 0, sweeps = 0;
-    double floor2[LANES];
-    for (int q = 0; q < LANES; q++) {
+    int bottom[QW], sweeps = 0;
+    unsigned long long failed = 0;
+    double floor2[QW];
+    for (int q = 0; q < QW; q++) {
         bottom[q] = r - 1;
         double tol = eps * fabs(w->trace[q]);
         floor2[q] = tol * tol;
@@ -264,14 +459,14 @@ static inline int tridiagonal_eigenvalues(Work *w) {
     const int max_sweeps = MAX_SWEEPS_PER_EIGENVALUE * r;
     for (;;) {
         int top_bottom = 0;
-        double shift[LANES], active[LANES];
-        for (int q = 0; q < LANES; q++) {
+        double shift[QW];
+        for (int q = 0; q < QW; q++) {
             int mq = bottom[q];
             while (mq > 0) { /* deflate converged eigenvalues at the bottom */
-                double e = AT(e2, mq - 1)[q];
-                double dd = fabs(AT(d, mq - 1)[q] * AT(d, mq)[q]);
+                double e = DE(e2, mq - 1)[q];
+                double dd = fabs(DE(d, mq - 1)[q] * DE(d, mq)[q]);
                 if (e <= eps2 * dd || e <= floor2[q] || !(e == e)) {
-                    if (!(e == e)) failed |= 1 << q;
+                    if (!(e == e)) failed |= 1ULL << q;
                     mq--;
                 } else {
                     break;
@@ -279,9 +474,8 @@ static inline int tridiagonal_eigenvalues(Work *w) {
             }
             bottom[q] = mq;
             if (mq > top_bottom) top_bottom = mq;
-            active[q] = mq > 0;
             if (mq > 0) { /* Wilkinson's shift from the trailing 2 x 2 block */
-                double a = AT(d, mq - 1)[q], c = AT(d, mq)[q], b2 = AT(e2, mq - 1)[q];
+                double a = DE(d, mq - 1)[q], c = DE(d, mq)[q], b2 = DE(e2, mq - 1)[q];
                 double delta = 0.5 * (a - c);
                 double root = sqrt(delta * delta + b2);
                 shift[q] = c - b2 / (delta + (delta >= 0 ? root : -root));
@@ -291,46 +485,28 @@ static inline int tridiagonal_eigenvalues(Work *w) {
         }
         if (top_bottom == 0) break;
         if (++sweeps > max_sweeps) {
-            for (int q = 0; q < LANES; q++)
-                if (bottom[q] > 0) failed |= 1 << q;
+            for (int q = 0; q < QW; q++)
+                if (bottom[q] > 0) failed |= 1ULL << q;
             break;
         }
-        double c2[LANES], s2[LANES], gamma[LANES], p[LANES];
-        for (int q = 0; q < LANES; q++) {
+        double c2[QW], s2[QW], gamma[QW], p[QW];
+        for (int q = 0; q < QW; q++) {
             c2[q] = 1;
             s2[q] = 0;
-            gamma[q] = AT(d, 0)[q] - shift[q];
+            gamma[q] = DE(d, 0)[q] - shift[q];
             p[q] = gamma[q] * gamma[q];
         }
-        for (int i = 0; i < top_bottom; i++) {
-            double *di = AT(d, i), *dn = AT(d, i + 1), *ei = AT(e2, i);
-            double *eprev = i > 0 ? AT(e2, i - 1) : NULL;
-            for (int q = 0; q < LANES; q++) {
-                /* lanes whose active part ends above row i + 1 keep their values */
-                int live = active[q] != 0 && i < bottom[q];
-                double bb = p[q] + ei[q];
-                double inv = bb != 0 ? 1.0 / bb : 0.0;
-                if (live && eprev) eprev[q] = s2[q] * bb;
-                double old_c2 = c2[q], old_gamma = gamma[q];
-                double nc2 = bb != 0 ? p[q] * inv : 1.0;
-                double ns2 = ei[q] * inv;
-                double a = dn[q] - shift[q];
-                double ng = nc2 * a - ns2 * old_gamma;
-                double np = nc2 != 0 ? ng * ng / nc2 : old_c2 * ei[q];
-                if (live) {
-                    di[q] = old_gamma + (a - ng) + shift[q];
-                    c2[q] = nc2;
-                    s2[q] = ns2;
-                    gamma[q] = ng;
-                    p[q] = np;
-                }
-            }
-        }
-        for (int q = 0; q < LANES; q++) {
+#if SWEEP_VECTORS
+        if (w->vector_sweeps)
+            sweep_rows_vectors(w, top_bottom, bottom, shift, c2, s2, gamma, p);
+        else
+#endif
+            sweep_rows(w, top_bottom, bottom, shift, c2, s2, gamma, p);
+        for (int q = 0; q < QW; q++) {
             int mq = bottom[q];
             if (mq > 0) {
-                AT(e2, mq - 1)[q] = s2[q] * p[q];
-                AT(d, mq)[q] = gamma[q] + shift[q];
+                DE(e2, mq - 1)[q] = s2[q] * p[q];
+                DE(d, mq)[q] = gamma[q] + shift[q];
             }
         }
     }
@@ -342,15 +518,31 @@ static Py_ssize_t solve_all(Work *w, const void *src, int double_input, Py_ssize
                             double *out) {
     Py_ssize_t failures = 0;
     const int r = w->r;
-    for (Py_ssize_t first = 0; first < count; first += LANES) {
-        int here = (int)(count - first < LANES ? count - first : LANES);
-        load_group(w, src, double_input, first, here);
-        gram(w);
-        tridiagonalise(w);
-        int failed = tridiagonal_eigenvalues(w);
+    for (Py_ssize_t first = 0; first < count; first += QW) {
+        for (int h = 0; h < QR_GROUPS; h++) {
+            const Py_ssize_t start = first + (Py_ssize_t)h * LANES;
+            w->d = w->d_all + h * LANES;
+            w->e2 = w->e2_all + h * LANES;
+            w->trace = w->trace_all + h * LANES;
+            if (start < count) {
+                int here = (int)(count - start < LANES ? count - start : LANES);
+                load_group(w, src, double_input, start, here);
+                gram(w);
+                tridiagonalise(w);
+            } else { /* no matrices: zeros, deflated at once */
+                for (int i = 0; i < r; i++)
+                    for (int q = 0; q < LANES; q++) DE(w->d, i)[q] = DE(w->e2, i)[q] = 0;
+                for (int q = 0; q < LANES; q++) w->trace[q] = 0;
+            }
+        }
+        w->d = w->d_all;
+        w->e2 = w->e2_all;
+        w->trace = w->trace_all;
+        unsigned long long failed = tridiagonal_eigenvalues(w);
+        int here = (int)(count - first < QW ? count - first : QW);
         for (int q = 0; q < here; q++) {
             double *row = out + (size_t)(first + q) * r;
-            for (int i = 0; i < r; i++) row[i] = (failed >> q) & 1 ? NAN : AT(w->d, i)[q];
+            for (int i = 0; i < r; i++) row[i] = (failed >> q) & 1 ? NAN : DE(w->d, i)[q];
             failures += (failed >> q) & 1;
         }
     }
@@ -375,20 +567,31 @@ static PyObject *gram_eigenvalues(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "out holds the wrong number of bytes");
     } else {
         Work w = {.m = m, .n = n, .r = r, .samples = m > n ? m : n};
-        size_t lanes = LANES * sizeof(double);
-        double *block = calloc((size_t)r * w.samples + (size_t)r * r + 6 * (size_t)r + 1, lanes);
+#if SWEEP_VECTORS && defined(SPECTRAL_CLONES)
+        w.vector_sweeps =
+            __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+            __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+            __builtin_cpu_supports("avx512cd");
+#elif SWEEP_VECTORS
+        w.vector_sweeps = 1;
+#endif
+        const size_t lanes = LANES * sizeof(double);
+        const size_t columns = ((size_t)r + GRAM_BLOCK - 1) / GRAM_BLOCK * GRAM_BLOCK;
+        /* one spare row of lanes to align the work space to a whole row (lanes_t loads) */
+        double *block = calloc(columns * w.samples + (size_t)r * r + 4 * (size_t)r +
+                               2 * QR_GROUPS * (size_t)r + QR_GROUPS + 1, lanes);
         if (block == NULL) {
             PyErr_NoMemory();
         } else {
-            w.x = block;
-            w.g = w.x + (size_t)r * w.samples * LANES;
-            w.d = w.g + (size_t)r * r * LANES;
-            w.e2 = w.d + (size_t)r * LANES;
-            w.v = w.e2 + (size_t)r * LANES;
+            w.x = (double *)(((uintptr_t)block + lanes - 1) / lanes * lanes);
+            w.g = w.x + columns * w.samples * LANES;
+            w.v = w.g + (size_t)r * r * LANES;
             w.w = w.v + (size_t)r * LANES;
             w.v2 = w.w + (size_t)r * LANES;
             w.w2 = w.v2 + (size_t)r * LANES;
-            w.trace = w.w2 + (size_t)r * LANES;
+            w.d_all = w.w2 + (size_t)r * LANES;
+            w.e2_all = w.d_all + (size_t)r * QW;
+            w.trace_all = w.e2_all + (size_t)r * QW;
             Py_ssize_t failures = 0;
             Py_BEGIN_ALLOW_THREADS
             if (count > 0) failures = solve_all(&w, src.buf, double_input, count, out.buf);

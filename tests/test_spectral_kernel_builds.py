@@ -1,0 +1,163 @@
+"""The spectral C kernel (attnlens/measures/spectrum/_spectral_kernel.c) built in each form a
+CPU or compiler gets, against float64 eigenvalues and against the installed build.
+
+The installed build holds one version per x86-64 level (GCC's target clones) and runs the
+one this CPU supports; the other versions, the plain-C path of compilers without GCC's
+vector extension, other lane counts and other numbers of groups in the QR sweeps
+(``QR_GROUPS``: counts of matrices that leave groups empty) are built here, one version each
+(``SPECTRAL_NO_CLONES``), with the C compiler Python was built with. Every form does the
+same arithmetic in the same order without floating-point contraction, so each gives the
+installed build's bits; all are checked against ``numpy.linalg.eigvalsh`` of the float64
+Gram matrix (tolerance: tests/test_spectral_kernel.py) on hand-built and random matrices,
+sizes below, at and past multiples of the lane count and of the Gram matrix's block (4).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import platform
+import shutil
+import subprocess
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from attnlens.measures.spectrum.singular_values import kernel_available, kernel_eigenvalues
+
+SOURCE = Path(__file__).resolve().parents[1] / "attnlens/measures/spectrum/_spectral_kernel.c"
+COMPILER = shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0])
+X86_64 = platform.machine() in ("x86_64", "AMD64")
+
+
+def cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    return {flag for line in text.splitlines() if line.startswith("flags")
+            for flag in line.split(":", 1)[1].split()}
+
+
+FLAGS = cpu_flags()
+V3 = {"avx2", "fma", "bmi2", "movbe", "f16c"}
+V4 = V3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
+
+# name -> (compiler flags, what the CPU must have); every build is one version
+BUILDS = {
+    "x86-64": (["-DSPECTRAL_NO_CLONES"], set()),
+    "x86-64-v3": (["-DSPECTRAL_NO_CLONES", "-march=x86-64-v3"], V3),
+    "x86-64-v4": (["-DSPECTRAL_NO_CLONES", "-march=x86-64-v4"], V4),
+    "lanes 4": (["-DSPECTRAL_NO_CLONES", "-DLANES=4"], set()),
+    "lanes 16": (["-DSPECTRAL_NO_CLONES", "-DLANES=16"], set()),
+    "plain C": (["-DSPECTRAL_NO_CLONES", "-DSPECTRAL_PLAIN_C"], set()),
+    "plain C, lanes 3": (["-DSPECTRAL_NO_CLONES", "-DSPECTRAL_PLAIN_C", "-DLANES=3"], set()),
+    "QR one group": (["-DSPECTRAL_NO_CLONES", "-DQR_GROUPS=1"], set()),
+    "QR three groups": (["-DSPECTRAL_NO_CLONES", "-DQR_GROUPS=3"], set()),
+    # the QR sweeps in lane vectors (sweep_rows_vectors) are built for AVX-512 only
+    "x86-64-v4, QR one group": (["-DSPECTRAL_NO_CLONES", "-march=x86-64-v4", "-DQR_GROUPS=1"],
+                                V4),
+    "x86-64-v4, QR three groups": (["-DSPECTRAL_NO_CLONES", "-march=x86-64-v4",
+                                    "-DQR_GROUPS=3"], V4),
+    "plain C, QR three groups": (["-DSPECTRAL_NO_CLONES", "-DSPECTRAL_PLAIN_C",
+                                  "-DQR_GROUPS=3"], set()),
+}
+
+pytestmark = [
+    pytest.mark.skipif(not kernel_available(), reason="the spectral C kernel is not built"),
+    pytest.mark.skipif(COMPILER is None or not X86_64 or platform.system() != "Linux",
+                       reason="builds the kernel with GCC-style flags on x86-64 Linux"),
+]
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory):
+    """``build(name)``: the kernel module built as ``BUILDS[name]`` (cached per module)."""
+    built = {}
+    folder = tmp_path_factory.mktemp("spectral_builds")
+
+    def get(name: str):
+        if name not in built:
+            flags, needs = BUILDS[name]
+            if not needs <= FLAGS:
+                pytest.skip(f"this CPU lacks {sorted(needs - FLAGS)}")
+            where = folder / f"b{len(built)}"
+            where.mkdir()
+            library = where / "_spectral_kernel.so"
+            subprocess.run([COMPILER, "-O3", "-std=c99", "-Wall", "-Werror", "-fPIC", "-shared",
+                            f"-I{sysconfig.get_paths()['include']}", *flags, str(SOURCE),
+                            "-o", str(library)], check=True, capture_output=True)
+            spec = importlib.util.spec_from_file_location(f"b{len(built)}._spectral_kernel",
+                                                          library)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            built[name] = module
+        return built[name]
+
+    return get
+
+
+def eigenvalues(module, P: torch.Tensor) -> np.ndarray:
+    """``[matrices, r]`` unsorted eigenvalues of the Gram matrices of ``P`` by ``module``."""
+    count, m, n = P.shape
+    out = np.empty((count, min(m, n)))
+    failures = module.gram_eigenvalues(P.contiguous().numpy(), out, count, m, n,
+                                       P.dtype == torch.float64)
+    assert failures == 0
+    return out
+
+
+def reference(P: torch.Tensor) -> np.ndarray:
+    X = P.double().numpy()
+    G = X @ X.transpose(0, 2, 1) if P.shape[1] <= P.shape[2] else X.transpose(0, 2, 1) @ X
+    return np.linalg.eigvalsh(G)  # [matrices, r] ascending
+
+
+def cases() -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(35)
+    random = [torch.softmax(3 * torch.randn(count, m, n, generator=gen), dim=-1)
+              for count, m, n in [(5, 1, 1), (3, 2, 2), (11, 3, 3), (7, 4, 4), (9, 5, 5),
+                                  (17, 8, 8), (13, 9, 9), (4, 16, 16), (19, 17, 17),
+                                  (6, 31, 31), (3, 33, 33), (2, 64, 64), (3, 65, 65),
+                                  (1, 90, 90), (5, 7, 12), (5, 12, 7), (2, 30, 5), (2, 6, 41)]]
+    n = 9
+    hand = torch.stack([
+        torch.eye(n),  # a diagonal Gram matrix: nothing to reduce
+        torch.full((n, n), 1.0 / n),  # rank one
+        torch.block_diag(torch.full((4, 4), 0.25), torch.eye(5)),  # splits in the middle
+        torch.block_diag(*[torch.tensor([[0.5, 0.5], [0.5, 0.5]])] * 4, torch.ones(1, 1)),
+        torch.zeros(n, n),  # all zero: trace 0
+    ])
+    signed = torch.randn(10, 21, 21, generator=gen, dtype=torch.float64)  # any real matrix
+    return [*random, hand, signed]
+
+
+@pytest.mark.parametrize("name", list(BUILDS))
+def test_each_build_matches_float64_eigenvalues_and_the_installed_bits(build, name):
+    module = build(name)
+    for P in cases():
+        for dtype in (torch.float32, torch.float64):
+            X = P.to(dtype)
+            got = eigenvalues(module, X)
+            expected = reference(X)
+            trace = np.maximum(expected.sum(-1, keepdims=True), 1e-300)
+            worst = float((np.abs(np.sort(got, -1) - expected) / trace).max())
+            assert worst <= 1e-13, (name, tuple(X.shape), dtype, worst)
+            # the same arithmetic in the same order: bit for bit the installed kernel
+            assert np.array_equal(got, kernel_eigenvalues(X).numpy()), (name, tuple(X.shape))
+
+
+@pytest.mark.parametrize("name", ["x86-64", "x86-64-v4", "plain C, lanes 3", "lanes 16",
+                                  "QR three groups"])
+def test_each_build_isolates_lanes(build, name):
+    """A matrix's values do not depend on its neighbours in its group of LANES, in any
+    build (a lane that finishes its QR sweeps early keeps its values)."""
+    module = build(name)
+    gen = torch.Generator().manual_seed(7)
+    P = torch.softmax(3 * torch.randn(37, 23, 23, generator=gen), dim=-1)
+    P[5] = torch.eye(23)  # converges at once beside lanes that need many sweeps
+    together = eigenvalues(module, P)
+    for t in (0, 5, 17, 36):
+        assert np.array_equal(eigenvalues(module, P[t:t + 1]), together[t:t + 1])
