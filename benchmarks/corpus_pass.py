@@ -49,7 +49,8 @@ pass, the floor and the command alike; by default its default (256).
 runs with ``--device cuda`` too). ``--dtype bfloat16`` loads both models in bfloat16
 (`analyze`'s ``--dtype``; the command too). ``--profile`` prints cProfile's top functions of the
 corpus pass. ``--cpu`` times with the process's CPU time instead of wall time (less
-sensitive to other work on a shared machine; the command's fixed costs stay wall time).
+sensitive to other work on a shared machine; the command's fixed costs stay wall time; the
+children beside the pass are not this process).
 """
 
 from __future__ import annotations
@@ -57,10 +58,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -71,6 +74,7 @@ CLOCK = time.perf_counter  # --cpu: time.process_time (every thread of this proc
 DEVICE = torch.device("cpu")  # --device
 DTYPE = torch.float32  # --dtype (both forwards)
 SPECTRUM_SENTENCES: list[int | None] = [None]  # --spectrum-sentences (None: analyze's default)
+BESIDE: dict[str, float] = {}  # the timed corpus pass's children: seconds per phase
 FEEDING = ("begin_batch", "update_layer", "update_block", "end_layer", "end_batch", "update",
            "model_pass")
 
@@ -131,9 +135,15 @@ def corpus_pass(model, tokenizer, batches, hf, per_analyzer: bool, profile: bool
 
     The bare forward and the pass alternate batch by batch (``run_analyzers`` over one batch
     at a time: the analyzers' states add up as over the whole list), so both see the same
-    load of a shared machine; their order alternates too."""
+    load of a shared machine; their order alternates too. As in `analyze`, the analyzers
+    that run beside the pass (``report.own_passes_beside``: the collapse variants, where
+    side workers are allowed) run in forked children started with the pass; they are
+    stopped (SIGSTOP) while the bare forward runs, so that they load the pass alone, and
+    the pass includes the wait for their states at its end."""
     from attnlens.measures.lm_heads.run import LmHeads
     from attnlens.report.analyze import default_sections
+    from attnlens.report.own_passes_beside import OwnPassesBeside
+    from attnlens.report.side_work import side_workers_allowed
     from attnlens.stream.runner import run_analyzers
 
     sections = default_sections(LmHeads())
@@ -152,20 +162,33 @@ def corpus_pass(model, tokenizer, batches, hf, per_analyzer: bool, profile: bool
         import cProfile
 
         profiler = cProfile.Profile()
-    bare = ours = 0.0
+    start = now()
+    beside = OwnPassesBeside(everything, model, batches, side_workers_allowed(model))
+    in_pass = beside.in_pass(everything)
+    bare, ours = 0.0, now() - start
     for i, batch in enumerate(batches):
         for turn in ((0, 1) if i % 2 == 0 else (1, 0)):
             start = now()
             if turn == 0:
-                bare_forward(hf, batch)
+                with _stopped(beside):
+                    bare_forward(hf, batch)
                 bare += now() - start
                 continue
             if profiler is not None:
                 profiler.enable()
-            run_analyzers(model, [batch], everything, show_progress=False)
+            run_analyzers(model, [batch], in_pass, show_progress=False)
             ours += now() - start
             if profiler is not None:
                 profiler.disable()
+    start = now()
+    beside.take(everything)
+    ours += now() - start
+    if per_analyzer:
+        from attnlens.report.side_work import SIDE_PREFIX
+        from attnlens.runs import stopwatch
+
+        BESIDE.update({k.removeprefix(SIDE_PREFIX): v for k, v in stopwatch.take().items()
+                       if k.startswith(SIDE_PREFIX)})
     if profiler is not None:
         import pstats
 
@@ -174,6 +197,19 @@ def corpus_pass(model, tokenizer, batches, hf, per_analyzer: bool, profile: bool
         for name in FEEDING:
             vars(analyzer).pop(name, None)
     return bare, ours, sections, per_section, totals
+
+
+@contextmanager
+def _stopped(beside):
+    """The children of ``beside`` (``OwnPassesBeside``) stopped inside the block."""
+    running = [job.process.pid for _, job in beside.jobs if job.process.is_alive()]
+    for pid in running:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in running:
+            os.kill(pid, signal.SIGCONT)
 
 
 def null_pass_seconds(model, tokenizer, batches, sections) -> float:
@@ -316,13 +352,18 @@ def count_dispatches(model, tokenizer, batches) -> tuple[int, int, dict[str, int
             return result
         return run
 
+    from attnlens.report.side_work import side_workers_allowed
+
     sections = default_sections(LmHeads())
     for section in sections:
         if section.name == "spectrum" and SPECTRUM_SENTENCES[0] is not None:
             section.max_sentences = SPECTRUM_SENTENCES[0] or None
     everything = []
+    beside = side_workers_allowed(model)  # those analyzers run beside the pass, as in analyze
     for section in sections:
         for analyzer in section.analyzers(model, tokenizer):
+            if beside and analyzer.runs_beside:
+                continue
             key = f"{section.name}: {type(analyzer).__name__}"
             for name in FEEDING:
                 if hasattr(analyzer, name) and name not in vars(analyzer):
@@ -498,6 +539,8 @@ def main() -> None:
     for key, spent in sorted(totals.items(), key=lambda kv: -kv[1]):
         print(f"  {key:48s} {spent:7.2f} s  {spent / bare_timed:5.2f}x forward")
     print(f"  {'all analyzers':48s} {sum(totals.values()):7.2f} s")
+    for key, spent in BESIDE.items():
+        print(f"  beside the pass (a forked child, one thread): {key} {spent:.2f} s")
     floor = floor_bare = None
     if not args.skip_floor:
         cached = cache_patterns(model, batches)

@@ -117,8 +117,10 @@ def _old_add_kv_heads(model, outputs: Sequence[SectionOutput], tables_dir: Path)
             io.write_table(with_kv, tables_dir, name, formats=formats)
 
 
-def _old_path(model, sections, per_section, out, formats, seconds, null_result=None, last=()):
-    # ``last`` (demo34's write order) left aside: the old path wrote in report order
+def _old_path(model, sections, per_section, out, formats, seconds, null_result=None, last=(),
+              beside=None):
+    # ``last`` (demo34's write order) left aside: the old path wrote in report order; nothing
+    # runs ``beside`` the pass without side workers
     outputs, records = _old_write_sections(model, sections, per_section, out, formats, seconds)
     if null_result is not None:
         _old_apply_null(outputs, sections, null_result, out / "tables")

@@ -38,6 +38,7 @@ from attnlens.report.folder import (
 )
 from attnlens.report.kv_heads import add_kv_head_column, grouped
 from attnlens.report.null_run import NullOptions, NullResult, join_null, run_null
+from attnlens.report.own_passes_beside import OwnPassesBeside
 from attnlens.report.provenance import invoked_command, model_record, package_versions
 from attnlens.report.sections import Section, SectionOutput
 from attnlens.report.side_work import SideJob, side_job, side_workers_allowed
@@ -160,18 +161,24 @@ def analyze(
     if has_several_attention_types(model):  # every section per attention type, tables with a column
         sections = [by_attention_type(s) for s in sections]
     start = time.perf_counter()
-    # The language-model probes run in a forked process beside the corpus pass (side_work.py)
-    per_section, probes = _analyzers_and_probes(model, tokenizer, sections,
-                                                side_workers_allowed(model, dist))
+    # The language-model probes and the analyzers' own passes that need nothing of the
+    # corpus pass run in forked processes beside it (side_work.py, own_passes_beside.py)
+    forked = side_workers_allowed(model, dist)
+    per_section, probes = _analyzers_and_probes(model, tokenizer, sections, forked)
+    beside = None
     try:
         everything = [a for group in per_section for a in group]
+        beside = OwnPassesBeside(everything, model, batches,
+                                 forked and _states_stay_in_memory(checkpoint)
+                                 and not has_several_attention_types(model))
+        in_pass = beside.in_pass(everything)
         n_sentences = sum(int(b.input_ids.shape[0]) for b in batches)
         seconds: dict[str, float] = {}
-        if everything:
+        if in_pass:
             with _all_timed(sections, per_section, seconds):
                 pass_start = time.perf_counter()
-                stream = batches if checkpoint is None else checkpoint.wrap(batches, everything)
-                run_sharded(model, stream, everything, dist, total=n_sentences,
+                stream = batches if checkpoint is None else checkpoint.wrap(batches, in_pass)
+                run_sharded(model, stream, in_pass, dist, total=n_sentences,
                             show_progress=show_progress)
                 corpus_pass = time.perf_counter() - pass_start
         else:
@@ -183,11 +190,16 @@ def analyze(
                                    show_progress=show_progress)
         if not dist.is_main:
             return []
+        last = _probe_readers(sections, probes) | {
+            s.name for s, group in zip(sections, per_section, strict=True)
+            if any(beside.holds(a) for a in group)}
         outputs, records = _write_sections(model, sections, per_section, out, formats, seconds,
-                                           null_result, _probe_readers(sections, probes))
-    finally:
+                                           null_result, last, beside)
+    finally:  # the children ended already, unless a failure came first
         if probes is not None:
-            probes.cancel()  # ended already, unless a failure came first
+            probes.cancel()
+        if beside is not None:
+            beside.cancel()
     with stopwatch.phase("example pages"):
         pages = example_pages(model, tokenizer, out) if example_pages is not None else []
     if prune_dir is not None:
@@ -275,6 +287,12 @@ def _probes_beside(model, sections, forked: bool) -> SideJob | None:
     return None
 
 
+def _states_stay_in_memory(checkpoint: AnalysisCheckpoint | None) -> bool:
+    """Whether no checkpoint saves or restores the analyzers' states (the analyzers run
+    beside the pass would be missing from them)."""
+    return checkpoint is None or (checkpoint.every is None and not checkpoint.resume)
+
+
 def _probe_readers(sections: Sequence[Section], probes: SideJob | None) -> set[str]:
     """The sections whose tables wait for the probes run beside the pass (``probes``): the
     language-model heads section and those listing its roles (``lm``, the head roles)."""
@@ -319,12 +337,14 @@ def write_order(sections: Sequence[Section], last: Collection[str] = ()) -> list
 
 
 def _write_sections(model, sections, per_section, out: Path, formats, seconds,
-                    null_result: NullResult | None = None, last: Collection[str] = ()):
+                    null_result: NullResult | None = None, last: Collection[str] = (),
+                    beside: OwnPassesBeside | None = None):
     """Each section writes into its own staging folder; then its files are filed.
 
     The sections named in ``last`` write after the others (``write_order``: those waiting
-    for the language-model probes' side job, so that the others' tables are made while it
-    runs); ``outputs`` and the records keep report order.
+    for the language-model probes' side job or for analyzers run ``beside`` the pass, whose
+    states a section takes just before it writes, so that the others' tables are made while
+    they run); ``outputs`` and the records keep report order.
 
     Every table is written once, in its final form: a section's ``write_table`` calls are
     held back (``io.held_tables``) until the null columns (``join_null``) and a grouped-query
@@ -340,6 +360,8 @@ def _write_sections(model, sections, per_section, out: Path, formats, seconds,
                 section = sections[i]
                 staging = staging_root / section.name
                 staging.mkdir()
+                if beside is not None:
+                    beside.take(per_section[i])
                 began = time.perf_counter()
                 with held_tables() as held:
                     output = section.write(model, per_section[i], staging, formats)

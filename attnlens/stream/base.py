@@ -111,6 +111,11 @@ class Analyzer(ABC):
     name: str = "analyzer"
     layerwise: bool = False
     needs_model_pass: bool = False
+    # Reads nothing of the corpus pass (``update`` does nothing), only its own passes
+    # (``model_pass``), whose state is the same bits on one thread and in any process:
+    # `analyze` may run them in a forked process beside the pass
+    # (``report.own_passes_beside``).
+    runs_beside: bool = False
     state_fields: tuple[str, ...] = ()
     # State fields that live on the host whatever the model's device (numbers, strings, lists
     # and dicts of those, or CPU tensors of results solved there): ``move_state`` leaves them

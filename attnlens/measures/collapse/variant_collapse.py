@@ -10,7 +10,9 @@ as an argument of ``model_pass`` and holds the sampled sentences of a few batche
 one call, each sentence alone at its own length (``sentence_inputs``) and on one thread: a
 sentence's residuals are then the same bits for any batching, any number of torchrun
 processes and any thread count, which rows run beside it changing nothing. The state
-(``state_dict``, ``result``, ``merge``) runs what is still held first.
+(``state_dict``, ``result``, ``merge``) runs what is still held first. Reading nothing of
+the corpus pass, it runs in a forked process beside the pass where `analyze` can
+(``runs_beside``, ``report.own_passes_beside``).
 
 The held sentences run in one ``functional_call`` (``all_variant_depths`` for every
 sentence): the variants share the embedding, its residuals and block 0's attention (the same
@@ -298,6 +300,7 @@ class VariantCollapse(Analyzer):
     # a sample by corpus index: each torchrun rank reads its share, merged in rank order
     distributed = "shard"
     needs_model_pass = True
+    runs_beside = True  # one sentence at a time on one thread (_run_held)
     state_fields = ("values", "sentences")
 
     def __init__(
