@@ -6,8 +6,9 @@ pass replaced by a recorder (so the corpus pass, tables and page run once, as th
 runs them), then calls on the recorded model, batches and sections, ``--rounds`` times
 after one warm-up call of each, alternating which goes first:
 
-- ``before``: the pass as it was before null35 (6c762e5, kept below): every null-control
-  section's whole ``write`` on the null model, every forward to the last layer;
+- ``before``: the pass as it was before null35 (6c762e5, kept in
+  ``tests/null_pass_before.py``): every null-control section's whole ``write`` on the null
+  model, every forward to the last layer;
 - ``after``: ``report.null_run.run_null``.
 
 Each call's wall time (``time.perf_counter``) and CPU time of every thread
@@ -21,8 +22,6 @@ agree on every table the after pass makes (``pandas.testing.assert_frame_equal``
 from __future__ import annotations
 
 import argparse
-import copy
-import dataclasses
 import os
 import statistics
 import sys
@@ -30,49 +29,11 @@ import tempfile
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from anywhere: the reference lives in tests/
 PHASES = {"null model: initialisation": "init",
           "null model: its pass over the corpus sample": "pass",
           "null model: its tables": "tables"}
-
-
-def _old_cheap(section):
-    twin = copy.copy(section)
-    if hasattr(twin, "examples"):
-        twin.examples = False
-    inference = getattr(twin, "inference", None)
-    if inference is not None and dataclasses.is_dataclass(inference):
-        twin.inference = dataclasses.replace(inference, bootstrap=0)
-    inner = getattr(twin, "section", None)
-    if inner is not None:
-        twin.section = _old_cheap(inner)
-    return twin
-
-
-def before(model, tokenizer, batches, sections, options, dist, show_progress=False):
-    """The null pass of 6c762e5 (its ``run_null`` less the distributed branches)."""
-    from attnlens.distributed import run_sharded
-    from attnlens.loaders.random_init import random_init_copy
-    from attnlens.report.null_run import NullResult, sample_batches
-    from attnlens.runs.io import no_figures, no_table_files
-    from attnlens.runs.stopwatch import phase
-
-    chosen = [_old_cheap(s) for s in sections if getattr(s, "null_control", False)]
-    with phase("null model: initialisation"):
-        null = random_init_copy(model, options.seed)
-    sample = sample_batches(batches, options.max_sentences)
-    n = sum(int(b.input_ids.shape[0]) for b in sample)
-    with phase("null model: its pass over the corpus sample"):
-        per_section = [s.analyzers(null.model, tokenizer) for s in chosen]
-        run_sharded(null.model, sample, [a for g in per_section for a in g], dist, total=n,
-                    show_progress=show_progress)
-    result = NullResult(sections=[s.name for s in chosen], sentences=n)
-    with (tempfile.TemporaryDirectory() as tmp, no_figures(), no_table_files(),
-          phase("null model: its tables")):
-        for section, group in zip(chosen, per_section, strict=True):
-            staging = Path(tmp) / section.name
-            staging.mkdir()
-            result.tables.update(section.write(null.model, group, staging, ("svg",)).tables)
-    return result
 
 
 def _recorded(args: list[str], command: str = "analyze") -> tuple:
@@ -118,7 +79,9 @@ def main() -> None:
     from attnlens.report.null_run import run_null
 
     recorded = _recorded(extra, args.command)
-    paths = {"before": before, "after": run_null}
+    from tests.null_pass_before import run_null_before
+
+    paths = {"before": run_null_before, "after": run_null}
     found = {name: [] for name in paths}
     results = {name: _timed(run, recorded)[1] for name, run in paths.items()}  # warm-up
     for name, table in results["after"].tables.items():

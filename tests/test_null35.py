@@ -8,11 +8,6 @@ column (``join_null``'s rules).
 
 from __future__ import annotations
 
-import copy
-import dataclasses
-import tempfile
-from pathlib import Path
-
 import pandas as pd
 import pytest
 
@@ -28,49 +23,16 @@ from attnlens.report.analyze import default_sections
 from attnlens.report.catalog import TableDoc
 from attnlens.report.null_run import (
     NullOptions,
-    NullResult,
     null_value_column,
     run_null,
-    sample_batches,
 )
-from attnlens.runs.io import no_figures, no_table_files
 from attnlens.stats.null import add_null_columns
-from attnlens.stream.runner import run_analyzers
+from tests.null_pass_before import run_null_before
 
 OPTIONS = NullOptions("random-init", max_sentences=8)
 LEFT_OUT = {"role_tests", "head_roles", "head_roles_uncorrected", "role_evidence",
             "role_evidence_uncorrected", "syntactic_heldout", "syntactic_table1", "rollout",
             "flow", "head_distances", "head_embedding"}
-
-
-# The replaced pass, as it was (6c762e5) -----------------------------------------------------
-def _old_cheap(section):
-    twin = copy.copy(section)
-    if hasattr(twin, "examples"):
-        twin.examples = False
-    inference = getattr(twin, "inference", None)
-    if inference is not None and dataclasses.is_dataclass(inference):
-        twin.inference = dataclasses.replace(inference, bootstrap=0)
-    inner = getattr(twin, "section", None)
-    if inner is not None:
-        twin.section = _old_cheap(inner)
-    return twin
-
-
-def _old_run_null(model, tokenizer, batches, sections, options) -> NullResult:
-    chosen = [_old_cheap(s) for s in sections if getattr(s, "null_control", False)]
-    null = random_init.random_init_copy(model, options.seed)
-    sample = sample_batches(batches, options.max_sentences)
-    per_section = [s.analyzers(null.model, tokenizer) for s in chosen]
-    run_analyzers(null.model, sample, [a for g in per_section for a in g],
-                  show_progress=False)
-    result = NullResult(sections=[s.name for s in chosen])
-    with tempfile.TemporaryDirectory() as tmp, no_figures(), no_table_files():
-        for section, group in zip(chosen, per_section, strict=True):
-            staging = Path(tmp) / section.name
-            staging.mkdir()
-            result.tables.update(section.write(null.model, group, staging, ("svg",)).tables)
-    return result
 
 
 # Helpers ------------------------------------------------------------------------------------
@@ -110,7 +72,7 @@ def test_the_null_pass_makes_the_old_passs_tables_that_null_columns_come_from(
         minilm, monkeypatch) -> None:
     monkeypatch.setenv("ATTNLENS_SIDE_WORKERS", "0")
     model, tokenizer, batches = minilm
-    old = _old_run_null(model, tokenizer, batches, _sections(), OPTIONS)
+    old = run_null_before(model, tokenizer, batches, _sections(), OPTIONS)
     new = run_null(model, tokenizer, batches, _sections(), OPTIONS, DistContext())
     assert new.sections == old.sections and new.sentences == 8
     assert set(new.tables) == set(old.tables) - LEFT_OUT
