@@ -8,8 +8,9 @@ trained ``--max-length``):
 - **bare forward**: Hugging Face's eager forward with ``output_attentions=True`` (the forward
   the analysis cannot avoid: it forms every attention pattern), ``AutoModel``, no hooks;
 - **corpus pass**: attnlens' forward with every analyzer of `attnlens analyze` fed by the
-  runner (``stream.runner.run_analyzers``, as ``report.analyze.analyze`` calls it), and the
-  ratio corpus pass / bare forward (target <= 1.3);
+  runner (``stream.runner.run_analyzers``, as ``report.analyze.analyze`` calls it: each
+  forward stops once the analyzers have all they read, ``stop_when_fed``), and the ratio
+  corpus pass / bare forward (target <= 1.3);
 - **null model pass** (``--null random-init``: the same analyzers on a randomly initialised
   copy over up to 512 sentences) and the **language-model heads' own passes** (probes,
   haystacks, ablations: run while the section writes its tables), separately, and the ratio
@@ -176,7 +177,7 @@ def corpus_pass(model, tokenizer, batches, hf, per_analyzer: bool, profile: bool
                 continue
             if profiler is not None:
                 profiler.enable()
-            run_analyzers(model, [batch], in_pass, show_progress=False)
+            run_analyzers(model, [batch], in_pass, show_progress=False, stop_when_fed=True)
             ours += now() - start
             if profiler is not None:
                 profiler.disable()

@@ -179,7 +179,7 @@ def analyze(
                 pass_start = time.perf_counter()
                 stream = batches if checkpoint is None else checkpoint.wrap(batches, in_pass)
                 run_sharded(model, stream, in_pass, dist, total=n_sentences,
-                            show_progress=show_progress)
+                            show_progress=show_progress, stop_when_fed=True)
                 corpus_pass = time.perf_counter() - pass_start
         else:
             corpus_pass = 0.0
