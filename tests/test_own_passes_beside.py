@@ -15,6 +15,7 @@ from attnlens.loaders import load_model
 from attnlens.loaders.checkpoint import default_model_path
 from attnlens.measures.collapse.section import CollapseSection
 from attnlens.measures.collapse.variant_collapse import VariantCollapse
+from attnlens.measures.rollout.section import RolloutSection
 from attnlens.report import analyze as analyze_module
 from attnlens.report import side_work
 from attnlens.report.null_run import NullOptions
@@ -38,14 +39,15 @@ def minilm():
     return model, tokenizer, batches
 
 
-def _collapse_report(minilm, out: Path, monkeypatch, forked: bool) -> dict:
-    """The collapse section's report of ``minilm`` in ``out``; its run.json."""
+def _collapse_report(minilm, out: Path, monkeypatch, forked: bool, section=None) -> dict:
+    """The collapse section's (or ``section``'s) report of ``minilm`` in ``out``; its
+    run.json."""
     model, tokenizer, batches = minilm
     monkeypatch.setenv("ATTNLENS_SIDE_WORKERS", "1" if forked else "0")
     monkeypatch.setenv("ATTNLENS_FIGURE_WORKERS", "0")
-    analyze_module.analyze(model, tokenizer, batches, out, sections=[CollapseSection()],
-                           show_progress=False, null=NullOptions("none"), command="collapse",
-                           options={})
+    analyze_module.analyze(model, tokenizer, batches, out,
+                           sections=[section or CollapseSection()], show_progress=False,
+                           null=NullOptions("none"), command="collapse", options={})
     return json.loads((out / "run.json").read_text(encoding="utf-8"))
 
 
@@ -119,3 +121,22 @@ def test_a_failure_beside_the_pass_is_raised_where_the_state_is_taken(minilm) ->
     beside = OwnPassesBeside([variants], model, batches, forked=True)
     with pytest.raises(TypeError, match="not callable"):
         beside.take([variants])
+
+
+def test_the_corpus_pass_stops_before_the_last_layers_mlp(minilm, tmp_path, monkeypatch
+                                                          ) -> None:
+    """No analyzer of the rollout section reads past the last layer's pattern, so each
+    forward of `analyze`'s corpus pass stops there (``stop_when_fed``), the MLP never run."""
+    model, _, batches = minilm
+    calls = {"first": 0, "last": 0}
+    hooks = [model.blocks[0].mlp.register_forward_hook(
+                 lambda *_: calls.__setitem__("first", calls["first"] + 1)),
+             model.blocks[-1].mlp.register_forward_hook(
+                 lambda *_: calls.__setitem__("last", calls["last"] + 1))]
+    try:
+        _collapse_report(minilm, tmp_path / "report", monkeypatch, forked=False,
+                         section=RolloutSection())
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert calls == {"first": len(batches), "last": 0}
