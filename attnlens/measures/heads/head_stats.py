@@ -65,6 +65,10 @@ SUBWORD_MARKERS = ("##", "Ġ", "▁", "Ċ")
 
 def is_punctuation(token: str) -> bool:
     """True for tokens made only of Unicode punctuation (subword markers stripped)."""
+    # Most of a vocabulary ends in a letter or digit: not punctuation (no such character is
+    # in a P* category; stripping a prefix keeps the last character or empties the token)
+    if token[-1:].isalnum():
+        return False
     for marker in SUBWORD_MARKERS:
         token = token.removeprefix(marker)
     return bool(token) and all(unicodedata.category(ch).startswith("P") for ch in token)
