@@ -154,10 +154,6 @@ def corpus_pass(model, tokenizer, batches, hf, per_analyzer: bool, profile: bool
     per_section = [s.analyzers(model, tokenizer) for s in sections]
     everything = [a for group in per_section for a in group]
     totals: dict[str, float] = {}
-    if per_analyzer:
-        for section, group in zip(sections, per_section, strict=True):
-            for analyzer in group:
-                timed_methods(analyzer, totals, f"{section.name}: {type(analyzer).__name__}")
     profiler = None
     if profile:
         import cProfile
@@ -166,6 +162,12 @@ def corpus_pass(model, tokenizer, batches, hf, per_analyzer: bool, profile: bool
     start = now()
     beside = OwnPassesBeside(everything, model, batches, side_workers_allowed(model))
     in_pass = beside.in_pass(everything)
+    if per_analyzer:  # the pass's own analyzers (those beside it: their child's time, BESIDE)
+        for section, group in zip(sections, per_section, strict=True):
+            for analyzer in group:
+                if analyzer in in_pass:
+                    timed_methods(analyzer, totals,
+                                  f"{section.name}: {type(analyzer).__name__}")
     bare, ours = 0.0, now() - start
     for i, batch in enumerate(batches):
         for turn in ((0, 1) if i % 2 == 0 else (1, 0)):
