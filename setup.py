@@ -21,6 +21,12 @@ setup(
             sources=["attnlens/measures/spectrum/_spectral_kernel.c"],
             extra_compile_args=[] if os.name == "nt" else ["-O3", "-std=c99"],
             optional=True,
-        )
+        ),
+        Extension(
+            "attnlens.measures.sparse._sparse_kernel",
+            sources=["attnlens/measures/sparse/_sparse_kernel.c"],
+            extra_compile_args=[] if os.name == "nt" else ["-O3", "-std=c99"],
+            optional=True,
+        ),
     ]
 )

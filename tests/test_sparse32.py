@@ -20,6 +20,7 @@ identical to the old path's and to float64's.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from attnlens.measures.sparse.sparse import SparseCoverage
@@ -61,13 +62,17 @@ def _padded_patterns(n: int, lengths: tuple[int, ...], n_layers: int
         scores.masked_fill(~mask[None, :, None, None, :], -torch.inf), -1)
 
 
-def test_float32_path_agrees_with_its_float64_reference_on_a_padded_batch():
+def test_float32_path_agrees_with_its_float64_reference_on_a_padded_batch(monkeypatch):
     """Random softmax patterns of 3 padded sentences (lengths 40, 23, 9: every window of
     1..16 is a strict subset somewhere, some sentences shorter than the widest windows),
     grouped-query values. Masses are float32 sums of at most 40 terms and errors ratios of
     float32 norms of 40 x 6 entries: both within ~40 x 6e-8 = 2.4e-6 relative of float64;
     rtol 1e-5 leaves room for other kernel sets, atol 1e-7 covers the errors near 0 of rows
-    the windows almost keep whole."""
+    the windows almost keep whole. The torch path (the GPU's; the CPU's C kernel:
+    tests/test_sparse_kernel.py)."""
+    import attnlens.measures.sparse.sparse as sparse
+
+    monkeypatch.setattr(sparse, "_sparse_kernel", None)
     torch.manual_seed(3)
     n = 40
     ids, patterns = _padded_patterns(n, (40, 23, 9), n_layers=2)
@@ -82,7 +87,8 @@ def test_float32_path_agrees_with_its_float64_reference_on_a_padded_batch():
     _tables_close(found.result(), want.result(), rtol=1e-5, atol=1e-7)
 
 
-def test_minilm_on_ewt_dev_agrees_with_the_float64_reference(minilm):
+@pytest.mark.parametrize("path", ["kernel", "torch"])
+def test_minilm_on_ewt_dev_agrees_with_the_float64_reference(minilm, monkeypatch, path):
     """The first 160 UD EWT dev sentences, every one read, token-budget batches as
     ``analyze`` makes them. Measured there: 7.0e-8 absolute on ``sparse_coverage`` (the
     output errors, averaged over fewer sentences than the 2.0e-8 of all 2,001, module
@@ -91,7 +97,13 @@ def test_minilm_on_ewt_dev_agrees_with_the_float64_reference(minilm):
     float32 rounding is absolute, ~eps x ||P V|| per row over ||P V||: atol 1e-6 bounds both
     with a 14x margin over what was measured (rtol 1e-5 for the masses near 1); the
     ``window90*`` integers must be identical (a flip needs a window mass within ~1e-8 of
-    0.9)."""
+    0.9). Both the float32 torch path and the C kernel (sums in float64: well inside)."""
+    import attnlens.measures.sparse.sparse as sparse
+
+    if path == "torch":
+        monkeypatch.setattr(sparse, "_sparse_kernel", None)
+    elif sparse._sparse_kernel is None:
+        pytest.skip("the sparse C kernel is not built")
     from attnlens.data.corpus import load_corpus
     from attnlens.data.text import REPORT_BATCH_TOKENS
     from attnlens.stream.runner import run_analyzers
@@ -110,9 +122,11 @@ def test_minilm_on_ewt_dev_agrees_with_the_float64_reference(minilm):
 def test_chunks_of_heads_change_no_number(monkeypatch):
     """``_fold_rows`` runs its heads in chunks of ``CHUNK_ELEMENTS`` pattern entries: every
     result is per sentence and head, so one head at a time gives the same state bit for bit
-    as all heads at once (held layers, grouped-query values, padded sentences)."""
+    as all heads at once (held layers, grouped-query values, padded sentences). The torch
+    path's property (the C kernel, where built, folds whole patterns without chunks)."""
     import attnlens.measures.sparse.sparse as sparse
 
+    monkeypatch.setattr(sparse, "_sparse_kernel", None)
     torch.manual_seed(4)
     n = 21
     ids, patterns = _padded_patterns(n, (21, 12, 5), n_layers=3)

@@ -14,7 +14,7 @@ every analyzer of ``analyze`` gave the same states at one and two threads).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -56,3 +56,28 @@ def limited_threads(threads: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+_POOL: list = []  # one ThreadPoolExecutor, made on first use
+
+
+def run_split(work: Callable[[int, int], None], count: int, threads: int | None = None
+              ) -> None:
+    """``work(first, stop)`` over ``0 .. count`` split in contiguous parts between ``threads``
+    threads (default: the intra-op threads, ``torch.get_num_threads()``), for a C kernel that
+    releases the GIL and writes each item's results only. One part runs in this thread;
+    ``count`` below the number of threads runs here whole."""
+    parts = max(1, min(threads or torch.get_num_threads(), count))
+    if parts == 1:
+        work(0, count)
+        return
+    if not _POOL:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL.append(ThreadPoolExecutor(max_workers=os.cpu_count() or 1,
+                                        thread_name_prefix="attnlens-kernel"))
+    bounds = [count * k // parts for k in range(parts + 1)]
+    pending = [_POOL[0].submit(work, bounds[k], bounds[k + 1]) for k in range(1, parts)]
+    work(bounds[0], bounds[1])
+    for job in pending:
+        job.result()

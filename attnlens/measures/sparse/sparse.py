@@ -46,10 +46,17 @@ from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.held_layers import HeldLayers, add_to_layers
 from attnlens.stream.per_sentence import sentence_ids_of
 from attnlens.stream.sentence_sample import check_sample_options, sample_batch
+from attnlens.stream.threads import run_split
+
+try:  # the C kernel (setup.py builds it where a compiler is present)
+    from attnlens.measures.sparse import _sparse_kernel
+except ImportError:  # pragma: no cover - the torch path then runs everywhere
+    _sparse_kernel = None
 
 WINDOWS = (1, 2, 4, 8, 16)
 BIGBIRD = {"window": 1, "n_global": 2, "n_random": 3}  # window 1 each side = 3 keys
 MAX_DISTANCE = 128
+MAX_WINDOWS = 64  # the most windows the C kernel takes (its MAX_WINDOWS); more: torch
 # Pattern entries of one chunk of heads in ``_fold_rows`` on the CPU: its ~40 passes (masks,
 # products, differences, norms) then run on about 1 MiB, within the core's L2 cache (2 MiB on
 # the project's machine), instead of streaming several MiB through memory each time
@@ -227,6 +234,7 @@ class SparseCoverage(HeadPatternAnalyzer):
         self._seen = 0  # sentences fed, sampled or not (indices of batches without any)
         self._held = HeldLayers()
         self._squared = self._norms = None
+        self._windows_i32 = np.array(windows, dtype=np.int32)
 
     @classmethod
     def model_options(cls, model: HookedTransformer) -> dict:
@@ -260,6 +268,7 @@ class SparseCoverage(HeadPatternAnalyzer):
         self._global_cols = _columns(is_global, n)
         self._ids = torch.tensor(sentence_ids_of(batch, self.sentences), device=real.device)
         self._bigbird_whole = None  # the whole matrix's BigBird set, shared by every layer
+        self._kernel_inputs = None  # the C kernel's view of the sets, shared likewise
         self.rows += int(real.sum())
         self.sentences += batch.size
 
@@ -298,6 +307,10 @@ class SparseCoverage(HeadPatternAnalyzer):
             return
         pattern = self._take(block.pattern)  # [batch, head, rows, key_pos]
         values = self._take(cache["v", layer])  # [batch, key_pos, kv_head, d_head_v]
+        if block.is_whole and self._uses_kernel(pattern):  # one C call per layer
+            squared, norms = self._fold_rows([layer], pattern, values, block)
+            self._add_errors([layer], squared, norms)
+            return
         if block.is_whole:  # held, then folded several layers at a time as more heads
             self._whole = block
             if self._held.add(layer, pattern, values):
@@ -355,9 +368,15 @@ class SparseCoverage(HeadPatternAnalyzer):
         The heads go by chunks of about ``CHUNK_ELEMENTS`` pattern entries (``_fold_heads``),
         so that the dozens of passes over each stay in the core's cache; every result is per
         sentence and head, so the chunks change no number."""
-        # values: [batch, head, key_pos, d_head_v] (a view; each chunk made contiguous once)
-        values = per_query_head(values_kv, pattern.shape[1])
         n_heads = pattern.shape[1]
+        if block.is_whole and self._uses_kernel(pattern):
+            squared, norms, by_distance, nonglobal, masses = self._kernel_fold(
+                pattern, values_kv, block)
+            self._add_sums(layers, n_heads, by_distance, nonglobal, masses,
+                           self._bigbird_sets(block)[1])
+            return squared, norms
+        # values: [batch, head, key_pos, d_head_v] (a view; each chunk made contiguous once)
+        values = per_query_head(values_kv, n_heads)
         sets = self._fold_sets(block)
         step = max(1, CHUNK_ELEMENTS // max(1, pattern[:, :1].numel()))
         if pattern.device.type != "cpu":  # a GPU's kernels want the whole tensor at once
@@ -368,16 +387,64 @@ class SparseCoverage(HeadPatternAnalyzer):
         squared, norms, by_distance, nonglobal, masses = (
             found[0] if len(parts) == 1 else torch.cat(found, dim=1)
             for found in zip(*parts, strict=True))
-        # per sentence in the pattern's precision, then the sentences in float64 (so a merged
-        # split run adds the same per-sentence terms as one run)
+        self._add_sums(layers, n_heads, by_distance, nonglobal, masses, sets["baseline"])
+        return squared, norms
+
+    def _add_sums(self, layers: list[int], n_heads: int, by_distance: torch.Tensor,
+                  nonglobal: torch.Tensor, masses: torch.Tensor, baseline: torch.Tensor
+                  ) -> None:
+        """Add a fold's per-sentence masses (``[batch, layer * head, ...]``) to the state:
+        per sentence as the fold computed them, then over sentences in float64 (so a merged
+        split run adds the same per-sentence terms as one run); and the random baseline's
+        sum over the block's rows to each layer's heads."""
         for target, found in ((self.by_distance, by_distance),
                               (self.nonglobal_by_distance, nonglobal),
                               (self.masses[..., :2], masses)):
             self._add(target, layers, found.double().sum(0))
         for layer in layers:
-            self.masses[layer, : n_heads // len(layers), 2] += sets["baseline"].to(
-                self.masses.device)
-        return squared, norms
+            self.masses[layer, : n_heads // len(layers), 2] += baseline.to(self.masses.device)
+
+    def _uses_kernel(self, pattern: torch.Tensor) -> bool:
+        """Whether the C kernel folds this pattern: built, a CPU pattern, float32 arithmetic
+        (``compute_dtype``; float64 is the tests' reference and takes the torch path)."""
+        return (_sparse_kernel is not None and pattern.device.type == "cpu"
+                and self.compute_dtype == torch.float32 and len(self.windows) <= MAX_WINDOWS)
+
+    def _kernel_fold(self, pattern: torch.Tensor, values_kv: torch.Tensor,
+                     block: PatternBlock) -> tuple[torch.Tensor, ...]:
+        """``_fold_heads``' five results for every head of a whole block at once, by the C
+        kernel (``_sparse_kernel.c``: one walk over each real row's keys, sums in float64;
+        float64 results). Every (sentence, head) pair is independent: the pairs are split
+        between the intra-op threads (the kernel releases the GIL)."""
+        pattern = pattern.detach().float().contiguous()  # [batch, head, n, n]
+        values = values_kv.detach().float().contiguous()  # [batch, n, kv_head, d]
+        batch, n_heads, n, _ = pattern.shape
+        _, _, kv_heads, d = values.shape
+        rows, is_global, keep = self._kernel_sets(block)
+        top = self.max_distance + 1
+        buckets = min(n - 1, top) + 1
+        sets = 2 * len(self.windows) + 2
+        f64 = {"dtype": torch.float64}
+        out = (torch.empty(batch, n_heads, sets, **f64), torch.empty(batch, n_heads, **f64),
+               torch.empty(batch, n_heads, buckets, **f64),
+               torch.empty(batch, n_heads, buckets, **f64),
+               torch.empty(batch, n_heads, 2, **f64))
+        args = (pattern.numpy(), values.numpy(), rows, is_global, keep, self._windows_i32,
+                batch, n_heads, n, kv_heads, d, top)
+        outs = tuple(x.numpy() for x in out)
+        run_split(lambda first, stop: _sparse_kernel.fold(*args, first, stop, *outs),
+                  batch * n_heads)
+        return out
+
+    def _kernel_sets(self, block: PatternBlock) -> tuple:
+        """The kernel's per-batch inputs, made once per batch: real rows and global keys
+        ``[batch, n]`` and BigBird's keys ``[batch, n, n]``, as uint8 numpy arrays."""
+        if self._kernel_inputs is None:
+            keep = self._bigbird_sets(block)[0][:, 0]  # [batch, n, n] 0/1 float
+            self._kernel_inputs = tuple(
+                x.to(torch.uint8).contiguous().numpy()
+                for x in (self._real, self._global[:, 0], keep))
+        return self._kernel_inputs
 
     def _fold_sets(self, block: PatternBlock) -> dict:
         """What every chunk of heads of a block shares: the real rows' weight, the global
