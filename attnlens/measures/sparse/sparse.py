@@ -26,7 +26,11 @@ key)``: the same on every device and for any batching, so merged partial runs eq
 They are drawn once per sentence and query row and shared by every layer and head (BigBird
 draws per head; the mean mass kept is the same in expectation). Every set is evaluated from
 gathered columns plus one ``n x n`` product per window, so the cost stays a few times that
-of the attention itself.
+of the attention itself. On the CPU, whole patterns in float32 go to a C kernel instead
+(``_sparse_kernel.c``, built by setup.py where a compiler is present): one walk over each
+real row's keys in order of distance gives every set's mass, product and output error, each
+sum in float64 (the torch path, kept for GPUs, query blocks and as the float64 reference,
+rounds to float32 between operations: the two agree to float32 rounding).
 """
 
 from __future__ import annotations
