@@ -12,7 +12,8 @@ TORCH := torch==2.13.0
 setup: $(STAMP)
 
 # setup.py and the C kernel too: a changed kernel is rebuilt by the editable install.
-$(STAMP): pyproject.toml setup.py attnlens/measures/spectrum/_spectral_kernel.c
+$(STAMP): pyproject.toml setup.py attnlens/measures/spectrum/_spectral_kernel.c \
+	attnlens/measures/asymmetry/_asymmetry_kernel.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch first and pinned: an unpinned torch would pull a multi-GB CUDA build.
 	$(BIN)/pip install -q --disable-pip-version-check $(TORCH)

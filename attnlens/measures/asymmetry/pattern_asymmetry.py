@@ -37,6 +37,11 @@ from attnlens.stream.base import Batch
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.held_layers import HeldLayers, add_to_layers
 
+try:  # built by `pip install` where a C compiler is present (setup.py); optional
+    from attnlens.measures.asymmetry import _asymmetry_kernel
+except ImportError:  # pragma: no cover - exercised where the build was skipped
+    _asymmetry_kernel = None
+
 PATTERN_MEASURES = ("asym_ratio", "directed_share", "reciprocity")
 BASELINE_MEASURES = (*PATTERN_MEASURES, "product_violations", "dominance_violations")
 # Count slots kept per layer/head: edges, reciprocated edges, pairs with an edge, directed pairs.
@@ -190,6 +195,47 @@ def masked_dominance_violations(alpha: torch.Tensor, pairs: torch.Tensor,
     return torch.stack([(n * (n - 1)).expand_as(product), product, dominance], -1)
 
 
+# --- the same by the C kernel (CPU) ---------------------------------------------------------
+def kernel_available(P: torch.Tensor) -> bool:
+    """Whether ``kernel_pattern_asymmetry`` can read ``P``: the extension is built, ``P`` is on
+    the CPU and float32 or float64."""
+    return (_asymmetry_kernel is not None and P.device.type == "cpu"
+            and P.dtype in (torch.float32, torch.float64))
+
+
+def kernel_pattern_asymmetry(
+    P: torch.Tensor, mask: torch.Tensor, factor: float = 2.0, edge_level: float = 1.0,
+    violations: bool = False,
+) -> tuple[torch.Tensor, ...]:
+    """``masked_pattern_asymmetry`` (and, with ``violations``, ``masked_dominance_violations``
+    of float64 input) by the C kernel: ``P [batch, ..., pos, pos]`` on the CPU, float32 or
+    float64, ``mask [batch, pos]`` (real tokens; entries outside the real block are not read).
+
+    Returns ``asym_ratio [batch, ...]``, counts ``[batch, ..., 4]`` (and violations ``[batch,
+    ..., 3]``), float64. The counts are the torch path's integers; the norms are summed in
+    float64 (the torch path: float32 for float32 ``P``), so ratios differ in float32 rounding.
+    """
+    P = P.detach().contiguous()
+    batch, pos = mask.shape
+    heads = P.shape[1:-2]  # [...]
+    per_sentence = P[0, ..., 0, 0].numel() if batch else 0
+    ratio = torch.empty(batch, *heads, dtype=torch.float64)
+    counts = torch.empty(batch, *heads, _COUNTS, dtype=torch.float64)
+    broken = torch.empty(batch, *heads, 3, dtype=torch.float64) if violations else None
+    _asymmetry_kernel.asymmetry(
+        P.numpy(), _mask_bytes(mask).numpy(), ratio.numpy(), counts.numpy(),
+        None if broken is None else broken.numpy(), per_sentence, pos, float(factor),
+        float(edge_level), 1 + RELATIVE_TOL, P.dtype == torch.float64)
+    return (ratio, counts) if broken is None else (ratio, counts, broken)
+
+
+def _mask_bytes(mask: torch.Tensor) -> torch.Tensor:
+    """``mask [batch, pos]`` as contiguous bytes, nonzero for real tokens (a bool mask as is)."""
+    if mask.dtype not in (torch.bool, torch.uint8):
+        mask = mask.bool()
+    return mask.contiguous()
+
+
 class PatternAsymmetry(HeadPatternAnalyzer):
     """Streaming asymmetry of attention patterns per head, plus the unweighted baseline.
 
@@ -258,19 +304,24 @@ class PatternAsymmetry(HeadPatternAnalyzer):
         self.sentences += int(self._real.sum())  # one host read of the lengths per batch
 
     def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
-        # Held, then every held layer of the batch in one call (``_fold_held``): the layers'
-        # heads side by side, entries outside each sentence's real block 0
-        # (masked_pattern_asymmetry), so no loop over layers, lengths or sentences.
+        # The C kernel (CPU) reads each layer's patterns where they lie, one call per layer:
+        # holding layers would first copy them (torch.cat), which costs more than the calls it
+        # saves (asym37). The torch path holds, then folds every held layer of the batch in one
+        # call (``_fold_held``): the layers' heads side by side, entries outside each
+        # sentence's real block 0 (masked_pattern_asymmetry), so no loop over layers, lengths
+        # or sentences.
         patterns = cache["pattern", layer]  # [batch, head, query_pos, key_pos]
-        if not self.baseline:
-            if self._held.add(layer, patterns):
-                self._fold_held()
-            return
-        X_all = cache["resid_pre", layer]  # [batch, pos, d_model]
-        norm = self.input_norms[layer]
-        if norm is not None:
-            X_all = norm.to(X_all.device).apply(X_all)  # the attention's own input
-        if self._held.add(layer, patterns, X_all[:, None]):  # [batch, 1, pos, d_model]
+        X_all = None
+        if self.baseline:
+            X_all = cache["resid_pre", layer]  # [batch, pos, d_model]
+            norm = self.input_norms[layer]
+            if norm is not None:
+                X_all = norm.to(X_all.device).apply(X_all)  # the attention's own input
+            X_all = X_all[:, None]  # [batch, 1, pos, d_model]
+        held = (patterns,) if X_all is None else (patterns, X_all)
+        if kernel_available(patterns):
+            self._fold([layer], *held)
+        elif self._held.add(layer, *held):
             self._fold_held()
 
     def _fold_held(self) -> None:
@@ -283,9 +334,7 @@ class PatternAsymmetry(HeadPatternAnalyzer):
               X_all: torch.Tensor | None = None) -> None:
         n_layers = len(layers)
         real = self._real.to(torch.float64)  # [batch]
-        lengths = self._lengths.clamp_min(1)
-        ratio, counts = masked_pattern_asymmetry(patterns, self._pairs, lengths, self.factor,
-                                                 self.edge_level)
+        ratio, counts = self._measures(patterns)
         add_to_layers(self.counts, layers, counts.sum(0).unflatten(0, (n_layers, -1)))
         # [batch, layer, head]; each layer's weighted sum over sentences as one product per
         # layer of a contiguous [batch, head] (the same product, and rounding, as unheld)
@@ -294,16 +343,27 @@ class PatternAsymmetry(HeadPatternAnalyzer):
             self.ratio_sum[layer, :ratio.shape[-1]] += real @ ratio[:, i].contiguous()
         if X_all is None:
             return
-        pairs = self._pairs[:, None]  # [batch, 1, pos, pos]
         alpha = masked_unweighted_attention(X_all, self._mask)  # [batch, layer, pos, pos]
-        ratio, counts = masked_pattern_asymmetry(alpha, self._pairs, lengths, self.factor,
-                                                 self.edge_level)
+        ratio, counts, violations = self._measures(alpha, violations=True)
         add_to_layers(self.base_counts, layers, counts.sum(0))
         ratio = ratio.mT.contiguous()  # [layer, batch]
         for i, layer in enumerate(layers):
             self.base_ratio_sum[layer] += real @ ratio[i]
-        add_to_layers(self.base_violations, layers,
-                      masked_dominance_violations(alpha, pairs, lengths).sum(0))
+        add_to_layers(self.base_violations, layers, violations.sum(0))
+
+    def _measures(self, P: torch.Tensor, violations: bool = False) -> tuple[torch.Tensor, ...]:
+        """Ratios ``[batch, matrix]``, counts ``[batch, matrix, 4]`` (and with ``violations``,
+        ``[batch, matrix, 3]``) of ``P [batch, matrix, pos, pos]``: the C kernel on the CPU,
+        the torch path elsewhere (the same counts; ratios within float32 rounding)."""
+        if kernel_available(P):
+            return kernel_pattern_asymmetry(P, self._mask, self.factor, self.edge_level,
+                                            violations)
+        lengths = self._lengths.clamp_min(1)
+        measures = masked_pattern_asymmetry(P, self._pairs, lengths, self.factor,
+                                            self.edge_level)
+        if not violations:
+            return measures
+        return (*measures, masked_dominance_violations(P, self._pairs[:, None], lengths))
 
     def end_batch(self, batch: Batch) -> None:
         if self._held:
