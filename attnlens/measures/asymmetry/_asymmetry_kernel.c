@@ -6,8 +6,8 @@
  *
  *   - ||P||_F^2 and ||P - P^T||_F^2 = 2 sum_{i<j} (p_ij - p_ji)^2, accumulated in float64,
  *     and asym_ratio = ||P - P^T||_F / max(||P||_F, DBL_MIN);
- *   - the graph counts: edges i -> j (i != j, p_ij >= level, level = edge_level / n in
- *     float64 rounded to P's type), reciprocated edges (ordered pairs both ways), unordered
+ *   - the graph counts: edges i -> j (i != j, p_ij >= level, level = (1 / n) x edge_level
+ *     in float64, torch's edge_level / n, rounded to P's type), reciprocated edges (ordered pairs both ways), unordered
  *     pairs {i, j} with an edge, and those of them whose stronger entry is at least
  *     factor x the weaker (max >= factor * min, the product rounded to P's type);
  *   - optionally (the float64 baseline) the ordered pairs i != j, those with
@@ -261,9 +261,11 @@ STEP void matrices(const void *src, const unsigned char *mask, Py_ssize_t senten
         int n = 0;
         for (int k = 0; k < pos; k++)
             if (mask[(size_t)b * pos + k]) real[n++] = k;
-        /* edge_level / n in float64, then in P's type (torch: the lengths, at least 1);
-         * factor in P's type (torch multiplies float32 by a Python float in float32) */
-        const double level = edge_level / (double)(n > 0 ? n : 1);
+        /* edge_level / n as torch computes it, (1 / n) x edge_level in float64 (a Python
+         * float divided by a tensor is the tensor's reciprocal times it; n: the length, at
+         * least 1), then in P's type; factor in P's type (torch multiplies a float32
+         * tensor by a Python float in float32) */
+        const double level = 1.0 / (double)(n > 0 ? n : 1) * edge_level;
         const Setup c = {.level = single ? (double)(float)level : level,
                          .factor = single ? (double)(float)factor : factor, .tol = tol};
         const int ns = n + LANES;
