@@ -88,7 +88,8 @@ screenshots: setup browser
 	$(BIN)/python docs/img/screenshots.py reports/minilm docs/img
 
 # Float-sensitive tests (parity, export, pruning equivalence, and the tests whose measured
-# differences move between kernel sets: model padding, spectrum, metrics, MiniLM pruning, STS)
+# differences move between kernel sets: model padding, spectrum, metrics, MiniLM pruning, STS,
+# the asymmetry kernel against the torch path)
 # under each CPU kernel set the CPU supports: fp32 summation order differs between them.
 # MKL_CBWR switches MKL's BLAS/LAPACK code path the same way (COMPATIBLE: the generic one).
 KERNEL_TESTS := tests/test_parity_*.py tests/test_export.py tests/test_export_seq2seq.py \

@@ -21,6 +21,18 @@ symmetric, which implies ``alpha_ij alpha_ji <= alpha_ii alpha_jj`` (``product_v
 share of pairs breaking it, 0 up to rounding); the stronger claim ``alpha_ij <= max(alpha_ii,
 alpha_jj)`` is checked too (``dominance_violations``: share of ordered pairs ``i != j``
 breaking it, pooled).
+
+**Computation.** On the CPU a C kernel (``_asymmetry_kernel.c``, ``kernel_pattern_asymmetry``)
+visits each unordered pair ``{i, j}`` of each (sentence, head) matrix's real block once,
+reading ``p_ij`` and ``p_ji``: both squared norms summed in float64, the four counts with the
+torch path's comparisons in the pattern's dtype (the level ``edge_level / n`` and
+``factor * p`` rounded as torch rounds them), so the counts are the same integers and the
+ratios differ from the torch path's float32 norms in float32 rounding; the baseline's
+float64 ``alpha`` (still computed by torch) goes through the same kernel, its violations
+counted in the same pass. It is called once per layer. The torch path
+(``masked_pattern_asymmetry``, ``masked_dominance_violations``: about 15 whole-tensor
+operations, several layers concatenated into one call) runs on GPUs, without the built
+extension, and for other dtypes, and is the tests' reference.
 """
 
 from __future__ import annotations
