@@ -311,7 +311,7 @@ class PatternAsymmetry(HeadPatternAnalyzer):
         mask = batch.attention_mask.bool()  # [batch, pos]
         self._lengths = mask.sum(-1)  # [batch]
         self._real = self._lengths > 0  # sentences with a token (the corpus refuses others)
-        self._pairs = real_pairs(mask)  # [batch, pos, pos]
+        self._pairs = None  # [batch, pos, pos] real_pairs, made by the torch path alone
         self._mask = mask
         self.sentences += int(self._real.sum())  # one host read of the lengths per batch
 
@@ -371,6 +371,8 @@ class PatternAsymmetry(HeadPatternAnalyzer):
             return kernel_pattern_asymmetry(P, self._mask, self.factor, self.edge_level,
                                             violations)
         lengths = self._lengths.clamp_min(1)
+        if self._pairs is None:
+            self._pairs = real_pairs(self._mask)
         measures = masked_pattern_asymmetry(P, self._pairs, lengths, self.factor,
                                             self.edge_level)
         if not violations:
