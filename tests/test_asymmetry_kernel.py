@@ -277,3 +277,15 @@ def test_every_build_gives_the_installed_bits(name, build, monkeypatch):
         got = kernel_pattern_asymmetry(P, mask, 2.1, 1.0, v)
         for a, b in zip(got, want, strict=True):
             assert torch.equal(a, b)
+
+
+def test_without_the_baseline_the_pattern_measures_are_the_same(tiny_gqa):
+    from tests.fixtures import tiny_batches
+
+    batches = tiny_batches([[5, 7, 7], [3, 12]], 0)
+    both = PatternAsymmetry.for_model(tiny_gqa)
+    alone = PatternAsymmetry.for_model(tiny_gqa, baseline=False)
+    run_analyzers(tiny_gqa, batches, [both, alone], show_progress=False)
+    assert torch.equal(both.counts, alone.counts)
+    assert torch.equal(both.ratio_sum, alone.ratio_sum)
+    assert "asymmetry_baseline" not in alone.result()

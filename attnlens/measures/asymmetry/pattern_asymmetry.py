@@ -322,19 +322,23 @@ class PatternAsymmetry(HeadPatternAnalyzer):
         # call (``_fold_held``): the layers' heads side by side, entries outside each
         # sentence's real block 0 (masked_pattern_asymmetry), so no loop over layers, lengths
         # or sentences.
-        patterns = cache["pattern", layer]  # [batch, head, query_pos, key_pos]
-        X_all = None
-        if self.baseline:
-            X_all = cache["resid_pre", layer]  # [batch, pos, d_model]
-            norm = self.input_norms[layer]
-            if norm is not None:
-                X_all = norm.to(X_all.device).apply(X_all)  # the attention's own input
-            X_all = X_all[:, None]  # [batch, 1, pos, d_model]
-        held = (patterns,) if X_all is None else (patterns, X_all)
-        if kernel_available(patterns):
+        held = self._inputs(layer, cache)
+        if kernel_available(held[0]):
             self._fold([layer], *held)
         elif self._held.add(layer, *held):
             self._fold_held()
+
+    def _inputs(self, layer: int, cache: ActivationCache) -> tuple[torch.Tensor, ...]:
+        """The layer's patterns ``[batch, head, query_pos, key_pos]`` and, with the baseline,
+        its attention's input ``[batch, 1, pos, d_model]``."""
+        patterns = cache["pattern", layer]
+        if not self.baseline:
+            return (patterns,)
+        X_all = cache["resid_pre", layer]  # [batch, pos, d_model]
+        norm = self.input_norms[layer]
+        if norm is not None:
+            X_all = norm.to(X_all.device).apply(X_all)  # the attention's own input
+        return patterns, X_all[:, None]
 
     def _fold_held(self) -> None:
         """Fold the held layers: patterns ``[batch, layer * head, pos, pos]`` (layer-major)
