@@ -8,7 +8,9 @@ so that all see the same load of a shared machine:
 - ``torch, held``: the torch path (the extension hidden), several layers concatenated into
   one call (the code before asym37);
 - ``kernel, held``: the C kernel on the same concatenated layers;
-- ``kernel, per layer``: the C kernel once per layer, nothing concatenated (the code now).
+- ``kernel, per layer``: the C kernel once per layer, nothing concatenated;
+- ``kernel, inputs held``: the patterns by the C kernel once per layer, the baseline's inputs
+  held and concatenated, its attention computed for several layers at once (the code now).
 
 Prints each form's CPU seconds (``--wall``: wall time) and whether its counts equal the
 torch path's (they must) and its ratio sums lie within 1e-5 relative (float32 norms there).
@@ -41,6 +43,15 @@ class HeldAsymmetry(PatternAsymmetry):
             self._fold_held()
 
 
+class PerLayerAsymmetry(PatternAsymmetry):
+    """The kernel once per layer for the patterns and the baseline alike, nothing held."""
+
+    def update_layer(self, batch, layer, cache) -> None:
+        patterns, X_all = self._inputs(layer, cache)
+        self._fold_patterns([layer], patterns)
+        self._fold_baseline([layer], X_all)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sentences", type=int, default=2001)
@@ -60,14 +71,15 @@ def main() -> None:
         caches = [model.run_with_cache(**batch.model_inputs())[1] for batch in batches]
     kernel = module._asymmetry_kernel
     forms = {"torch, held": (PatternAsymmetry, None), "kernel, held": (HeldAsymmetry, kernel),
-             "kernel, per layer": (PatternAsymmetry, kernel)}
+             "kernel, per layer": (PerLayerAsymmetry, kernel),
+             "kernel, inputs held": (PatternAsymmetry, kernel)}
     analyzers = {name: cls.for_model(model) for name, (cls, _) in forms.items()}
     spent = dict.fromkeys(forms, 0.0)
     clock = time.perf_counter if args.wall else time.process_time
     names = list(forms)
     with torch.no_grad():
         for i, (batch, cache) in enumerate(zip(batches, caches, strict=True)):
-            for name in names[i % 3:] + names[: i % 3]:
+            for name in names[i % len(names):] + names[: i % len(names)]:
                 module._asymmetry_kernel = forms[name][1]
                 start = clock()
                 feed(model, analyzers[name], batch, cache)
@@ -80,7 +92,7 @@ def main() -> None:
         same = all(torch.equal(getattr(analyzer, f), getattr(reference, f))
                    for f in ("counts", "base_counts", "base_violations"))
         close = torch.allclose(analyzer.ratio_sum, reference.ratio_sum, rtol=1e-5, atol=0)
-        print(f"  {name:18s} {spent[name]:6.2f} s {kind}  "
+        print(f"  {name:20s} {spent[name]:6.2f} s {kind}  "
               f"({spent['torch, held'] / spent[name]:.2f}x)  counts equal: {same}, "
               f"ratio sums within 1e-5: {close}")
 

@@ -284,7 +284,8 @@ class PatternAsymmetry(HeadPatternAnalyzer):
         self.base_counts = torch.zeros(self.n_layers, _COUNTS, dtype=f64)
         self.base_violations = torch.zeros(self.n_layers, 3, dtype=f64)
         self._lengths = self._real = self._pairs = self._mask = None
-        self._held = HeldLayers()
+        self._held = HeldLayers()  # the torch path: patterns (and the baseline's inputs)
+        self._held_inputs = HeldLayers()  # the kernel path: the baseline's inputs
 
     @classmethod
     def model_options(cls, model: HookedTransformer) -> dict:
@@ -316,16 +317,20 @@ class PatternAsymmetry(HeadPatternAnalyzer):
         self.sentences += int(self._real.sum())  # one host read of the lengths per batch
 
     def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
-        # The C kernel (CPU) reads each layer's patterns where they lie, one call per layer:
-        # holding layers would first copy them (torch.cat), which costs more than the calls it
-        # saves (asym37). The torch path holds, then folds every held layer of the batch in one
-        # call (``_fold_held``): the layers' heads side by side, entries outside each
-        # sentence's real block 0 (masked_pattern_asymmetry), so no loop over layers, lengths
-        # or sentences.
+        # The C kernel (CPU) reads each layer's patterns where they lie, one call per layer
+        # (holding them would first copy them, torch.cat); the baseline's inputs are held
+        # (``_held_inputs``) and its attention computed for several layers at once (asym37).
+        # The torch path holds both, then folds every held layer of the batch in one call
+        # (``_fold_held``): the layers' heads side by side, entries outside each sentence's
+        # real block 0 (masked_pattern_asymmetry), so no loop over layers, lengths or
+        # sentences.
         held = self._inputs(layer, cache)
-        if kernel_available(held[0]):
-            self._fold([layer], *held)
-        elif self._held.add(layer, *held):
+        if not kernel_available(held[0]):
+            if self._held.add(layer, *held):
+                self._fold_held()
+            return
+        self._fold_patterns([layer], held[0])
+        if self.baseline and self._held_inputs.add(layer, held[1]):
             self._fold_held()
 
     def _inputs(self, layer: int, cache: ActivationCache) -> tuple[torch.Tensor, ...]:
@@ -344,10 +349,13 @@ class PatternAsymmetry(HeadPatternAnalyzer):
         """Fold the held layers: patterns ``[batch, layer * head, pos, pos]`` (layer-major)
         and the baseline's inputs ``[batch, layer, pos, d_model]``."""
         for layers, held in self._held.take(dims=(1, 1)[: 1 + self.baseline]):
-            self._fold(layers, *held)
+            self._fold_patterns(layers, held[0])
+            if self.baseline:
+                self._fold_baseline(layers, held[1])
+        for layers, (X_all,) in self._held_inputs.take(dims=(1,)):
+            self._fold_baseline(layers, X_all)
 
-    def _fold(self, layers: list[int], patterns: torch.Tensor,
-              X_all: torch.Tensor | None = None) -> None:
+    def _fold_patterns(self, layers: list[int], patterns: torch.Tensor) -> None:
         n_layers = len(layers)
         real = self._real.to(torch.float64)  # [batch]
         ratio, counts = self._measures(patterns)
@@ -357,8 +365,9 @@ class PatternAsymmetry(HeadPatternAnalyzer):
         ratio = ratio.unflatten(1, (n_layers, -1))
         for i, layer in enumerate(layers):
             self.ratio_sum[layer, :ratio.shape[-1]] += real @ ratio[:, i].contiguous()
-        if X_all is None:
-            return
+
+    def _fold_baseline(self, layers: list[int], X_all: torch.Tensor) -> None:
+        real = self._real.to(torch.float64)  # [batch]
         alpha = masked_unweighted_attention(X_all, self._mask)  # [batch, layer, pos, pos]
         ratio, counts, violations = self._measures(alpha, violations=True)
         add_to_layers(self.base_counts, layers, counts.sum(0))
@@ -384,7 +393,7 @@ class PatternAsymmetry(HeadPatternAnalyzer):
         return (*measures, masked_dominance_violations(P, self._pairs[:, None], lengths))
 
     def end_batch(self, batch: Batch) -> None:
-        if self._held:
+        if self._held or self._held_inputs:
             self._fold_held()
         self._lengths = self._real = self._pairs = self._mask = None
 
