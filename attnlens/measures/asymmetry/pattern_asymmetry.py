@@ -227,7 +227,7 @@ def kernel_pattern_asymmetry(
     ..., 3]``), float64. The counts are the torch path's integers; the norms are summed in
     float64 (the torch path: float32 for float32 ``P``), so ratios differ in float32 rounding.
     """
-    P = P.detach().contiguous()
+    P = (P.detach() if P.requires_grad else P).contiguous()  # no-ops in the analyzer
     batch, pos = mask.shape
     heads = P.shape[1:-2]  # [...]
     per_sentence = P[0, ..., 0, 0].numel() if batch else 0
@@ -283,7 +283,7 @@ class PatternAsymmetry(HeadPatternAnalyzer):
         self.base_ratio_sum = torch.zeros(self.n_layers, dtype=f64)
         self.base_counts = torch.zeros(self.n_layers, _COUNTS, dtype=f64)
         self.base_violations = torch.zeros(self.n_layers, 3, dtype=f64)
-        self._lengths = self._real = self._pairs = self._mask = None
+        self._lengths = self._weights = self._pairs = self._mask = None
         self._held = HeldLayers()  # the torch path: patterns (and the baseline's inputs)
         self._held_inputs = HeldLayers()  # the kernel path: the baseline's inputs
 
@@ -311,10 +311,11 @@ class PatternAsymmetry(HeadPatternAnalyzer):
         self.move_state(batch.attention_mask.device)
         mask = batch.attention_mask.bool()  # [batch, pos]
         self._lengths = mask.sum(-1)  # [batch]
-        self._real = self._lengths > 0  # sentences with a token (the corpus refuses others)
+        real = self._lengths > 0  # sentences with a token (the corpus refuses others)
+        self._weights = real.to(torch.float64)  # [batch], the ratios' weights
         self._pairs = None  # [batch, pos, pos] real_pairs, made by the torch path alone
         self._mask = mask
-        self.sentences += int(self._real.sum())  # one host read of the lengths per batch
+        self.sentences += int(real.sum())  # one host read of the lengths per batch
 
     def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
         # The C kernel (CPU) reads each layer's patterns where they lie, one call per layer
@@ -357,17 +358,19 @@ class PatternAsymmetry(HeadPatternAnalyzer):
 
     def _fold_patterns(self, layers: list[int], patterns: torch.Tensor) -> None:
         n_layers = len(layers)
-        real = self._real.to(torch.float64)  # [batch]
         ratio, counts = self._measures(patterns)
         add_to_layers(self.counts, layers, counts.sum(0).unflatten(0, (n_layers, -1)))
+        if n_layers == 1:  # [batch, head]: the kernel's call per layer
+            self.ratio_sum[layers[0], :ratio.shape[-1]] += self._weights @ ratio
+            return
         # [batch, layer, head]; each layer's weighted sum over sentences as one product per
         # layer of a contiguous [batch, head] (the same product, and rounding, as unheld)
         ratio = ratio.unflatten(1, (n_layers, -1))
         for i, layer in enumerate(layers):
-            self.ratio_sum[layer, :ratio.shape[-1]] += real @ ratio[:, i].contiguous()
+            self.ratio_sum[layer, :ratio.shape[-1]] += self._weights @ ratio[:, i].contiguous()
 
     def _fold_baseline(self, layers: list[int], X_all: torch.Tensor) -> None:
-        real = self._real.to(torch.float64)  # [batch]
+        real = self._weights  # [batch]
         alpha = masked_unweighted_attention(X_all, self._mask)  # [batch, layer, pos, pos]
         ratio, counts, violations = self._measures(alpha, violations=True)
         add_to_layers(self.base_counts, layers, counts.sum(0))
@@ -395,7 +398,7 @@ class PatternAsymmetry(HeadPatternAnalyzer):
     def end_batch(self, batch: Batch) -> None:
         if self._held or self._held_inputs:
             self._fold_held()
-        self._lengths = self._real = self._pairs = self._mask = None
+        self._lengths = self._weights = self._pairs = self._mask = None
 
     @staticmethod
     def _graph_measures(ratio_sum, counts, sentences) -> list[np.ndarray]:
