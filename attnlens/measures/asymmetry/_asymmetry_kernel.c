@@ -7,9 +7,10 @@
  *   - ||P||_F^2 and ||P - P^T||_F^2 = 2 sum_{i<j} (p_ij - p_ji)^2, accumulated in float64,
  *     and asym_ratio = ||P - P^T||_F / max(||P||_F, DBL_MIN);
  *   - the graph counts: edges i -> j (i != j, p_ij >= level, level = (1 / n) x edge_level
- *     in float64, torch's edge_level / n, rounded to P's type), reciprocated edges (ordered pairs both ways), unordered
- *     pairs {i, j} with an edge, and those of them whose stronger entry is at least
- *     factor x the weaker (max >= factor * min, the product rounded to P's type);
+ *     in float64, as torch computes edge_level / n, rounded to P's type), reciprocated
+ *     edges (ordered pairs both ways), unordered pairs {i, j} with an edge, and those of
+ *     them whose stronger entry is at least factor x the weaker (max >= factor * min, the
+ *     product rounded to P's type);
  *   - optionally (the float64 baseline) the ordered pairs i != j, those with
  *     p_ij p_ji > (tol p_ii) p_jj, and those with p_ij > tol max(p_ii, p_jj).
  *
@@ -21,9 +22,10 @@
  * -std=c99: no contraction into FMA, no reassociation), so every build and clone gives the
  * same bits; they differ from torch's float32 norms in the last float32 bits.
  *
- * Each matrix's real block is copied once, widened to float64, into a compact n x n block
- * and its transpose (both in L1 for sentence lengths up to ~60), so the pair loop reads two
- * contiguous rows: row i of P and row i of P^T, columns j > i.
+ * Each matrix's real block is copied once, widened to float64, into a compact block and
+ * the upper triangle of its transpose (rows padded with zeros to whole vectors; both in L1
+ * for sentence lengths up to ~60), so the pair loop reads two contiguous rows: row i of P
+ * and row i of P^T, columns j > i, in vectors of VECTOR_WIDTH.
  *
  * Python interface: asymmetry(src, mask, ratio, counts, violations, matrices_per_sentence,
  * pos, factor, edge_level, tol, double_input) -> None. ``src`` holds sentences x
@@ -106,8 +108,8 @@ typedef struct {
 #endif
 
 #if LANE_VECTORS
-/* v = LANES entries from p (unaligned); x where m (all ones), else y. Macros: a function
- * passing these vectors by value would warn of AVX-512's calling convention. */
+/* v = VECTOR_WIDTH entries from p (unaligned); x where m (all ones), else y. Macros: a
+ * function passing these vectors by value would warn of the AVX-512 calling convention. */
 #define LOAD(v, p) memcpy(&(v), (p), sizeof(v))
 #define PICK(m, x, y) ((vd)(((m) & (vi)(x)) | (~(m) & (vi)(y))))
 
