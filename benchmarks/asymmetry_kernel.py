@@ -16,11 +16,17 @@ Prints each form's CPU seconds (``--wall``: wall time) and whether its counts eq
 torch path's (they must) and its ratio sums lie within 1e-5 relative (float32 norms there).
 
     python benchmarks/asymmetry_kernel.py [--sentences 2001] [--threads 1] [--batch-tokens 1024]
+        [--wall] [--profile]
+
+``--profile``: then the kept form once more over every batch under cProfile (the 12 functions
+of most own time).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import sys
 import time
 from pathlib import Path
@@ -58,6 +64,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--batch-tokens", type=int, default=1024)
     parser.add_argument("--wall", action="store_true")
+    parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     if module._asymmetry_kernel is None:
         raise SystemExit("the asymmetry kernel is not built")
@@ -95,6 +102,12 @@ def main() -> None:
         print(f"  {name:20s} {spent[name]:6.2f} s {kind}  "
               f"({spent['torch, held'] / spent[name]:.2f}x)  counts equal: {same}, "
               f"ratio sums within 1e-5: {close}")
+    if args.profile:
+        analyzer = PatternAsymmetry.for_model(model)
+        with torch.no_grad(), cProfile.Profile() as profile:
+            for batch, cache in zip(batches, caches, strict=True):
+                feed(model, analyzer, batch, cache)
+        pstats.Stats(profile).sort_stats("tottime").print_stats(12)
 
 
 if __name__ == "__main__":
