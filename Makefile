@@ -1,5 +1,5 @@
 # Two entry points: `make demo` (set up, then analyse the embedded model) and `make test`.
-# Set-up is idempotent: it reruns only when pyproject.toml, setup.py or the C kernel change.
+# Set-up is idempotent: it reruns only when pyproject.toml, setup.py or a C kernel change.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -11,9 +11,10 @@ TORCH := torch==2.13.0
 
 setup: $(STAMP)
 
-# setup.py and the C kernel too: a changed kernel is rebuilt by the editable install.
-$(STAMP): pyproject.toml setup.py attnlens/measures/spectrum/_spectral_kernel.c \
-	attnlens/measures/sparse/_sparse_kernel.c
+# setup.py and the C kernels too (setup.py's KERNELS): a changed kernel is rebuilt by the
+# editable install.
+KERNEL_SOURCES := $(wildcard attnlens/*/_*_kernel.c attnlens/*/*/_*_kernel.c)
+$(STAMP): pyproject.toml setup.py $(KERNEL_SOURCES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch first and pinned: an unpinned torch would pull a multi-GB CUDA build.
 	$(BIN)/pip install -q --disable-pip-version-check $(TORCH)
@@ -88,13 +89,15 @@ screenshots: setup browser
 	$(BIN)/python docs/img/screenshots.py reports/minilm docs/img
 
 # Float-sensitive tests (parity, export, pruning equivalence, and the tests whose measured
-# differences move between kernel sets: model padding, spectrum, metrics, MiniLM pruning, STS)
+# differences move between kernel sets: model padding, spectrum, metrics, MiniLM pruning, STS,
+# the asymmetry and sparse kernels against the torch path)
 # under each CPU kernel set the CPU supports: fp32 summation order differs between them.
 # MKL_CBWR switches MKL's BLAS/LAPACK code path the same way (COMPATIBLE: the generic one).
 KERNEL_TESTS := tests/test_parity_*.py tests/test_export.py tests/test_export_seq2seq.py \
 	tests/test_pruning.py tests/test_loaders.py tests/test_model.py tests/test_spectrum.py tests/test_metrics_prune.py \
 	tests/test_pruning_minilm.py tests/test_sts.py tests/test_sample_report_regression.py \
-	tests/test_hf_backend.py tests/test_sparse_kernel.py tests/test_sparse32.py
+	tests/test_hf_backend.py tests/test_asymmetry_kernel.py tests/test_sparse_kernel.py \
+	tests/test_sparse32.py
 test-kernels: setup
 	@for cap in default avx2; do \
 	  if [ "$$cap" = avx2 ] && ! grep -qw avx2 /proc/cpuinfo; then \

@@ -1,32 +1,42 @@
-"""Build step for the one C extension and the package list; the metadata lives in pyproject.toml.
+"""Build step for the C extensions and the package list; the metadata lives in pyproject.toml.
 
 The packages are every package under ``attnlens/`` (a new ``attnlens/measures/<topic>/`` is
 found without a line anywhere) and ``cli/`` installed as ``attnlens.cli`` (no top-level ``cli``
 package is installed).
 
-``attnlens.measures.spectrum._spectral_kernel`` (eigenvalues of many small Gram matrices, the CPU
-spectral path) is optional: without a C compiler the package installs without it and the
-spectrum falls back to LAPACK (slower, same results within 1e-9 on the curve).
+Every C kernel (``KERNELS``: one source each, ``-O3 -std=c99``, so no floating-point
+contraction) is optional: without a C compiler the package installs without it and its
+Python path runs instead.
+
+- ``attnlens.measures.spectrum._spectral_kernel`` (eigenvalues of many small Gram matrices,
+  the CPU spectral path): without it the spectrum falls back to LAPACK (slower, same
+  results within 1e-9 on the curve).
+- ``attnlens.measures.asymmetry._asymmetry_kernel`` (pattern asymmetry's norms and graph
+  counts, the CPU path): without it the torch path runs (the same counts, the ratios within
+  float32 rounding).
+- ``attnlens.measures.sparse._sparse_kernel`` (sparse coverage's masses and output errors,
+  the CPU path): without it the torch path runs (within float32 rounding).
 """
 
 import os
 
 from setuptools import Extension, find_packages, setup
 
+KERNELS = [
+    "attnlens/measures/spectrum/_spectral_kernel.c",
+    "attnlens/measures/asymmetry/_asymmetry_kernel.c",
+    "attnlens/measures/sparse/_sparse_kernel.c",
+]
+
 setup(
     packages=[*find_packages(include=["attnlens", "attnlens.*"]), "attnlens.cli"],
     ext_modules=[
         Extension(
-            "attnlens.measures.spectrum._spectral_kernel",
-            sources=["attnlens/measures/spectrum/_spectral_kernel.c"],
+            source.removesuffix(".c").replace("/", "."),
+            sources=[source],
             extra_compile_args=[] if os.name == "nt" else ["-O3", "-std=c99"],
             optional=True,
-        ),
-        Extension(
-            "attnlens.measures.sparse._sparse_kernel",
-            sources=["attnlens/measures/sparse/_sparse_kernel.c"],
-            extra_compile_args=[] if os.name == "nt" else ["-O3", "-std=c99"],
-            optional=True,
-        ),
-    ]
+        )
+        for source in KERNELS
+    ],
 )

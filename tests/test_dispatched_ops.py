@@ -29,8 +29,9 @@ FEEDING = ("begin_batch", "update_layer", "update_block", "end_layer", "end_batc
 # head statistics 38, head behaviour 24, sink scores 15; per sentence: rare words 16, head
 # examples 3. After it: 15, 18, 15, 15, 8, 13, 29, 15, 2; 0, 0.
 BOUNDS = {
-    # per layer: the held layer (1 view), then per held layer its weighted sum over sentences
-    # as one product per layer (the rounding of the unheld product) added into its slice
+    # per layer: the C kernel's call (its outputs, the buffers it reads), the layer's counts
+    # and weighted sum over sentences added into its slice, the baseline's input held (1
+    # view); the torch path (GPUs): the held layer, then per held layer the weighted sum
     "asymmetry: PatternAsymmetry": (30, 0),
     # per layer: the block's column sums and the layer's top keys; counted on the host
     "lm_heads: SinkKeys": (15, 0),

@@ -21,6 +21,18 @@ symmetric, which implies ``alpha_ij alpha_ji <= alpha_ii alpha_jj`` (``product_v
 share of pairs breaking it, 0 up to rounding); the stronger claim ``alpha_ij <= max(alpha_ii,
 alpha_jj)`` is checked too (``dominance_violations``: share of ordered pairs ``i != j``
 breaking it, pooled).
+
+**Computation.** On the CPU a C kernel (``_asymmetry_kernel.c``, ``kernel_pattern_asymmetry``)
+visits each unordered pair ``{i, j}`` of each (sentence, head) matrix's real block once,
+reading ``p_ij`` and ``p_ji``: both squared norms summed in float64, the four counts with the
+torch path's comparisons in the pattern's dtype (the level ``edge_level / n`` and
+``factor * p`` rounded as torch rounds them), so the counts are the same integers and the
+ratios differ from the torch path's float32 norms in float32 rounding; the baseline's
+float64 ``alpha`` (still computed by torch) goes through the same kernel, its violations
+counted in the same pass. It is called once per layer. The torch path
+(``masked_pattern_asymmetry``, ``masked_dominance_violations``: about 15 whole-tensor
+operations, several layers concatenated into one call) runs on GPUs, without the built
+extension, and for other dtypes, and is the tests' reference.
 """
 
 from __future__ import annotations
@@ -36,6 +48,11 @@ from attnlens.model.transformer import HookedTransformer
 from attnlens.stream.base import Batch
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.held_layers import HeldLayers, add_to_layers
+
+try:  # built by `pip install` where a C compiler is present (setup.py); optional
+    from attnlens.measures.asymmetry import _asymmetry_kernel
+except ImportError:  # pragma: no cover - exercised where the build was skipped
+    _asymmetry_kernel = None
 
 PATTERN_MEASURES = ("asym_ratio", "directed_share", "reciprocity")
 BASELINE_MEASURES = (*PATTERN_MEASURES, "product_violations", "dominance_violations")
@@ -190,6 +207,47 @@ def masked_dominance_violations(alpha: torch.Tensor, pairs: torch.Tensor,
     return torch.stack([(n * (n - 1)).expand_as(product), product, dominance], -1)
 
 
+# --- the same by the C kernel (CPU) ---------------------------------------------------------
+def kernel_available(P: torch.Tensor) -> bool:
+    """Whether ``kernel_pattern_asymmetry`` can read ``P``: the extension is built, ``P`` is on
+    the CPU and float32 or float64."""
+    return (_asymmetry_kernel is not None and P.device.type == "cpu"
+            and P.dtype in (torch.float32, torch.float64))
+
+
+def kernel_pattern_asymmetry(
+    P: torch.Tensor, mask: torch.Tensor, factor: float = 2.0, edge_level: float = 1.0,
+    violations: bool = False,
+) -> tuple[torch.Tensor, ...]:
+    """``masked_pattern_asymmetry`` (and, with ``violations``, ``masked_dominance_violations``
+    of float64 input) by the C kernel: ``P [batch, ..., pos, pos]`` on the CPU, float32 or
+    float64, ``mask [batch, pos]`` (real tokens; entries outside the real block are not read).
+
+    Returns ``asym_ratio [batch, ...]``, counts ``[batch, ..., 4]`` (and violations ``[batch,
+    ..., 3]``), float64. The counts are the torch path's integers; the norms are summed in
+    float64 (the torch path: float32 for float32 ``P``), so ratios differ in float32 rounding.
+    """
+    P = (P.detach() if P.requires_grad else P).contiguous()  # no-ops in the analyzer
+    batch, pos = mask.shape
+    heads = P.shape[1:-2]  # [...]
+    per_sentence = P[0, ..., 0, 0].numel() if batch else 0
+    ratio = torch.empty(batch, *heads, dtype=torch.float64)
+    counts = torch.empty(batch, *heads, _COUNTS, dtype=torch.float64)
+    broken = torch.empty(batch, *heads, 3, dtype=torch.float64) if violations else None
+    _asymmetry_kernel.asymmetry(
+        P.numpy(), _mask_bytes(mask).numpy(), ratio.numpy(), counts.numpy(),
+        None if broken is None else broken.numpy(), per_sentence, pos, float(factor),
+        float(edge_level), 1 + RELATIVE_TOL, P.dtype == torch.float64)
+    return (ratio, counts) if broken is None else (ratio, counts, broken)
+
+
+def _mask_bytes(mask: torch.Tensor) -> torch.Tensor:
+    """``mask [batch, pos]`` as contiguous bytes, nonzero for real tokens (a bool mask as is)."""
+    if mask.dtype not in (torch.bool, torch.uint8):
+        mask = mask.bool()
+    return mask.contiguous()
+
+
 class PatternAsymmetry(HeadPatternAnalyzer):
     """Streaming asymmetry of attention patterns per head, plus the unweighted baseline.
 
@@ -225,8 +283,9 @@ class PatternAsymmetry(HeadPatternAnalyzer):
         self.base_ratio_sum = torch.zeros(self.n_layers, dtype=f64)
         self.base_counts = torch.zeros(self.n_layers, _COUNTS, dtype=f64)
         self.base_violations = torch.zeros(self.n_layers, 3, dtype=f64)
-        self._lengths = self._real = self._pairs = self._mask = None
-        self._held = HeldLayers()
+        self._lengths = self._weights = self._pairs = self._mask = None
+        self._held = HeldLayers()  # the torch path: patterns (and the baseline's inputs)
+        self._held_inputs = HeldLayers()  # the kernel path: the baseline's inputs
 
     @classmethod
     def model_options(cls, model: HookedTransformer) -> dict:
@@ -252,63 +311,94 @@ class PatternAsymmetry(HeadPatternAnalyzer):
         self.move_state(batch.attention_mask.device)
         mask = batch.attention_mask.bool()  # [batch, pos]
         self._lengths = mask.sum(-1)  # [batch]
-        self._real = self._lengths > 0  # sentences with a token (the corpus refuses others)
-        self._pairs = real_pairs(mask)  # [batch, pos, pos]
+        real = self._lengths > 0  # sentences with a token (the corpus refuses others)
+        self._weights = real.to(torch.float64)  # [batch], the ratios' weights
+        self._pairs = None  # [batch, pos, pos] real_pairs, made by the torch path alone
         self._mask = mask
-        self.sentences += int(self._real.sum())  # one host read of the lengths per batch
+        self.sentences += int(real.sum())  # one host read of the lengths per batch
 
     def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
-        # Held, then every held layer of the batch in one call (``_fold_held``): the layers'
-        # heads side by side, entries outside each sentence's real block 0
-        # (masked_pattern_asymmetry), so no loop over layers, lengths or sentences.
-        patterns = cache["pattern", layer]  # [batch, head, query_pos, key_pos]
-        if not self.baseline:
-            if self._held.add(layer, patterns):
+        # The C kernel (CPU) reads each layer's patterns where they lie, one call per layer
+        # (holding them would first copy them, torch.cat); the baseline's inputs are held
+        # (``_held_inputs``) and its attention computed for several layers at once (asym37).
+        # The torch path holds both, then folds every held layer of the batch in one call
+        # (``_fold_held``): the layers' heads side by side, entries outside each sentence's
+        # real block 0 (masked_pattern_asymmetry), so no loop over layers, lengths or
+        # sentences.
+        held = self._inputs(layer, cache)
+        if not kernel_available(held[0]):
+            if self._held.add(layer, *held):
                 self._fold_held()
             return
+        self._fold_patterns([layer], held[0])
+        if self.baseline and self._held_inputs.add(layer, held[1]):
+            self._fold_held()
+
+    def _inputs(self, layer: int, cache: ActivationCache) -> tuple[torch.Tensor, ...]:
+        """The layer's patterns ``[batch, head, query_pos, key_pos]`` and, with the baseline,
+        its attention's input ``[batch, 1, pos, d_model]``."""
+        patterns = cache["pattern", layer]
+        if not self.baseline:
+            return (patterns,)
         X_all = cache["resid_pre", layer]  # [batch, pos, d_model]
         norm = self.input_norms[layer]
         if norm is not None:
             X_all = norm.to(X_all.device).apply(X_all)  # the attention's own input
-        if self._held.add(layer, patterns, X_all[:, None]):  # [batch, 1, pos, d_model]
-            self._fold_held()
+        return patterns, X_all[:, None]
 
     def _fold_held(self) -> None:
         """Fold the held layers: patterns ``[batch, layer * head, pos, pos]`` (layer-major)
         and the baseline's inputs ``[batch, layer, pos, d_model]``."""
         for layers, held in self._held.take(dims=(1, 1)[: 1 + self.baseline]):
-            self._fold(layers, *held)
+            self._fold_patterns(layers, held[0])
+            if self.baseline:
+                self._fold_baseline(layers, held[1])
+        for layers, (X_all,) in self._held_inputs.take(dims=(1,)):
+            self._fold_baseline(layers, X_all)
 
-    def _fold(self, layers: list[int], patterns: torch.Tensor,
-              X_all: torch.Tensor | None = None) -> None:
+    def _fold_patterns(self, layers: list[int], patterns: torch.Tensor) -> None:
         n_layers = len(layers)
-        real = self._real.to(torch.float64)  # [batch]
-        lengths = self._lengths.clamp_min(1)
-        ratio, counts = masked_pattern_asymmetry(patterns, self._pairs, lengths, self.factor,
-                                                 self.edge_level)
+        ratio, counts = self._measures(patterns)
         add_to_layers(self.counts, layers, counts.sum(0).unflatten(0, (n_layers, -1)))
+        if n_layers == 1:  # [batch, head]: the kernel's call per layer
+            self.ratio_sum[layers[0], :ratio.shape[-1]] += self._weights @ ratio
+            return
         # [batch, layer, head]; each layer's weighted sum over sentences as one product per
         # layer of a contiguous [batch, head] (the same product, and rounding, as unheld)
         ratio = ratio.unflatten(1, (n_layers, -1))
         for i, layer in enumerate(layers):
-            self.ratio_sum[layer, :ratio.shape[-1]] += real @ ratio[:, i].contiguous()
-        if X_all is None:
-            return
-        pairs = self._pairs[:, None]  # [batch, 1, pos, pos]
+            self.ratio_sum[layer, :ratio.shape[-1]] += self._weights @ ratio[:, i].contiguous()
+
+    def _fold_baseline(self, layers: list[int], X_all: torch.Tensor) -> None:
+        real = self._weights  # [batch]
         alpha = masked_unweighted_attention(X_all, self._mask)  # [batch, layer, pos, pos]
-        ratio, counts = masked_pattern_asymmetry(alpha, self._pairs, lengths, self.factor,
-                                                 self.edge_level)
+        ratio, counts, violations = self._measures(alpha, violations=True)
         add_to_layers(self.base_counts, layers, counts.sum(0))
         ratio = ratio.mT.contiguous()  # [layer, batch]
         for i, layer in enumerate(layers):
             self.base_ratio_sum[layer] += real @ ratio[i]
-        add_to_layers(self.base_violations, layers,
-                      masked_dominance_violations(alpha, pairs, lengths).sum(0))
+        add_to_layers(self.base_violations, layers, violations.sum(0))
+
+    def _measures(self, P: torch.Tensor, violations: bool = False) -> tuple[torch.Tensor, ...]:
+        """Ratios ``[batch, matrix]``, counts ``[batch, matrix, 4]`` (and with ``violations``,
+        ``[batch, matrix, 3]``) of ``P [batch, matrix, pos, pos]``: the C kernel on the CPU,
+        the torch path elsewhere (the same counts; ratios within float32 rounding)."""
+        if kernel_available(P):
+            return kernel_pattern_asymmetry(P, self._mask, self.factor, self.edge_level,
+                                            violations)
+        lengths = self._lengths.clamp_min(1)
+        if self._pairs is None:
+            self._pairs = real_pairs(self._mask)
+        measures = masked_pattern_asymmetry(P, self._pairs, lengths, self.factor,
+                                            self.edge_level)
+        if not violations:
+            return measures
+        return (*measures, masked_dominance_violations(P, self._pairs[:, None], lengths))
 
     def end_batch(self, batch: Batch) -> None:
-        if self._held:
+        if self._held or self._held_inputs:
             self._fold_held()
-        self._lengths = self._real = self._pairs = self._mask = None
+        self._lengths = self._weights = self._pairs = self._mask = None
 
     @staticmethod
     def _graph_measures(ratio_sum, counts, sentences) -> list[np.ndarray]:
