@@ -13,11 +13,6 @@ kernel's ratios lie within ``TORCH_RTOL`` 1e-5 of it on float32 patterns and 1e-
 
 from __future__ import annotations
 
-import importlib.util
-import platform
-import shutil
-import subprocess
-import sysconfig
 from pathlib import Path
 
 import numpy as np
@@ -35,11 +30,11 @@ from attnlens.measures.asymmetry.pattern_asymmetry import (
     real_pairs,
 )
 from attnlens.stream.runner import run_analyzers
+from tests.kernel_builds import V3, V4, build_kernel, needs_builds, skip_unless_cpu_has
 
 RATIO_RTOL = 1e-12
 TORCH_RTOL = {torch.float32: 1e-5, torch.float64: 1e-12}
 SOURCE = Path(module.__file__).with_name("_asymmetry_kernel.c")
-COMPILER = shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0])
 
 pytestmark = pytest.mark.skipif(module._asymmetry_kernel is None,
                                 reason="the asymmetry C kernel is not built")
@@ -214,18 +209,6 @@ def test_bad_buffers_are_value_errors():
 
 
 # --- every build form gives the installed build's bits --------------------------------------
-def cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    return {flag for line in text.splitlines() if line.startswith("flags")
-            for flag in line.split(":", 1)[1].split()}
-
-
-FLAGS = cpu_flags()
-V3 = {"avx2", "fma", "bmi2", "movbe", "f16c"}
-V4 = V3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
 NO_CLONES = "-DASYMMETRY_NO_CLONES"
 # name -> (compiler flags, what the CPU must have); the lane count (LANES) fixes the bits
 BUILDS = {
@@ -240,32 +223,22 @@ BUILDS = {
 
 @pytest.fixture(scope="module")
 def build(tmp_path_factory):
-    """``build(flags)``: the kernel module built with ``flags`` (one version, no clones)."""
+    """``build(name, flags)``: the kernel module built with ``flags`` (one version)."""
     folder = tmp_path_factory.mktemp("asymmetry_builds")
-    include = sysconfig.get_paths()["include"]
 
     def make(name: str, flags: list[str]):
         where = folder / name.replace(" ", "_").replace("(", "").replace(")", "")
         where.mkdir()
-        so = where / ("_asymmetry_kernel" + sysconfig.get_config_var("EXT_SUFFIX"))
-        subprocess.run([COMPILER, "-O3", "-std=c99", "-fPIC", "-shared", f"-I{include}",
-                        *flags, str(SOURCE), "-o", str(so)], check=True)
-        spec = importlib.util.spec_from_file_location("_asymmetry_kernel", so)
-        built = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(built)
-        return built
+        return build_kernel(SOURCE, where, flags)
 
     return make
 
 
-@pytest.mark.skipif(COMPILER is None or platform.machine() not in ("x86_64", "AMD64")
-                    or platform.system() != "Linux",
-                    reason="builds the kernel with GCC-style flags on x86-64 Linux")
+@needs_builds
 @pytest.mark.parametrize("name", sorted(BUILDS))
 def test_every_build_gives_the_installed_bits(name, build, monkeypatch):
     flags, needs = BUILDS[name]
-    if not needs <= FLAGS:
-        pytest.skip(f"this CPU lacks {sorted(needs - FLAGS)}")
+    skip_unless_cpu_has(needs)
     mask = padded_masks(pos=20)
     mask[2] = True  # one sentence of 20 tokens: rows of up to 19 pairs (5 passes of 4 lanes)
     cases = [(softmax_patterns(mask, 3, torch.float32, seed=8), False),

@@ -13,11 +13,6 @@ tests/test_sparse32.py applies, and every ``window90*`` integer is the same.
 
 from __future__ import annotations
 
-import importlib.util
-import platform
-import shutil
-import subprocess
-import sysconfig
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +21,7 @@ import torch
 
 import attnlens.measures.sparse.sparse as sparse
 from attnlens.measures.sparse.sparse import SparseCoverage
+from tests.kernel_builds import V3, V4, build_kernel, needs_builds, skip_unless_cpu_has
 from tests.test_sparse import _batch, _cache
 from tests.test_sparse32 import _padded_patterns, _tables_close
 
@@ -149,41 +145,18 @@ def test_wrong_sizes_are_refused():
         call(windows=np.array([2, 1], np.int32))
 
 
-COMPILER = shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0])
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    return {flag for line in text.splitlines() if line.startswith("flags")
-            for flag in line.split(":", 1)[1].split()}
-
-
-V3 = {"avx2", "fma", "bmi2", "movbe", "f16c"}
-V4 = V3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
 BUILDS = {"x86-64": ([], set()), "x86-64-v3": (["-march=x86-64-v3"], V3),
           "x86-64-v4": (["-march=x86-64-v4"], V4)}
 
 
-@pytest.mark.skipif(COMPILER is None or platform.machine() not in ("x86_64", "AMD64")
-                    or platform.system() != "Linux",
-                    reason="builds the kernel with GCC-style flags on x86-64 Linux")
+@needs_builds
 @pytest.mark.parametrize("name", list(BUILDS))
 def test_each_build_gives_the_installed_bits(tmp_path, name):
     """Each x86-64 level built alone (``SPARSE_NO_CLONES``; the installed build holds all
     three and runs the CPU's): no contraction and no reassociation, so the same bits."""
     flags, needs = BUILDS[name]
-    if not needs <= _cpu_flags():
-        pytest.skip(f"this CPU lacks {sorted(needs - _cpu_flags())}")
-    library = tmp_path / "_sparse_kernel.so"
-    subprocess.run([COMPILER, "-O3", "-std=c99", "-Wall", "-Werror", "-fPIC", "-shared",
-                    f"-I{sysconfig.get_paths()['include']}", "-DSPARSE_NO_CLONES", *flags,
-                    str(SOURCE), "-o", str(library)], check=True, capture_output=True)
-    spec = importlib.util.spec_from_file_location(f"{tmp_path.name}._sparse_kernel", library)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    skip_unless_cpu_has(needs)
+    module = build_kernel(SOURCE, tmp_path, ["-DSPARSE_NO_CLONES", *flags])
     installed = _fed(lengths=(33, 12, 7))
     saved = sparse._sparse_kernel
     try:

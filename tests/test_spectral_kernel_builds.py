@@ -14,11 +14,6 @@ sizes below, at and past multiples of the lane count and of the Gram matrix's bl
 
 from __future__ import annotations
 
-import importlib.util
-import platform
-import shutil
-import subprocess
-import sysconfig
 from pathlib import Path
 
 import numpy as np
@@ -26,25 +21,9 @@ import pytest
 import torch
 
 from attnlens.measures.spectrum.singular_values import kernel_available, kernel_eigenvalues
+from tests.kernel_builds import V3, V4, build_kernel, needs_builds, skip_unless_cpu_has
 
 SOURCE = Path(__file__).resolve().parents[1] / "attnlens/measures/spectrum/_spectral_kernel.c"
-COMPILER = shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0])
-X86_64 = platform.machine() in ("x86_64", "AMD64")
-
-
-def cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    return {flag for line in text.splitlines() if line.startswith("flags")
-            for flag in line.split(":", 1)[1].split()}
-
-
-FLAGS = cpu_flags()
-V3 = {"avx2", "fma", "bmi2", "movbe", "f16c"}
-V4 = V3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
-
 # name -> (compiler flags, what the CPU must have); every build is one version
 BUILDS = {
     "x86-64": (["-DSPECTRAL_NO_CLONES"], set()),
@@ -67,8 +46,7 @@ BUILDS = {
 
 pytestmark = [
     pytest.mark.skipif(not kernel_available(), reason="the spectral C kernel is not built"),
-    pytest.mark.skipif(COMPILER is None or not X86_64 or platform.system() != "Linux",
-                       reason="builds the kernel with GCC-style flags on x86-64 Linux"),
+    needs_builds,
 ]
 
 
@@ -81,19 +59,10 @@ def build(tmp_path_factory):
     def get(name: str):
         if name not in built:
             flags, needs = BUILDS[name]
-            if not needs <= FLAGS:
-                pytest.skip(f"this CPU lacks {sorted(needs - FLAGS)}")
+            skip_unless_cpu_has(needs)
             where = folder / f"b{len(built)}"
             where.mkdir()
-            library = where / "_spectral_kernel.so"
-            subprocess.run([COMPILER, "-O3", "-std=c99", "-Wall", "-Werror", "-fPIC", "-shared",
-                            f"-I{sysconfig.get_paths()['include']}", *flags, str(SOURCE),
-                            "-o", str(library)], check=True, capture_output=True)
-            spec = importlib.util.spec_from_file_location(f"b{len(built)}._spectral_kernel",
-                                                          library)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            built[name] = module
+            built[name] = build_kernel(SOURCE, where, flags)
         return built[name]
 
     return get
