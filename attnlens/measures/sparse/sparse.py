@@ -312,7 +312,10 @@ class SparseCoverage(HeadPatternAnalyzer):
         pattern = self._take(block.pattern)  # [batch, head, rows, key_pos]
         values = self._take(cache["v", layer])  # [batch, key_pos, kv_head, d_head_v]
         if block.is_whole and self._uses_kernel(pattern):  # one C call per layer
-            squared, norms = self._fold_rows([layer], pattern, values, block)
+            squared, norms, by_distance, nonglobal, masses = self._kernel_fold(
+                pattern, values, block)
+            self._add_sums([layer], pattern.shape[1], by_distance, nonglobal, masses,
+                           self._bigbird_sets(block)[1])
             self._add_errors([layer], squared, norms)
             return
         if block.is_whole:  # held, then folded several layers at a time as more heads
@@ -373,12 +376,6 @@ class SparseCoverage(HeadPatternAnalyzer):
         so that the dozens of passes over each stay in the core's cache; every result is per
         sentence and head, so the chunks change no number."""
         n_heads = pattern.shape[1]
-        if block.is_whole and self._uses_kernel(pattern):
-            squared, norms, by_distance, nonglobal, masses = self._kernel_fold(
-                pattern, values_kv, block)
-            self._add_sums(layers, n_heads, by_distance, nonglobal, masses,
-                           self._bigbird_sets(block)[1])
-            return squared, norms
         # values: [batch, head, key_pos, d_head_v] (a view; each chunk made contiguous once)
         values = per_query_head(values_kv, n_heads)
         sets = self._fold_sets(block)
