@@ -11,7 +11,9 @@ before the corpus pass. Printed: the ratio of peak RSS (what the target names) a
 of the pass's own growth (peak minus the pre-pass RSS, which removes the ~0.5 GB of imports
 and weights that dilute the first ratio). The Llama case uses the spectrum's top-k option
 (k = 32 for n >= 1,024): the full spectrum of 96 matrices of 2,048 x 2,048 takes minutes and
-the same memory per layer.
+the same memory per layer. The corpus case batches the sentences as `analyze` does (at most
+64 sentences and 1,024 padded tokens a batch) and takes the corpus' first 200 sentences as
+``--max-sentences 200`` does.
 
     python benchmarks/memory.py [--depth-only | --corpus-only] [--quick]
 
@@ -67,6 +69,7 @@ def run_child(kind: str, size: int, tokens: int = 2048) -> dict:
     import torch
 
     from attnlens.data.corpus import load_corpus
+    from attnlens.data.text import REPORT_BATCH_SIZE, REPORT_BATCH_TOKENS
     from attnlens.loaders import load
     from attnlens.measures.spectrum.section import SpectrumSection
     from attnlens.report.analyze import analyze, default_sections
@@ -84,14 +87,11 @@ def run_child(kind: str, size: int, tokens: int = 2048) -> dict:
             sections = [SpectrumSection(low_rank_cost=False, top_k=32) if s.name == "spectrum"
                         else s for s in sections]
         else:
-            model, tokenizer = load(None)
-            corpus = load_corpus(text=None, treebank=str(SHARED_UD))
-            batches, seen = [], 0
-            for batch in corpus.batches(tokenizer, batch_size=16, max_length=128):
-                if seen >= size:
-                    break
-                batches.append(batch)
-                seen += batch.size
+            model, tokenizer = load(None)  # the corpus' first `size` sentences, batched as
+            # `analyze` batches them (--max-sentences size, default --batch-size/--batch-tokens)
+            corpus = load_corpus(text=None, treebank=str(SHARED_UD), max_sentences=size)
+            batches = corpus.batches(tokenizer, batch_size=REPORT_BATCH_SIZE, max_length=128,
+                                     batch_tokens=REPORT_BATCH_TOKENS)
         before = rss_mib()
         analyze(model, tokenizer, batches, Path(tmp) / "out", sections=sections,
                 show_progress=False)

@@ -67,6 +67,17 @@ ABLATION_PROBES = 64  # probes (of --probe-sequences) the second-repeat loss is 
 # come with 25 haystacks of ~211 tokens and 10 long probes of ~265 tokens (~18k tokens in all)
 HAYSTACKS_PER_PROBE = 1 / 8
 LONG_PER_PROBE = 1 / 20
+# Long probes per forward: at most LONG_BATCH, and a layer's pattern [batch, head, n, n] within
+# LONG_PATTERN_ELEMENTS (16 MiB of float32): 8 probes of 265 tokens on 12 heads held 27 MiB a
+# pattern, and the analysis' peak memory was reached there (docs/performance.md, memory)
+LONG_BATCH = 8
+LONG_PATTERN_ELEMENTS = 1 << 22
+
+
+def long_batch_size(model: HookedTransformer, width: int) -> int:
+    """Long probes of ``width`` tokens per forward (``LONG_BATCH``, ``LONG_PATTERN_ELEMENTS``)."""
+    per_probe = max(model.heads_per_layer) * width * width  # one probe's pattern entries
+    return max(1, min(LONG_BATCH, LONG_PATTERN_ELEMENTS // per_probe))
 
 
 def max_tokens(model: HookedTransformer) -> int:
@@ -341,8 +352,8 @@ class LmHeads:
         if long is None:
             return None
         long_errors = StreamingError.for_model(model, s.sink_tokens, s.window)
-        run_analyzers(model, long.batches(8), [long_errors], show_progress=False,
-                      stop_when_fed=True)
+        run_analyzers(model, long.batches(long_batch_size(model, long.input_ids.shape[1])),
+                      [long_errors], show_progress=False, stop_when_fed=True)
         facts.update(long_repeat=long.repeat[0], long_probes=len(long))
         return long_errors
 
