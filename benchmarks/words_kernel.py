@@ -14,9 +14,9 @@ Prints each form's CPU seconds (``--wall``: wall time) and whether the kernel's 
 the torch path's bit for bit (syntactic ``pair_hits``, rare-word ``sentence_hits``).
 
     python benchmarks/words_kernel.py [--sentences 2001] [--threads 1] [--batch-tokens 1024]
-        [--wall] [--profile]
+        [--wall] [--profile {torch,kernel}]
 
-``--profile``: then the kernel form once more over every batch under cProfile (the 12
+``--profile FORM``: then that form once more over every batch under cProfile (the 12
 functions of most own time).
 """
 
@@ -65,7 +65,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--batch-tokens", type=int, default=1024)
     parser.add_argument("--wall", action="store_true")
-    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--profile", choices=["torch", "kernel"])
     args = parser.parse_args()
     kernel = module._words_kernel
     if kernel is None:
@@ -104,9 +104,13 @@ def main() -> None:
           f"{same_rare}")
     if args.profile:
         found = pair(model)
-        with torch.no_grad(), cProfile.Profile() as profile:
-            for batch, cache in zip(batches, caches, strict=True):
-                feed(model, found, batch, cache)
+        module._words_kernel = forms[args.profile]
+        try:
+            with torch.no_grad(), cProfile.Profile() as profile:
+                for batch, cache in zip(batches, caches, strict=True):
+                    feed(model, found, batch, cache)
+        finally:
+            module._words_kernel = kernel
         pstats.Stats(profile).sort_stats("tottime").print_stats(12)
 
 
