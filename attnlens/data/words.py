@@ -17,6 +17,12 @@ complete once the block holding its last token has been seen (a word cut by a bl
 carries its partial row into the next block), and its columns are summed with a scatter over
 key positions instead of ``A.T`` (``[pos, word]`` would be quadratic in length). Each word's
 row is the same sum as on the whole matrix, in another order: equal within float32 rounding.
+
+On the CPU, whole patterns are pooled by a C kernel where it is built
+(``WordAttentionContext.kernel_weights``, ``_words_kernel.c``, read by the syntactic and
+rare-word heads): the same float32 operations in the same order as the two products above
+(the rows' fused multiply-adds as MKL's float32 matmul does them), one pass per (sentence,
+head): the same bits.
 """
 
 from __future__ import annotations

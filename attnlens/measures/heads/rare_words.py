@@ -24,6 +24,10 @@ head: 66 %) by a one-sided test from the bootstrap, corrected over every head
 Heads are tested (and can be rare-word heads) only when the corpus has at least
 ``min_words`` attending words (``MIN_WORDS``, 100; `attnlens heads --min-examples`): on 6
 words one sentence decides, and the bootstrap over 2 sentences hardly varies.
+
+On the CPU, whole patterns are counted by a C kernel (``words_kernel``: the same word rows,
+maxima, ties and float32 sums in the same order, so the same hits, in one pass per layer);
+the torch path runs on GPUs, for query blocks of long inputs and without the kernel.
 """
 
 from __future__ import annotations

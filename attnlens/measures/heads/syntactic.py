@@ -16,6 +16,10 @@ from the same arcs ("always predict the word k positions away"). "all relations"
 arc. The analyzer keeps its hits **per sentence and relation** (summed over the sentence's
 arcs), so ``attnlens.measures.heads.syntactic_tables`` can give every accuracy a bootstrap interval
 over sentences, test each head against its baseline and select heads on held-out sentences.
+
+On the CPU, whole patterns are counted by a C kernel (``words_kernel``: the same word rows,
+maxima, ties and float32 sums in the same order, so the same hits, in one pass per layer);
+the torch path below runs on GPUs, for query blocks of long inputs and without the kernel.
 """
 
 from __future__ import annotations
