@@ -118,7 +118,10 @@ class SyntacticHeads(PerSentenceRows, HeadPatternAnalyzer):
                 rel = base_relation(label) if self.base_relations else label
                 pair = pairs.setdefault((b, rel), len(pairs))
                 rows.append((b, dep, head, pair))
-                self.offsets.setdefault(rel, Counter())[head - dep] += 1
+                offsets = self.offsets.get(rel)
+                if offsets is None:  # (not setdefault: a Counter made for every arc)
+                    offsets = self.offsets[rel] = Counter()
+                offsets[head - dep] += 1
                 self.arc_sentence.append(ids[b])
                 self.arc_relation.append(rel)
                 self.arc_offset.append(head - dep)
