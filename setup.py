@@ -16,6 +16,8 @@ Python path runs instead.
   float32 rounding).
 - ``attnlens.measures.sparse._sparse_kernel`` (sparse coverage's masses and output errors,
   the CPU path): without it the torch path runs (within float32 rounding).
+- ``attnlens.data._words_kernel`` (word pooling of whole patterns, and the syntactic and
+  rare-word heads' credits, the CPU path): without it the torch path runs (the same hits).
 """
 
 import os
@@ -26,6 +28,7 @@ KERNELS = [
     "attnlens/measures/spectrum/_spectral_kernel.c",
     "attnlens/measures/asymmetry/_asymmetry_kernel.c",
     "attnlens/measures/sparse/_sparse_kernel.c",
+    "attnlens/data/_words_kernel.c",
 ]
 
 setup(

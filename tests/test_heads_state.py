@@ -117,7 +117,8 @@ def test_merge_of_parts_equals_one_pass_and_refuses_other_settings(data):
         analyzers()[1].merge(analyzers((3, 3))[1])
 
 
-def test_word_attention_is_computed_once_per_layer_for_both_readers(data, monkeypatch):
+@pytest.mark.parametrize("path", ["torch", "kernel"])
+def test_word_attention_is_computed_once_per_layer_for_both_readers(data, monkeypatch, path):
     calls = []
     real = words_module.word_attention
 
@@ -125,7 +126,23 @@ def test_word_attention_is_computed_once_per_layer_for_both_readers(data, monkey
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(words_module, "word_attention", counting)
+    kernel = words_module._words_kernel
+    if path == "torch":
+        monkeypatch.setattr(words_module, "_words_kernel", None)
+        monkeypatch.setattr(words_module, "word_attention", counting)
+    elif kernel is None:
+        pytest.skip("the words kernel is not built")
+    else:  # the C kernel's pooling, counted once per layer (its first part of the pairs)
+
+        class Counting:
+            def __getattr__(self, name):
+                return getattr(kernel, name)
+
+            def pool(self, *args):
+                calls.extend([1] if args[-3] == 0 else [])
+                return kernel.pool(*args)
+
+        monkeypatch.setattr(words_module, "_words_kernel", Counting())
     found = analyzers()
     batch, cache = data[0]
     for analyzer in found:

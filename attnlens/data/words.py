@@ -17,6 +17,12 @@ complete once the block holding its last token has been seen (a word cut by a bl
 carries its partial row into the next block), and its columns are summed with a scatter over
 key positions instead of ``A.T`` (``[pos, word]`` would be quadratic in length). Each word's
 row is the same sum as on the whole matrix, in another order: equal within float32 rounding.
+
+On the CPU, whole patterns are pooled by a C kernel where it is built
+(``WordAttentionContext.kernel_weights``, ``_words_kernel.c``, read by the syntactic and
+rare-word heads): the same float32 operations in the same order as the two products above
+(the rows' fused multiply-adds as MKL's float32 matmul does them), one pass per (sentence,
+head): the same bits.
 """
 
 from __future__ import annotations
@@ -35,6 +41,12 @@ from attnlens.data.text import length_sorted_chunks
 from attnlens.data.tokenizer import Tokenizer
 from attnlens.errors import DataError
 from attnlens.hooks import QueryBlock
+from attnlens.stream.threads import run_split
+
+try:  # the C kernel (setup.py builds it where a compiler is present)
+    from attnlens.data import _words_kernel
+except ImportError:  # pragma: no cover - the torch path then runs everywhere
+    _words_kernel = None
 
 
 def split_words(text: str) -> list[str]:
@@ -116,6 +128,12 @@ def word_pooling(word_ids: torch.Tensor, n_words: int, n_heads: int
     return assign, valid, from_mean[:, None].expand(-1, n_heads, -1, -1).contiguous()
 
 
+def uses_kernel(pattern: torch.Tensor) -> bool:
+    """Whether the C kernel pools this whole pattern (``WordAttentionContext.kernel_weights``):
+    built and on the CPU (any dtype: the torch path too reads it as float32)."""
+    return _words_kernel is not None and pattern.device.type == "cpu"
+
+
 def word_attention(
     pattern: torch.Tensor,
     word_ids: torch.Tensor,
@@ -172,6 +190,8 @@ class WordAttentionContext:
         self._rows_value: WordRows | None = None
         self._layout: _WordLayout | None = None
         self._carry: dict[int, tuple[int, torch.Tensor]] = {}
+        self._kernel_key: tuple | None = None  # (batch, pattern, layer) of ``_kernel_value``
+        self._kernel_value: torch.Tensor | None = None
 
     def get(self, batch: Batch, layer: int, pattern: torch.Tensor) -> WordAttention:
         """``word_attention`` of ``pattern [batch, head, query_pos, key_pos]`` for ``batch``."""
@@ -201,6 +221,33 @@ class WordAttentionContext:
         if batch.word_ids is not None and (self._layout is None
                                            or self._layout.batch() is not batch):
             self._layout = _WordLayout(batch)
+
+    def token_lists(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+        """Each word's tokens in ``batch`` (``_WordLayout.token_lists``), made once per batch."""
+        self.prepare(batch)
+        return self._layout.token_lists()
+
+    def kernel_weights(self, batch: Batch, layer: int, pattern: torch.Tensor) -> torch.Tensor:
+        """``word_attention``'s weights ``[batch, head, query_word, key_word]`` of the whole
+        CPU ``pattern [batch, head, query_pos, key_pos]`` by the C kernel (``uses_kernel``):
+        the same float32 operations in the same order (``_words_kernel.c``), one pass over
+        each (sentence, head), split between the intra-op threads. Remembered as ``get``."""
+        if self._kernel_key is not None:
+            batch_ref, pattern_ref, known_layer = self._kernel_key
+            if batch_ref() is batch and pattern_ref() is pattern and known_layer == layer:
+                return self._kernel_value
+        starts, positions = self.token_lists(batch)
+        p = pattern.detach().float().contiguous()  # [batch, head, n, n]
+        n_batch, n_heads, n, _ = p.shape
+        n_words = starts.shape[1] - 1
+        weights = torch.empty(n_batch, n_heads, n_words, n_words)
+        args = (p.numpy(), starts, positions, n_batch, n_heads, n, n_words)
+        out = weights.numpy()
+        run_split(lambda first, stop: _words_kernel.pool(*args, first, stop, out),
+                  n_batch * n_heads)
+        self._kernel_key = (weakref.ref(batch), weakref.ref(pattern), layer)
+        self._kernel_value = weights
+        return weights
 
     def rows(self, batch: Batch, layer: int, pattern: torch.Tensor,
              query: QueryBlock) -> WordRows:
@@ -251,6 +298,24 @@ class _WordLayout:
         self.valid = self.tokens > 0  # [batch, word]
         # key tokens -> word slot (n_words: special, padding, cut words), for the scatter
         self.key_slot = torch.where(word_ids >= 0, word_ids, self.n_words)  # [batch, pos]
+        self._token_lists: tuple[np.ndarray, np.ndarray] | None = None
+
+    def token_lists(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each word's tokens, for the C kernels: ``starts [batch, n_words + 1]`` and
+        ``positions [batch, pos]`` (int32), word ``w``'s tokens being ``positions[b,
+        starts[b, w]:starts[b, w + 1]]`` in ascending order (the rest of a row is 0)."""
+        if self._token_lists is None:
+            n_batch, length = self.ids.shape
+            starts = np.zeros((n_batch, self.n_words + 1), dtype=np.int32)
+            positions = np.zeros((n_batch, length), dtype=np.int32)
+            for b in range(n_batch):
+                pos = np.nonzero((self.ids[b] >= 0) & (self.ids[b] < self.n_words))[0]
+                words = self.ids[b, pos]
+                order = np.argsort(words, kind="stable")  # by word, then position
+                positions[b, : len(pos)] = pos[order]
+                starts[b, 1:] = np.cumsum(np.bincount(words, minlength=self.n_words))
+            self._token_lists = (starts, positions)
+        return self._token_lists
 
     def rows(self, pattern: torch.Tensor, query: QueryBlock,
              carry: dict[int, tuple[int, torch.Tensor]]) -> WordRows:

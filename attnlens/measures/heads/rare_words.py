@@ -24,6 +24,10 @@ head: 66 %) by a one-sided test from the bootstrap, corrected over every head
 Heads are tested (and can be rare-word heads) only when the corpus has at least
 ``min_words`` attending words (``MIN_WORDS``, 100; `attnlens heads --min-examples`): on 6
 words one sentence decides, and the bootstrap over 2 sentences hardly varies.
+
+On the CPU, whole patterns are counted by a C kernel (``words_kernel``: the same word rows,
+maxima, ties and float32 sums in the same order, so the same hits, in one pass per layer);
+the torch path runs on GPUs, for query blocks of long inputs and without the kernel.
 """
 
 from __future__ import annotations
@@ -36,9 +40,10 @@ import pandas as pd
 import torch
 
 from attnlens.data.rarity import WordRarity
-from attnlens.data.words import WordAttentionContext
+from attnlens.data.words import WordAttentionContext, uses_kernel
 from attnlens.errors import ConfigError
 from attnlens.hooks import ActivationCache
+from attnlens.measures.heads.words_kernel import by_sentence, kernel_credits
 from attnlens.model.transformer import HookedTransformer
 from attnlens.stats.bootstrap import Inference, estimate_shares, pooled, threshold_tests
 from attnlens.stream.base import Batch, PatternBlock
@@ -169,10 +174,14 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
         self._scratch = torch.zeros(batch.size, len(RANKS), self.n_layers, self.n_heads,
                                     device=device)  # [sentence, rank, layer, head]
         self._held = HeldLayers()
+        self._kernel_rows = None  # the C kernel's rows (``_kernel_count``), once per batch
 
     def update_block(self, batch: Batch, layer: int, block: PatternBlock,
                      cache: ActivationCache) -> None:
         if self._scratch is None:
+            return
+        if block.is_whole and uses_kernel(block.pattern):  # one C pass over the layer
+            self._kernel_count(batch, layer, block.pattern)
             return
         wr = self.words.rows(batch, layer, block.pattern, block.query)
         if not wr.n:
@@ -183,6 +192,34 @@ class RareWordHeads(PerSentenceRows, HeadPatternAnalyzer):
                 self._fold_held()
             return
         self._count([layer], wr, whole=False)
+
+    def _kernel_count(self, batch: Batch, layer: int, pattern: torch.Tensor) -> None:
+        """Add the hits of the layer's whole pattern by the C kernel (``words_kernel``): the
+        torch path's word rows, maxima, ties and sums, in one pass."""
+        if self._kernel_rows is None:
+            self._kernel_rows = self._rows_for_kernel(batch.size)
+        if not len(self._kernel_rows[0]):
+            return  # no sentence has enough words
+        found = kernel_credits("rare", self.words, batch, layer, pattern, self._kernel_rows,
+                               batch.size * len(RANKS), 1)  # [sentence * rank, 1, head]
+        by_layer = self._scratch.permute(2, 0, 1, 3)  # [layer, batch, rank, head] (a view)
+        add_to_layers(by_layer, [layer], found.view(1, batch.size, len(RANKS), -1))
+
+    def _rows_for_kernel(self, n_batch: int) -> tuple:
+        """The kernel's rows ``[row, 4 + k]`` (sentence, attending word, sentence * ranks +
+        rank, k, the k rarest words; unused slots 0) by sentence, each rank's rows in their
+        order, each sentence's first row, the width and the exclude flag."""
+        width = 4 + max(RANKS.values())
+        parts = []
+        for r, ex in enumerate(self._examples):
+            ex = ex.cpu().numpy()  # [row, 2 + k] (sentence, attending word, k rarest)
+            k = ex.shape[1] - 2
+            rows = np.zeros((len(ex), width), dtype=np.int64)
+            rows[:, 0], rows[:, 1], rows[:, 2] = ex[:, 0], ex[:, 1], ex[:, 0] * len(RANKS) + r
+            rows[:, 3], rows[:, 4:4 + k] = k, ex[:, 2:]
+            parts.append(rows)
+        rows, start = by_sentence(np.concatenate(parts), n_batch)
+        return rows, start, width, int(self.rare_self == "exclude")
 
     def _fold_held(self) -> None:
         # word rows [batch, layer * head, word, key_word]: the layers' heads side by side

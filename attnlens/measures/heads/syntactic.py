@@ -16,6 +16,10 @@ from the same arcs ("always predict the word k positions away"). "all relations"
 arc. The analyzer keeps its hits **per sentence and relation** (summed over the sentence's
 arcs), so ``attnlens.measures.heads.syntactic_tables`` can give every accuracy a bootstrap interval
 over sentences, test each head against its baseline and select heads on held-out sentences.
+
+On the CPU, whole patterns are counted by a C kernel (``words_kernel``: the same word rows,
+maxima, ties and float32 sums in the same order, so the same hits, in one pass per layer);
+the torch path below runs on GPUs, for query blocks of long inputs and without the kernel.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import pandas as pd
 import torch
 
 from attnlens.data.conllu import base_relation
-from attnlens.data.words import WordAttentionContext
+from attnlens.data.words import WordAttentionContext, uses_kernel
 from attnlens.hooks import ActivationCache
 from attnlens.measures.heads.syntactic_arcs import (
     DEFAULT_MIN_EXAMPLES,
@@ -36,6 +40,7 @@ from attnlens.measures.heads.syntactic_arcs import (
     SentenceArcs,
 )
 from attnlens.measures.heads.syntactic_tables import syntactic_tables
+from attnlens.measures.heads.words_kernel import by_sentence, kernel_credits
 from attnlens.stats.bootstrap import Inference
 from attnlens.stream.base import Batch, PatternBlock
 from attnlens.stream.blocks import flat_index
@@ -94,6 +99,7 @@ class SyntacticHeads(PerSentenceRows, HeadPatternAnalyzer):
         self._held = HeldLayers()
         self._col_top = self._col_count = self._arc_value = None
         self._at: dict = {}  # where the arcs lie, per shape of word rows (``_places``)
+        self._kernel_arcs = None  # the C kernel's arcs (``_kernel_count``), once per batch
         if "heads" not in batch.extra or batch.word_ids is None:
             return  # a corpus without dependency trees: nothing to count
         ids = sentence_ids_of(batch, self.next_sentence_id())
@@ -112,7 +118,10 @@ class SyntacticHeads(PerSentenceRows, HeadPatternAnalyzer):
                 rel = base_relation(label) if self.base_relations else label
                 pair = pairs.setdefault((b, rel), len(pairs))
                 rows.append((b, dep, head, pair))
-                self.offsets.setdefault(rel, Counter())[head - dep] += 1
+                offsets = self.offsets.get(rel)
+                if offsets is None:  # (not setdefault: a Counter made for every arc)
+                    offsets = self.offsets[rel] = Counter()
+                offsets[head - dep] += 1
                 self.arc_sentence.append(ids[b])
                 self.arc_relation.append(rel)
                 self.arc_offset.append(head - dep)
@@ -133,6 +142,9 @@ class SyntacticHeads(PerSentenceRows, HeadPatternAnalyzer):
                      cache: ActivationCache) -> None:
         if self._scratch is None:
             return
+        if block.is_whole and uses_kernel(block.pattern):  # one C pass over the layer
+            self._kernel_count(batch, layer, block.pattern)
+            return
         wr = self.words.rows(batch, layer, block.pattern, block.query)
         if block.is_whole:  # held, then rows and columns of several layers at once
             if wr.n:  # (without word rows nothing is credited)
@@ -144,6 +156,16 @@ class SyntacticHeads(PerSentenceRows, HeadPatternAnalyzer):
             self._begin_columns(wr.weights, len(self._arcs))
         if wr.n:
             self._count([layer], wr, whole=False)
+
+    def _kernel_count(self, batch: Batch, layer: int, pattern: torch.Tensor) -> None:
+        """Credit the arcs of the layer's whole pattern by the C kernel (``words_kernel``):
+        the torch path's word rows, maxima, ties and sums, in one pass."""
+        if self._kernel_arcs is None:  # [arc, 4] by sentence, each sentence's first arc
+            self._kernel_arcs = by_sentence(self._arcs.cpu().numpy(), batch.size)
+        found = kernel_credits("syntactic", self.words, batch, layer, pattern, self._kernel_arcs,
+                               len(self._scratch), len(DIRECTIONS))  # [pair, direction, head]
+        by_layer = self._scratch.permute(2, 0, 1, 3)  # [layer, pair, direction, head]
+        add_to_layers(by_layer, [layer], found[None])
 
     def _fold_held(self) -> None:
         # word rows [batch, layer * head, word, key_word]: the layers' heads side by side
