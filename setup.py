@@ -16,6 +16,8 @@ Python path runs instead.
   float32 rounding).
 - ``attnlens.measures.sparse._sparse_kernel`` (sparse coverage's masses and output errors,
   the CPU path): without it the torch path runs (within float32 rounding).
+- ``attnlens.measures.linear._linear_kernel`` (the linear-attention view's key geometry and
+  output errors, the CPU path): without it the torch path runs (within float32 rounding).
 """
 
 import os
@@ -26,6 +28,7 @@ KERNELS = [
     "attnlens/measures/spectrum/_spectral_kernel.c",
     "attnlens/measures/asymmetry/_asymmetry_kernel.c",
     "attnlens/measures/sparse/_sparse_kernel.c",
+    "attnlens/measures/linear/_linear_kernel.c",
 ]
 
 setup(
