@@ -25,14 +25,17 @@ def analyzer_params():
 
 @pytest.fixture(autouse=True)
 def torch_paths(monkeypatch):
-    """The torch paths a GPU runs: the CPU's C kernels of pattern asymmetry and sparse
-    coverage hand their buffers to C with ``.numpy()`` (zero-copy views of CPU tensors, no
-    synchronisation; they never run on a GPU), which this check would count as host reads."""
+    """The torch paths a GPU runs: the CPU's C kernels of pattern asymmetry, sparse coverage
+    and the linear-attention view hand their buffers to C with ``.numpy()`` (zero-copy views
+    of CPU tensors, no synchronisation; they never run on a GPU), which this check would count
+    as host reads."""
     import attnlens.measures.asymmetry.pattern_asymmetry as asymmetry
+    import attnlens.measures.linear.linear_attention as linear
     import attnlens.measures.sparse.sparse as sparse
 
     monkeypatch.setattr(asymmetry, "_asymmetry_kernel", None)
     monkeypatch.setattr(sparse, "_sparse_kernel", None)
+    monkeypatch.setattr(linear, "_linear_kernel", None)
 
 
 @pytest.fixture(scope="module")

@@ -82,8 +82,6 @@ typedef struct {
     int *real, *nonzero;         /* [n]: the real keys, those entries' keys */
 } Work;
 
-/* Katharopoulos et al.'s feature map elu(x) + 1. */
-STEP double phi(double x) { return x > 0.0 ? x + 1.0 : exp(x); }
 
 /* acc[c] += a * x[c] over c < count (independent lanes). */
 STEP void add_scaled(double *restrict acc, const double *restrict x, double a, int count) {
@@ -133,6 +131,57 @@ STEP void combine(double *restrict out, const double *restrict weights,
             acc += weights[r] * base[(size_t)(index ? index[r] : r) * stride + c];
         out[c] = acc;
     }
+}
+
+/* exp(x) for x <= 0 by the same element-wise steps in every build (a vector loop need not
+ * call the C library): x = n ln2 + r, |r| <= ln2 / 2 (ln2 split in two, n ln2_hi exact),
+ * exp(r) by its Taylor polynomial to r^13 (the next term is below 5e-18 relative), times
+ * 2^n built in the exponent bits. Within a few ulp of exp; 0 below -708 (exp is below
+ * 3.4e-308 there). SHIFT rounds x / ln2 to the integer n, which its low bits then hold. */
+#define EXP_SHIFT 0x1.8p52
+#define EXP_LOW (-708.0)
+static const double EXP_INV_LN2 = 0x1.71547652b82fep0, EXP_LN2_HI = 0x1.62e42fee00000p-1,
+                    EXP_LN2_LO = 0x1.a39ef35793c76p-33;
+static const double EXP_TERMS[14] = { /* 1 / k!, k = 13 .. 0 */
+    1.0 / 6227020800.0, 1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0,
+    1.0 / 362880.0, 1.0 / 40320.0, 1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0,
+    1.0 / 6.0, 0.5, 1.0, 1.0};
+
+/* elu(x) + 1 of one double: x + 1 above 0, else exp(x) by the steps above. */
+STEP double phi(double x) {
+    if (x > 0.0) return x + 1.0;
+    if (x < EXP_LOW) return 0.0;
+    const double t = x * EXP_INV_LN2 + EXP_SHIFT, n = t - EXP_SHIFT;
+    const double r = (x - n * EXP_LN2_HI) - n * EXP_LN2_LO;
+    double p = EXP_TERMS[0];
+    for (int k = 1; k < 14; k++) p = p * r + EXP_TERMS[k];
+    int64_t bits;
+    memcpy(&bits, &t, sizeof bits);
+    const int64_t scale_bits = (bits - 0x4338000000000000LL + 1023) << 52;
+    double scale;
+    memcpy(&scale, &scale_bits, sizeof scale);
+    return p * scale;
+}
+
+/* out[c] = phi(x[c]) over c < count (eight at a time where the compiler has vector types:
+ * the same steps as phi, lane by lane, so the same bits). */
+STEP void phi_all(double *restrict out, const double *restrict x, int count) {
+    int c = 0;
+#if defined(__GNUC__)
+    typedef int64_t ints8 __attribute__((vector_size(64)));
+    for (; c + 8 <= count; c += 8) {
+        const lanes8 v = *(const lanes8 *)(x + c);
+        const ints8 positive = v > 0.0, low = v < EXP_LOW;
+        const lanes8 t = v * EXP_INV_LN2 + EXP_SHIFT, n = t - EXP_SHIFT;
+        const lanes8 r = (v - n * EXP_LN2_HI) - n * EXP_LN2_LO;
+        lanes8 p = (lanes8){0.0} + EXP_TERMS[0];
+        for (int k = 1; k < 14; k++) p = p * r + EXP_TERMS[k];
+        const ints8 scale_bits = ((ints8)t - 0x4338000000000000LL + 1023) << 52;
+        const ints8 e = (ints8)(p * (lanes8)scale_bits) & ~low;
+        *(lanes8 *)(out + c) = (lanes8)((positive & (ints8)(v + 1.0)) | (~positive & e));
+    }
+#endif
+    for (; c < count; c++) out[c] = phi(x[c]);
 }
 
 /* sum_e a[e] b[e] in eight lanes (e mod 8) added in a fixed tree, then the tail: the same
@@ -196,11 +245,12 @@ STEP void key_geometry(const float *K, size_t stride, const uint8_t *rows, int n
 /* Key j added to the memories: phi(k_j) v_j^T, k_j v_j^T and phi(k_j) (causal models, key
  * by key: the same order of additions as memories_of's). */
 STEP void add_key(const float *key, const double *value, int d, int dv, Work *w) {
+    for (int e = 0; e < d; e++) w->keys[e] = (double)key[e];
+    phi_all(w->phi_keys, w->keys, d);
     for (int e = 0; e < d; e++) {
-        const double x = (double)key[e], phi_x = phi(x);
-        w->mass[e] += phi_x;
-        add_scaled(w->memory + (size_t)e * dv, value, phi_x, dv);
-        add_scaled(w->raw_memory + (size_t)e * dv, value, x, dv);
+        w->mass[e] += w->phi_keys[e];
+        add_scaled(w->memory + (size_t)e * dv, value, w->phi_keys[e], dv);
+        add_scaled(w->raw_memory + (size_t)e * dv, value, w->keys[e], dv);
     }
 }
 
@@ -208,12 +258,9 @@ STEP void add_key(const float *key, const double *value, int d, int dv, Work *w)
 STEP void memories_of(const float *K, size_t stride, int m, int d, int dv, Work *w) {
     for (int r = 0; r < m; r++) {
         const float *key = K + (size_t)w->real[r] * stride;
-        for (int e = 0; e < d; e++) {
-            const double x = (double)key[e];
-            w->keys[(size_t)e * m + r] = x;
-            w->phi_keys[(size_t)e * m + r] = phi(x);
-        }
+        for (int e = 0; e < d; e++) w->keys[(size_t)e * m + r] = (double)key[e];
     }
+    phi_all(w->phi_keys, w->keys, d * m);
     for (int e = 0; e < d; e++) {
         const double *phi_column = w->phi_keys + (size_t)e * m;
         combine(w->memory + (size_t)e * dv, phi_column, w->values, w->real, m, dv, dv);
@@ -267,11 +314,9 @@ static void fold_pairs(const Fold *f, Py_ssize_t first, Py_ssize_t stop, Work *w
             combine(exact, w->weights, w->values, w->nonzero, count, dv, dv);
             const float *query = Q + (size_t)i * q_stride;
             double mass = 0.0;
-            for (int e = 0; e < d; e++) {
-                w->query[e] = (double)query[e];
-                w->phi_q[e] = phi(w->query[e]);
-                mass += w->phi_q[e] * w->mass[e];
-            }
+            for (int e = 0; e < d; e++) w->query[e] = (double)query[e];
+            phi_all(w->phi_q, w->query, d);
+            for (int e = 0; e < d; e++) mass += w->phi_q[e] * w->mass[e];
             combine(w->lin, w->phi_q, w->memory, NULL, d, dv, dv);
             combine(raw, w->query, w->raw_memory, NULL, d, dv, dv);
             const double scale = mass > FLT_MIN ? mass : FLT_MIN;
