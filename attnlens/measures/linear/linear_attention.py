@@ -27,6 +27,12 @@ head ``h // group`` under grouped-query attention):
 Sums run over visible keys only: real tokens, and ``j <= i`` in causal models, so the linear
 attentions are causal there too. Errors use the real query rows. The most linearisable heads
 have the smallest ``linear_error``.
+
+On the CPU, float32 inputs go to a C kernel instead (``_linear_kernel.c``, built by setup.py
+where a compiler is present): one pass per (sentence, head) gives the key geometry and the
+three errors, every product and sum in float64 (the torch path, kept for GPUs and as the
+float64 reference, rounds to float32 between operations: the two agree to float32 rounding,
+the kernel and that path in float64 to float64 rounding).
 """
 
 from __future__ import annotations
