@@ -105,7 +105,8 @@ STEP void combine(double *restrict out, const double *restrict weights,
     for (; c + 32 <= width; c += 32) {
         lanes8 a0 = {0.0}, a1 = {0.0}, a2 = {0.0}, a3 = {0.0};
         for (int r = 0; r < count; r++) {
-            const lanes8 *row = (const lanes8 *)(base + (size_t)(index ? index[r] : r) * stride + c);
+            const size_t at = (size_t)(index ? index[r] : r) * stride + c;
+            const lanes8 *row = (const lanes8 *)(base + at);
             const double w = weights[r];
             a0 += w * row[0];
             a1 += w * row[1];
@@ -120,8 +121,10 @@ STEP void combine(double *restrict out, const double *restrict weights,
     }
     for (; c + 8 <= width; c += 8) {
         lanes8 a0 = {0.0};
-        for (int r = 0; r < count; r++)
-            a0 += weights[r] * *(const lanes8 *)(base + (size_t)(index ? index[r] : r) * stride + c);
+        for (int r = 0; r < count; r++) {
+            const size_t at = (size_t)(index ? index[r] : r) * stride + c;
+            a0 += weights[r] * *(const lanes8 *)(base + at);
+        }
         *(lanes8 *)(out + c) = a0;
     }
 #endif
