@@ -22,9 +22,9 @@
  * Every product and sum is float64 from the float32 inputs (the torch path rounds to float32
  * between its operations: the two agree to float32 rounding, and with that path run in
  * float64 to float64 rounding). No floating-point contraction (ISO C mode, -std=c99: no FMA)
- * and no reassociation: the vector loops run over the value dimension, whose lanes are
- * independent, and the Gram dot products add eight fixed lanes in a fixed tree, so every
- * build gives the same bits (exp, for phi of negative inputs, is the C library's).
+ * and no reassociation: the vector loops run over the value dimension (or, for phi, over
+ * inputs), whose lanes are independent, the Gram dot products add eight fixed lanes in a
+ * fixed tree, and exp is the kernel's own (phi below), so every build gives the same bits.
  *
  * Python interface:
  *   fold(pattern, q, k, v, rows, batch, heads, n, kv_heads, d, dv, causal, first, stop, out)
