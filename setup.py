@@ -18,6 +18,8 @@ Python path runs instead.
   the CPU path): without it the torch path runs (within float32 rounding).
 - ``attnlens.data._words_kernel`` (word pooling of whole patterns, and the syntactic and
   rare-word heads' credits, the CPU path): without it the torch path runs (the same hits).
+- ``attnlens.measures.linear._linear_kernel`` (the linear-attention view's key geometry and
+  output errors, the CPU path): without it the torch path runs (within float32 rounding).
 """
 
 import os
@@ -29,6 +31,7 @@ KERNELS = [
     "attnlens/measures/asymmetry/_asymmetry_kernel.c",
     "attnlens/measures/sparse/_sparse_kernel.c",
     "attnlens/data/_words_kernel.c",
+    "attnlens/measures/linear/_linear_kernel.c",
 ]
 
 setup(

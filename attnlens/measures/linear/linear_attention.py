@@ -27,6 +27,12 @@ head ``h // group`` under grouped-query attention):
 Sums run over visible keys only: real tokens, and ``j <= i`` in causal models, so the linear
 attentions are causal there too. Errors use the real query rows. The most linearisable heads
 have the smallest ``linear_error``.
+
+On the CPU, float32 inputs go to a C kernel instead (``_linear_kernel.c``, built by setup.py
+where a compiler is present): one pass per (sentence, head) gives the key geometry and the
+three errors, every product and sum in float64 (the torch path, kept for GPUs and as the
+float64 reference, rounds to float32 between operations: the two agree to float32 rounding,
+the kernel and that path in float64 to float64 rounding).
 """
 
 from __future__ import annotations
@@ -41,6 +47,12 @@ from attnlens.stream.base import Batch
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.held_layers import HeldLayers, add_to_layers
 from attnlens.stream.sentence_sample import check_sample_options, sample_batch
+from attnlens.stream.threads import run_split
+
+try:  # the C kernel (setup.py builds it where a compiler is present)
+    from attnlens.measures.linear import _linear_kernel
+except ImportError:  # pragma: no cover - the torch path then runs everywhere
+    _linear_kernel = None
 
 MEASURES = (
     "interference",
@@ -163,6 +175,8 @@ class LinearAttentionView(HeadPatternAnalyzer):
     distributed = "shard"
     hook_kinds = ("q", "k", "v", "pattern")
     state_fields = ("sums", "sentences", "by_length", "length_counts")
+    # the precision of the per-sentence arithmetic (float64: a reference for the tests)
+    compute_dtype = torch.float32
 
     def __init__(
         self,
@@ -231,14 +245,42 @@ class LinearAttentionView(HeadPatternAnalyzer):
     def _fold_held(self) -> None:
         # pattern [batch, head, query_pos, key_pos]; q, k, v [batch, pos, kv_head, d]: the
         # held layers' heads side by side, layer-major (layer * n_heads + head)
-        for layers, (pattern, q, k, v) in self._held.take(dims=(1, 2, 2, 2)):
-            self._fold(layers, pattern.float(), q.float(), k.float(), v.float())
+        for layers, tensors in self._held.take(dims=(1, 2, 2, 2)):
+            pattern, q, k, v = (x.to(self.compute_dtype) for x in tensors)
+            if self._uses_kernel(pattern):
+                measures = self._kernel_measures(pattern, q, k, v)
+            else:
+                measures = self._torch_measures(pattern, q, k, v)
+            self._add(layers, *measures)
 
-    def _fold(self, layers: list[int], pattern: torch.Tensor, q_kv: torch.Tensor,
-              k_kv: torch.Tensor, v_kv: torch.Tensor) -> None:
-        """Add the measures of ``layers`` (their heads stacked on the head axis) to the sums."""
+    def _uses_kernel(self, pattern: torch.Tensor) -> bool:
+        """Whether the C kernel folds this pattern: built, a CPU pattern, float32 arithmetic
+        (``compute_dtype``; float64 is the tests' reference and takes the torch path)."""
+        return (_linear_kernel is not None and pattern.device.type == "cpu"
+                and self.compute_dtype == torch.float32)
+
+    def _kernel_measures(self, pattern: torch.Tensor, q_kv: torch.Tensor, k_kv: torch.Tensor,
+                         v_kv: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``_torch_measures``' five results by the C kernel (``_linear_kernel.c``: one pass
+        per (sentence, head), every sum in float64; float64 results). The pairs are split
+        between the intra-op threads (the kernel releases the GIL)."""
+        pattern = pattern.detach().contiguous()  # [batch, head, n, n]
+        q, k, v = (x.detach().contiguous() for x in (q_kv, k_kv, v_kv))  # [batch, n, *, d]
+        batch, n_all, n, _ = pattern.shape
+        out = torch.empty(batch, n_all, 5, dtype=torch.float64)
+        args = (pattern.numpy(), q.numpy(), k.numpy(), v.numpy(),
+                self._real.to(torch.uint8).contiguous().numpy(), batch, n_all, n, k.shape[2],
+                k.shape[3], v.shape[3], self.causal)
+        buffer = out.numpy()
+        run_split(lambda first, stop: _linear_kernel.fold(*args, first, stop, buffer),
+                  batch * n_all)
+        return out.unbind(-1)  # five [batch, head]
+
+    def _torch_measures(self, pattern: torch.Tensor, q_kv: torch.Tensor, k_kv: torch.Tensor,
+                        v_kv: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """(interference, effective keys, linear, raw and rescaled raw error), each
+        ``[batch, head]``, of the held layers' heads side by side (the GPU's path)."""
         n_all = pattern.shape[1]  # len(layers) * heads per layer
-        n_heads = n_all // len(layers)
         # [batch, head, pos, d], contiguous once (each product would copy the views again)
         q, k, v = (per_query_head(x, n_all).contiguous() for x in (q_kv, k_kv, v_kv))
         rows = self._real
@@ -250,6 +292,15 @@ class LinearAttentionView(HeadPatternAnalyzer):
         group = n_all // kv_keys.shape[1]
         interference, effective = (  # per kv head, then shared by its query heads
             x.repeat_interleave(group, dim=1) for x in key_geometry(kv_keys, rows))
+        return (interference, effective, _error_over(lin, exact, weight, norm),
+                _error_over(raw, exact, weight, norm), _rescaled_over(raw, exact, weight, norm))
+
+    def _add(self, layers: list[int], interference: torch.Tensor, effective: torch.Tensor,
+             linear_error: torch.Tensor, raw_error: torch.Tensor, rescaled: torch.Tensor
+             ) -> None:
+        """Add the measures of ``layers`` (their heads stacked on the head axis, each
+        ``[batch, layer * head]``) to the sums."""
+        n_heads = effective.shape[1] // len(layers)
         length = self._length.to(effective.dtype)[:, None]  # [batch, 1]
         capacity = length.clamp(max=self.d_head).clamp_min(1)
         per_sentence = torch.stack([
@@ -257,9 +308,9 @@ class LinearAttentionView(HeadPatternAnalyzer):
             effective,
             effective / capacity,
             length.expand_as(effective),
-            _error_over(lin, exact, weight, norm),
-            _error_over(raw, exact, weight, norm),
-            _rescaled_over(raw, exact, weight, norm),
+            linear_error,
+            raw_error,
+            rescaled,
         ])  # [measure, batch, layer * head]
         sums = per_sentence.double().sum(1).unflatten(-1, (len(layers), n_heads))
         add_to_layers(self.sums.transpose(0, 1), layers, sums.transpose(0, 1))  # [layer, m, h]
