@@ -97,7 +97,8 @@ KERNEL_TESTS := tests/test_parity_*.py tests/test_export.py tests/test_export_se
 	tests/test_pruning.py tests/test_loaders.py tests/test_model.py tests/test_spectrum.py tests/test_metrics_prune.py \
 	tests/test_pruning_minilm.py tests/test_sts.py tests/test_sample_report_regression.py \
 	tests/test_hf_backend.py tests/test_asymmetry_kernel.py tests/test_sparse_kernel.py \
-	tests/test_sparse32.py tests/test_words_kernel.py
+	tests/test_sparse32.py tests/test_words_kernel.py \
+	tests/test_stats_kernel.py
 test-kernels: setup
 	@for cap in default avx2; do \
 	  if [ "$$cap" = avx2 ] && ! grep -qw avx2 /proc/cpuinfo; then \

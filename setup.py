@@ -18,6 +18,9 @@ Python path runs instead.
   the CPU path): without it the torch path runs (within float32 rounding).
 - ``attnlens.data._words_kernel`` (word pooling of whole patterns, and the syntactic and
   rare-word heads' credits, the CPU path): without it the torch path runs (the same hits).
+- ``attnlens.measures.heads._stats_kernel`` (head statistics' per-row values of whole
+  patterns, read by head statistics and head examples, the CPU path): without it the torch
+  path runs (the same maxima and entries read, the sums within float32 rounding).
 """
 
 import os
@@ -29,6 +32,7 @@ KERNELS = [
     "attnlens/measures/asymmetry/_asymmetry_kernel.c",
     "attnlens/measures/sparse/_sparse_kernel.c",
     "attnlens/data/_words_kernel.c",
+    "attnlens/measures/heads/_stats_kernel.c",
 ]
 
 setup(
