@@ -39,7 +39,8 @@ BOUNDS = {
     "heads: SinkScores": (5, 0),
     "lm_heads: SinkScores": (5, 0),
     # per layer: each measure's value per row (one to three operations each, computed once
-    # per block and shared with the head examples), held; weighed and summed once per batch
+    # per block and shared with the head examples; on the CPU the C kernel's call), held;
+    # weighed and summed once per batch (checked on both paths)
     "heads: HeadStats": (32, 0),
     # per layer: the rows' vertical and diagonal mass and broadness, held; summed once
     "heads: HeadBehaviour": (18, 0),

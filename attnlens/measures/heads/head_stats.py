@@ -24,6 +24,14 @@ causal mask no query sees the next token or a trailing [SEP]/EOS, so ``to_next``
 ``to_sep`` are left out and ``sink`` replaces ``to_cls`` (a leading BOS is the first token);
 ``to_cls`` / ``to_sep`` need a tokenizer that adds such a token (GPT-2's adds none).
 
+**Computation.** On the CPU a C kernel (``_stats_kernel.c``, ``TokenMeasures._kernel_rows``)
+reads each row of a whole pattern once for every measure but the entropy: the row maximum
+and the entries read (self, previous, next, first token) are the torch path's values; the
+weights on [CLS], [SEP], punctuation and the distance are summed in float64 and rounded to
+float32 once (the torch path rounds each product and partial sum to float32: the two agree
+within float32 rounding). GPUs, query blocks of long inputs and builds without a compiler
+take the torch path.
+
 Sums are also kept per sentence (``sentence_sums``, ``sentence_rows``: rows counted per
 sentence and measure), so the heads report gives each statistic a bootstrap interval over
 sentences and can pool per sentence (``attnlens.measures.heads.head_stats_tables``).
@@ -177,9 +185,20 @@ class TokenMeasures:
         block (a whole pattern ``[batch, head, query_pos, key_pos]`` is one block).
 
         Each measure's rows are computed once per block (``PatternBlock.shared``) and shared
-        with every reader of the same block and id sets (``prepare`` with the same batch)."""
+        with every reader of the same block and id sets (``prepare`` with the same batch).
+        A whole CPU pattern's are the C kernel's (``uses_kernel``; entropy stays torch's, the
+        value head behaviour compares with its threshold), which also hands the block its
+        row maxima (``PatternBlock.offer_row_max``: amax's values, for the positional heads)."""
         block = pattern if isinstance(pattern, PatternBlock) else PatternBlock.whole(pattern, 0)
         p = block.p  # [batch, head, rows, key_pos]
+        if uses_kernel(block):
+            found = block.shared(("token measures kernel", self.ids_key),
+                                 lambda: self._kernel_rows(p))  # [9, batch, head, rows]
+            block.offer_row_max(found[KERNEL_OUTPUTS["confidence"]])
+            return torch.stack([
+                block.entropy if m == "entropy" else found[KERNEL_OUTPUTS[m]]
+                for m in self.measures
+            ])
 
         def targets() -> torch.Tensor:  # [batch, head, rows, 3]: weight on [CLS], [SEP], punct.
             return block.shared(("token targets", self.ids_key),
@@ -188,15 +207,6 @@ class TokenMeasures:
         def first() -> torch.Tensor:  # A[i, first real token]
             index = self.first[:, None, None, None].expand(-1, p.shape[1], p.shape[2], 1)
             return p.gather(-1, index)[..., 0]
-
-        if uses_kernel(block):
-            found = block.shared(("token measures kernel", self.ids_key),
-                                 lambda: self._kernel_rows(p))  # [9, batch, head, rows]
-            block.offer_row_max(found[KERNEL_OUTPUTS["confidence"]])  # positional heads
-            return torch.stack([
-                block.entropy if m == "entropy" else found[KERNEL_OUTPUTS[m]]
-                for m in self.measures
-            ])
 
         compute = {
             "confidence": lambda: block.row_max,
