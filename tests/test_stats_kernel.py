@@ -181,12 +181,14 @@ def minilm_data(minilm):
         for b, c in zip(batches, caches, strict=True)]
 
 
-def fed(model, tokenizer, data) -> tuple[HeadStats, PositionalHeads]:
-    """Head statistics and the positional heads (which read the handed row maxima) over the
-    cached batches, fed as the runner feeds them (one feeder: the blocks are shared)."""
+def fed(model, tokenizer, data, extra=()) -> tuple[HeadStats, PositionalHeads]:
+    """Head statistics and the positional heads (which read the handed row maxima), and
+    ``extra`` analyzers, over the cached batches, fed as the runner feeds them (one feeder:
+    the blocks are shared)."""
     from attnlens.stream.feeder import LayerFeeder
 
-    analyzers = [HeadStats.for_model(model, tokenizer), PositionalHeads.for_model(model)]
+    analyzers = [HeadStats.for_model(model, tokenizer), PositionalHeads.for_model(model),
+                 *extra]
     with torch.no_grad():
         for batch, cache in data:
             feeder = LayerFeeder(model, analyzers)
@@ -217,6 +219,24 @@ def test_minilm_statistics_match_the_torch_path(monkeypatch, minilm_data):
         mine, theirs = getattr(positional, name), getattr(ref_positional, name)
         assert len(mine) == len(theirs) == len(data), name
         assert all(torch.equal(a, b) for a, b in zip(mine, theirs, strict=True)), name
+
+
+def test_the_kernel_runs_once_per_layer_for_both_readers(monkeypatch, minilm_data):
+    """Head statistics and head examples read the same block's kernel rows (one call per
+    layer and batch, its first part of the pairs counted)."""
+    from attnlens.measures.heads.examples import HeadExamples
+
+    model, tokenizer, data = minilm_data
+    kernel, calls = module._stats_kernel, []
+
+    class Counting:
+        def rows(self, *args):
+            calls.extend([1] if args[-3] == 0 else [])
+            return kernel.rows(*args)
+
+    monkeypatch.setattr(module, "_stats_kernel", Counting())
+    fed(model, tokenizer, data, [HeadExamples.for_model(model, tokenizer)])
+    assert len(calls) == len(data) * model.cfg.n_layers
 
 
 BUILDS = {"x86-64": ([], set()), "x86-64-v3": (["-march=x86-64-v3"], V3),
