@@ -125,6 +125,15 @@ def test_a_nan_row_has_a_nan_maximum_as_amax():
     assert torch.equal(out.nan_to_num(-1.0), expected.nan_to_num(-1.0))
 
 
+def test_infinite_entries_give_the_torch_paths_maximum_and_distance(monkeypatch):
+    batch, pattern = padded_batch(0, batch=1, heads=1, n=9)
+    pattern[0, 0, 2, 6] = float("inf")  # distance inf
+    pattern[0, 0, 4, 4] = float("-inf")  # -inf x |4 - 4| = NaN, and not the maximum
+    kernel, torch_path = both_paths(monkeypatch, batch, pattern, ("confidence", "distance"))
+    torch.testing.assert_close(kernel, torch_path, rtol=TORCH_RTOL, atol=ATOL, equal_nan=True)
+    assert kernel[0, 0, 0, 2] == float("inf") and kernel[1, 0, 0, 4].isnan()
+
+
 def test_the_row_maximum_is_handed_to_the_block_for_the_positional_heads():
     batch, pattern = padded_batch(1)
     block = PatternBlock.whole(pattern, 0)

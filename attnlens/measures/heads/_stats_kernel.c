@@ -15,8 +15,9 @@
  * accumulated in float64 and rounded to float32 once, where torch rounds every product and
  * partial sum to float32: a deliberate rounding change, each within about one float32 ulp
  * of the float64 sum of the float32 entries. The sets' sums add their keys in ascending
- * order (a batch row's keys of each set listed once); the distance runs over 4 lanes (keys
- * j = 4k + lane, added as (l0 + l1) + (l2 + l3)). ISO C mode (-std=c99): no contraction
+ * order (a batch row's keys of each set listed once: a NaN at a key outside a set does
+ * not reach that set's sum, where torch's product spreads it); the distance runs over 4
+ * lanes (keys j = 4k + lane, added as (l0 + l1) + (l2 + l3)). ISO C mode (-std=c99): no contraction
  * into FMA, so every build and clone gives the same bits.
  *
  * Python interface: rows(p, bits, first, batch, heads, n_rows, n_keys, from, to, out) ->
@@ -67,20 +68,21 @@ STEP void max_and_distance(const float *x, long n, long q, float *max, double *d
     vi nan = {0};
     vd sum = {0};
     const vd lane = {0.0, 1.0, 2.0, 3.0};
-    long j = 0;
-    for (; j < n; j += W) {
-        vf v = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    const vi lanes = {0, 1, 2, 3};
+    for (long j = 0; j < n; j += W) {
+        vf v = {0}; /* the keys past n as 0 (no term), left out of the maximum */
+        vi valid = {-1, -1, -1, -1};
         if (j + W <= n) {
             memcpy(&v, x + j, sizeof v);
         } else {
             for (long k = j; k < n; k++) v[k - j] = x[k];
+            valid = lanes < (int32_t)(n - j);
         }
-        const vi above = v > top; /* NaN: never above */
+        const vi above = (v > top) & valid; /* NaN: never above */
         top = (vf)(((vi)v & above) | ((vi)top & ~above));
         nan |= v != v;
-        const vf real = (vf)((vi)v & (v > -INFINITY)); /* the keys past n (-inf) as 0 */
         const vd gap = (vd)((vl)((double)(q - j) - lane) & 0x7FFFFFFFFFFFFFFFLL); /* |q - j| */
-        sum += __builtin_convertvector(real, vd) * gap;
+        sum += __builtin_convertvector(v, vd) * gap;
     }
     float m = -INFINITY;
     int found = 0;
