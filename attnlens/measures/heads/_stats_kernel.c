@@ -11,14 +11,14 @@
  *   7  sum_j p_j |q - j|;
  *   8  p[q, first[b]] (the sentence's first real token).
  *
- * Entries read (0, 4, 5, 6, 8) are the torch path's values exactly. The four sums are
- * accumulated in float64 and rounded to float32 once, where torch rounds every product and
- * partial sum to float32: a deliberate rounding change, each within about one float32 ulp
- * of the float64 sum of the float32 entries. The sets' sums add their keys in ascending
- * order (a batch row's keys of each set listed once: a NaN at a key outside a set does
- * not reach that set's sum, where torch's product spreads it); the distance runs over 4
- * lanes (keys j = 4k + lane, added as (l0 + l1) + (l2 + l3)). ISO C mode (-std=c99): no contraction
- * into FMA, so every build and clone gives the same bits.
+ * The maximum and the entries read (0, 4, 5, 6, 8) are the torch path's values exactly.
+ * The four sums are accumulated in float64 and rounded to float32 once, where torch rounds
+ * every product and partial sum to float32: a deliberate rounding change, each within about
+ * one float32 ulp of the float64 sum of the float32 entries. The sets' sums add their keys
+ * in ascending order (a batch row's keys of each set listed once: a NaN at a key outside a
+ * set does not reach that set's sum, where torch's product spreads it); the distance runs
+ * over 4 lanes (keys j = 4k + lane, added as (l0 + l1) + (l2 + l3)). ISO C mode (-std=c99):
+ * no contraction into FMA, so every build and clone gives the same bits.
  *
  * Python interface: rows(p, bits, first, batch, heads, n_rows, n_keys, from, to, out) ->
  * None, for the (sentence, head) pairs from .. to - 1 of batch x heads (threads split a
@@ -39,17 +39,13 @@
 #else
 #define MULTIVERSION
 #endif
-#if defined(__GNUC__)
-#define STEP static inline __attribute__((always_inline))
-#else
-#define STEP static inline
-#endif
 #if !defined(__GNUC__)
 #error "the head statistics kernel needs GCC's or clang's vector extensions"
 #endif
+#define STEP static inline __attribute__((always_inline))
 /* The steps pass 16- and 32-byte vectors by value and are always inlined: the note that a
  * plain x86-64 build passes them differently from an AVX one concerns no call. */
-#if defined(__GNUC__) && !defined(__clang__)
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
