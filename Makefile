@@ -90,7 +90,7 @@ screenshots: setup browser
 
 # Float-sensitive tests (parity, export, pruning equivalence, and the tests whose measured
 # differences move between kernel sets: model padding, spectrum, metrics, MiniLM pruning, STS,
-# the asymmetry, sparse, words and linear kernels against the torch path)
+# the asymmetry, sparse, words, linear and stats kernels against the torch path)
 # under each CPU kernel set the CPU supports: fp32 summation order differs between them.
 # MKL_CBWR switches MKL's BLAS/LAPACK code path the same way (COMPATIBLE: the generic one).
 KERNEL_TESTS := tests/test_parity_*.py tests/test_export.py tests/test_export_seq2seq.py \
@@ -98,7 +98,8 @@ KERNEL_TESTS := tests/test_parity_*.py tests/test_export.py tests/test_export_se
 	tests/test_pruning_minilm.py tests/test_sts.py tests/test_sample_report_regression.py \
 	tests/test_hf_backend.py tests/test_asymmetry_kernel.py tests/test_sparse_kernel.py \
 	tests/test_sparse32.py tests/test_words_kernel.py \
-	tests/test_linear_kernel.py
+	tests/test_linear_kernel.py \
+	tests/test_stats_kernel.py
 test-kernels: setup
 	@for cap in default avx2; do \
 	  if [ "$$cap" = avx2 ] && ! grep -qw avx2 /proc/cpuinfo; then \

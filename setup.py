@@ -20,6 +20,9 @@ Python path runs instead.
   rare-word heads' credits, the CPU path): without it the torch path runs (the same hits).
 - ``attnlens.measures.linear._linear_kernel`` (the linear-attention view's key geometry and
   output errors, the CPU path): without it the torch path runs (within float32 rounding).
+- ``attnlens.measures.heads._stats_kernel`` (head statistics' per-row values of whole
+  patterns, read by head statistics and head examples, the CPU path): without it the torch
+  path runs (the same maxima and entries read, the sums within float32 rounding).
 """
 
 import os
@@ -32,6 +35,7 @@ KERNELS = [
     "attnlens/measures/sparse/_sparse_kernel.c",
     "attnlens/data/_words_kernel.c",
     "attnlens/measures/linear/_linear_kernel.c",
+    "attnlens/measures/heads/_stats_kernel.c",
 ]
 
 setup(

@@ -39,7 +39,8 @@ BOUNDS = {
     "heads: SinkScores": (5, 0),
     "lm_heads: SinkScores": (5, 0),
     # per layer: each measure's value per row (one to three operations each, computed once
-    # per block and shared with the head examples), held; weighed and summed once per batch
+    # per block and shared with the head examples; on the CPU the C kernel's call), held;
+    # weighed and summed once per batch (checked on both paths)
     "heads: HeadStats": (32, 0),
     # per layer: the rows' vertical and diagonal mass and broadness, held; summed once
     "heads: HeadBehaviour": (18, 0),
@@ -118,8 +119,31 @@ def count_operations() -> dict[str, dict[tuple[int, int], int]]:
     return found
 
 
+@pytest.fixture(scope="module")
+def torch_path_counts() -> dict[str, dict[tuple[int, int], int]]:
+    """``count_operations`` with the head statistics' C kernel hidden: the torch path a GPU
+    runs (the kernel's CPU path dispatches fewer: 17 per layer against 29)."""
+    import attnlens.measures.heads.head_stats as head_stats
+
+    kernel = head_stats._stats_kernel
+    head_stats._stats_kernel = None
+    try:
+        return count_operations()
+    finally:
+        head_stats._stats_kernel = kernel
+
+
 @pytest.mark.parametrize("name", sorted(BOUNDS))
 def test_operations_per_batch_stay_bounded(counts, name):
+    check_bounds(counts, name)
+
+
+@pytest.mark.parametrize("name", ["heads: HeadExamples", "heads: HeadStats"])
+def test_the_torch_paths_operations_stay_bounded(torch_path_counts, name):
+    check_bounds(torch_path_counts, name)
+
+
+def check_bounds(counts: dict[str, dict[tuple[int, int], int]], name: str) -> None:
     per_layer, per_sentence = BOUNDS[name]
     ops = counts[name]
     assert ops[2, 4] > 0, ops  # the analyzer was fed and counted

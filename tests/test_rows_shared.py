@@ -162,9 +162,17 @@ def test_a_shared_quantity_is_computed_once_per_block():
     assert len(calls) == 2  # another key, another quantity
 
 
-def test_statistics_and_examples_compute_each_row_value_once(monkeypatch):
+@pytest.mark.parametrize("kernel", [False, True])
+def test_statistics_and_examples_compute_each_row_value_once(monkeypatch, kernel):
     """Fed through the feeder, the head statistics and the examples share one block per
-    layer: every per-row measure is computed once for both."""
+    layer: every per-row measure is computed once for both (on the CPU with the C kernel:
+    the kernel's rows once per layer, and torch's entropy once)."""
+    from attnlens.measures.heads import head_stats
+
+    if not kernel:
+        monkeypatch.setattr(head_stats, "_stats_kernel", None)
+    elif head_stats._stats_kernel is None:
+        pytest.skip("the head statistics C kernel is not built")
     computed = []
     real = PatternBlock.shared
 
@@ -189,7 +197,11 @@ def test_statistics_and_examples_compute_each_row_value_once(monkeypatch):
     feeder.end()
     assert computed and len(computed) == len(set(computed))
     measures = [key[1] for *_, key in computed if key[0] == "token measure"]
-    assert sorted(measures) == sorted(MEASURES * 2)  # each measure once per layer, 2 layers
+    kernel_rows = [key for *_, key in computed if key[0] == "token measures kernel"]
+    if kernel:
+        assert not measures and len(kernel_rows) == 2  # once per layer, 2 layers
+    else:
+        assert sorted(measures) == sorted(MEASURES * 2)  # each measure once per layer
 
 
 @pytest.mark.parametrize("rows", [1, 4])

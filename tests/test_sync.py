@@ -26,11 +26,12 @@ def analyzer_params():
 @pytest.fixture(autouse=True)
 def torch_paths(monkeypatch):
     """The torch paths a GPU runs: the CPU's C kernels of pattern asymmetry, sparse coverage,
-    the linear-attention view and word pooling (with the syntactic and rare-word heads) hand
-    their buffers to C with ``.numpy()`` (zero-copy views of CPU tensors, no
+    the linear-attention view, word pooling (with the syntactic and rare-word heads) and head
+    statistics hand their buffers to C with ``.numpy()`` (zero-copy views of CPU tensors, no
     synchronisation; they never run on a GPU), which this check would count as host reads."""
     import attnlens.data.words as words
     import attnlens.measures.asymmetry.pattern_asymmetry as asymmetry
+    import attnlens.measures.heads.head_stats as head_stats
     import attnlens.measures.linear.linear_attention as linear
     import attnlens.measures.sparse.sparse as sparse
 
@@ -38,6 +39,7 @@ def torch_paths(monkeypatch):
     monkeypatch.setattr(sparse, "_sparse_kernel", None)
     monkeypatch.setattr(linear, "_linear_kernel", None)
     monkeypatch.setattr(words, "_words_kernel", None)
+    monkeypatch.setattr(head_stats, "_stats_kernel", None)
 
 
 @pytest.fixture(scope="module")

@@ -113,6 +113,12 @@ class PatternBlock:
         """``[batch, head, rows]`` each row's largest weight."""
         return self.p.amax(-1)
 
+    def offer_row_max(self, row_max: torch.Tensor) -> None:
+        """Hand the block its rows' maxima ``[batch, head, rows]`` computed elsewhere, equal
+        to ``amax`` bit for bit (a C kernel's): ``row_max`` then reads them (kept when
+        already computed)."""
+        self.__dict__.setdefault("row_max", row_max)
+
     @cached_property
     def is_max(self) -> torch.Tensor:
         """``[batch, head, rows, key_pos]`` True where a key holds its row's largest weight

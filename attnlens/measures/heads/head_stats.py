@@ -24,6 +24,14 @@ causal mask no query sees the next token or a trailing [SEP]/EOS, so ``to_next``
 ``to_sep`` are left out and ``sink`` replaces ``to_cls`` (a leading BOS is the first token);
 ``to_cls`` / ``to_sep`` need a tokenizer that adds such a token (GPT-2's adds none).
 
+**Computation.** On the CPU a C kernel (``_stats_kernel.c``, ``TokenMeasures._kernel_rows``)
+reads each row of a whole pattern once for every measure but the entropy: the row maximum
+and the entries read (self, previous, next, first token) are the torch path's values; the
+weights on [CLS], [SEP], punctuation and the distance are summed in float64 and rounded to
+float32 once (the torch path rounds each product and partial sum to float32: the two agree
+within float32 rounding). GPUs, query blocks of long inputs and builds without a compiler
+take the torch path.
+
 Sums are also kept per sentence (``sentence_sums``, ``sentence_rows``: rows counted per
 sentence and measure), so the heads report gives each statistic a bootstrap interval over
 sentences and can pool per sentence (``attnlens.measures.heads.head_stats_tables``).
@@ -44,6 +52,12 @@ from attnlens.stream.base import Batch, PatternBlock
 from attnlens.stream.head_patterns import HeadPatternAnalyzer
 from attnlens.stream.held_layers import HeldLayers, add_to_layers
 from attnlens.stream.per_sentence import PerSentenceRows, sentence_ids_of
+from attnlens.stream.threads import run_split
+
+try:  # the C kernel (setup.py builds it where a compiler is present)
+    from attnlens.measures.heads import _stats_kernel
+except ImportError:  # pragma: no cover - no compiler at install time
+    _stats_kernel = None
 
 # Every statistic HeadStats can compute, in table order; ``MEASURES`` is the set of a
 # bidirectional model with [CLS] and [SEP] (BERT), ``measures_for`` picks a model's own.
@@ -60,6 +74,9 @@ ALL_MEASURES = (
     "sink",
 )
 MEASURES = ALL_MEASURES[:-1]
+# where each statistic lies in the C kernel's output (``_stats_kernel.c``; entropy: torch's)
+KERNEL_OUTPUTS = {"confidence": 0, "to_cls": 1, "to_sep": 2, "to_punct": 3, "to_prev": 4,
+                  "to_self": 5, "to_next": 6, "distance": 7, "sink": 8}
 SUBWORD_MARKERS = ("##", "Ġ", "▁", "Ċ")
 
 
@@ -119,6 +136,12 @@ def punctuation_ids(tokenizer) -> set[int]:
     return set(cached[1])
 
 
+def uses_kernel(block: PatternBlock) -> bool:
+    """Whether the C kernel computes the per-row values of ``block``: built, a whole pattern
+    (query blocks of long inputs keep the torch path) on the CPU."""
+    return _stats_kernel is not None and block.is_whole and block.pattern.device.type == "cpu"
+
+
 class TokenMeasures:
     """How each statistic is read from one layer's patterns: the rows it averages over and
     its value on every query row (shared by ``HeadStats`` and the examples analyzer)."""
@@ -152,6 +175,7 @@ class TokenMeasures:
         self.first = real.to(torch.int8).argmax(1)  # [batch] first real token
         counted = {"to_prev": has_prev, "to_next": has_next, "sink": real}
         self.rows = rows
+        self._key_bits = None  # the kernel's key sets, made on its first use in the batch
         self.row_weight = torch.stack(
             [counted.get(m, rows) for m in self.measures]
         ).to(torch.float32)[:, :, None, :]  # [measure, batch, 1, query_pos]
@@ -161,9 +185,20 @@ class TokenMeasures:
         block (a whole pattern ``[batch, head, query_pos, key_pos]`` is one block).
 
         Each measure's rows are computed once per block (``PatternBlock.shared``) and shared
-        with every reader of the same block and id sets (``prepare`` with the same batch)."""
+        with every reader of the same block and id sets (``prepare`` with the same batch).
+        A whole CPU pattern's are the C kernel's (``uses_kernel``; entropy stays torch's, the
+        value head behaviour compares with its threshold), which also hands the block its
+        row maxima (``PatternBlock.offer_row_max``: amax's values, for the positional heads)."""
         block = pattern if isinstance(pattern, PatternBlock) else PatternBlock.whole(pattern, 0)
         p = block.p  # [batch, head, rows, key_pos]
+        if uses_kernel(block):
+            found = block.shared(("token measures kernel", self.ids_key),
+                                 lambda: self._kernel_rows(p))  # [9, batch, head, rows]
+            block.offer_row_max(found[KERNEL_OUTPUTS["confidence"]])
+            return torch.stack([
+                block.entropy if m == "entropy" else found[KERNEL_OUTPUTS[m]]
+                for m in self.measures
+            ])
 
         def targets() -> torch.Tensor:  # [batch, head, rows, 3]: weight on [CLS], [SEP], punct.
             return block.shared(("token targets", self.ids_key),
@@ -191,6 +226,23 @@ class TokenMeasures:
                          compute[m])
             for m in self.measures
         ])
+
+    def _kernel_rows(self, p: torch.Tensor) -> torch.Tensor:
+        """``[9, batch, head, rows]`` float32: ``KERNEL_OUTPUTS`` of every row of a whole CPU
+        pattern ``p [batch, head, rows, key_pos]`` by the C kernel (``_stats_kernel.c``: each
+        row read once, sums in float64 rounded to float32 once). The (sentence, head) pairs
+        are split between the intra-op threads (the kernel releases the GIL)."""
+        if self._key_bits is None:  # [batch, key_pos] uint8: bit 0 [CLS], 1 [SEP], 2 punct.
+            weights = torch.tensor([1, 2, 4], dtype=torch.float32)
+            self._key_bits = (self.targets @ weights).to(torch.uint8).numpy()
+        p = p.detach().contiguous()
+        batch, heads, rows, keys = p.shape
+        out = torch.empty(len(KERNEL_OUTPUTS), batch, heads, rows, dtype=torch.float32)
+        args = (p.numpy(), self._key_bits, self.first.numpy(), batch, heads, rows, keys)
+        found = out.numpy()
+        run_split(lambda first, stop: _stats_kernel.rows(*args, first, stop, found),
+                  batch * heads)
+        return out
 
     def key_of(self, measure: str, p: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
         """``[batch, head]`` the key a measure's value on row ``query [batch, head]`` is about
