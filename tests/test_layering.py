@@ -27,7 +27,7 @@ LAYERS: list[set[str]] = [
     {"runs.io", "numeric", "head_names", "position_ids"},
     {"runs.manifest", "runs.folder_lock"},
     {"runs.outputs"},
-    {"hooks", "progress", "device", "stats", "plots"},
+    {"hooks", "progress", "device", "stats", "plots", "stream.threads"},
     {"model"},
     {"backends"},
     {"data"},
