@@ -24,18 +24,13 @@ of most own time).
 
 from __future__ import annotations
 
-import argparse
-import cProfile
-import pstats
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from corpus_pass import SHARED_UD, load_batches
-from hot_paths import feed
+from kernel_ab import alternate, cached_ewt, options, print_times, profile
 
 from attnlens.measures.asymmetry import pattern_asymmetry as module
 from attnlens.measures.asymmetry.pattern_asymmetry import PatternAsymmetry
@@ -59,55 +54,28 @@ class PerLayerAsymmetry(PatternAsymmetry):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sentences", type=int, default=2001)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--batch-tokens", type=int, default=1024)
-    parser.add_argument("--wall", action="store_true")
-    parser.add_argument("--profile", action="store_true")
-    args = parser.parse_args()
-    if module._asymmetry_kernel is None:
-        raise SystemExit("the asymmetry kernel is not built")
-    torch.set_num_threads(args.threads)
-    import attnlens
-
-    model, tokenizer = attnlens.load()
-    batches, _ = load_batches(tokenizer, model, SHARED_UD, args.sentences, 64,
-                              args.batch_tokens)
-    with torch.no_grad():
-        caches = [model.run_with_cache(**batch.model_inputs())[1] for batch in batches]
+    args = options(__doc__).parse_args()
     kernel = module._asymmetry_kernel
+    if kernel is None:
+        raise SystemExit("the asymmetry kernel is not built")
+    model, _, batches, caches = cached_ewt(args)
     forms = {"torch, held": (PatternAsymmetry, None), "kernel, held": (HeldAsymmetry, kernel),
              "kernel, per layer": (PerLayerAsymmetry, kernel),
              "kernel, inputs held": (PatternAsymmetry, kernel)}
-    analyzers = {name: cls.for_model(model) for name, (cls, _) in forms.items()}
-    spent = dict.fromkeys(forms, 0.0)
-    clock = time.perf_counter if args.wall else time.process_time
-    names = list(forms)
-    with torch.no_grad():
-        for i, (batch, cache) in enumerate(zip(batches, caches, strict=True)):
-            for name in names[i % len(names):] + names[: i % len(names)]:
-                module._asymmetry_kernel = forms[name][1]
-                start = clock()
-                feed(model, analyzers[name], batch, cache)
-                spent[name] += clock() - start
-    module._asymmetry_kernel = kernel
-    reference = analyzers["torch, held"]
-    kind = "wall" if args.wall else "CPU"
-    print(f"{len(batches)} batches, {args.sentences} sentences, {args.threads} thread(s)")
-    for name, analyzer in analyzers.items():
+    analyzers, spent = alternate(module, "_asymmetry_kernel",
+                                 {name: k for name, (_, k) in forms.items()},
+                                 lambda name: [forms[name][0].for_model(model)], model,
+                                 batches, caches, args.wall)
+    print_times(args, batches, spent)
+    (reference,) = analyzers["torch, held"]
+    for name, (analyzer,) in analyzers.items():
         same = all(torch.equal(getattr(analyzer, f), getattr(reference, f))
                    for f in ("counts", "base_counts", "base_violations"))
         close = torch.allclose(analyzer.ratio_sum, reference.ratio_sum, rtol=1e-5, atol=0)
-        print(f"  {name:20s} {spent[name]:6.2f} s {kind}  "
-              f"({spent['torch, held'] / spent[name]:.2f}x)  counts equal: {same}, "
-              f"ratio sums within 1e-5: {close}")
+        print(f"  {name:20s} counts equal: {same}, ratio sums within 1e-5: {close}")
     if args.profile:
-        analyzer = PatternAsymmetry.for_model(model)
-        with torch.no_grad(), cProfile.Profile() as profile:
-            for batch, cache in zip(batches, caches, strict=True):
-                feed(model, analyzer, batch, cache)
-        pstats.Stats(profile).sort_stats("tottime").print_stats(12)
+        profile(module, "_asymmetry_kernel", kernel, [PatternAsymmetry.for_model(model)],
+                model, batches, caches)
 
 
 if __name__ == "__main__":

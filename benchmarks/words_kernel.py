@@ -22,35 +22,20 @@ functions of most own time).
 
 from __future__ import annotations
 
-import argparse
-import cProfile
-import pstats
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from corpus_pass import SHARED_UD, load_batches
+from kernel_ab import alternate, cached_ewt, options, print_times, profile
 
 from attnlens.data import words as module
 from attnlens.data.words import WordAttentionContext
 from attnlens.measures.heads.rare_words import RareWordHeads
 from attnlens.measures.heads.syntactic import SyntacticHeads
 
-
-def feed(model, analyzers, batch, cache) -> None:
-    """One batch's cached activations to ``analyzers`` through one feeder, as the runner."""
-    from attnlens.stream.feeder import LayerFeeder
-
-    feeder = LayerFeeder(model, analyzers)
-    feeder.begin(batch)
-    wanted = set(feeder.names)
-    for name, x in cache.items():  # the forward's order
-        if name in wanted:
-            feeder.save_as(name, x)
-    feeder.end()
+FORMS = {"torch": None, "kernel": module._words_kernel}
 
 
 def pair(model) -> list:
@@ -60,58 +45,23 @@ def pair(model) -> list:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sentences", type=int, default=2001)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--batch-tokens", type=int, default=1024)
-    parser.add_argument("--wall", action="store_true")
-    parser.add_argument("--profile", choices=["torch", "kernel"])
-    args = parser.parse_args()
-    kernel = module._words_kernel
-    if kernel is None:
+    args = options(__doc__, FORMS).parse_args()
+    if FORMS["kernel"] is None:
         raise SystemExit("the words kernel is not built")
-    torch.set_num_threads(args.threads)
-    import attnlens
-
-    model, tokenizer = attnlens.load()
-    batches, _ = load_batches(tokenizer, model, SHARED_UD, args.sentences, 64,
-                              args.batch_tokens)
-    with torch.no_grad():
-        caches = [model.run_with_cache(**batch.model_inputs())[1] for batch in batches]
-    forms = {"torch": None, "kernel": kernel}
-    analyzers = {name: pair(model) for name in forms}
-    spent = dict.fromkeys(forms, 0.0)
-    clock = time.perf_counter if args.wall else time.process_time
-    names = list(forms)
-    with torch.no_grad():
-        for i, (batch, cache) in enumerate(zip(batches, caches, strict=True)):
-            for name in names[i % 2:] + names[: i % 2]:
-                module._words_kernel = forms[name]
-                start = clock()
-                feed(model, analyzers[name], batch, cache)
-                spent[name] += clock() - start
-    module._words_kernel = kernel
+    model, _, batches, caches = cached_ewt(args)
+    analyzers, spent = alternate(module, "_words_kernel", FORMS, lambda _: pair(model), model,
+                                 batches, caches, args.wall)
+    print_times(args, batches, spent)
     (syn, rare), (ref_syn, ref_rare) = analyzers["kernel"], analyzers["torch"]
     same_syn = all(torch.equal(a, b) for a, b in zip(syn.pair_hits, ref_syn.pair_hits,
                                                      strict=True))
     same_rare = all(torch.equal(a, b) for a, b in zip(rare.sentence_hits,
                                                       ref_rare.sentence_hits, strict=True))
-    kind = "wall" if args.wall else "CPU"
-    print(f"{len(batches)} batches, {args.sentences} sentences, {args.threads} thread(s)")
-    for name in names:
-        print(f"  {name:8s} {spent[name]:6.2f} s {kind}  ({spent['torch'] / spent[name]:.2f}x)")
     print(f"  kernel hits equal to the torch path's: syntactic {same_syn}, rare words "
           f"{same_rare}")
     if args.profile:
-        found = pair(model)
-        module._words_kernel = forms[args.profile]
-        try:
-            with torch.no_grad(), cProfile.Profile() as profile:
-                for batch, cache in zip(batches, caches, strict=True):
-                    feed(model, found, batch, cache)
-        finally:
-            module._words_kernel = kernel
-        pstats.Stats(profile).sort_stats("tottime").print_stats(12)
+        profile(module, "_words_kernel", FORMS[args.profile], pair(model), model, batches,
+                caches)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,116 @@
+"""What the C kernels' benchmarks share: their options, UD EWT dev's cached activations, and
+the forms of an analyzer fed batch by batch in alternation (issue 29).
+
+Each form is a kernel module (or None: the torch path) that the benchmark's analyzer module
+sees while that form's analyzers are fed; the forms alternate batch by batch, their order
+too, so that all of them see the same load of a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from corpus_pass import SHARED_UD, load_batches
+
+
+def options(doc: str, profile: dict[str, Any] | None = None) -> argparse.ArgumentParser:
+    """The common options: ``--sentences``, ``--threads``, ``--batch-tokens``, ``--wall``,
+    and ``--profile`` (a flag, or one of ``profile``'s keys when given)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--sentences", type=int, default=2001)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--batch-tokens", type=int, default=1024)
+    parser.add_argument("--wall", action="store_true")
+    if profile is None:
+        parser.add_argument("--profile", action="store_true")
+    else:
+        parser.add_argument("--profile", choices=list(profile))
+    return parser
+
+
+def cached_ewt(args: argparse.Namespace) -> tuple:
+    """``(model, tokenizer, batches, caches)``: MiniLM, the first ``--sentences`` UD EWT dev
+    sentences batched as ``analyze`` batches them (at most 64 sentences and
+    ``--batch-tokens`` padded tokens), and each batch's cached activations."""
+    torch.set_num_threads(args.threads)
+    import attnlens
+
+    model, tokenizer = attnlens.load()
+    batches, _ = load_batches(tokenizer, model, SHARED_UD, args.sentences, 64,
+                              args.batch_tokens)
+    with torch.no_grad():
+        caches = [model.run_with_cache(**batch.model_inputs())[1] for batch in batches]
+    return model, tokenizer, batches, caches
+
+
+def feed(model, analyzers: list, batch, cache) -> None:
+    """One batch's cached activations to ``analyzers`` through one feeder, as the runner."""
+    from attnlens.stream.feeder import LayerFeeder
+
+    feeder = LayerFeeder(model, analyzers)
+    feeder.begin(batch)
+    wanted = set(feeder.names)
+    for name, x in cache.items():  # the forward's order
+        if name in wanted:
+            feeder.save_as(name, x)
+    feeder.end()
+
+
+def alternate(module: ModuleType, attribute: str, forms: dict[str, Any],
+              make: Callable[[str], list], model, batches, caches, wall: bool
+              ) -> tuple[dict[str, list], dict[str, float]]:
+    """Each form's analyzers (``make(form)``) fed every batch, the forms alternating batch by
+    batch with ``module.attribute`` set to the form's kernel; ``(analyzers, seconds)`` per
+    form (CPU seconds, or wall seconds with ``wall``). The attribute is restored after."""
+    kept = getattr(module, attribute)
+    analyzers = {name: make(name) for name in forms}
+    spent = dict.fromkeys(forms, 0.0)
+    clock = time.perf_counter if wall else time.process_time
+    names = list(forms)
+    try:
+        with torch.no_grad():
+            for i, (batch, cache) in enumerate(zip(batches, caches, strict=True)):
+                turn = i % len(names)
+                for name in names[turn:] + names[:turn]:
+                    setattr(module, attribute, forms[name])
+                    start = clock()
+                    feed(model, analyzers[name], batch, cache)
+                    spent[name] += clock() - start
+    finally:
+        setattr(module, attribute, kept)
+    return analyzers, spent
+
+
+def print_times(args: argparse.Namespace, batches: list, spent: dict[str, float]) -> None:
+    """Each form's seconds and its speed against the first form."""
+    kind = "wall" if args.wall else "CPU"
+    first = next(iter(spent.values()))
+    print(f"{len(batches)} batches, {args.sentences} sentences, {args.threads} thread(s)")
+    for name, seconds in spent.items():
+        print(f"  {name:20s} {seconds:6.2f} s {kind}  ({first / seconds:.2f}x)")
+
+
+def profile(module: ModuleType, attribute: str, kernel: Any, analyzers: list, model,
+            batches, caches) -> None:
+    """``analyzers`` fed every batch once more under cProfile with ``module.attribute`` set
+    to ``kernel``; the 12 functions of most own time."""
+    kept = getattr(module, attribute)
+    setattr(module, attribute, kernel)
+    try:
+        with torch.no_grad(), cProfile.Profile() as profiler:
+            for batch, cache in zip(batches, caches, strict=True):
+                feed(model, analyzers, batch, cache)
+    finally:
+        setattr(module, attribute, kept)
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
