@@ -71,12 +71,17 @@ def old_class(root: Path, relative: str, name: str):
 
 def feed(model, analyzer, batch, cache) -> None:
     """One batch's cached activations to ``analyzer`` as the runner gives them."""
-    from attnlens.stream.feeder import LayerFeeder
-
     if analyzer.needs_model_pass:
         analyzer.model_pass(model, batch)
         return
-    feeder = LayerFeeder(model, [analyzer])
+    feed_all(model, [analyzer], batch, cache)
+
+
+def feed_all(model, analyzers: list, batch, cache) -> None:
+    """One batch's cached activations to ``analyzers`` through one feeder, as the runner."""
+    from attnlens.stream.feeder import LayerFeeder
+
+    feeder = LayerFeeder(model, analyzers)
     feeder.begin(batch)
     wanted = set(feeder.names)
     for name, x in cache.items():  # the forward's order

@@ -22,6 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from corpus_pass import SHARED_UD, load_batches
+from hot_paths import feed_all as feed
 
 
 def options(doc: str, profile: dict[str, Any] | None = None) -> argparse.ArgumentParser:
@@ -52,19 +53,6 @@ def cached_ewt(args: argparse.Namespace) -> tuple:
     with torch.no_grad():
         caches = [model.run_with_cache(**batch.model_inputs())[1] for batch in batches]
     return model, tokenizer, batches, caches
-
-
-def feed(model, analyzers: list, batch, cache) -> None:
-    """One batch's cached activations to ``analyzers`` through one feeder, as the runner."""
-    from attnlens.stream.feeder import LayerFeeder
-
-    feeder = LayerFeeder(model, analyzers)
-    feeder.begin(batch)
-    wanted = set(feeder.names)
-    for name, x in cache.items():  # the forward's order
-        if name in wanted:
-            feeder.save_as(name, x)
-    feeder.end()
 
 
 def alternate(module: ModuleType, attribute: str, forms: dict[str, Any],
