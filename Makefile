@@ -137,7 +137,7 @@ BENCH_TABLE :=
 ifeq ($(QUICK),1)
 BENCH_RECORD := benchmarks/results/bench-quick.jsonl
 BENCH_TABLE := --print --records $(BENCH_RECORD)
-BENCH_DEMO := --runs 1
+BENCH_DEMO := --runs 1 --floor
 BENCH_FIXED := --rounds 1
 BENCH_LM_PROBES := --rounds 1
 BENCH_FORWARD := --rounds 3
