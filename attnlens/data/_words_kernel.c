@@ -39,28 +39,11 @@
  * first .. stop - 1 (batch-major) are computed: threads split a batch, each writing its own
  * cells. The GIL is released while computing.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "kernel_common.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
-    !defined(WORDS_NO_CLONES)
-/* One build runs AVX-512 code where the CPU has it, AVX2 code where it has that, plain
- * x86-64 code elsewhere (the steps are inlined into each clone); WORDS_NO_CLONES builds one
- * version for the compiler's target (the tests build each so and compare their bits). */
-#define MULTIVERSION \
-    __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define MULTIVERSION
-#endif
-#if defined(__GNUC__)
-#define STEP static inline __attribute__((always_inline))
-#else
-#define STEP static inline
-#endif
 
 typedef struct {
     const float *pattern, *W;
@@ -205,15 +188,6 @@ static void rare_pairs(const Words *f, Py_ssize_t first, Py_ssize_t stop, float 
     }
 }
 
-static int check(Py_buffer *b, size_t count, size_t item, const char *name) {
-    if ((size_t)b->len != count * item) {
-        PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, not %zu", name, b->len,
-                     count * item);
-        return 0;
-    }
-    return 1;
-}
-
 /* Checks the shapes, the pair range and the word tokens (starts, and positions where given). */
 static int check_words(Words *f, Py_buffer *starts, Py_buffer *positions, int batch,
                        Py_ssize_t first, Py_ssize_t stop) {
@@ -223,8 +197,8 @@ static int check_words(Words *f, Py_buffer *starts, Py_buffer *positions, int ba
         PyErr_SetString(PyExc_ValueError, "bad shapes or pair range");
         return 0;
     }
-    if (!check(starts, B * (NW + 1), sizeof(int32_t), "starts") ||
-        (positions != NULL && !check(positions, B * N, sizeof(int32_t), "positions")))
+    if (!check_size(starts, B * (NW + 1), sizeof(int32_t), "starts") ||
+        (positions != NULL && !check_size(positions, B * N, sizeof(int32_t), "positions")))
         return 0;
     const int32_t *s = starts->buf;
     for (size_t b = 0; b < B; b++) {
@@ -250,8 +224,8 @@ static int check_words(Words *f, Py_buffer *starts, Py_buffer *positions, int ba
 static int check_items(Words *f, Py_buffer *items, Py_buffer *item_start, int batch, int width,
                        size_t out_rows) {
     const size_t B = (size_t)batch, NW = (size_t)f->n_words;
-    if (items->len % (width * sizeof(int32_t)) || !check(item_start, B + 1, sizeof(int32_t),
-                                                         "item_start"))
+    if (items->len % (width * sizeof(int32_t)) ||
+        !check_size(item_start, B + 1, sizeof(int32_t), "item_start"))
         goto bad;
     const int32_t *it = items->buf, *at = item_start->buf;
     const size_t n_items = items->len / (width * sizeof(int32_t));
@@ -294,8 +268,8 @@ static PyObject *pool(PyObject *self, PyObject *args) {
     const size_t pairs = (size_t)(batch > 0 ? batch : 0) * (size_t)(f.heads > 0 ? f.heads : 0);
     const size_t N = (size_t)(f.n > 0 ? f.n : 0), NW = (size_t)(f.n_words > 0 ? f.n_words : 0);
     if (check_words(&f, &starts, &positions, batch, first, stop) &&
-        check(&pattern, pairs * N * N, sizeof(float), "pattern") &&
-        check(&W, pairs * NW * NW, sizeof(float), "W")) {
+        check_size(&pattern, pairs * N * N, sizeof(float), "pattern") &&
+        check_size(&W, pairs * NW * NW, sizeof(float), "W")) {
         float *row = malloc(sizeof(float) * N);
         if (row == NULL) {
             PyErr_NoMemory();
@@ -309,8 +283,7 @@ static PyObject *pool(PyObject *self, PyObject *args) {
             result = Py_NewRef(Py_None);
         }
     }
-    Py_buffer *all[] = {&pattern, &starts, &positions, &W};
-    for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++) PyBuffer_Release(all[k]);
+    RELEASE_BUFFERS(&pattern, &starts, &positions, &W);
     return result;
 }
 
@@ -322,8 +295,8 @@ static PyObject *credit(Words *f, Py_buffer *W, Py_buffer *starts, Py_buffer *it
     const size_t NW = (size_t)(f->n_words > 0 ? f->n_words : 0);
     const size_t out_rows = (size_t)out->len / (sizeof(float) * out_width * H);
     if (!(check_words(f, starts, NULL, batch, first, stop) &&
-          check(W, (size_t)batch * H * NW * NW, sizeof(float), "W") &&
-          check(out, out_rows * out_width * H, sizeof(float), "out") &&
+          check_size(W, (size_t)batch * H * NW * NW, sizeof(float), "W") &&
+          check_size(out, out_rows * out_width * H, sizeof(float), "out") &&
           check_items(f, items, item_start, batch, width, out_rows)))
         return NULL;
     float *work = malloc(sizeof(float) * (NW * NW + 4 * NW + 1));
@@ -352,8 +325,7 @@ static PyObject *syntactic(PyObject *self, PyObject *args) {
     f.n = f.n_words > 0 ? f.n_words : 1; /* (no token positions read) */
     PyObject *result = credit(&f, &W, &starts, &arcs, &arc_start, &out, batch, 4, 3, first,
                               stop);
-    Py_buffer *all[] = {&W, &starts, &arcs, &arc_start, &out};
-    for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++) PyBuffer_Release(all[k]);
+    RELEASE_BUFFERS(&W, &starts, &arcs, &arc_start, &out);
     return result;
 }
 
@@ -372,8 +344,7 @@ static PyObject *rare(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "rows need at least one target (width >= 5)");
     else
         result = credit(&f, &W, &starts, &rows, &row_start, &out, batch, width, 1, first, stop);
-    Py_buffer *all[] = {&W, &starts, &rows, &row_start, &out};
-    for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++) PyBuffer_Release(all[k]);
+    RELEASE_BUFFERS(&W, &starts, &rows, &row_start, &out);
     return result;
 }
 
@@ -388,12 +359,8 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT,
-    .m_name = "_words_kernel",
-    .m_doc = "Word pooling of whole attention patterns, and the syntactic and rare-word heads' credits.",
-    .m_size = -1,
-    .m_methods = methods,
-};
+MODULE_TABLE(_words_kernel,
+             "Word pooling of whole attention patterns, and the syntactic and rare-word heads' "
+             "credits.");
 
 PyMODINIT_FUNC PyInit__words_kernel(void) { return PyModule_Create(&module); }
