@@ -196,10 +196,10 @@ def test_bad_buffers_are_value_errors():
     out = torch.empty(2, 3, dtype=torch.float64)
     counts = torch.empty(2, 3, 4, dtype=torch.float64)
     kernel = module._asymmetry_kernel
-    with pytest.raises(ValueError, match="src"):
+    with pytest.raises(ValueError, match=r"src holds 384 bytes, not 256"):
         kernel.asymmetry(P.numpy(), mask.numpy(), out.numpy(), counts.numpy(), None, 2, 4, 2.0,
                          1.0, 1.0, False)
-    with pytest.raises(ValueError, match="ratio holds"):
+    with pytest.raises(ValueError, match=r"ratio holds 24 bytes, not 48"):
         kernel.asymmetry(P.numpy(), mask.numpy(), out[:1].numpy(), counts.numpy(), None, 3, 4,
                          2.0, 1.0, 1.0, False)
     with pytest.raises(ValueError, match="float64"):

@@ -134,21 +134,43 @@ STEP void column_maxima(const float *W, const int32_t *starts, int nw, float *to
     for (int k = 0; k < nw; k++) ties[k] = ties[k] > 1 ? ties[k] : 1;
 }
 
+/* One (sentence, head) pair of a credit pass: its head, its sentence's word starts
+ * [n_words + 1] and items begin .. end - 1. */
+typedef struct {
+    int head, begin, end;
+    const int32_t *starts;
+} Pair;
+
+/* Opens pair `pair` (p): its word matrix copied into W [n_words, n_words] (the diagonal set
+ * to -1 with exclude) and each row's maximum top and ties (row_maxima); 0, and neither done,
+ * when its sentence holds no items. Both credit passes' pair loops start so. */
+STEP int open_pair(const Words *f, Py_ssize_t pair, int exclude, float *W, float *top,
+                   int *ties, Pair *p) {
+    const int nw = f->n_words, b = (int)(pair / f->heads);
+    p->head = (int)(pair % f->heads);
+    p->starts = f->starts + (size_t)b * (nw + 1);
+    p->begin = f->item_start[b];
+    p->end = f->item_start[b + 1];
+    if (p->begin == p->end) return 0;
+    memcpy(W, f->W + (size_t)pair * nw * nw, sizeof(float) * nw * nw);
+    if (exclude)
+        for (int q = 0; q < nw; q++) W[(size_t)q * nw + q] = -1.0f;
+    row_maxima(W, nw, padding_of(p->starts, nw), top, ties);
+    return 1;
+}
+
 MULTIVERSION
 static void syntactic_pairs(const Words *f, Py_ssize_t first, Py_ssize_t stop, float *work) {
     const int nw = f->n_words, heads = f->heads;
     float *W = work, *top = W + (size_t)nw * nw, *col_top = top + nw;
     int *ties = (int *)(col_top + nw), *col_ties = ties + nw;
     for (Py_ssize_t pair = first; pair < stop; pair++) {
-        const int b = (int)(pair / heads), h = (int)(pair % heads);
-        const int32_t *starts = f->starts + (size_t)b * (nw + 1);
-        const int begin = f->item_start[b], end = f->item_start[b + 1];
-        if (begin == end) continue;
-        memcpy(W, f->W + (size_t)pair * nw * nw, sizeof(float) * nw * nw);
-        for (int q = 0; q < nw; q++) W[(size_t)q * nw + q] = -1.0f; /* never picks itself */
-        row_maxima(W, nw, padding_of(starts, nw), top, ties);
+        Pair p;
+        if (!open_pair(f, pair, 1, W, top, ties, &p)) continue; /* a word never picks itself */
+        const int32_t *starts = p.starts;
+        const int h = p.head;
         column_maxima(W, starts, nw, col_top, col_ties);
-        for (int a = begin; a < end; a++) {
+        for (int a = p.begin; a < p.end; a++) {
             const int32_t *arc = f->items + (size_t)a * 4;
             const int dep = arc[1], head = arc[2];
             const float dep_here = starts[dep] < starts[dep + 1];
@@ -169,15 +191,11 @@ static void rare_pairs(const Words *f, Py_ssize_t first, Py_ssize_t stop, float 
     float *W = work, *top = W + (size_t)nw * nw;
     int *ties = (int *)(top + nw);
     for (Py_ssize_t pair = first; pair < stop; pair++) {
-        const int b = (int)(pair / heads), h = (int)(pair % heads);
-        const int32_t *starts = f->starts + (size_t)b * (nw + 1);
-        const int begin = f->item_start[b], end = f->item_start[b + 1];
-        if (begin == end) continue;
-        memcpy(W, f->W + (size_t)pair * nw * nw, sizeof(float) * nw * nw);
-        if (f->exclude)
-            for (int q = 0; q < nw; q++) W[(size_t)q * nw + q] = -1.0f;
-        row_maxima(W, nw, padding_of(starts, nw), top, ties);
-        for (int r = begin; r < end; r++) {
+        Pair p;
+        if (!open_pair(f, pair, f->exclude, W, top, ties, &p)) continue;
+        const int32_t *starts = p.starts;
+        const int h = p.head;
+        for (int r = p.begin; r < p.end; r++) {
             const int32_t *item = f->items + (size_t)r * f->width;
             const int q = item[1], k = item[3];
             int hits = 0;
