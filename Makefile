@@ -1,5 +1,6 @@
 # Two entry points: `make demo` (set up, then analyse the embedded model) and `make test`.
-# Set-up is idempotent: it reruns only when pyproject.toml, setup.py or a C kernel change.
+# Set-up is idempotent: it reruns only when pyproject.toml, setup.py, a C kernel or their
+# header change.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
