@@ -104,6 +104,9 @@ def analyze(
     settings = lm.lm_heads_settings(probe_sequences, probe_length, probe_seed, probe_file,
                                     probes, sink_tokens, window, streaming_threshold, context,
                                     controls, ablation, sts_data)
+    from attnlens.data.wordfreq_import import import_wordfreq
+
+    import_wordfreq()  # rare-word heads' frequencies: cheaper before torch loads
     from attnlens.measures.lm_heads.run import LmHeads
     from attnlens.report.analyze import default_sections
 

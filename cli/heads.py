@@ -166,6 +166,10 @@ def heads(
     settings = lm.lm_heads_settings(probe_sequences, probe_length, probe_seed, probe_file,
                                     probes, sink_tokens, window, streaming_threshold, context,
                                     controls, ablation, sts_data)
+    if rarity_corpus is None:
+        from attnlens.data.wordfreq_import import import_wordfreq
+
+        import_wordfreq()  # rare-word heads' frequencies: cheaper before torch loads
     from attnlens.measures.heads.settings import head_inference
 
     inference = head_inference(bootstrap, seed, alpha, correction, pooling, rare_self,
