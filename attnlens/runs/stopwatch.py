@@ -38,9 +38,14 @@ def phase(name: str) -> Iterator[None]:
         add(name, time.perf_counter() - began)
 
 
+def so_far() -> dict[str, float]:
+    """The phases timed so far (rounded to 0.01 s), kept."""
+    return {name: round(seconds, 2) for name, seconds in PHASES.items()}
+
+
 def take() -> dict[str, float]:
     """The phases timed so far (rounded to 0.01 s), forgetting them."""
-    taken = {name: round(seconds, 2) for name, seconds in PHASES.items()}
+    taken = so_far()
     PHASES.clear()
     return taken
 
