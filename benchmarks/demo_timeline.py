@@ -31,9 +31,8 @@ from contextlib import contextmanager
 from importlib.abc import MetaPathFinder
 from pathlib import Path
 
-T0 = time.time() - time.monotonic() + 0.0  # placeholder, set in main()
-EVENTS: list[list] = []
-LOG: Path | None = None
+T0 = 0.0  # the process's start on the wall clock (main() sets it)
+LOG: Path | None = None  # the events' file, one JSON list a line
 
 
 def log(kind: str, name: str, began: float, ended: float) -> None:
