@@ -208,24 +208,18 @@ def analyze(
 
         records.append(attach_prune_run(prune_dir, out / TABLES_DIR, out / FIGURES_DIR))
 
-    # What run.json holds that the example pages and the page do not change (the weights'
-    # checksum, the tables' numeric columns), made once for its one or two writes
-    model_entry, packages = model_record(model), package_versions()
-    section_entries = [r.to_json() for r in records]
-    numeric = numeric_columns({n: t for o in outputs for n, t in o.tables.items()})
-
     def run_record(pages: int, phases: dict[str, float]) -> dict[str, Any]:
         total = time.perf_counter() - start
         return {
             "attnlens": _version(),
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "command": command,
-            "model": model_entry,
+            "model": model_record(model),
             "corpus": corpus_name,
             "sentences": n_sentences,
             "processes": dist.world_size,
             "options": {**(options or {}), **(resolved_options or {})},
-            "packages": packages,
+            "packages": package_versions(),
             "null": (null_result.record(total) if null_result is not None
                      else {"kind": "none" if not null.on else "not run (no corpus)"}),
             "timings": {
@@ -243,8 +237,8 @@ def analyze(
             "seconds": round(total, 2),
             "layers_and_heads_numbered_from": 0,
             "example_pages": pages,
-            "sections": section_entries,
-            NUMERIC_RECORD: numeric,
+            "sections": [r.to_json() for r in records],
+            NUMERIC_RECORD: numeric_columns({n: t for o in outputs for n, t in o.tables.items()}),
         }
 
     rendering: list[SideJob] = []
