@@ -136,7 +136,7 @@ def analyze(
     dist: DistContext = SINGLE,
     checkpoint: AnalysisCheckpoint | None = None,
     null: NullOptions | None = None,
-    example_pages: Callable[..., list[Path]] | None = None,
+    example_pages: Callable[[HookedTransformer, Any, Path], list[Path]] | None = None,
     resolved_options: dict[str, Any] | None = None,
 ) -> list[SectionOutput]:
     """Run all sections' analyzers in one pass over ``batches``; write the report folder.
@@ -147,10 +147,8 @@ def analyze(
     resuming, restores them and skips the batches they already hold. ``null`` (default:
     ``NullOptions()``, a random-init null model; ``NullOptions("none")`` turns it off) adds
     the null model's columns to every per-head table (``attnlens.report.null_run``).
-    ``example_pages(model, tokenizer, out, before_forwards=f)``, when given, writes viewer
-    pages of the head examples (``attnlens.viewer.examples``; the commands pass it) and calls
-    ``f(pages)`` once the examples table names them, before its forwards: where side workers
-    are allowed the page is rendered in a child from then on, else after the pages.
+    ``example_pages(model, tokenizer, out)``, when given, writes viewer pages of the head
+    examples before the page is rendered (``attnlens.viewer.examples``; the commands pass it).
     ``resolved_options`` replace the recorded options' values where the command settled them
     after reading the model (``max_length`` and ``max_length_source`` for a defaulted
     ``--max-length``).
