@@ -41,14 +41,13 @@ from attnlens.report.null_run import NullOptions, NullResult, join_null, run_nul
 from attnlens.report.own_passes_beside import OwnPassesBeside
 from attnlens.report.provenance import invoked_command, model_record, package_versions
 from attnlens.report.sections import Section, SectionOutput
-from attnlens.report.side_work import WAIT_PREFIX, SideJob, side_job, side_workers_allowed
+from attnlens.report.side_work import SideJob, side_job, side_workers_allowed
 from attnlens.runs import stopwatch
 from attnlens.runs.checkpointing import AnalysisCheckpoint
 from attnlens.runs.io import atomic_open, check_output_dir, held_tables, write_table
 from attnlens.stream.base import Analyzer
 
 TIMED_METHODS = ("begin_batch", "update_layer", "end_batch", "update")
-PAGE_JOB = "page"  # the side job rendering the page beside the example pages' forwards
 
 
 def section_class(measure: Measure) -> type[Section]:
@@ -246,17 +245,17 @@ def analyze(
         run.json as it stands, while this process runs the pages' forwards."""
         if forked:
             write_run_record(out, run_record(pages, stopwatch.so_far()))
-            rendering.append(side_job(PAGE_JOB, functools.partial(_render, out), forked))
+            rendering.append(side_job("page", functools.partial(_render, out), forked))
 
     try:
-        with stopwatch.phase("example pages"):  # with the wait for a page rendered beside
+        with stopwatch.phase("example pages"):
             pages = (example_pages(model, tokenizer, out, before_forwards=render_beside)
                      if example_pages is not None else [])
-            page = rendering[0].result() if rendering else None  # the child's seconds
-        phases = stopwatch.take()
-        phases.pop(WAIT_PREFIX + PAGE_JOB, None)  # counted in "example pages"
-        record = run_record(len(pages), phases)
-        if page is None:
+        record = run_record(len(pages), stopwatch.take())
+        if rendering:  # its wait and the child's seconds join run.json's fixed costs
+            page = rendering[0].result()
+            record["timings"]["fixed costs"].update(stopwatch.take())
+        else:
             write_run_record(out, record)
             page = _render(out)
     finally:
