@@ -350,15 +350,13 @@ class CommandRun:
             self.note(line)
 
 
-def _example_pages(model, tokenizer, out: Path, max_length: int | None = None,
-                   before_forwards: Callable[[int], None] | None = None) -> list[Path]:
+def _example_pages(model, tokenizer, out: Path, max_length: int | None = None) -> list[Path]:
     """Viewer pages of the head examples (attnlens.viewer.examples), for every report: each
-    page reads at most ``example_length`` tokens; ``before_forwards`` as there."""
+    page reads at most ``example_length`` tokens."""
     from attnlens.viewer.examples import write_example_pages
 
     return write_example_pages(model, tokenizer, out,
-                               max_length=example_length(model, max_length),
-                               before_forwards=before_forwards)
+                               max_length=example_length(model, max_length))
 
 
 def example_length(model, max_length: int | None) -> int | None:

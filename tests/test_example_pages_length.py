@@ -29,7 +29,7 @@ def test_example_pages_get_that_length(monkeypatch, tmp_path: Path):
 
     seen = {}
 
-    def write(model, tokenizer, out, max_length=None, before_forwards=None):
+    def write(model, tokenizer, out, max_length=None):
         seen["max_length"] = max_length
         return []
 

@@ -200,77 +200,50 @@ def analyze(
             probes.cancel()
         if beside is not None:
             beside.cancel()
+    with stopwatch.phase("example pages"):
+        pages = example_pages(model, tokenizer, out) if example_pages is not None else []
     if prune_dir is not None:
         from attnlens.measures.pruning.section import attach_prune_run
 
         records.append(attach_prune_run(prune_dir, out / TABLES_DIR, out / FIGURES_DIR))
-
-    def run_record(pages: int, phases: dict[str, float]) -> dict[str, Any]:
-        total = time.perf_counter() - start
-        return {
-            "attnlens": _version(),
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "command": command,
-            "model": model_record(model),
-            "corpus": corpus_name,
-            "sentences": n_sentences,
-            "processes": dist.world_size,
-            "options": {**(options or {}), **(resolved_options or {})},
-            "packages": package_versions(),
-            "null": (null_result.record(total) if null_result is not None
-                     else {"kind": "none" if not null.on else "not run (no corpus)"}),
-            "timings": {
-                "total": round(total, 2),
-                "corpus pass (forward and every analyzer)": round(corpus_pass, 2),
-                **({"null model pass (included in total)": round(null_result.seconds, 2)}
-                   if null_result is not None else {}),
-                "fixed costs": fixed_costs(before, phases),
-                "sections": {
-                    name: {"analyzers (inside the corpus pass)": round(
-                        seconds.get(f"{name}.analyzers", 0.0), 2),
-                        "tables and figures": round(seconds.get(f"{name}.write", 0.0), 2)}
-                    for name in (s.name for s in sections)},
-            },
-            "seconds": round(total, 2),
-            "layers_and_heads_numbered_from": 0,
-            "example_pages": pages,
-            "sections": [r.to_json() for r in records],
-            NUMERIC_RECORD: numeric_columns({n: t for o in outputs for n, t in o.tables.items()}),
-        }
-
-    rendering: list[SideJob] = []
-
-    def render_beside(pages: int) -> None:
-        """The example pages' table is final: render the page in a child (``forked``) from
-        run.json as it stands, while this process runs the pages' forwards."""
-        if forked:
-            write_run_record(out, run_record(pages, stopwatch.so_far()))
-            rendering.append(side_job("page", functools.partial(_render, out), forked))
-
-    try:
-        with stopwatch.phase("example pages"):
-            pages = (example_pages(model, tokenizer, out, before_forwards=render_beside)
-                     if example_pages is not None else [])
-        record = run_record(len(pages), stopwatch.take())
-        if rendering:  # its wait and the child's seconds join run.json's fixed costs
-            page = rendering[0].result()
-            record["timings"]["fixed costs"].update(stopwatch.take())
-        else:
-            write_run_record(out, record)
-            page = _render(out)
-    finally:
-        for job in rendering:
-            job.cancel()
-    record["timings"]["fixed costs"]["page"] = page
+    total = time.perf_counter() - start
+    record = {
+        "attnlens": _version(),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": command,
+        "model": model_record(model),
+        "corpus": corpus_name,
+        "sentences": n_sentences,
+        "processes": dist.world_size,
+        "options": {**(options or {}), **(resolved_options or {})},
+        "packages": package_versions(),
+        "null": (null_result.record(total) if null_result is not None
+                 else {"kind": "none" if not null.on else "not run (no corpus)"}),
+        "timings": {
+            "total": round(total, 2),
+            "corpus pass (forward and every analyzer)": round(corpus_pass, 2),
+            **({"null model pass (included in total)": round(null_result.seconds, 2)}
+               if null_result is not None else {}),
+            "fixed costs": fixed_costs(before, stopwatch.take()),
+            "sections": {
+                name: {"analyzers (inside the corpus pass)": round(
+                    seconds.get(f"{name}.analyzers", 0.0), 2),
+                    "tables and figures": round(seconds.get(f"{name}.write", 0.0), 2)}
+                for name in (s.name for s in sections)},
+        },
+        "seconds": round(total, 2),
+        "layers_and_heads_numbered_from": 0,
+        "example_pages": len(pages),
+        "sections": [r.to_json() for r in records],
+        NUMERIC_RECORD: numeric_columns({n: t for o in outputs for n, t in o.tables.items()}),
+    }
     write_run_record(out, record)
-    return outputs
-
-
-def _render(out: Path) -> float:
-    """Render the report's page (``Report.render``); its wall seconds."""
     began = time.perf_counter()
     Report(out).render()
-    return round(time.perf_counter() - began, 2)
+    record["timings"]["fixed costs"]["page"] = round(
+        time.perf_counter() - began, 2)
+    write_run_record(out, record)
+    return outputs
 
 
 def _analyzers_and_probes(model, tokenizer, sections: Sequence[Section], forked: bool

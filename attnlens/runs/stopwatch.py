@@ -38,14 +38,9 @@ def phase(name: str) -> Iterator[None]:
         add(name, time.perf_counter() - began)
 
 
-def so_far() -> dict[str, float]:
-    """The phases timed so far (rounded to 0.01 s), kept."""
-    return {name: round(seconds, 2) for name, seconds in PHASES.items()}
-
-
 def take() -> dict[str, float]:
     """The phases timed so far (rounded to 0.01 s), forgetting them."""
-    taken = so_far()
+    taken = {name: round(seconds, 2) for name, seconds in PHASES.items()}
     PHASES.clear()
     return taken
 

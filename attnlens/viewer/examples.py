@@ -12,7 +12,6 @@ the head selected and the example's query token pinned.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -43,13 +42,9 @@ def page_name(index: int) -> str:
 
 
 def write_example_pages(model, tokenizer, report_dir: str | Path, max_pages: int = MAX_PAGES,
-                        max_length: int | None = None,
-                        before_forwards: Callable[[int], None] | None = None) -> list[Path]:
+                        max_length: int | None = None) -> list[Path]:
     """Write the pages and the ``viewer_page`` column (module docstring); return the pages.
-    ``max_length`` None: the model's trained length (the viewer's default).
-    ``before_forwards(n)``, when given, is called once the table holds its final
-    ``viewer_page`` column, before the pages' forwards (``n`` pages follow): the report's
-    page, which reads that column, can be rendered meanwhile (``report.analyze``)."""
+    ``max_length`` None: the model's trained length (the viewer's default)."""
     from attnlens.runs.io import write_table
     from attnlens.viewer.data import text_attention
     from attnlens.viewer.page import AttentionView
@@ -63,23 +58,21 @@ def write_example_pages(model, tokenizer, report_dir: str | Path, max_pages: int
         return []
     roles = _roles(report)
     texts = examples.drop_duplicates("sentence_index").set_index("sentence_index")["sentence"]
-    chosen = [(index, str(texts.get(index, "") or "")) for index in
-              choose_sentences(examples, max_pages)]
-    written = {index: page_name(index) for index, text in chosen if text.strip()}
-    examples["viewer_page"] = examples["sentence_index"].map(written).fillna("")
-    formats = ("csv", "md") if (table_path.with_suffix(".md")).exists() else ("csv",)
-    write_table(examples, table_path.parent, "head_examples", formats=formats)
-    if before_forwards is not None:
-        before_forwards(len(written))
-    for index, text in chosen:
-        if index not in written:
+    written: dict[int, str] = {}
+    for index in choose_sentences(examples, max_pages):
+        text = str(texts.get(index, "") or "")
+        if not text.strip():
             continue
         data = text_attention(model, tokenizer, text, max_length=max_length)
         if roles is not None:
             data.roles = roles
-        path = report / written[index]
+        path = report / page_name(index)
         path.parent.mkdir(exist_ok=True)
         AttentionView(data).save(path)
+        written[index] = page_name(index)
+    examples["viewer_page"] = examples["sentence_index"].map(written).fillna("")
+    formats = ("csv", "md") if (table_path.with_suffix(".md")).exists() else ("csv",)
+    write_table(examples, table_path.parent, "head_examples", formats=formats)
     return [report / p for p in written.values()]
 
 
