@@ -223,3 +223,40 @@ def test_each_build_gives_the_installed_bits(tmp_path, name, causal):
         linear._linear_kernel = saved
     for field in STATE:
         assert torch.equal(getattr(installed, field), getattr(built, field)), field
+
+
+def test_the_kernel_reads_each_layer_where_it_lies_and_sums_as_held():
+    """ops39: on the CPU each layer's inputs go to the kernel as the model made them (none
+    is held: holding copied them once more, torch.cat); its outputs are held in their place,
+    to the same budget, so the sums over sentences are those of the layers' inputs held and
+    folded side by side (bit for bit: the same layers summed together, in the same layout)."""
+    from attnlens.stream.held_layers import HeldLayers
+
+    layers = [_inputs(seed=seed) for seed in (3, 4, 5)]
+    batch, _, heads, d = layers[0]
+    cache = _cache_of_layers([cache for _, cache, _, _ in layers])
+    budget = 2 * sum(cache[name, 0].numel() for name in ("pattern", "q", "k", "v"))
+    view = LinearAttentionView(3, heads, d)
+    view._held_out = HeldLayers(budget)  # layers 0 and 1 taken together, then layer 2
+    view.begin_batch(batch)
+    for layer in range(3):
+        view.update_layer(batch, layer, cache)
+        assert not view._held  # no input held
+    assert view._held_out.layers == [2]
+    view.end_batch(batch)
+    want = LinearAttentionView(3, heads, d)
+    want.begin_batch(batch)
+    for run in ([0, 1], [2]):  # what folding the held inputs made
+        inputs = [torch.cat([cache[name, layer] for layer in run], dim)
+                  for name, dim in (("pattern", 1), ("q", 2), ("k", 2), ("v", 2))]
+        want._add(run, *want._kernel_measures(*inputs).unbind(-1))
+    for field in STATE:
+        assert torch.equal(getattr(view, field), getattr(want, field)), field
+
+
+def _cache_of_layers(caches):
+    """One cache of several one-layer caches (``_cache``'s), layer ``i`` from ``caches[i]``."""
+    from attnlens.hooks import ActivationCache
+
+    return ActivationCache({name.replace("blocks.0.", f"blocks.{i}."): cache[name]
+                            for i, cache in enumerate(caches) for name in cache})

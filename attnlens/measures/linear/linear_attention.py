@@ -201,7 +201,8 @@ class LinearAttentionView(HeadPatternAnalyzer):
         self.by_length = torch.zeros(n_layers, n_heads, len(LENGTH_EDGES) + 1, **kwargs)
         self.length_counts = torch.zeros(len(LENGTH_EDGES) + 1, **kwargs)
         self._seen = 0  # sentences fed, sampled or not (indices of batches without any)
-        self._held = HeldLayers()
+        self._held = HeldLayers()  # the torch path's inputs
+        self._held_out = HeldLayers()  # the C kernel's measures
 
     @classmethod
     def model_options(cls, model: HookedTransformer) -> dict:
@@ -233,9 +234,17 @@ class LinearAttentionView(HeadPatternAnalyzer):
             return
         take = ((lambda x: x) if self._rows is None
                 else (lambda x: x.index_select(0, self._rows.to(x.device))))
-        # held, then folded several layers at a time as more heads (stream.held_layers)
         tensors = [take(cache[name, layer]) for name in ("pattern", "q", "k", "v")]
-        if self._held.add(layer, *tensors):
+        elements = sum(x.numel() for x in tensors)
+        # held, then folded several layers at a time as more heads (stream.held_layers). The
+        # C kernel reads each layer's inputs where they lie (holding them would copy them once
+        # more, torch.cat) and its outputs are held in their place, to the same budget: the
+        # sums over sentences are then made over the same layers side by side (same rounding)
+        if self._uses_kernel(tensors[0]):
+            held = self._held_out.add(layer, self._kernel_measures(*tensors), elements=elements)
+        else:
+            held = self._held.add(layer, *tensors)
+        if held:
             self._fold_held()
 
     def end_batch(self, batch: Batch) -> None:
@@ -243,15 +252,14 @@ class LinearAttentionView(HeadPatternAnalyzer):
             self._fold_held()
 
     def _fold_held(self) -> None:
-        # pattern [batch, head, query_pos, key_pos]; q, k, v [batch, pos, kv_head, d]: the
-        # held layers' heads side by side, layer-major (layer * n_heads + head)
+        # the kernel's measures [batch, head, 5] of the held layers' heads side by side,
+        # layer-major (layer * n_heads + head)
+        for layers, (measures,) in self._held_out.take(dims=(1,)):
+            self._add(layers, *measures.unbind(-1))
+        # pattern [batch, head, query_pos, key_pos]; q, k, v [batch, pos, kv_head, d]
         for layers, tensors in self._held.take(dims=(1, 2, 2, 2)):
             pattern, q, k, v = (x.to(self.compute_dtype) for x in tensors)
-            if self._uses_kernel(pattern):
-                measures = self._kernel_measures(pattern, q, k, v)
-            else:
-                measures = self._torch_measures(pattern, q, k, v)
-            self._add(layers, *measures)
+            self._add(layers, *self._torch_measures(pattern, q, k, v))
 
     def _uses_kernel(self, pattern: torch.Tensor) -> bool:
         """Whether the C kernel folds this pattern: built, a CPU pattern, float32 arithmetic
@@ -260,12 +268,13 @@ class LinearAttentionView(HeadPatternAnalyzer):
                 and self.compute_dtype == torch.float32)
 
     def _kernel_measures(self, pattern: torch.Tensor, q_kv: torch.Tensor, k_kv: torch.Tensor,
-                         v_kv: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                         v_kv: torch.Tensor) -> torch.Tensor:
         """``_torch_measures``' five results by the C kernel (``_linear_kernel.c``: one pass
-        per (sentence, head), every sum in float64; float64 results). The pairs are split
-        between the intra-op threads (the kernel releases the GIL)."""
-        pattern = pattern.detach().contiguous()  # [batch, head, n, n]
-        q, k, v = (x.detach().contiguous() for x in (q_kv, k_kv, v_kv))  # [batch, n, *, d]
+        per (sentence, head), every sum in float64), as ``[batch, head, 5]`` float64. The
+        pairs are split between the intra-op threads (the kernel releases the GIL)."""
+        # [batch, head, n, n] and [batch, n, *, d], float32 (compute_dtype)
+        pattern, q, k, v = (x.detach().to(self.compute_dtype).contiguous()
+                            for x in (pattern, q_kv, k_kv, v_kv))
         batch, n_all, n, _ = pattern.shape
         out = torch.empty(batch, n_all, 5, dtype=torch.float64)
         args = (pattern.numpy(), q.numpy(), k.numpy(), v.numpy(),
@@ -274,7 +283,7 @@ class LinearAttentionView(HeadPatternAnalyzer):
         buffer = out.numpy()
         run_split(lambda first, stop: _linear_kernel.fold(*args, first, stop, buffer),
                   batch * n_all)
-        return out.unbind(-1)  # five [batch, head]
+        return out
 
     def _torch_measures(self, pattern: torch.Tensor, q_kv: torch.Tensor, k_kv: torch.Tensor,
                         v_kv: torch.Tensor) -> tuple[torch.Tensor, ...]:
