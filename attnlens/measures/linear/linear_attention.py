@@ -201,8 +201,7 @@ class LinearAttentionView(HeadPatternAnalyzer):
         self.by_length = torch.zeros(n_layers, n_heads, len(LENGTH_EDGES) + 1, **kwargs)
         self.length_counts = torch.zeros(len(LENGTH_EDGES) + 1, **kwargs)
         self._seen = 0  # sentences fed, sampled or not (indices of batches without any)
-        self._held = HeldLayers()  # the torch path's inputs
-        self._held_out = HeldLayers()  # the C kernel's measures
+        self._held = HeldLayers()
 
     @classmethod
     def model_options(cls, model: HookedTransformer) -> dict:
@@ -234,17 +233,9 @@ class LinearAttentionView(HeadPatternAnalyzer):
             return
         take = ((lambda x: x) if self._rows is None
                 else (lambda x: x.index_select(0, self._rows.to(x.device))))
+        # held, then folded several layers at a time as more heads (stream.held_layers)
         tensors = [take(cache[name, layer]) for name in ("pattern", "q", "k", "v")]
-        elements = sum(x.numel() for x in tensors)
-        # held, then folded several layers at a time as more heads (stream.held_layers). The
-        # C kernel reads each layer's inputs where they lie (holding them would copy them once
-        # more, torch.cat) and its outputs are held in their place, to the same budget: the
-        # sums over sentences are then made over the same layers side by side (same rounding)
-        if self._uses_kernel(tensors[0]):
-            held = self._held_out.add(layer, self._kernel_measures(*tensors), elements=elements)
-        else:
-            held = self._held.add(layer, *tensors)
-        if held:
+        if self._held.add(layer, *tensors):
             self._fold_held()
 
     def end_batch(self, batch: Batch) -> None:
@@ -252,11 +243,16 @@ class LinearAttentionView(HeadPatternAnalyzer):
             self._fold_held()
 
     def _fold_held(self) -> None:
-        # the kernel's measures [batch, head, 5] of the held layers' heads side by side,
-        # layer-major (layer * n_heads + head)
-        for layers, (measures,) in self._held_out.take(dims=(1,)):
-            self._add(layers, *measures.unbind(-1))
-        # pattern [batch, head, query_pos, key_pos]; q, k, v [batch, pos, kv_head, d]
+        # pattern [batch, head, query_pos, key_pos]; q, k, v [batch, pos, kv_head, d]: the
+        # held layers' heads side by side, layer-major (layer * n_heads + head)
+        if self._held and self._uses_kernel(self._held.tensors[0][0]):
+            # the C kernel reads each held layer where it lies (concatenating the layers
+            # would copy them once more, torch.cat), one call after the other (a torch
+            # operation between two calls leaves its threads spinning beside the kernel's)
+            for layers, held in self._held.take_apart():
+                measures = torch.cat([self._kernel_measures(*x) for x in held], 1)
+                self._add(layers, *measures.unbind(-1))  # [batch, layer * head] each
+            return
         for layers, tensors in self._held.take(dims=(1, 2, 2, 2)):
             pattern, q, k, v = (x.to(self.compute_dtype) for x in tensors)
             self._add(layers, *self._torch_measures(pattern, q, k, v))
