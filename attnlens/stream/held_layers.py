@@ -30,14 +30,11 @@ class HeldLayers:
     def __bool__(self) -> bool:
         return bool(self.layers)
 
-    def add(self, layer: int, *tensors: torch.Tensor, elements: int | None = None) -> bool:
-        """Hold ``tensors`` of ``layer``; True once the budget is reached (time to take).
-        ``elements``: what the layer counts against the budget (default: its tensors'
-        elements; an analyzer holding a small summary of larger inputs counts the inputs, to
-        take the same layers together as if it held them)."""
+    def add(self, layer: int, *tensors: torch.Tensor) -> bool:
+        """Hold ``tensors`` of ``layer``; True once the budget is reached (time to take)."""
         self.layers.append(layer)
         self.tensors.append(tensors)
-        self.elements += sum(t.numel() for t in tensors) if elements is None else elements
+        self.elements += sum(t.numel() for t in tensors)
         return self.elements >= self.budget
 
     def take(self, dims: Sequence[int]) -> list[tuple[list[int], list[torch.Tensor]]]:
