@@ -1,5 +1,6 @@
 # Two entry points: `make demo` (set up, then analyse the embedded model) and `make test`.
-# Set-up is idempotent: it reruns only when pyproject.toml, setup.py or a C kernel change.
+# Set-up is idempotent: it reruns only when pyproject.toml, setup.py, a C kernel or their
+# header change.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -11,9 +12,10 @@ TORCH := torch==2.13.0
 
 setup: $(STAMP)
 
-# setup.py and the C kernels too (setup.py's KERNELS): a changed kernel is rebuilt by the
-# editable install.
-KERNEL_SOURCES := $(wildcard attnlens/*/_*_kernel.c attnlens/*/*/_*_kernel.c)
+# setup.py and the C kernels too (setup.py's KERNELS, and KERNEL_HEADER, which every kernel
+# includes): a changed kernel or header is rebuilt by the editable install.
+KERNEL_SOURCES := $(wildcard attnlens/*/_*_kernel.c attnlens/*/*/_*_kernel.c) \
+	attnlens/kernel_common.h
 $(STAMP): pyproject.toml setup.py $(KERNEL_SOURCES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch first and pinned: an unpinned torch would pull a multi-GB CUDA build.
@@ -137,7 +139,7 @@ BENCH_TABLE :=
 ifeq ($(QUICK),1)
 BENCH_RECORD := benchmarks/results/bench-quick.jsonl
 BENCH_TABLE := --print --records $(BENCH_RECORD)
-BENCH_DEMO := --runs 1
+BENCH_DEMO := --runs 1 --floor
 BENCH_FIXED := --rounds 1
 BENCH_LM_PROBES := --rounds 1
 BENCH_FORWARD := --rounds 3

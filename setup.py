@@ -6,7 +6,10 @@ package is installed).
 
 Every C kernel (``KERNELS``: one source each, ``-O3 -std=c99``, so no floating-point
 contraction) is optional: without a C compiler the package installs without it and its
-Python path runs instead.
+Python path runs instead. Each includes ``KERNEL_HEADER`` (attnlens/kernel_common.h: the
+target clones, the inlined steps, the buffer checks and the module table they share): its
+folder is on the include path, a changed header rebuilds every kernel (``depends``), and the
+sdist ships it (``depends`` from setuptools 68.1 on, MANIFEST.in before).
 
 - ``attnlens.measures.spectrum._spectral_kernel`` (eigenvalues of many small Gram matrices,
   the CPU spectral path): without it the spectrum falls back to LAPACK (slower, same
@@ -37,6 +40,7 @@ KERNELS = [
     "attnlens/measures/linear/_linear_kernel.c",
     "attnlens/measures/heads/_stats_kernel.c",
 ]
+KERNEL_HEADER = "attnlens/kernel_common.h"
 
 setup(
     packages=[*find_packages(include=["attnlens", "attnlens.*"]), "attnlens.cli"],
@@ -44,6 +48,8 @@ setup(
         Extension(
             source.removesuffix(".c").replace("/", "."),
             sources=[source],
+            include_dirs=[os.path.dirname(KERNEL_HEADER)],
+            depends=[KERNEL_HEADER],
             extra_compile_args=[] if os.name == "nt" else ["-O3", "-std=c99"],
             optional=True,
         )

@@ -2,14 +2,15 @@
 
 Each positional argument is one build: ``NAME`` followed by compiler flags (quoted as one
 argument), compiled from ``attnlens/measures/asymmetry/_asymmetry_kernel.c`` with setup.py's
-flags (``-O3 -std=c99``); ``installed`` is the package's own build. Every build reads the same
-random softmax patterns (``--sentences`` sentences of 12 to 26 tokens, 12 heads; float32 and,
-for the baseline's call, float64 with the violations), best of 5 rounds of 50 calls each; the
-figure is nanoseconds per unordered pair {i, j}. Each build's outputs are compared bit for bit
+flags (``-O3 -std=c99``, attnlens/ on the include path for kernel_common.h); ``installed`` is
+the package's own build. Every build reads the same random softmax patterns (``--sentences``
+sentences of 12 to 26 tokens, 12 heads; float32 and, for the baseline's call, float64 with
+the violations), best of 5 rounds of 50 calls each; the figure is nanoseconds per unordered
+pair {i, j}. Each build's outputs are compared bit for bit
 with the first build's (builds of other ``LANES`` sum in another order: other bits).
 
-    python benchmarks/asymmetry_builds.py installed "v4 -DASYMMETRY_NO_CLONES -march=x86-64-v4" \
-        "v3 -DASYMMETRY_NO_CLONES -march=x86-64-v3" "x86-64 -DASYMMETRY_NO_CLONES" \
+    python benchmarks/asymmetry_builds.py installed "v4 -DKERNEL_NO_CLONES -march=x86-64-v4" \
+        "v3 -DKERNEL_NO_CLONES -march=x86-64-v3" "x86-64 -DKERNEL_NO_CLONES" \
         "plain -DASYMMETRY_PLAIN_C" "lanes8 -DLANES=8"
 """
 
@@ -39,8 +40,8 @@ def build(name: str, flags: list[str], folder: Path):
     so = where / ("_asymmetry_kernel" + sysconfig.get_config_var("EXT_SUFFIX"))
     compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
     subprocess.run([compiler, "-O3", "-std=c99", "-fPIC", "-shared",
-                    f"-I{sysconfig.get_paths()['include']}", *flags, str(SOURCE), "-o",
-                    str(so)], check=True)
+                    f"-I{sysconfig.get_paths()['include']}", f"-I{SOURCE.parents[2]}", *flags,
+                    str(SOURCE), "-o", str(so)], check=True)
     spec = importlib.util.spec_from_file_location("_asymmetry_kernel", so)
     built = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(built)

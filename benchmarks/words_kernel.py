@@ -12,9 +12,12 @@ by batch (same load on a shared machine):
 
 Prints each form's CPU seconds (``--wall``: wall time) and whether the kernel's hits equal
 the torch path's bit for bit (syntactic ``pair_hits``, rare-word ``sentence_hits``).
+``--build NAME=PATH`` adds another build of the kernel as a form (e.g. the old source built
+as tests/kernel_builds.py builds, or a copy of an earlier installed build), its hits
+compared with the installed kernel's.
 
     python benchmarks/words_kernel.py [--sentences 2001] [--threads 1] [--batch-tokens 1024]
-        [--wall] [--profile {torch,kernel}]
+        [--wall] [--profile {torch,kernel}] [--build before=/tmp/old/_words_kernel.so]
 
 ``--profile FORM``: then that form once more over every batch under cProfile (the 12
 functions of most own time).
@@ -22,6 +25,7 @@ functions of most own time).
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -44,21 +48,39 @@ def pair(model) -> list:
             RareWordHeads.for_model(model, words=words)]
 
 
+def built(spec: str):
+    """``NAME=PATH``: (NAME, the kernel module compiled at PATH)."""
+    name, path = spec.split("=", 1)
+    found = importlib.util.spec_from_file_location(f"{name}._words_kernel", path)
+    kernel = importlib.util.module_from_spec(found)
+    found.loader.exec_module(kernel)
+    return name, kernel
+
+
+def same_hits(analyzers: list, reference: list) -> tuple[bool, bool]:
+    """Whether the syntactic and rare-word hits of ``analyzers`` equal ``reference``'s."""
+    (syn, rare), (ref_syn, ref_rare) = analyzers, reference
+    return (all(torch.equal(a, b) for a, b in zip(syn.pair_hits, ref_syn.pair_hits,
+                                                  strict=True)),
+            all(torch.equal(a, b) for a, b in zip(rare.sentence_hits, ref_rare.sentence_hits,
+                                                  strict=True)))
+
+
 def main() -> None:
-    args = options(__doc__, FORMS).parse_args()
+    parser = options(__doc__, FORMS)
+    parser.add_argument("--build", action="append", default=[], metavar="NAME=PATH")
+    args = parser.parse_args()
     if FORMS["kernel"] is None:
         raise SystemExit("the words kernel is not built")
+    forms = {**FORMS, **dict(built(spec) for spec in args.build)}
     model, _, batches, caches = cached_ewt(args)
-    analyzers, spent = alternate(module, "_words_kernel", FORMS, lambda _: pair(model), model,
+    analyzers, spent = alternate(module, "_words_kernel", forms, lambda _: pair(model), model,
                                  batches, caches, args.wall)
     print_times(args, batches, spent)
-    (syn, rare), (ref_syn, ref_rare) = analyzers["kernel"], analyzers["torch"]
-    same_syn = all(torch.equal(a, b) for a, b in zip(syn.pair_hits, ref_syn.pair_hits,
-                                                     strict=True))
-    same_rare = all(torch.equal(a, b) for a, b in zip(rare.sentence_hits,
-                                                      ref_rare.sentence_hits, strict=True))
-    print(f"  kernel hits equal to the torch path's: syntactic {same_syn}, rare words "
-          f"{same_rare}")
+    for name, reference in [("kernel", "torch"), *((name, "kernel") for name in forms
+                                                   if name not in FORMS)]:
+        syn, rare = same_hits(analyzers[name], analyzers[reference])
+        print(f"  {name} hits equal to {reference}'s: syntactic {syn}, rare words {rare}")
     if args.profile:
         profile(module, "_words_kernel", FORMS[args.profile], pair(model), model, batches,
                 caches)

@@ -1,9 +1,10 @@
 """Building a C kernel one version at a time, for the tests that compare each build's bits.
 
 The installed kernels hold one version per x86-64 level (GCC's target clones) and run the
-one the CPU supports; ``build_kernel`` compiles a source as the tests name it (``-O3
--std=c99 -Wall -Werror`` plus their flags, e.g. a ``*_NO_CLONES`` macro and ``-march``) with
-the C compiler Python was built with, and imports it from ``folder``.
+one the CPU supports; ``build_kernel`` compiles a source as one version (``-O3 -std=c99 -Wall
+-Werror -DKERNEL_NO_CLONES``, the kernels' shared header attnlens/kernel_common.h on the
+include path, plus the tests' flags, e.g. ``-march``) with the C compiler Python was built
+with, and imports it from ``folder``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from types import ModuleType
 import pytest
 
 COMPILER = shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0])
+HEADERS = Path(__file__).resolve().parents[1] / "attnlens"  # kernel_common.h
 V3 = {"avx2", "fma", "bmi2", "movbe", "f16c"}  # what x86-64-v3 code needs of the CPU
 V4 = V3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}  # x86-64-v4
 
@@ -49,13 +51,15 @@ def skip_unless_cpu_has(needs: set[str]) -> None:
 
 
 def build_kernel(source: Path, folder: Path, flags: list[str]) -> ModuleType:
-    """The extension ``source`` compiled with ``flags`` into ``folder`` (empty, made by the
-    caller) and imported under a name of its own (several builds live side by side)."""
+    """The extension ``source`` compiled as one version with ``flags`` into ``folder`` (empty,
+    made by the caller) and imported under a name of its own (several builds live side by
+    side)."""
     name = source.stem  # the module's init function is named after it
     library = folder / f"{name}{sysconfig.get_config_var('EXT_SUFFIX')}"
     subprocess.run([COMPILER, "-O3", "-std=c99", "-Wall", "-Werror", "-fPIC", "-shared",
-                    f"-I{sysconfig.get_paths()['include']}", *flags, str(source),
-                    "-o", str(library)], check=True, capture_output=True)
+                    f"-I{sysconfig.get_paths()['include']}", f"-I{HEADERS}",
+                    "-DKERNEL_NO_CLONES", *flags, str(source), "-o", str(library)],
+                   check=True, capture_output=True)
     spec = importlib.util.spec_from_file_location(f"{folder.name}.{name}", library)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

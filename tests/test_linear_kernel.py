@@ -205,14 +205,14 @@ BUILDS = {"x86-64": ([], set()), "x86-64-v3": (["-march=x86-64-v3"], V3),
 @pytest.mark.parametrize("name", list(BUILDS))
 @pytest.mark.parametrize("causal", [False, True])
 def test_each_build_gives_the_installed_bits(tmp_path, name, causal):
-    """Each x86-64 level built alone (``LINEAR_NO_CLONES``; the installed build holds all
+    """Each x86-64 level built alone (``KERNEL_NO_CLONES``; the installed build holds all
     three and runs the CPU's): no contraction, no reassociation and the kernel's own exp,
     so the same bits."""
     from pathlib import Path
 
     flags, needs = BUILDS[name]
     skip_unless_cpu_has(needs)
-    module = build_kernel(Path(SOURCE), tmp_path, ["-DLINEAR_NO_CLONES", *flags])
+    module = build_kernel(Path(SOURCE), tmp_path, flags)
     inputs = _inputs(lengths=(33, 12, 7), heads=2, kv_heads=2, d=36, dv=41, causal=causal)
     installed = _fed(inputs, causal=causal)
     saved = linear._linear_kernel

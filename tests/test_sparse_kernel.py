@@ -152,11 +152,11 @@ BUILDS = {"x86-64": ([], set()), "x86-64-v3": (["-march=x86-64-v3"], V3),
 @needs_builds
 @pytest.mark.parametrize("name", list(BUILDS))
 def test_each_build_gives_the_installed_bits(tmp_path, name):
-    """Each x86-64 level built alone (``SPARSE_NO_CLONES``; the installed build holds all
+    """Each x86-64 level built alone (``KERNEL_NO_CLONES``; the installed build holds all
     three and runs the CPU's): no contraction and no reassociation, so the same bits."""
     flags, needs = BUILDS[name]
     skip_unless_cpu_has(needs)
-    module = build_kernel(SOURCE, tmp_path, ["-DSPARSE_NO_CLONES", *flags])
+    module = build_kernel(SOURCE, tmp_path, flags)
     installed = _fed(lengths=(33, 12, 7))
     saved = sparse._sparse_kernel
     try:

@@ -5,11 +5,12 @@ The installed build holds one version per x86-64 level (GCC's target clones) and
 one this CPU supports; the other versions, the plain-C path of compilers without GCC's
 vector extension, other lane counts and other numbers of groups in the QR sweeps
 (``QR_GROUPS``: counts of matrices that leave groups empty) are built here, one version each
-(``SPECTRAL_NO_CLONES``), with the C compiler Python was built with. Every form does the
-same arithmetic in the same order without floating-point contraction, so each gives the
-installed build's bits; all are checked against ``numpy.linalg.eigvalsh`` of the float64
-Gram matrix (tolerance: tests/test_spectral_kernel.py) on hand-built and random matrices,
-sizes below, at and past multiples of the lane count and of the Gram matrix's block (4).
+(``KERNEL_NO_CLONES``, tests/kernel_builds.py), with the C compiler Python was built with.
+Every form does the same arithmetic in the same order without floating-point contraction, so
+each gives the installed build's bits; all are checked against ``numpy.linalg.eigvalsh`` of
+the float64 Gram matrix (tolerance: tests/test_spectral_kernel.py) on hand-built and random
+matrices, sizes below, at and past multiples of the lane count and of the Gram matrix's
+block (4).
 """
 
 from __future__ import annotations
@@ -26,22 +27,19 @@ from tests.kernel_builds import V3, V4, build_kernel, needs_builds, skip_unless_
 SOURCE = Path(__file__).resolve().parents[1] / "attnlens/measures/spectrum/_spectral_kernel.c"
 # name -> (compiler flags, what the CPU must have); every build is one version
 BUILDS = {
-    "x86-64": (["-DSPECTRAL_NO_CLONES"], set()),
-    "x86-64-v3": (["-DSPECTRAL_NO_CLONES", "-march=x86-64-v3"], V3),
-    "x86-64-v4": (["-DSPECTRAL_NO_CLONES", "-march=x86-64-v4"], V4),
-    "lanes 4": (["-DSPECTRAL_NO_CLONES", "-DLANES=4"], set()),
-    "lanes 16": (["-DSPECTRAL_NO_CLONES", "-DLANES=16"], set()),
-    "plain C": (["-DSPECTRAL_NO_CLONES", "-DSPECTRAL_PLAIN_C"], set()),
-    "plain C, lanes 3": (["-DSPECTRAL_NO_CLONES", "-DSPECTRAL_PLAIN_C", "-DLANES=3"], set()),
-    "QR one group": (["-DSPECTRAL_NO_CLONES", "-DQR_GROUPS=1"], set()),
-    "QR three groups": (["-DSPECTRAL_NO_CLONES", "-DQR_GROUPS=3"], set()),
+    "x86-64": ([], set()),
+    "x86-64-v3": (["-march=x86-64-v3"], V3),
+    "x86-64-v4": (["-march=x86-64-v4"], V4),
+    "lanes 4": (["-DLANES=4"], set()),
+    "lanes 16": (["-DLANES=16"], set()),
+    "plain C": (["-DSPECTRAL_PLAIN_C"], set()),
+    "plain C, lanes 3": (["-DSPECTRAL_PLAIN_C", "-DLANES=3"], set()),
+    "QR one group": (["-DQR_GROUPS=1"], set()),
+    "QR three groups": (["-DQR_GROUPS=3"], set()),
     # the QR sweeps in lane vectors (sweep_rows_vectors) are built for AVX-512 only
-    "x86-64-v4, QR one group": (["-DSPECTRAL_NO_CLONES", "-march=x86-64-v4", "-DQR_GROUPS=1"],
-                                V4),
-    "x86-64-v4, QR three groups": (["-DSPECTRAL_NO_CLONES", "-march=x86-64-v4",
-                                    "-DQR_GROUPS=3"], V4),
-    "plain C, QR three groups": (["-DSPECTRAL_NO_CLONES", "-DSPECTRAL_PLAIN_C",
-                                  "-DQR_GROUPS=3"], set()),
+    "x86-64-v4, QR one group": (["-march=x86-64-v4", "-DQR_GROUPS=1"], V4),
+    "x86-64-v4, QR three groups": (["-march=x86-64-v4", "-DQR_GROUPS=3"], V4),
+    "plain C, QR three groups": (["-DSPECTRAL_PLAIN_C", "-DQR_GROUPS=3"], set()),
 }
 
 pytestmark = [

@@ -164,7 +164,7 @@ def test_wrong_sizes_are_refused():
     out = torch.empty(9, 2, 2, 5).numpy()
     p = pattern.numpy()
     kernel = module._stats_kernel
-    with pytest.raises(ValueError, match="p holds"):
+    with pytest.raises(ValueError, match=r"p holds 400 bytes, not 480"):
         kernel.rows(p, bits, first, 2, 2, 5, 6, 0, 4, out)
     with pytest.raises(ValueError, match="bits holds"):
         kernel.rows(p, bits[:1], first, 2, 2, 5, 5, 0, 4, out)
@@ -255,11 +255,11 @@ BUILDS = {"x86-64": ([], set()), "x86-64-v3": (["-march=x86-64-v3"], V3),
 @needs_builds
 @pytest.mark.parametrize("name", sorted(BUILDS))
 def test_each_build_gives_the_installed_bits(tmp_path, monkeypatch, name):
-    """Each x86-64 level built alone (``STATS_NO_CLONES``; the installed build holds all
+    """Each x86-64 level built alone (``KERNEL_NO_CLONES``; the installed build holds all
     three and runs the CPU's) gives the installed kernel's bits."""
     flags, needs = BUILDS[name]
     skip_unless_cpu_has(needs)
-    built = build_kernel(SOURCE, tmp_path, ["-DSTATS_NO_CLONES", *flags])
+    built = build_kernel(SOURCE, tmp_path, flags)
     batch, pattern = padded_batch(3, batch=4, heads=3, n=37)
     installed = reader(batch)._kernel_rows(pattern)
     monkeypatch.setattr(module, "_stats_kernel", built)

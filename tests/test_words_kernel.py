@@ -250,12 +250,12 @@ BUILDS = {"x86-64": ([], set()), "x86-64-v3": (["-march=x86-64-v3"], V3),
 @needs_builds
 @pytest.mark.parametrize("name", list(BUILDS))
 def test_each_build_gives_the_installed_bits(tmp_path, minilm_data, name):
-    """Each x86-64 level built alone (``WORDS_NO_CLONES``; the installed build holds all
+    """Each x86-64 level built alone (``KERNEL_NO_CLONES``; the installed build holds all
     three and runs the CPU's): fmaf rounds once on every build (an instruction, or libm's
     exact fmaf on plain x86-64) and nothing else is contracted or reordered."""
     flags, needs = BUILDS[name]
     skip_unless_cpu_has(needs)
-    module = build_kernel(SOURCE, tmp_path, ["-DWORDS_NO_CLONES", *flags])
+    module = build_kernel(SOURCE, tmp_path, flags)
     model, data = minilm_data
     shape = {"n_heads": model.cfg.n_heads, "n_layers": model.cfg.n_layers}
     for mine, theirs in zip(hits(fed(data, module, **shape)), hits(fed(data, KERNEL, **shape)),

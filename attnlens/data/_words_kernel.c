@@ -39,28 +39,11 @@
  * first .. stop - 1 (batch-major) are computed: threads split a batch, each writing its own
  * cells. The GIL is released while computing.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "kernel_common.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
-    !defined(WORDS_NO_CLONES)
-/* One build runs AVX-512 code where the CPU has it, AVX2 code where it has that, plain
- * x86-64 code elsewhere (the steps are inlined into each clone); WORDS_NO_CLONES builds one
- * version for the compiler's target (the tests build each so and compare their bits). */
-#define MULTIVERSION \
-    __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define MULTIVERSION
-#endif
-#if defined(__GNUC__)
-#define STEP static inline __attribute__((always_inline))
-#else
-#define STEP static inline
-#endif
 
 typedef struct {
     const float *pattern, *W;
@@ -151,21 +134,43 @@ STEP void column_maxima(const float *W, const int32_t *starts, int nw, float *to
     for (int k = 0; k < nw; k++) ties[k] = ties[k] > 1 ? ties[k] : 1;
 }
 
+/* One (sentence, head) pair of a credit pass: its head, its sentence's word starts
+ * [n_words + 1] and items begin .. end - 1. */
+typedef struct {
+    int head, begin, end;
+    const int32_t *starts;
+} Pair;
+
+/* Opens pair `pair` (p): its word matrix copied into W [n_words, n_words] (the diagonal set
+ * to -1 with exclude) and each row's maximum top and ties (row_maxima); 0, and neither done,
+ * when its sentence holds no items. Both credit passes' pair loops start so. */
+STEP int open_pair(const Words *f, Py_ssize_t pair, int exclude, float *W, float *top,
+                   int *ties, Pair *p) {
+    const int nw = f->n_words, b = (int)(pair / f->heads);
+    p->head = (int)(pair % f->heads);
+    p->starts = f->starts + (size_t)b * (nw + 1);
+    p->begin = f->item_start[b];
+    p->end = f->item_start[b + 1];
+    if (p->begin == p->end) return 0;
+    memcpy(W, f->W + (size_t)pair * nw * nw, sizeof(float) * nw * nw);
+    if (exclude)
+        for (int q = 0; q < nw; q++) W[(size_t)q * nw + q] = -1.0f;
+    row_maxima(W, nw, padding_of(p->starts, nw), top, ties);
+    return 1;
+}
+
 MULTIVERSION
 static void syntactic_pairs(const Words *f, Py_ssize_t first, Py_ssize_t stop, float *work) {
     const int nw = f->n_words, heads = f->heads;
     float *W = work, *top = W + (size_t)nw * nw, *col_top = top + nw;
     int *ties = (int *)(col_top + nw), *col_ties = ties + nw;
     for (Py_ssize_t pair = first; pair < stop; pair++) {
-        const int b = (int)(pair / heads), h = (int)(pair % heads);
-        const int32_t *starts = f->starts + (size_t)b * (nw + 1);
-        const int begin = f->item_start[b], end = f->item_start[b + 1];
-        if (begin == end) continue;
-        memcpy(W, f->W + (size_t)pair * nw * nw, sizeof(float) * nw * nw);
-        for (int q = 0; q < nw; q++) W[(size_t)q * nw + q] = -1.0f; /* never picks itself */
-        row_maxima(W, nw, padding_of(starts, nw), top, ties);
+        Pair p;
+        if (!open_pair(f, pair, 1, W, top, ties, &p)) continue; /* a word never picks itself */
+        const int32_t *starts = p.starts;
+        const int h = p.head;
         column_maxima(W, starts, nw, col_top, col_ties);
-        for (int a = begin; a < end; a++) {
+        for (int a = p.begin; a < p.end; a++) {
             const int32_t *arc = f->items + (size_t)a * 4;
             const int dep = arc[1], head = arc[2];
             const float dep_here = starts[dep] < starts[dep + 1];
@@ -186,15 +191,11 @@ static void rare_pairs(const Words *f, Py_ssize_t first, Py_ssize_t stop, float 
     float *W = work, *top = W + (size_t)nw * nw;
     int *ties = (int *)(top + nw);
     for (Py_ssize_t pair = first; pair < stop; pair++) {
-        const int b = (int)(pair / heads), h = (int)(pair % heads);
-        const int32_t *starts = f->starts + (size_t)b * (nw + 1);
-        const int begin = f->item_start[b], end = f->item_start[b + 1];
-        if (begin == end) continue;
-        memcpy(W, f->W + (size_t)pair * nw * nw, sizeof(float) * nw * nw);
-        if (f->exclude)
-            for (int q = 0; q < nw; q++) W[(size_t)q * nw + q] = -1.0f;
-        row_maxima(W, nw, padding_of(starts, nw), top, ties);
-        for (int r = begin; r < end; r++) {
+        Pair p;
+        if (!open_pair(f, pair, f->exclude, W, top, ties, &p)) continue;
+        const int32_t *starts = p.starts;
+        const int h = p.head;
+        for (int r = p.begin; r < p.end; r++) {
             const int32_t *item = f->items + (size_t)r * f->width;
             const int q = item[1], k = item[3];
             int hits = 0;
@@ -203,15 +204,6 @@ static void rare_pairs(const Words *f, Py_ssize_t first, Py_ssize_t stop, float 
             f->out[(size_t)item[2] * heads + h] += (float)hits * (1.0f / (float)ties[q]) * here;
         }
     }
-}
-
-static int check(Py_buffer *b, size_t count, size_t item, const char *name) {
-    if ((size_t)b->len != count * item) {
-        PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, not %zu", name, b->len,
-                     count * item);
-        return 0;
-    }
-    return 1;
 }
 
 /* Checks the shapes, the pair range and the word tokens (starts, and positions where given). */
@@ -223,8 +215,8 @@ static int check_words(Words *f, Py_buffer *starts, Py_buffer *positions, int ba
         PyErr_SetString(PyExc_ValueError, "bad shapes or pair range");
         return 0;
     }
-    if (!check(starts, B * (NW + 1), sizeof(int32_t), "starts") ||
-        (positions != NULL && !check(positions, B * N, sizeof(int32_t), "positions")))
+    if (!check_size(starts, B * (NW + 1), sizeof(int32_t), "starts") ||
+        (positions != NULL && !check_size(positions, B * N, sizeof(int32_t), "positions")))
         return 0;
     const int32_t *s = starts->buf;
     for (size_t b = 0; b < B; b++) {
@@ -250,8 +242,8 @@ static int check_words(Words *f, Py_buffer *starts, Py_buffer *positions, int ba
 static int check_items(Words *f, Py_buffer *items, Py_buffer *item_start, int batch, int width,
                        size_t out_rows) {
     const size_t B = (size_t)batch, NW = (size_t)f->n_words;
-    if (items->len % (width * sizeof(int32_t)) || !check(item_start, B + 1, sizeof(int32_t),
-                                                         "item_start"))
+    if (items->len % (width * sizeof(int32_t)) ||
+        !check_size(item_start, B + 1, sizeof(int32_t), "item_start"))
         goto bad;
     const int32_t *it = items->buf, *at = item_start->buf;
     const size_t n_items = items->len / (width * sizeof(int32_t));
@@ -294,8 +286,8 @@ static PyObject *pool(PyObject *self, PyObject *args) {
     const size_t pairs = (size_t)(batch > 0 ? batch : 0) * (size_t)(f.heads > 0 ? f.heads : 0);
     const size_t N = (size_t)(f.n > 0 ? f.n : 0), NW = (size_t)(f.n_words > 0 ? f.n_words : 0);
     if (check_words(&f, &starts, &positions, batch, first, stop) &&
-        check(&pattern, pairs * N * N, sizeof(float), "pattern") &&
-        check(&W, pairs * NW * NW, sizeof(float), "W")) {
+        check_size(&pattern, pairs * N * N, sizeof(float), "pattern") &&
+        check_size(&W, pairs * NW * NW, sizeof(float), "W")) {
         float *row = malloc(sizeof(float) * N);
         if (row == NULL) {
             PyErr_NoMemory();
@@ -309,8 +301,7 @@ static PyObject *pool(PyObject *self, PyObject *args) {
             result = Py_NewRef(Py_None);
         }
     }
-    Py_buffer *all[] = {&pattern, &starts, &positions, &W};
-    for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++) PyBuffer_Release(all[k]);
+    RELEASE_BUFFERS(&pattern, &starts, &positions, &W);
     return result;
 }
 
@@ -322,8 +313,8 @@ static PyObject *credit(Words *f, Py_buffer *W, Py_buffer *starts, Py_buffer *it
     const size_t NW = (size_t)(f->n_words > 0 ? f->n_words : 0);
     const size_t out_rows = (size_t)out->len / (sizeof(float) * out_width * H);
     if (!(check_words(f, starts, NULL, batch, first, stop) &&
-          check(W, (size_t)batch * H * NW * NW, sizeof(float), "W") &&
-          check(out, out_rows * out_width * H, sizeof(float), "out") &&
+          check_size(W, (size_t)batch * H * NW * NW, sizeof(float), "W") &&
+          check_size(out, out_rows * out_width * H, sizeof(float), "out") &&
           check_items(f, items, item_start, batch, width, out_rows)))
         return NULL;
     float *work = malloc(sizeof(float) * (NW * NW + 4 * NW + 1));
@@ -352,8 +343,7 @@ static PyObject *syntactic(PyObject *self, PyObject *args) {
     f.n = f.n_words > 0 ? f.n_words : 1; /* (no token positions read) */
     PyObject *result = credit(&f, &W, &starts, &arcs, &arc_start, &out, batch, 4, 3, first,
                               stop);
-    Py_buffer *all[] = {&W, &starts, &arcs, &arc_start, &out};
-    for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++) PyBuffer_Release(all[k]);
+    RELEASE_BUFFERS(&W, &starts, &arcs, &arc_start, &out);
     return result;
 }
 
@@ -372,8 +362,7 @@ static PyObject *rare(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "rows need at least one target (width >= 5)");
     else
         result = credit(&f, &W, &starts, &rows, &row_start, &out, batch, width, 1, first, stop);
-    Py_buffer *all[] = {&W, &starts, &rows, &row_start, &out};
-    for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++) PyBuffer_Release(all[k]);
+    RELEASE_BUFFERS(&W, &starts, &rows, &row_start, &out);
     return result;
 }
 
@@ -388,12 +377,8 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT,
-    .m_name = "_words_kernel",
-    .m_doc = "Word pooling of whole attention patterns, and the syntactic and rare-word heads' credits.",
-    .m_size = -1,
-    .m_methods = methods,
-};
+MODULE_TABLE(_words_kernel,
+             "Word pooling of whole attention patterns, and the syntactic and rare-word heads' "
+             "credits.");
 
 PyMODINIT_FUNC PyInit__words_kernel(void) { return PyModule_Create(&module); }

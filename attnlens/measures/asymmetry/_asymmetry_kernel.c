@@ -33,8 +33,7 @@
  * ``ratio`` receives one float64 per matrix, ``counts`` four float64 per matrix and
  * ``violations`` (None, or a buffer for float64 input) three. The GIL is released.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "kernel_common.h"
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -46,21 +45,6 @@
  * work thrown away (measured 1.25x faster on AVX-512, the same on AVX2). */
 #ifndef LANES
 #define LANES 4
-#endif
-
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
-    !defined(ASYMMETRY_NO_CLONES)
-/* One build runs AVX-512 code where the CPU has it, AVX2 code where it has that, plain
- * x86-64 code elsewhere; the steps below are inlined into each clone (STEP). */
-#define MULTIVERSION \
-    __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define MULTIVERSION
-#endif
-#if defined(__GNUC__)
-#define STEP static inline __attribute__((always_inline))
-#else
-#define STEP static inline
 #endif
 
 typedef struct {
@@ -314,16 +298,11 @@ static PyObject *run(Py_buffer *src, Py_buffer *mask, Py_buffer *ratio, Py_buffe
         PyErr_SetString(PyExc_ValueError, "pos must be >= 1 and mask hold sentences x pos bytes");
         return NULL;
     }
-    if ((size_t)src->len != matrices * pos * pos * item) {
-        PyErr_SetString(PyExc_ValueError, "src holds the wrong number of bytes");
+    if (!check_size(src, matrices * pos * pos, item, "src") ||
+        !check_size(ratio, matrices, sizeof(double), "ratio") ||
+        !check_size(counts, 4 * matrices, sizeof(double), "counts") ||
+        (violations && !check_size(violations, 3 * matrices, sizeof(double), "violations")))
         return NULL;
-    }
-    if ((size_t)ratio->len != matrices * sizeof(double) ||
-        (size_t)counts->len != 4 * matrices * sizeof(double) ||
-        (violations && (size_t)violations->len != 3 * matrices * sizeof(double))) {
-        PyErr_SetString(PyExc_ValueError, "an output holds the wrong number of bytes");
-        return NULL;
-    }
     if (violations && !double_input) {
         PyErr_SetString(PyExc_ValueError, "violations are counted on float64 input only");
         return NULL;
@@ -366,10 +345,7 @@ static PyObject *asymmetry(PyObject *self, PyObject *args) {
                      per_sentence, pos, factor, edge_level, tol, double_input);
         if (want_violations) PyBuffer_Release(&violations);
     }
-    PyBuffer_Release(&src);
-    PyBuffer_Release(&mask);
-    PyBuffer_Release(&ratio);
-    PyBuffer_Release(&counts);
+    RELEASE_BUFFERS(&src, &mask, &ratio, &counts);
     return result;
 }
 
@@ -380,12 +356,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT,
-    .m_name = "_asymmetry_kernel",
-    .m_doc = "Norms and graph counts of attention patterns, each pair of entries read once.",
-    .m_size = -1,
-    .m_methods = methods,
-};
+MODULE_TABLE(_asymmetry_kernel,
+             "Norms and graph counts of attention patterns, each pair of entries read once.");
 
 PyMODINIT_FUNC PyInit__asymmetry_kernel(void) { return PyModule_Create(&module); }

@@ -24,25 +24,14 @@
  * None, for the (sentence, head) pairs from .. to - 1 of batch x heads (threads split a
  * layer between them); the GIL is released while computing.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "kernel_common.h"
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
-    !defined(STATS_NO_CLONES)
-/* AVX-512 code where the CPU has it, AVX2 where it has that, plain x86-64 elsewhere; the
- * steps are inlined into each clone. STATS_NO_CLONES: one version for the target. */
-#define MULTIVERSION \
-    __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define MULTIVERSION
-#endif
 #if !defined(__GNUC__)
 #error "the head statistics kernel needs GCC's or clang's vector extensions"
 #endif
-#define STEP static inline __attribute__((always_inline))
 /* The steps pass 16- and 32-byte vectors by value and are always inlined: the note that a
  * plain x86-64 build passes them differently from an AVX one concerns no call. */
 #if !defined(__clang__)
@@ -142,12 +131,6 @@ static void pairs(const Job *job, long *members) {
     }
 }
 
-static int sized(Py_buffer *buf, size_t want, const char *name) {
-    if ((size_t)buf->len == want) return 1;
-    PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, expected %zu", name, buf->len, want);
-    return 0;
-}
-
 static PyObject *rows(PyObject *self, PyObject *args) {
     Py_buffer p, bits, first, out;
     Job job;
@@ -160,10 +143,10 @@ static PyObject *rows(PyObject *self, PyObject *args) {
     if (job.batch < 0 || job.heads < 0 || job.rows < 0 || job.keys < 1 || job.from < 0 ||
         job.from > job.to || job.to > job.batch * job.heads) {
         PyErr_SetString(PyExc_ValueError, "bad shape or pair range");
-    } else if (sized(&p, plane * job.keys * sizeof(float), "p") &&
-               sized(&bits, (size_t)job.batch * job.keys, "bits") &&
-               sized(&first, (size_t)job.batch * sizeof(int64_t), "first") &&
-               sized(&out, OUTPUTS * plane * sizeof(float), "out")) {
+    } else if (check_size(&p, plane * job.keys, sizeof(float), "p") &&
+               check_size(&bits, (size_t)job.batch * job.keys, 1, "bits") &&
+               check_size(&first, (size_t)job.batch, sizeof(int64_t), "first") &&
+               check_size(&out, OUTPUTS * plane, sizeof(float), "out")) {
         const int64_t *f = first.buf;
         for (Py_ssize_t b = 0; b < job.batch; b++)
             if (f[b] < 0 || f[b] >= job.keys) {
@@ -187,10 +170,7 @@ static PyObject *rows(PyObject *self, PyObject *args) {
             }
         }
     }
-    PyBuffer_Release(&p);
-    PyBuffer_Release(&bits);
-    PyBuffer_Release(&first);
-    PyBuffer_Release(&out);
+    RELEASE_BUFFERS(&p, &bits, &first, &out);
     return result;
 }
 
@@ -200,12 +180,6 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT,
-    .m_name = "_stats_kernel",
-    .m_doc = "Head statistics' per-row values of whole attention patterns.",
-    .m_size = -1,
-    .m_methods = methods,
-};
+MODULE_TABLE(_stats_kernel, "Head statistics' per-row values of whole attention patterns.");
 
 PyMODINIT_FUNC PyInit__stats_kernel(void) { return PyModule_Create(&module); }

@@ -35,29 +35,12 @@
  * the (sentence, head) pairs first .. stop - 1 of the batch-major order only (threads may
  * split a batch). The GIL is released while computing.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "kernel_common.h"
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
-    !defined(LINEAR_NO_CLONES)
-/* One build runs AVX-512 code where the CPU has it, AVX2 code where it has that, plain
- * x86-64 code elsewhere (the steps are inlined into each clone); LINEAR_NO_CLONES builds one
- * version for the compiler's target (the tests build each so and compare their bits). */
-#define MULTIVERSION \
-    __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define MULTIVERSION
-#endif
-#if defined(__GNUC__)
-#define STEP static inline __attribute__((always_inline))
-#else
-#define STEP static inline
-#endif
 
 #define MEASURES 5
 
@@ -81,7 +64,6 @@ typedef struct {
     double *weights;             /* [n]: one row's non-zero pattern entries */
     int *real, *nonzero;         /* [n]: the real keys, those entries' keys */
 } Work;
-
 
 /* acc[c] += a * x[c] over c < count (independent lanes). */
 STEP void add_scaled(double *restrict acc, const double *restrict x, double a, int count) {
@@ -349,15 +331,6 @@ static void fold_pairs(const Fold *f, Py_ssize_t first, Py_ssize_t stop, Work *w
     }
 }
 
-static int check(Py_buffer *b, size_t count, size_t item, const char *name) {
-    if ((size_t)b->len != count * item) {
-        PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, not %zu", name, b->len,
-                     count * item);
-        return 0;
-    }
-    return 1;
-}
-
 static PyObject *fold(PyObject *self, PyObject *args) {
     Py_buffer pattern, q, k, v, rows, out;
     int batch, heads, n, kv_heads, d, dv, causal;
@@ -371,11 +344,12 @@ static PyObject *fold(PyObject *self, PyObject *args) {
     int ok = batch >= 0 && heads >= 1 && n >= 1 && kv_heads >= 1 && heads % kv_heads == 0 &&
              d >= 1 && dv >= 1 && first >= 0 && first <= stop && (size_t)stop <= B * H;
     if (!ok) PyErr_SetString(PyExc_ValueError, "bad shapes or pair range");
-    ok = ok && check(&pattern, B * H * N * N, sizeof(float), "pattern") &&
-         check(&q, B * N * H * d, sizeof(float), "q") &&
-         check(&k, B * N * kv_heads * d, sizeof(float), "k") &&
-         check(&v, B * N * kv_heads * dv, sizeof(float), "v") &&
-         check(&rows, B * N, 1, "rows") && check(&out, B * H * MEASURES, sizeof(double), "out");
+    ok = ok && check_size(&pattern, B * H * N * N, sizeof(float), "pattern") &&
+         check_size(&q, B * N * H * d, sizeof(float), "q") &&
+         check_size(&k, B * N * kv_heads * d, sizeof(float), "k") &&
+         check_size(&v, B * N * kv_heads * dv, sizeof(float), "v") &&
+         check_size(&rows, B * N, 1, "rows") &&
+         check_size(&out, B * H * MEASURES, sizeof(double), "out");
     if (ok) {
         const size_t D = (size_t)d, DV = (size_t)dv;
         double *buffer = malloc(sizeof(double) * (N * DV + 2 * D * N + 2 * D * DV + D + N * D +
@@ -408,8 +382,7 @@ static PyObject *fold(PyObject *self, PyObject *args) {
         free(buffer);
         free(index);
     }
-    Py_buffer *all[] = {&pattern, &q, &k, &v, &rows, &out};
-    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) PyBuffer_Release(all[i]);
+    RELEASE_BUFFERS(&pattern, &q, &k, &v, &rows, &out);
     return result;
 }
 
@@ -420,13 +393,8 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT,
-    .m_name = "_linear_kernel",
-    .m_doc = "The linear-attention view's key geometry and output errors of many heads in "
-             "one pass.",
-    .m_size = -1,
-    .m_methods = methods,
-};
+MODULE_TABLE(_linear_kernel,
+             "The linear-attention view's key geometry and output errors of many heads in one "
+             "pass.");
 
 PyMODINIT_FUNC PyInit__linear_kernel(void) { return PyModule_Create(&module); }

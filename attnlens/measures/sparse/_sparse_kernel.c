@@ -34,28 +34,11 @@
  * nonglobal [batch, heads, buckets] with buckets = min(n - 1, top) + 1, masses
  * [batch, heads, 2] (global, BigBird). The GIL is released while computing.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "kernel_common.h"
 #include <float.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
-    !defined(SPARSE_NO_CLONES)
-/* One build runs AVX-512 code where the CPU has it, AVX2 code where it has that, plain
- * x86-64 code elsewhere (the steps are inlined into each clone); SPARSE_NO_CLONES builds one
- * version for the compiler's target (the tests build each so and compare their bits). */
-#define MULTIVERSION \
-    __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define MULTIVERSION
-#endif
-#if defined(__GNUC__)
-#define STEP static inline __attribute__((always_inline))
-#else
-#define STEP static inline
-#endif
 
 #define MAX_WINDOWS 64
 
@@ -186,15 +169,6 @@ static void fold_pairs(const Fold *f, Py_ssize_t first, Py_ssize_t stop, double 
     }
 }
 
-static int check(Py_buffer *b, size_t count, size_t item, const char *name) {
-    if ((size_t)b->len != count * item) {
-        PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, not %zu", name, b->len,
-                     count * item);
-        return 0;
-    }
-    return 1;
-}
-
 static PyObject *fold(PyObject *self, PyObject *args) {
     Py_buffer pattern, values, rows, is_global, bigbird, windows, squared, norms, by_distance,
         nonglobal, masses;
@@ -221,15 +195,15 @@ static PyObject *fold(PyObject *self, PyObject *args) {
             ok = 0;
         }
     }
-    ok = ok && check(&pattern, B * H * N * N, sizeof(float), "pattern") &&
-         check(&values, B * N * kv_heads * d, sizeof(float), "values") &&
-         check(&rows, B * N, 1, "rows") && check(&is_global, B * N, 1, "is_global") &&
-         check(&bigbird, B * N * N, 1, "bigbird") &&
-         check(&squared, B * H * (2 * nw + 2), sizeof(double), "squared") &&
-         check(&norms, B * H, sizeof(double), "norms") &&
-         check(&by_distance, B * H * buckets, sizeof(double), "by_distance") &&
-         check(&nonglobal, B * H * buckets, sizeof(double), "nonglobal") &&
-         check(&masses, B * H * 2, sizeof(double), "masses");
+    ok = ok && check_size(&pattern, B * H * N * N, sizeof(float), "pattern") &&
+         check_size(&values, B * N * kv_heads * d, sizeof(float), "values") &&
+         check_size(&rows, B * N, 1, "rows") && check_size(&is_global, B * N, 1, "is_global") &&
+         check_size(&bigbird, B * N * N, 1, "bigbird") &&
+         check_size(&squared, B * H * (2 * nw + 2), sizeof(double), "squared") &&
+         check_size(&norms, B * H, sizeof(double), "norms") &&
+         check_size(&by_distance, B * H * buckets, sizeof(double), "by_distance") &&
+         check_size(&nonglobal, B * H * buckets, sizeof(double), "nonglobal") &&
+         check_size(&masses, B * H * 2, sizeof(double), "masses");
     if (ok) {
         double *work = malloc(sizeof(double) * (4 + 2 * (size_t)nw) * d);
         if (work == NULL) {
@@ -249,9 +223,8 @@ static PyObject *fold(PyObject *self, PyObject *args) {
             result = Py_NewRef(Py_None);
         }
     }
-    Py_buffer *all[] = {&pattern, &values, &rows, &is_global, &bigbird, &windows,
-                        &squared, &norms, &by_distance, &nonglobal, &masses};
-    for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++) PyBuffer_Release(all[k]);
+    RELEASE_BUFFERS(&pattern, &values, &rows, &is_global, &bigbird, &windows, &squared, &norms,
+                    &by_distance, &nonglobal, &masses);
     return result;
 }
 
@@ -262,12 +235,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT,
-    .m_name = "_sparse_kernel",
-    .m_doc = "Sparse coverage's masses and output errors of many attention rows in one pass.",
-    .m_size = -1,
-    .m_methods = methods,
-};
+MODULE_TABLE(_sparse_kernel,
+             "Sparse coverage's masses and output errors of many attention rows in one pass.");
 
 PyMODINIT_FUNC PyInit__sparse_kernel(void) { return PyModule_Create(&module); }

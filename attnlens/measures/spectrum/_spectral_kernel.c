@@ -32,8 +32,7 @@
  * of matrices whose step 3 did not converge (their rows of ``out`` are NaN). The GIL is
  * released while computing, so threads can split a batch.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "kernel_common.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -43,24 +42,6 @@
 #define LANES 8
 #endif
 #define MAX_SWEEPS_PER_EIGENVALUE 40
-
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
-    !defined(SPECTRAL_NO_CLONES)
-/* One build runs AVX-512 code where the CPU has it, AVX2 code where it has that, plain
- * x86-64 code elsewhere. Every step below is inlined into each clone (STEP): a step left
- * out of line is compiled once, for plain x86-64. SPECTRAL_NO_CLONES builds one version
- * for the compiler's target (the tests build each clone's code so). */
-#define MULTIVERSION \
-    __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#define SPECTRAL_CLONES 1
-#else
-#define MULTIVERSION
-#endif
-#if defined(__GNUC__)
-#define STEP static inline __attribute__((always_inline))
-#else
-#define STEP static inline
-#endif
 
 #if defined(__GNUC__) && !defined(SPECTRAL_PLAIN_C) && (LANES & (LANES - 1)) == 0
 /* The LANES entries of one position as one value (GCC and clang vector extension): a
@@ -108,7 +89,7 @@ typedef struct {
 #if LANE_VECTORS && LANES == 8 && defined(__AVX512F__) && defined(__AVX512DQ__)
 #define SWEEP_VECTORS 1
 #define SWEEP_TARGET
-#elif LANE_VECTORS && LANES == 8 && defined(SPECTRAL_CLONES)
+#elif LANE_VECTORS && LANES == 8 && defined(KERNEL_CLONES)
 #define SWEEP_VECTORS 1
 #define SWEEP_TARGET __attribute__((target("arch=x86-64-v4")))
 #else
@@ -561,13 +542,10 @@ static PyObject *gram_eigenvalues(PyObject *self, PyObject *args) {
     const size_t item = double_input ? sizeof(double) : sizeof(float);
     if (count < 0 || m < 1 || n < 1) {
         PyErr_SetString(PyExc_ValueError, "count must be >= 0 and m, n >= 1");
-    } else if ((size_t)src.len != (size_t)count * m * n * item) {
-        PyErr_SetString(PyExc_ValueError, "src holds the wrong number of bytes");
-    } else if ((size_t)out.len != (size_t)count * r * sizeof(double)) {
-        PyErr_SetString(PyExc_ValueError, "out holds the wrong number of bytes");
-    } else {
+    } else if (check_size(&src, (size_t)count * m * n, item, "src") &&
+               check_size(&out, (size_t)count * r, sizeof(double), "out")) {
         Work w = {.m = m, .n = n, .r = r, .samples = m > n ? m : n};
-#if SWEEP_VECTORS && defined(SPECTRAL_CLONES)
+#if SWEEP_VECTORS && defined(KERNEL_CLONES)
         w.vector_sweeps =
             __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
@@ -600,8 +578,7 @@ static PyObject *gram_eigenvalues(PyObject *self, PyObject *args) {
             result = PyLong_FromSsize_t(failures);
         }
     }
-    PyBuffer_Release(&src);
-    PyBuffer_Release(&out);
+    RELEASE_BUFFERS(&src, &out);
     return result;
 }
 
@@ -611,13 +588,8 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT,
-    .m_name = "_spectral_kernel",
-    .m_doc = "Eigenvalues of the float64 Gram matrices of small matrices, many at a time.",
-    .m_size = -1,
-    .m_methods = methods,
-};
+MODULE_TABLE(_spectral_kernel,
+             "Eigenvalues of the float64 Gram matrices of small matrices, many at a time.");
 
 PyMODINIT_FUNC PyInit__spectral_kernel(void) {
     PyObject *mod = PyModule_Create(&module);
