@@ -30,7 +30,8 @@ trained ``--max-length``):
   its ``run.json`` records them (target <= 4 s).
 
     python benchmarks/corpus_pass.py [--threads 2] [--max-sentences N] [--treebank PATH]
-        [--skip-command] [--profile] [--cpu] [--rounds N] [--pass-only] [--dispatch-floor]
+        [--skip-command] [--profile [--profile-out FILE]] [--cpu] [--rounds N] [--pass-only]
+        [--dispatch-floor]
         [--device cuda] [--dtype bfloat16]
         [--batch-size N] [--batch-tokens N] [--before-batch-size N]
 
@@ -48,8 +49,9 @@ pass, the floor and the command alike; by default its default (256).
 ``--device cuda`` runs both forwards and the analyzers on a GPU (every time taken after
 ``torch.cuda.synchronize``; the floor is left out there, it is CPU arithmetic; the command
 runs with ``--device cuda`` too). ``--dtype bfloat16`` loads both models in bfloat16
-(`analyze`'s ``--dtype``; the command too). ``--profile`` prints cProfile's top functions of the
-corpus pass. ``--cpu`` times with the process's CPU time instead of wall time (less
+(`analyze`'s ``--dtype``; the command too). ``--profile`` prints cProfile's top functions
+of the corpus pass (``--profile-out FILE``: also its stats, for ``pstats``'
+``print_callers``). ``--cpu`` times with the process's CPU time instead of wall time (less
 sensitive to other work on a shared machine; the command's fixed costs stay wall time; the
 children beside the pass are not this process).
 """
@@ -75,6 +77,7 @@ CLOCK = time.perf_counter  # --cpu: time.process_time (every thread of this proc
 DEVICE = torch.device("cpu")  # --device
 DTYPE = torch.float32  # --dtype (both forwards)
 SPECTRUM_SENTENCES: list[int | None] = [None]  # --spectrum-sentences (None: analyze's default)
+PROFILE_OUT: list[Path | None] = [None]  # --profile-out
 BESIDE: dict[str, float] = {}  # the timed corpus pass's children: seconds per phase
 FEEDING = ("begin_batch", "update_layer", "update_block", "end_layer", "end_batch", "update",
            "model_pass")
@@ -195,7 +198,10 @@ def corpus_pass(model, tokenizer, batches, hf, per_analyzer: bool, profile: bool
     if profiler is not None:
         import pstats
 
-        pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
+        stats = pstats.Stats(profiler)
+        if PROFILE_OUT[0] is not None:
+            stats.dump_stats(PROFILE_OUT[0])
+        stats.sort_stats("tottime").print_stats(30)
     for analyzer in everything:  # unwrap
         for name in FEEDING:
             vars(analyzer).pop(name, None)
@@ -455,6 +461,9 @@ def main() -> None:
     parser.add_argument("--dispatch-floor", action="store_true",
                         help="the dispatch floor even with --pass-only or on a GPU")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--profile-out", type=Path, default=None,
+                        help="with --profile: also write the stats there (pstats, for "
+                        "print_callers)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (both forwards and the "
                         "analyzers; the floor is CPU-only and left out on a GPU)")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
@@ -467,6 +476,7 @@ def main() -> None:
     sys.stdout.reconfigure(line_buffering=True)  # each figure as it comes, also into a file
     torch.set_num_threads(args.threads)
     SPECTRUM_SENTENCES[0] = args.spectrum_sentences
+    PROFILE_OUT[0] = args.profile_out
     if args.analyzer_threads is not None:  # read by run_analyzers, here and in the command
         os.environ["ATTNLENS_ANALYZER_THREADS"] = str(args.analyzer_threads)
     global CLOCK, DEVICE, DTYPE

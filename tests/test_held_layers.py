@@ -32,6 +32,20 @@ def test_take_stacks_runs_of_equal_shapes_along_the_given_axes():
     assert not held and held.elements == 0
 
 
+def test_take_apart_gives_the_same_runs_with_each_layers_own_tensors():
+    """ops39: the runs ``take`` concatenates, each layer's tensors as held (no copy)."""
+    held = HeldLayers(budget=100)
+    a, b, c = torch.zeros(2, 3, 4), torch.ones(2, 3, 4), torch.full((2, 5, 4), 2.0)
+    for layer, x in enumerate((a, b, c)):
+        held.add(layer, x, x[:, :1])
+    runs = held.take_apart()
+    assert [layers for layers, _ in runs] == [[0, 1], [2]]
+    firsts = [[t for t, _ in items] for _, items in runs]
+    assert [[id(t) for t in run] for run in firsts] == [[id(a), id(b)], [id(c)]]
+    assert all(small.shape[1] == 1 for _, items in runs for _, small in items)
+    assert not held and held.elements == 0
+
+
 @pytest.mark.parametrize("layers", [[1, 2], [0, 2]])
 def test_add_to_layers_adds_each_layer_over_the_heads_it_has(layers):
     target = torch.zeros(3, 4, 2)  # [layer, head, measure]

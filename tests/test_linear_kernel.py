@@ -223,3 +223,42 @@ def test_each_build_gives_the_installed_bits(tmp_path, name, causal):
         linear._linear_kernel = saved
     for field in STATE:
         assert torch.equal(getattr(installed, field), getattr(built, field)), field
+
+
+def test_the_kernel_reads_each_held_layer_where_it_lies_and_sums_them_together():
+    """ops39: the kernel reads each held layer's inputs as the model made them, one call per
+    layer (concatenating the held layers copied them once more, torch.cat), and the outputs
+    are summed over sentences as before: the layers of a run side by side (bit for bit)."""
+    from attnlens.stream.held_layers import HeldLayers
+
+    layers = [_inputs(seed=seed) for seed in (3, 4, 5)]
+    batch, _, heads, d = layers[0]
+    cache = _cache_of_layers([cache for _, cache, _, _ in layers])
+    budget = 2 * sum(cache[name, 0].numel() for name in ("pattern", "q", "k", "v"))
+    view = LinearAttentionView(3, heads, d)
+    view._held = HeldLayers(budget)  # layers 0 and 1 folded together, then layer 2
+    read = []
+    measures = view._kernel_measures
+    view._kernel_measures = lambda pattern, *rest: read.append(pattern) or measures(pattern,
+                                                                                    *rest)
+    view.begin_batch(batch)
+    for layer in range(3):
+        view.update_layer(batch, layer, cache)
+    view.end_batch(batch)
+    assert [x.data_ptr() for x in read] == [cache["pattern", i].data_ptr() for i in range(3)]
+    want = LinearAttentionView(3, heads, d)
+    want.begin_batch(batch)
+    for run in ([0, 1], [2]):  # the held inputs concatenated, then read by one call
+        inputs = [torch.cat([cache[name, layer] for layer in run], dim)
+                  for name, dim in (("pattern", 1), ("q", 2), ("k", 2), ("v", 2))]
+        want._add(run, *want._kernel_measures(*inputs).unbind(-1))
+    for field in STATE:
+        assert torch.equal(getattr(view, field), getattr(want, field)), field
+
+
+def _cache_of_layers(caches):
+    """One cache of several one-layer caches (``_cache``'s), layer ``i`` from ``caches[i]``."""
+    from attnlens.hooks import ActivationCache
+
+    return ActivationCache({name.replace("blocks.0.", f"blocks.{i}."): cache[name]
+                            for i, cache in enumerate(caches) for name in cache})

@@ -166,3 +166,31 @@ def test_each_build_gives_the_installed_bits(tmp_path, name):
         sparse._sparse_kernel = saved
     for field in STATE:
         assert torch.equal(getattr(installed, field), getattr(built, field)), field
+
+
+def test_the_held_layers_go_to_the_kernel_back_to_back_with_each_layers_bits():
+    """ops39: the kernel reads the held layers once they are all there (the batch's end or
+    the budget), one call per layer on its tensors where they lie, back to back (a call per
+    layer as it came ran right after large torch operations, whose threads then spin beside
+    the kernel's); the bits are those of a call per layer as it comes (a budget of 1)."""
+    from attnlens.stream.held_layers import HeldLayers
+
+    torch.manual_seed(3)
+    ids, patterns = _padded_patterns(40, (40, 23, 9), n_layers=3)
+    values = torch.randn(3, 3, 40, 2, 6)
+    found, each = SparseCoverage(3, 4), SparseCoverage(3, 4)
+    each._held = HeldLayers(1)  # folded as each layer comes
+    read = []
+    fold, update_block = found._kernel_fold, found.update_block
+
+    def fed(*args):
+        update_block(*args)
+        assert not read  # no call while the layers come
+
+    found._kernel_fold = lambda p, v, block: read.append(p) or fold(p, v, block)
+    found.update_block = fed
+    for analyzer in (found, each):
+        analyzer.update(_batch(ids, [0, 1, 2]), _cache(patterns, values))
+    assert [p.data_ptr() for p in read] == [patterns[i].data_ptr() for i in range(3)]
+    for field in STATE:
+        assert torch.equal(getattr(found, field), getattr(each, field)), field

@@ -41,6 +41,14 @@ class HeldLayers:
         """Empty the store: ``(layers, tensors)`` per run of consecutive held layers whose
         tensors have equal shapes, the ``i``-th tensors of those layers concatenated along
         ``dims[i]`` (their head axes: layer-major, ``layer * n_heads + head``)."""
+        return [(layers, [parts[0] if len(parts) == 1 else torch.cat(parts, dim)
+                          for parts, dim in zip(zip(*items, strict=True), dims, strict=True)])
+                for layers, items in self.take_apart()]
+
+    def take_apart(self) -> list[tuple[list[int], list[tuple[torch.Tensor, ...]]]]:
+        """Empty the store: ``take``'s runs of layers, each layer's tensors as they were held
+        (for a reader that folds the layers of a run one by one but sums them together: a C
+        kernel that reads each layer where it lies instead of a copy of them all)."""
         runs: list[tuple[list[int], list[tuple[torch.Tensor, ...]]]] = []
         shapes = None
         for layer, tensors in zip(self.layers, self.tensors, strict=True):
@@ -52,9 +60,7 @@ class HeldLayers:
                 runs.append(([layer], [tensors]))
                 shapes = mine
         self.layers, self.tensors, self.elements = [], [], 0
-        return [(layers, [parts[0] if len(parts) == 1 else torch.cat(parts, dim)
-                          for parts, dim in zip(zip(*items, strict=True), dims, strict=True)])
-                for layers, items in runs]
+        return runs
 
 
 def add_to_layers(target: torch.Tensor, layers: Sequence[int], x: torch.Tensor) -> None:

@@ -245,13 +245,17 @@ class LinearAttentionView(HeadPatternAnalyzer):
     def _fold_held(self) -> None:
         # pattern [batch, head, query_pos, key_pos]; q, k, v [batch, pos, kv_head, d]: the
         # held layers' heads side by side, layer-major (layer * n_heads + head)
+        if self._held and self._uses_kernel(self._held.tensors[0][0]):
+            # the C kernel reads each held layer where it lies (concatenating the layers
+            # would copy them once more, torch.cat), one call after the other (a torch
+            # operation between two calls leaves its threads spinning beside the kernel's)
+            for layers, held in self._held.take_apart():
+                measures = torch.cat([self._kernel_measures(*x) for x in held], 1)
+                self._add(layers, *measures.unbind(-1))  # [batch, layer * head] each
+            return
         for layers, tensors in self._held.take(dims=(1, 2, 2, 2)):
             pattern, q, k, v = (x.to(self.compute_dtype) for x in tensors)
-            if self._uses_kernel(pattern):
-                measures = self._kernel_measures(pattern, q, k, v)
-            else:
-                measures = self._torch_measures(pattern, q, k, v)
-            self._add(layers, *measures)
+            self._add(layers, *self._torch_measures(pattern, q, k, v))
 
     def _uses_kernel(self, pattern: torch.Tensor) -> bool:
         """Whether the C kernel folds this pattern: built, a CPU pattern, float32 arithmetic
@@ -260,12 +264,13 @@ class LinearAttentionView(HeadPatternAnalyzer):
                 and self.compute_dtype == torch.float32)
 
     def _kernel_measures(self, pattern: torch.Tensor, q_kv: torch.Tensor, k_kv: torch.Tensor,
-                         v_kv: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                         v_kv: torch.Tensor) -> torch.Tensor:
         """``_torch_measures``' five results by the C kernel (``_linear_kernel.c``: one pass
-        per (sentence, head), every sum in float64; float64 results). The pairs are split
-        between the intra-op threads (the kernel releases the GIL)."""
-        pattern = pattern.detach().contiguous()  # [batch, head, n, n]
-        q, k, v = (x.detach().contiguous() for x in (q_kv, k_kv, v_kv))  # [batch, n, *, d]
+        per (sentence, head), every sum in float64), as ``[batch, head, 5]`` float64. The
+        pairs are split between the intra-op threads (the kernel releases the GIL)."""
+        # [batch, head, n, n] and [batch, n, *, d], float32 (compute_dtype)
+        pattern, q, k, v = (x.detach().to(self.compute_dtype).contiguous()
+                            for x in (pattern, q_kv, k_kv, v_kv))
         batch, n_all, n, _ = pattern.shape
         out = torch.empty(batch, n_all, 5, dtype=torch.float64)
         args = (pattern.numpy(), q.numpy(), k.numpy(), v.numpy(),
@@ -274,7 +279,7 @@ class LinearAttentionView(HeadPatternAnalyzer):
         buffer = out.numpy()
         run_split(lambda first, stop: _linear_kernel.fold(*args, first, stop, buffer),
                   batch * n_all)
-        return out.unbind(-1)  # five [batch, head]
+        return out
 
     def _torch_measures(self, pattern: torch.Tensor, q_kv: torch.Tensor, k_kv: torch.Tensor,
                         v_kv: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -30,6 +30,9 @@ from attnlens.stream.held_layers import HeldLayers, add_to_layers
 
 SINK_EPSILON = 0.3  # Gu et al. 2024's threshold of the Sink-rate
 TOP_KEYS = 3  # keys per sentence and head counted by SinkKeys
+# ``PatternBlock.shared``'s key of the attention to each sentence's first real token (it
+# depends on the block and its batch's mask alone)
+FIRST_COLUMN = "attention to the first real token"
 
 
 def first_real(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -59,19 +62,25 @@ class SinkScores(HeadShares):
 
     def update_block(self, batch: Batch, layer: int, block: PatternBlock,
                      cache: ActivationCache) -> None:
-        p = block.p  # [batch, head, rows, key_pos]
-        n_heads = p.shape[1]
-        index = self._index.get(p.shape)
-        if index is None:
-            index = self._index[p.shape] = self._first[:, None, None, None].expand(
-                -1, n_heads, p.shape[2], 1)
-        to_first = p.gather(-1, index)[..., 0]  # [batch, head, rows]: A[i, first]
+        n_heads = block.n_heads
+        # [batch, head, rows]: A[i, first], read once per block for every SinkScores fed
+        # (the heads section's and the language-model heads' are two instances)
+        to_first = block.shared(FIRST_COLUMN, lambda: self._to_first(block.p))
         if block.is_whole:  # held, then summed for several layers at once (``_fold_held``)
             if self._held.add(layer, to_first):
                 self._fold_held()
             return
         rows = block.query_rows(self._rows)  # [batch, 1, rows]
         self._scratch[:, 0, layer, :n_heads] += (to_first * rows).sum(-1)
+
+    def _to_first(self, p: torch.Tensor) -> torch.Tensor:
+        """``p [batch, head, rows, key_pos]`` at each sentence's first real key: ``[batch,
+        head, rows]`` (the index expanded once per block shape)."""
+        index = self._index.get(p.shape)
+        if index is None:
+            index = self._index[p.shape] = self._first[:, None, None, None].expand(
+                -1, p.shape[1], p.shape[2], 1)
+        return p.gather(-1, index)[..., 0]
 
     def _fold_held(self) -> None:
         """Each held layer's row sums, ``[batch, layer * head, query_pos]`` in one product and

@@ -311,14 +311,7 @@ class SparseCoverage(HeadPatternAnalyzer):
             return
         pattern = self._take(block.pattern)  # [batch, head, rows, key_pos]
         values = self._take(cache["v", layer])  # [batch, key_pos, kv_head, d_head_v]
-        if block.is_whole and self._uses_kernel(pattern):  # one C call per layer
-            squared, norms, by_distance, nonglobal, masses = self._kernel_fold(
-                pattern, values, block)
-            self._add_sums([layer], pattern.shape[1], by_distance, nonglobal, masses,
-                           self._bigbird_sets(block)[1])
-            self._add_errors([layer], squared, norms)
-            return
-        if block.is_whole:  # held, then folded several layers at a time as more heads
+        if block.is_whole:  # held, then folded several layers at a time (``_fold_held``)
             self._whole = block
             if self._held.add(layer, pattern, values):
                 self._fold_held()
@@ -345,12 +338,29 @@ class SparseCoverage(HeadPatternAnalyzer):
             self._fold_held()
 
     def _fold_held(self) -> None:
+        if self._held and self._uses_kernel(self._held.tensors[0][0]):
+            self._kernel_fold_held()
+            return
         # pattern [batch, head, query_pos, key_pos], values [batch, key_pos, kv_head, d]:
         # the held layers' heads side by side, layer-major (layer * n_heads + head)
         for layers, (pattern, values) in self._held.take(dims=(1, 2)):
             squared, norms = self._fold_rows(layers, pattern.to(self.compute_dtype),
                                              values.to(self.compute_dtype), self._whole)
             self._add_errors(layers, squared, norms)
+
+    def _kernel_fold_held(self) -> None:
+        """The held layers by the C kernel, one call per layer on its tensors where they lie
+        (no concatenation), the calls back to back (a large torch operation between two
+        calls, the sample's ``index_select``, leaves its threads spinning beside the
+        kernel's), then each layer's results added as a layer's own call added them."""
+        block = self._whole
+        folded = [(layer, pattern.shape[1], self._kernel_fold(pattern, values, block))
+                  for layers, held in self._held.take_apart()
+                  for layer, (pattern, values) in zip(layers, held, strict=True)]
+        baseline = self._bigbird_sets(block)[1]
+        for layer, n_heads, (squared, norms, by_distance, nonglobal, masses) in folded:
+            self._add_sums([layer], n_heads, by_distance, nonglobal, masses, baseline)
+            self._add_errors([layer], squared, norms)
 
     def _add_errors(self, layers: list[int], squared: torch.Tensor, norms: torch.Tensor
                     ) -> None:
