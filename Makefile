@@ -136,6 +136,7 @@ BENCH_THREADS ?= 2
 QUICK ?= 0
 BENCH_RECORD := benchmarks/results/bench.jsonl
 BENCH_TABLE :=
+BENCH_DEMO := --floor
 ifeq ($(QUICK),1)
 BENCH_RECORD := benchmarks/results/bench-quick.jsonl
 BENCH_TABLE := --print --records $(BENCH_RECORD)
