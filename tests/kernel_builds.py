@@ -23,6 +23,9 @@ COMPILER = shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0])
 HEADERS = Path(__file__).resolve().parents[1] / "attnlens"  # kernel_common.h
 V3 = {"avx2", "fma", "bmi2", "movbe", "f16c"}  # what x86-64-v3 code needs of the CPU
 V4 = V3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}  # x86-64-v4
+# the build forms every kernel's tests compare: name -> (compiler flags, what the CPU must have)
+LEVEL_BUILDS = {"x86-64": ([], set()), "x86-64-v3": (["-march=x86-64-v3"], V3),
+                "x86-64-v4": (["-march=x86-64-v4"], V4)}
 
 # for the tests that build: GCC-style flags, x86-64 Linux
 needs_builds = pytest.mark.skipif(

@@ -30,7 +30,12 @@ from attnlens.measures.asymmetry.pattern_asymmetry import (
     real_pairs,
 )
 from attnlens.stream.runner import run_analyzers
-from tests.kernel_builds import V3, V4, build_kernel, needs_builds, skip_unless_cpu_has
+from tests.kernel_builds import (
+    LEVEL_BUILDS,
+    build_kernel,
+    needs_builds,
+    skip_unless_cpu_has,
+)
 
 RATIO_RTOL = 1e-12
 TORCH_RTOL = {torch.float32: 1e-5, torch.float64: 1e-12}
@@ -212,9 +217,7 @@ def test_bad_buffers_are_value_errors():
 # name -> (compiler flags, what the CPU must have; every build is one version, built with
 # KERNEL_NO_CLONES); the lane count (LANES) fixes the bits
 BUILDS = {
-    "x86-64": ([], set()),
-    "x86-64-v3": (["-march=x86-64-v3"], V3),
-    "x86-64-v4": (["-march=x86-64-v4"], V4),
+    **LEVEL_BUILDS,
     "vectors of 2": (["-DVECTOR_WIDTH=2"], set()),
     "plain C": (["-DASYMMETRY_PLAIN_C"], set()),
     "vectors of 3 (plain C)": (["-DVECTOR_WIDTH=3"], set()),

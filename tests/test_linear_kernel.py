@@ -22,7 +22,12 @@ import torch
 import attnlens.measures.linear.linear_attention as linear
 from attnlens.data.batch import Batch
 from attnlens.measures.linear.linear_attention import LinearAttentionView
-from tests.kernel_builds import V3, V4, build_kernel, needs_builds, skip_unless_cpu_has
+from tests.kernel_builds import (
+    LEVEL_BUILDS,
+    build_kernel,
+    needs_builds,
+    skip_unless_cpu_has,
+)
 from tests.test_linear_attention import _cache
 
 SOURCE = linear.__file__.replace("linear_attention.py", "_linear_kernel.c")
@@ -197,8 +202,7 @@ def test_minilm_kernel_agrees_with_both_torch_paths(minilm):
                                    msg=field)
 
 
-BUILDS = {"x86-64": ([], set()), "x86-64-v3": (["-march=x86-64-v3"], V3),
-          "x86-64-v4": (["-march=x86-64-v4"], V4)}
+BUILDS = LEVEL_BUILDS
 
 
 @needs_builds

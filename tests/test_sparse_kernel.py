@@ -21,7 +21,12 @@ import torch
 
 import attnlens.measures.sparse.sparse as sparse
 from attnlens.measures.sparse.sparse import SparseCoverage
-from tests.kernel_builds import V3, V4, build_kernel, needs_builds, skip_unless_cpu_has
+from tests.kernel_builds import (
+    LEVEL_BUILDS,
+    build_kernel,
+    needs_builds,
+    skip_unless_cpu_has,
+)
 from tests.test_sparse import _batch, _cache
 from tests.test_sparse32 import _padded_patterns, _tables_close
 
@@ -145,8 +150,7 @@ def test_wrong_sizes_are_refused():
         call(windows=np.array([2, 1], np.int32))
 
 
-BUILDS = {"x86-64": ([], set()), "x86-64-v3": (["-march=x86-64-v3"], V3),
-          "x86-64-v4": (["-march=x86-64-v4"], V4)}
+BUILDS = LEVEL_BUILDS
 
 
 @needs_builds

@@ -22,14 +22,18 @@ import pytest
 import torch
 
 from attnlens.measures.spectrum.singular_values import kernel_available, kernel_eigenvalues
-from tests.kernel_builds import V3, V4, build_kernel, needs_builds, skip_unless_cpu_has
+from tests.kernel_builds import (
+    LEVEL_BUILDS,
+    V4,
+    build_kernel,
+    needs_builds,
+    skip_unless_cpu_has,
+)
 
 SOURCE = Path(__file__).resolve().parents[1] / "attnlens/measures/spectrum/_spectral_kernel.c"
 # name -> (compiler flags, what the CPU must have); every build is one version
 BUILDS = {
-    "x86-64": ([], set()),
-    "x86-64-v3": (["-march=x86-64-v3"], V3),
-    "x86-64-v4": (["-march=x86-64-v4"], V4),
+    **LEVEL_BUILDS,
     "lanes 4": (["-DLANES=4"], set()),
     "lanes 16": (["-DLANES=16"], set()),
     "plain C": (["-DSPECTRAL_PLAIN_C"], set()),

@@ -23,7 +23,12 @@ from attnlens.measures.heads import head_stats as module
 from attnlens.measures.heads.head_stats import KERNEL_OUTPUTS, HeadStats, TokenMeasures
 from attnlens.measures.heads.positional import PositionalHeads
 from attnlens.stream.base import Batch, PatternBlock
-from tests.kernel_builds import V3, V4, build_kernel, needs_builds, skip_unless_cpu_has
+from tests.kernel_builds import (
+    LEVEL_BUILDS,
+    build_kernel,
+    needs_builds,
+    skip_unless_cpu_has,
+)
 
 SOURCE = Path(module.__file__).with_name("_stats_kernel.c")
 REFERENCE_RTOL, TORCH_RTOL, ATOL = 1e-7, 1e-5, 1e-7
@@ -248,8 +253,7 @@ def test_the_kernel_runs_once_per_layer_for_both_readers(monkeypatch, minilm_dat
     assert len(calls) == len(data) * model.cfg.n_layers
 
 
-BUILDS = {"x86-64": ([], set()), "x86-64-v3": (["-march=x86-64-v3"], V3),
-          "x86-64-v4": (["-march=x86-64-v4"], V4)}
+BUILDS = LEVEL_BUILDS
 
 
 @needs_builds

@@ -29,7 +29,12 @@ from attnlens.data.words import WordAttentionContext, word_attention
 from attnlens.hooks import ActivationCache
 from attnlens.measures.heads.rare_words import RareWordHeads
 from attnlens.measures.heads.syntactic import SyntacticHeads
-from tests.kernel_builds import V3, V4, build_kernel, needs_builds, skip_unless_cpu_has
+from tests.kernel_builds import (
+    LEVEL_BUILDS,
+    build_kernel,
+    needs_builds,
+    skip_unless_cpu_has,
+)
 
 KERNEL = words_module._words_kernel
 SOURCE = Path(words_module.__file__).with_name("_words_kernel.c")
@@ -243,8 +248,7 @@ def test_wrong_sizes_are_refused():
                     2, 0, 1, np.zeros((2, 1), f32))
 
 
-BUILDS = {"x86-64": ([], set()), "x86-64-v3": (["-march=x86-64-v3"], V3),
-          "x86-64-v4": (["-march=x86-64-v4"], V4)}
+BUILDS = LEVEL_BUILDS
 
 
 @needs_builds
