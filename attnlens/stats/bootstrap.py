@@ -151,17 +151,20 @@ def percentile_interval(reps: torch.Tensor, level: float = 0.95) -> tuple[torch.
     one sort of the replicates as computed (float32 products): NaN replicates sort last and
     are left out of each column's count.
     """
-    ordered = np.sort(reps.detach().cpu().numpy(), axis=0)  # [replicate, share], NaN last
-    valid = (~np.isnan(ordered)).sum(0)  # [share]
+    # [share, replicate]: a C-ordered copy of the transpose sorted along its rows (the same
+    # order statistics as a sort along the replicates' axis, ~1.5x faster), NaN last
+    ordered = np.array(reps.detach().cpu().numpy().T, order="C")
+    ordered.sort(axis=1)
+    valid = (~np.isnan(ordered)).sum(1)  # [share]
     last = np.maximum(valid - 1, 0)
-    columns = np.arange(ordered.shape[1])
+    columns = np.arange(ordered.shape[0])
     bounds = []
     for q in ((1 - level) / 2, (1 + level) / 2):
         pos = last * q  # fractional rank of the quantile
         lo = np.floor(pos).astype(np.int64)
         hi = np.minimum(lo + 1, last)
-        below = ordered[lo, columns].astype(np.float64)
-        above = ordered[hi, columns].astype(np.float64)
+        below = ordered[columns, lo].astype(np.float64)
+        above = ordered[columns, hi].astype(np.float64)
         value = below + (above - below) * (pos - lo)
         bounds.append(torch.from_numpy(np.where(valid > 0, value, np.nan)))
     return bounds[0], bounds[1]

@@ -1,0 +1,87 @@
+"""fixed40: the null columns' group quantiles and the bootstrap's percentile intervals, the
+same bits as before, with less work (docs/performance.md, fixed40)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from attnlens.stats import null as null_module
+from attnlens.stats.bootstrap import percentile_interval
+from attnlens.stats.null import QUANTILES, _group_quantiles
+
+
+def _per_group(group: np.ndarray, values: np.ndarray, groups: int):
+    """The definition: np.quantile on each group's values, NaN for an empty group."""
+    low, high = np.full(groups, np.nan), np.full(groups, np.nan)
+    for g in range(groups):
+        mine = values[group == g]
+        if len(mine):
+            low[g], high[g] = np.quantile(mine, QUANTILES)
+    return low, high
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return np.array_equal(a, b, equal_nan=True) and bool(
+        (np.signbit(a) == np.signbit(b)).all())
+
+
+@pytest.mark.parametrize("kind", ["spread", "ties", "unit", "one per group"])
+def test_group_quantiles_are_np_quantile_per_group_bit_for_bit(kind):
+    rng = np.random.default_rng(40)
+    for _ in range(200):
+        groups = int(rng.integers(1, 30))
+        n = int(rng.integers(1, 300)) if kind != "one per group" else groups
+        group = rng.integers(0, groups, n) if kind != "one per group" else np.arange(groups)
+        values = {"spread": rng.normal(size=n) * 10.0 ** rng.integers(-8, 8),
+                  "ties": rng.integers(0, 4, n).astype(float),
+                  "unit": rng.random(n),
+                  "one per group": rng.normal(size=n)}[kind]
+        for got, expected in zip(_group_quantiles(group, values, groups),
+                                 _per_group(group, values, groups), strict=True):
+            assert _same_bits(got, expected)
+
+
+def test_group_quantiles_without_a_quantile_call_per_group(monkeypatch):
+    def no_call(*args, **kwargs):
+        raise AssertionError("np.quantile called")
+
+    group, values = np.array([0, 0, 1, 1, 1, 3]), np.array([0.5, 0.1, 2.0, 1.0, 3.0, 7.0])
+    expected = _per_group(group, values, 4)
+    monkeypatch.setattr(null_module.np, "quantile", no_call)
+    got = _group_quantiles(group, values, 4)
+    for a, b in zip(got, expected, strict=True):
+        assert _same_bits(a, b)
+
+
+def test_group_quantiles_with_negative_zeros_keep_np_quantiles_choice():
+    # -0.0 ties with 0.0: which one a rank holds is np.quantile's partition's choice
+    group = np.array([0, 0, 0, 1, 1, 2])
+    values = np.array([-0.0, 0.0, -0.0, 0.0, -0.0, -0.0])
+    for got, expected in zip(_group_quantiles(group, values, 3),
+                             _per_group(group, values, 3), strict=True):
+        assert _same_bits(got, expected)
+    low, high = _group_quantiles(np.array([], dtype=np.int64), np.array([]), 2)
+    assert np.isnan(low).all() and np.isnan(high).all()
+
+
+def test_percentile_interval_is_the_sort_along_the_replicates_bit_for_bit():
+    gen = torch.Generator().manual_seed(40)
+    reps = torch.rand(1000, 57, generator=gen)
+    reps[torch.rand(1000, 57, generator=gen) < 0.02] = torch.nan
+    reps[:, 5] = torch.nan  # no replicate with an example
+    reps[:999, 6] = torch.nan  # one
+    reps[:, 7] = torch.round(reps[:, 7] * 3)  # ties
+    ordered = np.sort(reps.numpy(), axis=0)  # the order statistics along the replicates
+    valid = (~np.isnan(ordered)).sum(0)
+    last = np.maximum(valid - 1, 0)
+    got = percentile_interval(reps, 0.9)
+    for q, bound in zip(((1 - 0.9) / 2, (1 + 0.9) / 2), got, strict=True):
+        pos = last * q
+        lo = np.floor(pos).astype(np.int64)
+        columns = np.arange(57)
+        below = ordered[lo, columns].astype(np.float64)
+        above = ordered[np.minimum(lo + 1, last), columns].astype(np.float64)
+        expected = np.where(valid > 0, below + (above - below) * (pos - lo), np.nan)
+        assert _same_bits(bound.numpy(), expected)
