@@ -85,3 +85,30 @@ def test_percentile_interval_is_the_sort_along_the_replicates_bit_for_bit():
         above = ordered[np.minimum(lo + 1, last), columns].astype(np.float64)
         expected = np.where(valid > 0, below + (above - below) * (pos - lo), np.nan)
         assert _same_bits(bound.numpy(), expected)
+
+
+def test_poisson_weights_asked_again_are_a_copy_of_the_last_ones_drawn(monkeypatch):
+    from attnlens.stats import bootstrap
+
+    monkeypatch.setattr(bootstrap, "_RECENT", type(bootstrap._RECENT)())
+    draws = []
+    block_draws = bootstrap._block_draws
+
+    def counted(seed, block, n):
+        draws.append(block)
+        return block_draws(seed, block, n)
+
+    monkeypatch.setattr(bootstrap, "_block_draws", counted)
+    ids = torch.tensor([3, 7, 300, 301, 900])
+    first = bootstrap.poisson_weights(ids, 50, 4)
+    drawn = len(draws)
+    assert drawn == 3  # blocks 0, 1 and 3
+    first[:] = -1  # the caller's copy: not what the next call gets
+    again = bootstrap.poisson_weights(ids.tolist(), 50, 4)
+    assert len(draws) == drawn  # nothing drawn again
+    assert torch.equal(again, bootstrap._draw_weights(ids, 50, 4))
+    other = bootstrap.poisson_weights(ids, 50, 5)  # another seed: drawn
+    assert len(draws) > drawn and not torch.equal(other, again)
+    for seed in (6, 7, 8):  # at most _KEEP entries
+        bootstrap.poisson_weights(ids, 50, seed)
+    assert len(bootstrap._RECENT) == bootstrap._KEEP

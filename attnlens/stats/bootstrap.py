@@ -21,6 +21,7 @@ shares over the sentences that have at least one example (every sentence counts 
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
 from collections.abc import Sequence
@@ -90,14 +91,39 @@ def _block_draws(seed: int, block: int, n: int) -> torch.Tensor:
     return draws
 
 
+# The last weights drawn, by (sentence indices, n, seed): a report's analyzers resample the
+# same sentences one after another (head statistics, positional, rare-word, behaviour and
+# syntactic heads: every sentence seen). Entries of at most _KEEP_ELEMENTS floats (32 MB).
+_RECENT: collections.OrderedDict[tuple[bytes, int, int], torch.Tensor] = (
+    collections.OrderedDict())
+_KEEP = 2
+_KEEP_ELEMENTS = 1 << 23
+
+
 def poisson_weights(sentence_ids: torch.Tensor | Sequence[int], n: int, seed: int) -> torch.Tensor:
-    """``[n, sentence]`` float32 Poisson(1) weights of the given corpus sentence indices."""
+    """``[n, sentence]`` float32 Poisson(1) weights of the given corpus sentence indices
+    (a copy of the last ones drawn when asked for the same again)."""
     ids = torch.as_tensor(sentence_ids, dtype=torch.long).reshape(-1).cpu()
-    out = torch.empty(n, len(ids), dtype=torch.float32)
     if n == 0 or not len(ids):
-        return out
+        return torch.empty(n, len(ids), dtype=torch.float32)
     if int(ids.min()) < 0:
         raise ConfigError("sentence indices must be non-negative.")
+    key = (ids.numpy().tobytes(), n, seed)
+    kept = _RECENT.get(key)
+    if kept is not None:
+        _RECENT.move_to_end(key)
+        return kept.clone()
+    out = _draw_weights(ids, n, seed)
+    if out.numel() <= _KEEP_ELEMENTS:
+        _RECENT[key] = out.clone()
+        while len(_RECENT) > _KEEP:
+            _RECENT.popitem(last=False)
+    return out
+
+
+def _draw_weights(ids: torch.Tensor, n: int, seed: int) -> torch.Tensor:
+    """``poisson_weights`` of non-negative ``ids [sentence]``, from the blocks' draws."""
+    out = torch.empty(n, len(ids), dtype=torch.float32)
     blocks = ids // BLOCK
     for block in torch.unique(blocks).tolist():
         cols = (blocks == block).nonzero()[:, 0]
