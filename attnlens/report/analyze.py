@@ -161,12 +161,17 @@ def analyze(
     if has_several_attention_types(model):  # every section per attention type, tables with a column
         sections = [by_attention_type(s) for s in sections]
     start = time.perf_counter()
-    # The language-model probes and the analyzers' own passes that need nothing of the
-    # corpus pass run in forked processes beside it (side_work.py, own_passes_beside.py)
+    # The language-model probes, the analyzers' own passes and what sections compute from
+    # the weights alone (Section.start_beside) need nothing of the corpus pass: they run in
+    # forked processes beside it (side_work.py, own_passes_beside.py)
     forked = side_workers_allowed(model, dist)
     per_section, probes = _analyzers_and_probes(model, tokenizer, sections, forked)
-    beside = None
+    beside, weights = None, []
     try:
+        for section in sections:
+            job = section.start_beside(model, forked)
+            if job is not None:
+                weights.append(job)
         everything = [a for group in per_section for a in group]
         beside = OwnPassesBeside(everything, model, batches,
                                  forked and _states_stay_in_memory(checkpoint)
@@ -200,6 +205,8 @@ def analyze(
             probes.cancel()
         if beside is not None:
             beside.cancel()
+        for job in weights:
+            job.cancel()
     with stopwatch.phase("example pages"):
         pages = example_pages(model, tokenizer, out) if example_pages is not None else []
     if prune_dir is not None:

@@ -10,6 +10,7 @@ import pandas as pd
 
 from attnlens.model.transformer import HookedTransformer
 from attnlens.report.catalog import SectionDoc
+from attnlens.report.side_work import SideJob
 from attnlens.stream.base import Analyzer
 
 
@@ -50,6 +51,12 @@ class Section(ABC):
 
     def analyzers(self, model: HookedTransformer, tokenizer) -> list[Analyzer]:
         return []
+
+    def start_beside(self, model: HookedTransformer, forked: bool) -> SideJob | None:
+        """Start what ``write`` computes from ``model``'s weights alone in a forked process
+        beside the corpus pass (``report.side_work``; only when ``forked``), for ``write``
+        on that model to take; None when nothing was started (the default)."""
+        return None
 
     @abstractmethod
     def write(

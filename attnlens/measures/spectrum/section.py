@@ -17,6 +17,7 @@ from attnlens.plots import cumulative_curves_by_layer, layer_head_heatmap, share
 from attnlens.report.catalog import CardItem, FigureDoc, SectionDoc, TableDoc
 from attnlens.report.papers import CORDONNIER, LINFORMER
 from attnlens.report.sections import Section, SectionOutput
+from attnlens.report.side_work import SideJob, side_job
 from attnlens.runs.io import save_figure, write_table
 
 # What the weight spectra read from the model (attnlens.model.protocol.PARTS).
@@ -123,10 +124,18 @@ def weight_summary_text(dims: pd.DataFrame, d_model: int) -> str:
     return "\n".join(lines)
 
 
+def weight_spectra_tables(model: HookedTransformer) -> dict[str, pd.DataFrame]:
+    """The circuit spectra (QK/OV) and shared-subspace tables: ``model``'s weights alone,
+    heads by their original numbers."""
+    return renumber_tables({**circuit_tables(model), **shared_subspace_tables(model)}, model)
+
+
 def write_weight_spectra(
-    model: HookedTransformer, out_dir: Path, formats: tuple[str, ...], output: SectionOutput
+    model: HookedTransformer, out_dir: Path, formats: tuple[str, ...], output: SectionOutput,
+    tables: dict[str, pd.DataFrame] | None = None,
 ) -> None:
-    """Circuit spectra (QK/OV) and shared-subspace tables and figure (no corpus needed).
+    """Circuit spectra (QK/OV) and shared-subspace tables and figure (no corpus needed):
+    ``tables`` when given (``weight_spectra_tables`` computed beside the pass), else computed.
 
     Left out, with a note saying why, when the model cannot give its per-head weights.
     """
@@ -135,7 +144,7 @@ def write_weight_spectra(
         note = left_out_note("the QK/OV circuit spectra and shared subspaces", missing)
         output.summary = "\n".join(filter(None, [output.summary, note]))
         return
-    tables = renumber_tables({**circuit_tables(model), **shared_subspace_tables(model)}, model)
+    tables = weight_spectra_tables(model) if tables is None else tables
     for name, table in tables.items():
         write_table(table, out_dir, name)
     output.tables.update(tables)
@@ -167,6 +176,24 @@ class SpectrumSection(Section):
         self.low_rank_cost = low_rank_cost
         self.top_k, self.top_k_min_n = top_k, top_k_min_n  # long inputs: top-k spectra only
         self.max_sentences = max_sentences  # N sentences spread over the corpus (None: all)
+        self._beside: tuple[HookedTransformer, SideJob] | None = None
+
+    def start_beside(self, model: HookedTransformer, forked: bool) -> SideJob | None:
+        """The weight spectra (``weight_spectra_tables``, the same bits at one thread) in a
+        forked process beside the corpus pass; ``write`` on this very model takes them (the
+        null model's are computed when its tables are)."""
+        if not forked or missing_parts(model, WEIGHT_PARTS):
+            return None
+        job = side_job("weight spectra", partial(weight_spectra_tables, model), forked)
+        self._beside = model, job
+        return job
+
+    def _weight_tables(self, model: HookedTransformer) -> dict[str, pd.DataFrame] | None:
+        """The weight spectra computed beside the pass for ``model`` (waiting for them), or
+        None (none started for it: ``write_weight_spectra`` computes them)."""
+        if self._beside is None or self._beside[0] is not model:
+            return None
+        return self._beside[1].result()
 
     @classmethod
     def for_report(cls, max_sentences: int | None = REPORT_SENTENCES) -> SpectrumSection:
@@ -187,7 +214,7 @@ class SpectrumSection(Section):
         output = SectionOutput(self.title, tables=dict(tables))
         if "spectrum_summary" not in tables:  # every sentence was long: top-k table only
             output.summary = f"{spectrum.top_sentences} long sentences: top-{spectrum.top_k} only"
-            write_weight_spectra(model, out_dir, formats, output)
+            write_weight_spectra(model, out_dir, formats, output, self._weight_tables(model))
             return output
         summary = tables["spectrum_summary"]
         fig = partial(  # a recipe: built and drawn in a figure worker
@@ -214,5 +241,5 @@ class SpectrumSection(Section):
                 output.figures += save_figure(fig, out_dir, "spectrum_output_error", formats)
         output.summary = spectrum_summary_text(tables, spectrum.sentences, spectrum.mean_length,
                                                spectrum.unsampled)
-        write_weight_spectra(model, out_dir, formats, output)
+        write_weight_spectra(model, out_dir, formats, output, self._weight_tables(model))
         return output
