@@ -7,15 +7,16 @@ the forward's matrix products) and small forward passes scale poorly over thread
 probes run in a forked process at one thread while the main process runs the corpus pass,
 the null pass and the other sections' tables; the main process takes the result (pickled back
 through a pipe) where it needs it, and writes the sections that wait for it after the others
-(``report.analyze.write_order``). The second core is the child's only while the main
-process's idle OpenMP thread sleeps instead of spinning (``attnlens.runs.openmp``: the
-program sets ``OMP_WAIT_POLICY=PASSIVE``). The numbers are the same: the same code on the same
-inputs, and these passes give bitwise the same states at one thread as at two
-(``tests/test_side_work.py``; the sample report's tables are identical with
-``ATTNLENS_SIDE_WORKERS=0``). The null model's pass is not moved: its float32 sums at one
-thread round differently from two (its null columns moved by ~1e-9 relative), and a forked
-child cannot use more than one thread (GNU OpenMP's pool does not survive a fork: the child
-hangs).
+(``report.analyze.write_order``). What a section computes from the weights alone runs in a
+child the same way (``Section.start_beside``: the spectrum section's weight spectra). The
+second core is the child's only while the main process's idle OpenMP thread sleeps instead
+of spinning (``attnlens.runs.openmp``: the program sets ``OMP_WAIT_POLICY=PASSIVE``). The
+numbers are the same: the same code on the same inputs, and these passes give bitwise the
+same states at one thread as at two (``tests/test_side_work.py``; the sample report's tables
+are identical with ``ATTNLENS_SIDE_WORKERS=0``). The null model's pass is not moved: its
+float32 sums at one thread round differently from two (its null columns moved by ~1e-9
+relative), and a forked child cannot use more than one thread (GNU OpenMP's pool does not
+survive a fork: the child hangs).
 
 ``side_workers_allowed`` says where forking is safe and useful: Linux, more than one usable
 CPU, the model on the CPU (a forked child may not use a CUDA context), one process (not under
