@@ -2,16 +2,18 @@
  *
  * The CPU path of attnlens/measures/heads/head_stats.py (TokenMeasures.per_row). For every
  * row q of p [batch, head, rows, keys] (float32, C order; row q is query position q) it
- * writes into out float32 [9, batch, head, rows]:
+ * writes into out float32 [10, batch, head, rows]:
  *
  *   0  the row maximum (torch's amax: the same value; NaN when the row holds a NaN);
  *   1  sum_j p_j [j is a [CLS] key], 2 the same for [SEP], 3 for punctuation (bits 0, 1, 2
  *      of the batch row's key sets, uint8 [batch, keys]);
  *   4  p[q, q - 1], 5 p[q, q], 6 p[q, q + 1] (0 where the key does not exist);
  *   7  sum_j p_j |q - j|;
- *   8  p[q, first[b]] (the sentence's first real token).
+ *   8  p[q, first[b]] (the sentence's first real token);
+ *   9  how many keys hold the row maximum (p_j >= it: 0 in a NaN row), as a float32 count.
  *
- * The maximum and the entries read (0, 4, 5, 6, 8) are the torch path's values exactly.
+ * The maximum, the entries read (0, 4, 5, 6, 8) and the count (9) are the torch path's
+ * values exactly.
  * The four sums are accumulated in float64 and rounded to float32 once, where torch rounds
  * every product and partial sum to float32: a deliberate rounding change, each within about
  * one float32 ulp of the float64 sum of the float32 entries. The sets' sums add their keys
@@ -38,7 +40,7 @@
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
-#define OUTPUTS 9
+#define OUTPUTS 10
 #define SETS 3
 #define W 4 /* keys per vector: the lanes of the distance's float64 sum */
 typedef double vd __attribute__((vector_size(W * sizeof(double))));
@@ -104,6 +106,10 @@ STEP void one_row(const Job *job, const float *x, long q, size_t i, size_t plane
         out[(5 + o) * plane] = q + o >= 0 && q + o < n ? x[q + o] : 0.0f;
     out[7 * plane] = (float)distance;
     out[8 * plane] = x[first];
+    const float top = out[0];
+    int ties = 0; /* x_j >= the maximum is == it (none exceeds it; NaN: never) */
+    for (long j = 0; j < n; j++) ties += x[j] >= top;
+    out[9 * plane] = (float)ties;
 }
 
 MULTIVERSION
