@@ -296,3 +296,34 @@ def test_a_sample_is_read_where_it_lies_with_the_bits_of_a_copy(monkeypatch):
     for field in STATE:
         assert torch.equal(getattr(sampled, field), getattr(alone, field)), field
     assert sampled.sentences == alone.sentences == 2
+
+
+def test_a_sample_read_in_place_folds_at_the_layers_a_copy_folded_at():
+    """The held layers count the sample's elements (``HeldLayers.add``'s ``counted``), not
+    the whole batch's they hold: the layers fold together as when a copy of the sample was
+    held (a fold's layers are summed together, so other folds change the last bits)."""
+    from attnlens.hooks import ActivationCache
+    from attnlens.stream.held_layers import HeldLayers
+
+    batch, cache, heads, d = _inputs(lengths=(23, 9, 17, 5, 12))
+    layers = {f"blocks.{i}.attn.hook_{kind}": cache[kind, 0]
+              for i in range(3) for kind in ("q", "k", "v", "pattern")}
+    batch = Batch(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                  extra={"index": [0, 1, 2, 3, 4], "corpus_size": 5})
+    rows = torch.tensor([0, 2])
+    alone_batch = Batch(input_ids=batch.input_ids[rows], attention_mask=batch.attention_mask[rows])
+    alone_cache = {name: x[rows] for name, x in layers.items()}
+    per_layer = sum(x.numel() for x in alone_cache.values()) // 3  # the sample's, one layer
+    folds = {}
+    for name, view, fed in (("sampled", LinearAttentionView(3, heads, d, max_sentences=2),
+                             (batch, layers)),
+                            ("alone", LinearAttentionView(3, heads, d),
+                             (alone_batch, alone_cache))):
+        view._held = HeldLayers(2 * per_layer)  # two layers of the sample, then a fold
+        add = view._add
+        view._add = lambda found, *x, _add=add, _n=name: (
+            folds.setdefault(_n, []).append(list(found)), _add(found, *x))[1]
+        view.update(fed[0], ActivationCache(fed[1]))
+        folds[name + " state"] = view.sums
+    assert folds["sampled"] == folds["alone"] == [[0, 1], [2]]
+    assert torch.equal(folds["sampled state"], folds["alone state"])

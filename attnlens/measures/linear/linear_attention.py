@@ -235,11 +235,14 @@ class LinearAttentionView(HeadPatternAnalyzer):
         if self._skip:
             return
         tensors = [cache[name, layer] for name in ("pattern", "q", "k", "v")]
+        # the sample's elements: the layers fold together as when a copy of it was held
+        # (the sums of a fold's layers are taken together: the same bits need the same folds)
+        counted = sum(x.numel() // batch.size * len(self._picked) for x in tensors)
         if self._rows is not None and not self._uses_kernel(tensors[0]):
             # the sample copied out (the C kernel reads its sentences where they lie)
             tensors = [x.index_select(0, self._rows.to(x.device)) for x in tensors]
         # held, then folded several layers at a time as more heads (stream.held_layers)
-        if self._held.add(layer, *tensors):
+        if self._held.add(layer, *tensors, counted=counted):
             self._fold_held()
 
     def end_batch(self, batch: Batch) -> None:
