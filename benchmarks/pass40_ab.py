@@ -10,7 +10,8 @@
   bool sum over ``is_max``) against this checkout's (the kernel counts the ties in the same
   walk); the counts must be equal.
 
-Prints the minimum and median wall seconds of the rounds and their ratio main / now:
+Prints the minimum and median wall and CPU seconds of the rounds (CPU time: steadier on a
+shared machine) and their ratios main / now:
 
     python benchmarks/pass40_ab.py --before /work/main [--only linear,sparse,ties]
         [--rounds 9] [--sentences 800] [--threads 2]
@@ -60,7 +61,8 @@ def old_with_kernel(root: Path, key: str):
 
 
 def ties_rounds(root: Path, model, batches, caches, n: int):
-    """Wall seconds per round of main's kernel + bool-sum ties and of this kernel's."""
+    """Wall and CPU seconds per round of main's kernel + bool-sum ties and of this
+    kernel's, and whether the counts agree."""
     from attnlens.measures.heads import head_stats
     from attnlens.measures.heads.head_stats import TokenMeasures
     from attnlens.stream.base import PatternBlock
@@ -71,11 +73,12 @@ def ties_rounds(root: Path, model, batches, caches, n: int):
     punct = head_stats.punctuation_ids(ATTNLENS_TOKENIZER[0])
     names = [f"blocks.{i}.attn.hook_pattern" for i in range(model.n_layers)]
     wall: list[list[float]] = [[], []]
+    cpu: list[list[float]] = [[], []]
     counts: list[list[torch.Tensor]] = [[], []]
     for r in range(n):
         for j in ((0, 1) if r % 2 == 0 else (1, 0)):
             found = []
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             for batch, cache in zip(batches, caches, strict=True):
                 reader = TokenMeasures(("confidence",), cls_ids, sep_ids, punct)
                 reader.prepare(batch)
@@ -91,10 +94,11 @@ def ties_rounds(root: Path, model, batches, caches, n: int):
                     block.is_max  # noqa: B018 - the positional heads read it in both
                     found.append(block.max_count)
             wall[j].append(time.perf_counter() - start)
+            cpu[j].append(time.process_time() - start_cpu)
             counts[j] = found
     head_stats._stats_kernel = new
     same = all(torch.equal(a, b) for a, b in zip(*counts, strict=True))
-    return wall, same
+    return wall, cpu, same
 
 
 def _main_rows(reader, p: torch.Tensor) -> torch.Tensor:
@@ -142,12 +146,12 @@ def main() -> None:
 
     for key in args.only.split(","):
         if key == "ties":
-            wall, same = ties_rounds(args.before, model, batches, caches, args.rounds)
+            wall, cpu, same = ties_rounds(args.before, model, batches, caches, args.rounds)
         else:
             relative, name = PAIRS[key]
             module = importlib.import_module(relative.removesuffix(".py").replace("/", "."))
             classes = (old_with_kernel(args.before, key), getattr(module, name))
-            wall, _, last = rounds(model, batches, caches, classes, options[key], args.rounds)
+            wall, cpu, last = rounds(model, batches, caches, classes, options[key], args.rounds)
             states = [a.state_dict()["state"] for a in last]
             same = all(torch.equal(states[0][f], states[1][f]) if isinstance(states[0][f],
                                                                              torch.Tensor)
@@ -155,7 +159,9 @@ def main() -> None:
         print(f"{key}: wall main {spread(wall[0])}, now {spread(wall[1])}: "
               f"{min(wall[0]) / min(wall[1]):.2f}x (min), "
               f"{statistics.median(wall[0]) / statistics.median(wall[1]):.2f}x (median); "
-              f"{args.rounds} rounds, {len(batches)} batches; same bits: {same}", flush=True)
+              f"CPU main {spread(cpu[0])}, now {spread(cpu[1])}: "
+              f"{min(cpu[0]) / min(cpu[1]):.2f}x (min); {args.rounds} rounds, "
+              f"{len(batches)} batches; same bits: {same}", flush=True)
 
 
 if __name__ == "__main__":

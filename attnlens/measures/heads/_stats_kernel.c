@@ -49,10 +49,13 @@ typedef float vf __attribute__((vector_size(W * sizeof(float))));
 typedef int32_t vi __attribute__((vector_size(W * sizeof(float))));
 
 /* One row x [n] at query position q: the maximum (as torch's amax: NaN when the row holds a
- * NaN; compare and select, exact) and sum_j x_j |q - j| over W lanes, in one walk. */
-STEP void max_and_distance(const float *x, long n, long q, float *max, double *distance) {
+ * NaN; compare and select, exact), how many keys hold it (each lane counts the keys equal to
+ * its own maximum, restarting at a larger one; the lanes holding the row's maximum add
+ * theirs; 0 in a NaN row) and sum_j x_j |q - j| over W lanes, in one walk. */
+STEP void max_and_distance(const float *x, long n, long q, float *max, float *ties,
+                           double *distance) {
     vf top = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
-    vi nan = {0};
+    vi nan = {0}, count = {0};
     vd sum = {0};
     const vd lane = {0.0, 1.0, 2.0, 3.0};
     const vi lanes = {0, 1, 2, 3};
@@ -67,17 +70,20 @@ STEP void max_and_distance(const float *x, long n, long q, float *max, double *d
         }
         const vi above = (v > top) & valid; /* NaN: never above */
         top = (vf)(((vi)v & above) | ((vi)top & ~above));
+        count = (count & ~above) - ((v == top) & valid); /* a new maximum: 1, a tie: + 1 */
         nan |= v != v;
         const vd gap = (vd)((vl)((double)(q - j) - lane) & 0x7FFFFFFFFFFFFFFFLL); /* |q - j| */
         sum += __builtin_convertvector(v, vd) * gap;
     }
     float m = -INFINITY;
-    int found = 0;
+    int found = 0, held = 0;
     for (int k = 0; k < W; k++) {
         m = top[k] > m ? top[k] : m;
         found |= nan[k];
     }
+    for (int k = 0; k < W; k++) held += top[k] == m ? count[k] : 0;
     *max = found ? NAN : m;
+    *ties = found ? 0.0f : (float)held;
     *distance = (sum[0] + sum[1]) + (sum[2] + sum[3]);
 }
 
@@ -96,7 +102,7 @@ STEP void one_row(const Job *job, const float *x, long q, size_t i, size_t plane
     const long n = (long)job->keys;
     float *out = job->out + i;
     double distance;
-    max_and_distance(x, n, q, out, &distance);
+    max_and_distance(x, n, q, out, out + 9 * plane, &distance);
     for (int s = 0; s < SETS; s++) { /* the set's keys in ascending order, in float64 */
         double sum = 0;
         for (long k = 0; k < counts[s]; k++) sum += x[members[s * n + k]];
@@ -106,10 +112,6 @@ STEP void one_row(const Job *job, const float *x, long q, size_t i, size_t plane
         out[(5 + o) * plane] = q + o >= 0 && q + o < n ? x[q + o] : 0.0f;
     out[7 * plane] = (float)distance;
     out[8 * plane] = x[first];
-    const float top = out[0];
-    int ties = 0; /* x_j >= the maximum is == it (none exceeds it; NaN: never) */
-    for (long j = 0; j < n; j++) ties += x[j] >= top;
-    out[9 * plane] = (float)ties;
 }
 
 MULTIVERSION
