@@ -159,18 +159,22 @@ def test_wrong_sizes_are_refused():
     f32 = np.float32
     good = dict(pattern=np.zeros((1, 2, 3, 3), f32), q=np.zeros((1, 3, 2, 4), f32),
                 k=np.zeros((1, 3, 1, 4), f32), v=np.zeros((1, 3, 1, 5), f32),
-                rows=np.ones((1, 3), np.uint8))
+                rows=np.ones((1, 3), np.uint8), picked=np.zeros(1, np.int64))
     out = np.zeros((1, 2, 5))
 
     def call(**change):
         args = {**good, **change}
-        kernel.fold(*args.values(), 1, 2, 3, 1, 4, 5, False, 0, 2, out)
+        kernel.fold(*args.values(), 1, 1, 2, 3, 1, 4, 5, False, 0, 2, out)
 
     call()  # the good call runs
     with pytest.raises(ValueError, match="q holds"):
         call(q=np.zeros((1, 3, 1, 4), f32))
+    with pytest.raises(ValueError, match="picked holds 0 bytes"):
+        call(picked=np.zeros(0, np.int64))
+    with pytest.raises(ValueError, match="picked holds a sentence outside"):
+        call(picked=np.ones(1, np.int64))
     with pytest.raises(ValueError, match="bad shapes"):
-        kernel.fold(*good.values(), 1, 2, 3, 1, 4, 5, False, 0, 3, out)  # pairs past the end
+        kernel.fold(*good.values(), 1, 1, 2, 3, 1, 4, 5, False, 0, 3, out)  # pairs past end
 
 
 def test_minilm_kernel_agrees_with_both_torch_paths(minilm):
@@ -266,3 +270,60 @@ def _cache_of_layers(caches):
 
     return ActivationCache({name.replace("blocks.0.", f"blocks.{i}."): cache[name]
                             for i, cache in enumerate(caches) for name in cache})
+
+
+def test_a_sample_is_read_where_it_lies_with_the_bits_of_a_copy(monkeypatch):
+    """pass40: with ``max_sentences`` the kernel reads the sampled sentences of the whole
+    batch's tensors (``picked``), no ``index_select`` copy of them first, and gives the bits
+    of the same sentences fed alone (the copy the analyzer made before)."""
+    batch, cache, heads, d = _inputs(lengths=(23, 9, 17, 5, 12))
+    ids = batch.input_ids.clone()
+    batch = Batch(input_ids=ids, attention_mask=batch.attention_mask,
+                  extra={"index": [0, 1, 2, 3, 4], "corpus_size": 5})
+    copied = []
+    monkeypatch.setattr(torch.Tensor, "index_select",
+                        lambda self, *a, _f=torch.Tensor.index_select: (
+                            copied.append(self.shape), _f(self, *a))[1])
+    sampled = LinearAttentionView(1, heads, d, max_sentences=2)  # corpus indices 0 and 2
+    sampled.update(batch, cache)
+    assert copied == []
+    monkeypatch.undo()
+    rows = torch.tensor([0, 2])
+    alone = LinearAttentionView(1, heads, d)
+    alone.update(Batch(input_ids=ids[rows], attention_mask=batch.attention_mask[rows]),
+                 _cache(*(cache[name, 0][rows] for name in ("q", "k", "v")),
+                        cache["pattern", 0][rows]))
+    for field in STATE:
+        assert torch.equal(getattr(sampled, field), getattr(alone, field)), field
+    assert sampled.sentences == alone.sentences == 2
+
+
+def test_a_sample_read_in_place_folds_at_the_layers_a_copy_folded_at():
+    """The held layers count the sample's elements (``HeldLayers.add``'s ``counted``), not
+    the whole batch's they hold: the layers fold together as when a copy of the sample was
+    held (a fold's layers are summed together, so other folds change the last bits)."""
+    from attnlens.hooks import ActivationCache
+    from attnlens.stream.held_layers import HeldLayers
+
+    batch, cache, heads, d = _inputs(lengths=(23, 9, 17, 5, 12))
+    layers = {f"blocks.{i}.attn.hook_{kind}": cache[kind, 0]
+              for i in range(3) for kind in ("q", "k", "v", "pattern")}
+    batch = Batch(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                  extra={"index": [0, 1, 2, 3, 4], "corpus_size": 5})
+    rows = torch.tensor([0, 2])
+    alone_batch = Batch(input_ids=batch.input_ids[rows], attention_mask=batch.attention_mask[rows])
+    alone_cache = {name: x[rows] for name, x in layers.items()}
+    per_layer = sum(x.numel() for x in alone_cache.values()) // 3  # the sample's, one layer
+    folds = {}
+    for name, view, fed in (("sampled", LinearAttentionView(3, heads, d, max_sentences=2),
+                             (batch, layers)),
+                            ("alone", LinearAttentionView(3, heads, d),
+                             (alone_batch, alone_cache))):
+        view._held = HeldLayers(2 * per_layer)  # two layers of the sample, then a fold
+        add = view._add
+        view._add = lambda found, *x, _add=add, _n=name: (
+            folds.setdefault(_n, []).append(list(found)), _add(found, *x))[1]
+        view.update(fed[0], ActivationCache(fed[1]))
+        folds[name + " state"] = view.sums
+    assert folds["sampled"] == folds["alone"] == [[0, 1], [2]]
+    assert torch.equal(folds["sampled state"], folds["alone state"])

@@ -136,16 +136,21 @@ def test_wrong_sizes_are_refused():
     f32, u8, f64 = np.float32, np.uint8, np.float64
     good = dict(pattern=np.zeros((1, 1, 3, 3), f32), values=np.zeros((1, 3, 1, 2), f32),
                 rows=np.ones((1, 3), u8), is_global=np.zeros((1, 3), u8),
-                bigbird=np.zeros((1, 3, 3), u8), windows=np.array([1], np.int32))
+                bigbird=np.zeros((1, 3, 3), u8), windows=np.array([1], np.int32),
+                picked=np.zeros(1, np.int64))
     outs = [np.zeros(s, f64) for s in ((1, 1, 4), (1, 1), (1, 1, 3), (1, 1, 3), (1, 1, 2))]
 
     def call(**change):
         args = {**good, **change}
-        kernel.fold(*args.values(), 1, 1, 3, 1, 2, 4, 0, 1, *outs)
+        kernel.fold(*args.values(), 1, 1, 1, 3, 1, 2, 4, 0, 1, *outs)
 
     call()  # the good call runs
     with pytest.raises(ValueError, match="pattern holds"):
         call(pattern=np.zeros((1, 1, 3, 2), f32))
+    with pytest.raises(ValueError, match="picked holds 0 bytes"):
+        call(picked=np.zeros(0, np.int64))
+    with pytest.raises(ValueError, match="picked holds a sentence outside"):
+        call(picked=np.full(1, -1, np.int64))
     with pytest.raises(ValueError, match="windows must ascend"):
         call(windows=np.array([2, 1], np.int32))
 
@@ -198,3 +203,28 @@ def test_the_held_layers_go_to_the_kernel_back_to_back_with_each_layers_bits():
     assert [p.data_ptr() for p in read] == [patterns[i].data_ptr() for i in range(3)]
     for field in STATE:
         assert torch.equal(getattr(found, field), getattr(each, field)), field
+
+
+def test_a_sample_is_read_where_it_lies_with_the_bits_of_a_copy(monkeypatch):
+    """pass40: with ``max_sentences`` the kernel reads the sampled sentences of the whole
+    batch's patterns and values (``picked``), no ``index_select`` copy of them first, and
+    gives the bits of the same sentences (same corpus indices) fed alone."""
+    torch.manual_seed(4)
+    ids, patterns = _padded_patterns(40, (40, 23, 9, 31), n_layers=2)
+    values = torch.randn(2, 4, 40, 2, 6)
+    batch = _batch(ids, [0, 1, 2, 3])
+    batch.extra["corpus_size"] = 4
+    copied = []
+    monkeypatch.setattr(torch.Tensor, "index_select",
+                        lambda self, *a, _f=torch.Tensor.index_select: (
+                            copied.append(self.shape), _f(self, *a))[1])
+    sampled = SparseCoverage(2, 4, max_sentences=2)  # corpus indices 0 and 2
+    sampled.update(batch, _cache(patterns, values))
+    assert copied == []
+    monkeypatch.undo()
+    rows = torch.tensor([0, 2])
+    alone = SparseCoverage(2, 4)
+    alone.update(_batch(ids[rows], [0, 2]), _cache(patterns[:, rows], values[:, rows]))
+    for field in STATE:
+        assert torch.equal(getattr(sampled, field), getattr(alone, field)), field
+    assert sampled.sentences == alone.sentences == 2

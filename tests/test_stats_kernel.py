@@ -20,7 +20,12 @@ import torch
 
 from attnlens.hooks import ActivationCache, QueryBlock
 from attnlens.measures.heads import head_stats as module
-from attnlens.measures.heads.head_stats import KERNEL_OUTPUTS, HeadStats, TokenMeasures
+from attnlens.measures.heads.head_stats import (
+    KERNEL_OUTPUTS,
+    KERNEL_TIES,
+    HeadStats,
+    TokenMeasures,
+)
 from attnlens.measures.heads.positional import PositionalHeads
 from attnlens.stream.base import Batch, PatternBlock
 from tests.kernel_builds import (
@@ -150,6 +155,27 @@ def test_the_row_maximum_is_handed_to_the_block_for_the_positional_heads():
     assert not module.uses_kernel(part)
 
 
+def test_the_ties_of_each_row_maximum_are_the_blocks_count():
+    """Output ``KERNEL_TIES`` counts the keys holding the row maximum as ``max_count`` does
+    (ties, a row of zeros, of -inf, a NaN row: 0), and per_row hands the counts to the block
+    (pass40: the positional heads' credit without a bool sum over the pattern)."""
+    batch, pattern = padded_batch(4, batch=2, heads=3, n=9)
+    pattern[0, 0, 1] = 0.0
+    pattern[0, 1, 2] = -torch.inf
+    pattern[1, 2, 3, 4] = torch.nan
+    pattern[1, 0, 4] = 0.125
+    pattern[1, 0, 4, [1, 5, 7]] = 0.25  # a three-way tie
+    expected = PatternBlock.whole(pattern, 0).max_count  # torch's: p >= amax, summed
+    out = reader(batch)._kernel_rows(pattern)[KERNEL_TIES]
+    assert torch.equal(out, expected.float())
+    assert (expected[0, 0, 1], expected[0, 1, 2], expected[1, 2, 3]) == (9, 9, 0)
+    assert expected[1, 0, 4] == 3
+    block = PatternBlock.whole(pattern, 0)
+    reader(batch).per_row(block)
+    assert "max_count" in block.__dict__  # the kernel's, not a sum over is_max
+    assert block.max_count.dtype == torch.int32 and torch.equal(block.max_count, expected)
+
+
 def test_split_between_threads_gives_the_same_bits(monkeypatch):
     from attnlens.stream.threads import run_split
 
@@ -166,7 +192,7 @@ def test_wrong_sizes_are_refused():
     _, pattern = padded_batch(0, batch=2, heads=2, n=5)
     bits = torch.zeros(2, 5, dtype=torch.uint8).numpy()
     first = torch.zeros(2, dtype=torch.int64).numpy()
-    out = torch.empty(9, 2, 2, 5).numpy()
+    out = torch.empty(KERNEL_TIES + 1, 2, 2, 5).numpy()
     p = pattern.numpy()
     kernel = module._stats_kernel
     with pytest.raises(ValueError, match=r"p holds 400 bytes, not 480"):
@@ -174,7 +200,7 @@ def test_wrong_sizes_are_refused():
     with pytest.raises(ValueError, match="bits holds"):
         kernel.rows(p, bits[:1], first, 2, 2, 5, 5, 0, 4, out)
     with pytest.raises(ValueError, match="out holds"):
-        kernel.rows(p, bits, first, 2, 2, 5, 5, 0, 4, out[:8])
+        kernel.rows(p, bits, first, 2, 2, 5, 5, 0, 4, out[:9])
     with pytest.raises(ValueError, match="pair range"):
         kernel.rows(p, bits, first, 2, 2, 5, 5, 0, 5, out)
     with pytest.raises(ValueError, match="first holds a key"):

@@ -113,11 +113,14 @@ class PatternBlock:
         """``[batch, head, rows]`` each row's largest weight."""
         return self.p.amax(-1)
 
-    def offer_row_max(self, row_max: torch.Tensor) -> None:
-        """Hand the block its rows' maxima ``[batch, head, rows]`` computed elsewhere, equal
-        to ``amax`` bit for bit (a C kernel's): ``row_max`` then reads them (kept when
-        already computed)."""
+    def offer_row_max(self, row_max: torch.Tensor, max_count: torch.Tensor) -> None:
+        """Hand the block its rows' maxima and how many keys tie for each, ``[batch, head,
+        rows]`` each, computed elsewhere (a C kernel's): equal to ``amax`` bit for bit and to
+        ``max_count``'s counts (any dtype, exact). ``row_max`` and ``max_count`` then read
+        them (each kept when already computed)."""
         self.__dict__.setdefault("row_max", row_max)
+        if "max_count" not in self.__dict__:
+            self.__dict__["max_count"] = max_count.to(torch.int32)
 
     @cached_property
     def is_max(self) -> torch.Tensor:

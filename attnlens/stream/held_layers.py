@@ -30,11 +30,14 @@ class HeldLayers:
     def __bool__(self) -> bool:
         return bool(self.layers)
 
-    def add(self, layer: int, *tensors: torch.Tensor) -> bool:
-        """Hold ``tensors`` of ``layer``; True once the budget is reached (time to take)."""
+    def add(self, layer: int, *tensors: torch.Tensor, counted: int | None = None) -> bool:
+        """Hold ``tensors`` of ``layer``; True once the budget is reached (time to take).
+        ``counted``: the elements to count instead of theirs (a reader that holds a whole
+        batch's tensors but reads a sample of its sentences counts what it reads, so that
+        it folds at the layers it folded at when it held a copy of the sample)."""
         self.layers.append(layer)
         self.tensors.append(tensors)
-        self.elements += sum(t.numel() for t in tensors)
+        self.elements += sum(t.numel() for t in tensors) if counted is None else counted
         return self.elements >= self.budget
 
     def take(self, dims: Sequence[int]) -> list[tuple[list[int], list[torch.Tensor]]]:

@@ -2,16 +2,18 @@
  *
  * The CPU path of attnlens/measures/heads/head_stats.py (TokenMeasures.per_row). For every
  * row q of p [batch, head, rows, keys] (float32, C order; row q is query position q) it
- * writes into out float32 [9, batch, head, rows]:
+ * writes into out float32 [10, batch, head, rows]:
  *
  *   0  the row maximum (torch's amax: the same value; NaN when the row holds a NaN);
  *   1  sum_j p_j [j is a [CLS] key], 2 the same for [SEP], 3 for punctuation (bits 0, 1, 2
  *      of the batch row's key sets, uint8 [batch, keys]);
  *   4  p[q, q - 1], 5 p[q, q], 6 p[q, q + 1] (0 where the key does not exist);
  *   7  sum_j p_j |q - j|;
- *   8  p[q, first[b]] (the sentence's first real token).
+ *   8  p[q, first[b]] (the sentence's first real token);
+ *   9  how many keys hold the row maximum (p_j >= it: 0 in a NaN row), as a float32 count.
  *
- * The maximum and the entries read (0, 4, 5, 6, 8) are the torch path's values exactly.
+ * The maximum, the entries read (0, 4, 5, 6, 8) and the count (9) are the torch path's
+ * values exactly.
  * The four sums are accumulated in float64 and rounded to float32 once, where torch rounds
  * every product and partial sum to float32: a deliberate rounding change, each within about
  * one float32 ulp of the float64 sum of the float32 entries. The sets' sums add their keys
@@ -38,7 +40,7 @@
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
-#define OUTPUTS 9
+#define OUTPUTS 10
 #define SETS 3
 #define W 4 /* keys per vector: the lanes of the distance's float64 sum */
 typedef double vd __attribute__((vector_size(W * sizeof(double))));
@@ -47,10 +49,13 @@ typedef float vf __attribute__((vector_size(W * sizeof(float))));
 typedef int32_t vi __attribute__((vector_size(W * sizeof(float))));
 
 /* One row x [n] at query position q: the maximum (as torch's amax: NaN when the row holds a
- * NaN; compare and select, exact) and sum_j x_j |q - j| over W lanes, in one walk. */
-STEP void max_and_distance(const float *x, long n, long q, float *max, double *distance) {
+ * NaN; compare and select, exact), how many keys hold it (each lane counts the keys equal to
+ * its own maximum, restarting at a larger one; the lanes holding the row's maximum add
+ * theirs; 0 in a NaN row) and sum_j x_j |q - j| over W lanes, in one walk. */
+STEP void max_and_distance(const float *x, long n, long q, float *max, float *ties,
+                           double *distance) {
     vf top = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
-    vi nan = {0};
+    vi nan = {0}, count = {0};
     vd sum = {0};
     const vd lane = {0.0, 1.0, 2.0, 3.0};
     const vi lanes = {0, 1, 2, 3};
@@ -65,17 +70,20 @@ STEP void max_and_distance(const float *x, long n, long q, float *max, double *d
         }
         const vi above = (v > top) & valid; /* NaN: never above */
         top = (vf)(((vi)v & above) | ((vi)top & ~above));
+        count = (count & ~above) - ((v == top) & valid); /* a new maximum: 1, a tie: + 1 */
         nan |= v != v;
         const vd gap = (vd)((vl)((double)(q - j) - lane) & 0x7FFFFFFFFFFFFFFFLL); /* |q - j| */
         sum += __builtin_convertvector(v, vd) * gap;
     }
     float m = -INFINITY;
-    int found = 0;
+    int found = 0, held = 0;
     for (int k = 0; k < W; k++) {
         m = top[k] > m ? top[k] : m;
         found |= nan[k];
     }
+    for (int k = 0; k < W; k++) held += top[k] == m ? count[k] : 0;
     *max = found ? NAN : m;
+    *ties = found ? 0.0f : (float)held;
     *distance = (sum[0] + sum[1]) + (sum[2] + sum[3]);
 }
 
@@ -94,7 +102,7 @@ STEP void one_row(const Job *job, const float *x, long q, size_t i, size_t plane
     const long n = (long)job->keys;
     float *out = job->out + i;
     double distance;
-    max_and_distance(x, n, q, out, &distance);
+    max_and_distance(x, n, q, out, out + 9 * plane, &distance);
     for (int s = 0; s < SETS; s++) { /* the set's keys in ascending order, in float64 */
         double sum = 0;
         for (long k = 0; k < counts[s]; k++) sum += x[members[s * n + k]];

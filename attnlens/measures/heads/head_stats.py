@@ -77,6 +77,7 @@ MEASURES = ALL_MEASURES[:-1]
 # where each statistic lies in the C kernel's output (``_stats_kernel.c``; entropy: torch's)
 KERNEL_OUTPUTS = {"confidence": 0, "to_cls": 1, "to_sep": 2, "to_punct": 3, "to_prev": 4,
                   "to_self": 5, "to_next": 6, "distance": 7, "sink": 8}
+KERNEL_TIES = 9  # and the number of keys tying for each row's maximum (positional heads)
 SUBWORD_MARKERS = ("##", "Ġ", "▁", "Ċ")
 
 
@@ -188,13 +189,14 @@ class TokenMeasures:
         with every reader of the same block and id sets (``prepare`` with the same batch).
         A whole CPU pattern's are the C kernel's (``uses_kernel``; entropy stays torch's, the
         value head behaviour compares with its threshold), which also hands the block its
-        row maxima (``PatternBlock.offer_row_max``: amax's values, for the positional heads)."""
+        row maxima and how many keys tie for each (``PatternBlock.offer_row_max``: amax's
+        values and ``max_count``'s counts, for the positional heads)."""
         block = pattern if isinstance(pattern, PatternBlock) else PatternBlock.whole(pattern, 0)
         p = block.p  # [batch, head, rows, key_pos]
         if uses_kernel(block):
             found = block.shared(("token measures kernel", self.ids_key),
-                                 lambda: self._kernel_rows(p))  # [9, batch, head, rows]
-            block.offer_row_max(found[KERNEL_OUTPUTS["confidence"]])
+                                 lambda: self._kernel_rows(p))  # [10, batch, head, rows]
+            block.offer_row_max(found[KERNEL_OUTPUTS["confidence"]], found[KERNEL_TIES])
             return torch.stack([
                 block.entropy if m == "entropy" else found[KERNEL_OUTPUTS[m]]
                 for m in self.measures
@@ -228,16 +230,17 @@ class TokenMeasures:
         ])
 
     def _kernel_rows(self, p: torch.Tensor) -> torch.Tensor:
-        """``[9, batch, head, rows]`` float32: ``KERNEL_OUTPUTS`` of every row of a whole CPU
-        pattern ``p [batch, head, rows, key_pos]`` by the C kernel (``_stats_kernel.c``: each
-        row read once, sums in float64 rounded to float32 once). The (sentence, head) pairs
+        """``[10, batch, head, rows]`` float32: ``KERNEL_OUTPUTS`` and the ties of each row's
+        maximum (``KERNEL_TIES``) of every row of a whole CPU pattern ``p [batch, head, rows,
+        key_pos]`` by the C kernel (``_stats_kernel.c``: each row read once, sums in float64
+        rounded to float32 once). The (sentence, head) pairs
         are split between the intra-op threads (the kernel releases the GIL)."""
         if self._key_bits is None:  # [batch, key_pos] uint8: bit 0 [CLS], 1 [SEP], 2 punct.
             weights = torch.tensor([1, 2, 4], dtype=torch.float32)
             self._key_bits = (self.targets @ weights).to(torch.uint8).numpy()
         p = p.detach().contiguous()
         batch, heads, rows, keys = p.shape
-        out = torch.empty(len(KERNEL_OUTPUTS), batch, heads, rows, dtype=torch.float32)
+        out = torch.empty(KERNEL_TIES + 1, batch, heads, rows, dtype=torch.float32)
         args = (p.numpy(), self._key_bits, self.first.numpy(), batch, heads, rows, keys)
         found = out.numpy()
         run_split(lambda first, stop: _stats_kernel.rows(*args, first, stop, found),

@@ -27,10 +27,13 @@
  * fixed tree, and exp is the kernel's own (phi below), so every build gives the same bits.
  *
  * Python interface:
- *   fold(pattern, q, k, v, rows, batch, heads, n, kv_heads, d, dv, causal, first, stop, out)
- * pattern float32 [batch, heads, n, n]; q float32 [batch, n, heads, d]; k float32 [batch, n,
- * kv_heads, d] and v float32 [batch, n, kv_heads, dv] (query head h reads kv head h / (heads /
- * kv_heads)); rows uint8 [batch, n] (real tokens); out float64 [batch, heads, 5]
+ *   fold(pattern, q, k, v, rows, picked, total, batch, heads, n, kv_heads, d, dv, causal,
+ *        first, stop, out)
+ * pattern float32 [total, heads, n, n]; q float32 [total, n, heads, d]; k float32 [total, n,
+ * kv_heads, d] and v float32 [total, n, kv_heads, dv] (query head h reads kv head h / (heads /
+ * kv_heads)); picked int64 [batch]: the sentences of those read, in [0, total) (a sample read
+ * where it lies, not copied out first); rows uint8 [batch, n] (the picked sentences' real
+ * tokens); out float64 [batch, heads, 5]
  * (interference, effective keys, linear error, raw error, rescaled raw error), written for
  * the (sentence, head) pairs first .. stop - 1 of the batch-major order only (threads may
  * split a batch). The GIL is released while computing.
@@ -47,6 +50,7 @@
 typedef struct {
     const float *pattern, *q, *k, *v;
     const uint8_t *rows;
+    const int64_t *picked;
     int heads, n, kv_heads, d, dv, causal;
     double *out;
 } Fold;
@@ -264,10 +268,11 @@ static void fold_pairs(const Fold *f, Py_ssize_t first, Py_ssize_t stop, Work *w
     const size_t v_stride = (size_t)f->kv_heads * dv;
     for (Py_ssize_t pair = first; pair < stop; pair++) {
         const int b = (int)(pair / f->heads), h = (int)(pair % f->heads), kv = h / group;
-        const float *P = f->pattern + (size_t)pair * n * n;
-        const float *Q = f->q + (size_t)b * n * q_stride + (size_t)h * d;
-        const float *K = f->k + (size_t)b * n * k_stride + (size_t)kv * d;
-        const float *V = f->v + (size_t)b * n * v_stride + (size_t)kv * dv;
+        const size_t s = (size_t)f->picked[b]; /* the sentence read */
+        const float *P = f->pattern + (s * f->heads + h) * n * n;
+        const float *Q = f->q + s * n * q_stride + (size_t)h * d;
+        const float *K = f->k + s * n * k_stride + (size_t)kv * d;
+        const float *V = f->v + s * n * v_stride + (size_t)kv * dv;
         const uint8_t *rows = f->rows + (size_t)b * n;
         double *out = f->out + (size_t)pair * MEASURES;
         int m = 0;
@@ -332,24 +337,31 @@ static void fold_pairs(const Fold *f, Py_ssize_t first, Py_ssize_t stop, Work *w
 }
 
 static PyObject *fold(PyObject *self, PyObject *args) {
-    Py_buffer pattern, q, k, v, rows, out;
-    int batch, heads, n, kv_heads, d, dv, causal;
+    Py_buffer pattern, q, k, v, rows, picked, out;
+    int total, batch, heads, n, kv_heads, d, dv, causal;
     Py_ssize_t first, stop;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*iiiiiipnnw*", &pattern, &q, &k, &v, &rows, &batch,
-                          &heads, &n, &kv_heads, &d, &dv, &causal, &first, &stop, &out))
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*iiiiiiipnnw*", &pattern, &q, &k, &v, &rows,
+                          &picked, &total, &batch, &heads, &n, &kv_heads, &d, &dv, &causal,
+                          &first, &stop, &out))
         return NULL;
     PyObject *result = NULL;
-    const size_t B = (size_t)batch, H = (size_t)heads, N = (size_t)n;
-    int ok = batch >= 0 && heads >= 1 && n >= 1 && kv_heads >= 1 && heads % kv_heads == 0 &&
+    const size_t B = (size_t)batch, H = (size_t)heads, N = (size_t)n, T = (size_t)total;
+    int ok = batch >= 0 && total >= 0 && heads >= 1 && n >= 1 && kv_heads >= 1 && heads % kv_heads == 0 &&
              d >= 1 && dv >= 1 && first >= 0 && first <= stop && (size_t)stop <= B * H;
     if (!ok) PyErr_SetString(PyExc_ValueError, "bad shapes or pair range");
-    ok = ok && check_size(&pattern, B * H * N * N, sizeof(float), "pattern") &&
-         check_size(&q, B * N * H * d, sizeof(float), "q") &&
-         check_size(&k, B * N * kv_heads * d, sizeof(float), "k") &&
-         check_size(&v, B * N * kv_heads * dv, sizeof(float), "v") &&
+    ok = ok && check_size(&pattern, T * H * N * N, sizeof(float), "pattern") &&
+         check_size(&q, T * N * H * d, sizeof(float), "q") &&
+         check_size(&k, T * N * kv_heads * d, sizeof(float), "k") &&
+         check_size(&v, T * N * kv_heads * dv, sizeof(float), "v") &&
          check_size(&rows, B * N, 1, "rows") &&
+         check_size(&picked, B, sizeof(int64_t), "picked") &&
          check_size(&out, B * H * MEASURES, sizeof(double), "out");
+    for (size_t b = 0; ok && b < B; b++)
+        if (((const int64_t *)picked.buf)[b] < 0 || ((const int64_t *)picked.buf)[b] >= total) {
+            PyErr_SetString(PyExc_ValueError, "picked holds a sentence outside the batch");
+            ok = 0;
+        }
     if (ok) {
         const size_t D = (size_t)d, DV = (size_t)dv;
         double *buffer = malloc(sizeof(double) * (N * DV + 2 * D * N + 2 * D * DV + D + N * D +
@@ -372,7 +384,7 @@ static PyObject *fold(PyObject *self, PyObject *args) {
             w.query = w.phi_q + D;
             w.weights = w.query + D;
             Fold f = {.pattern = pattern.buf, .q = q.buf, .k = k.buf, .v = v.buf,
-                      .rows = rows.buf, .heads = heads, .n = n, .kv_heads = kv_heads, .d = d,
+                      .rows = rows.buf, .picked = picked.buf, .heads = heads, .n = n, .kv_heads = kv_heads, .d = d,
                       .dv = dv, .causal = causal, .out = out.buf};
             Py_BEGIN_ALLOW_THREADS
             fold_pairs(&f, first, stop, &w);
@@ -382,14 +394,14 @@ static PyObject *fold(PyObject *self, PyObject *args) {
         free(buffer);
         free(index);
     }
-    RELEASE_BUFFERS(&pattern, &q, &k, &v, &rows, &out);
+    RELEASE_BUFFERS(&pattern, &q, &k, &v, &rows, &picked, &out);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"fold", fold, METH_VARARGS,
-     "fold(pattern, q, k, v, rows, batch, heads, n, kv_heads, d, dv, causal, first, stop, "
-     "out) -> None"},
+     "fold(pattern, q, k, v, rows, picked, total, batch, heads, n, kv_heads, d, dv, causal, "
+     "first, stop, out) -> None"},
     {NULL, NULL, 0, NULL},
 };
 

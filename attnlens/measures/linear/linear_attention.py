@@ -221,6 +221,9 @@ class LinearAttentionView(HeadPatternAnalyzer):
             return
         real = batch.attention_mask.bool()  # [batch, pos]
         self._real = real
+        # the sample's sentences of the fed batch, as the C kernel reads them where they lie
+        self._picked = (torch.arange(batch.size) if self._rows is None
+                        else self._rows).numpy()  # [batch] int64 (host: sampled_rows)
         self._length = real.sum(-1)  # [batch]
         edges = torch.tensor(LENGTH_EDGES, device=real.device)
         bucket = torch.bucketize(self._length, edges)  # [batch]: 1-8 -> 0, 9-16 -> 1, ...
@@ -231,11 +234,15 @@ class LinearAttentionView(HeadPatternAnalyzer):
     def update_layer(self, batch: Batch, layer: int, cache: ActivationCache) -> None:
         if self._skip:
             return
-        take = ((lambda x: x) if self._rows is None
-                else (lambda x: x.index_select(0, self._rows.to(x.device))))
+        tensors = [cache[name, layer] for name in ("pattern", "q", "k", "v")]
+        # the sample's elements: the layers fold together as when a copy of it was held
+        # (the sums of a fold's layers are taken together: the same bits need the same folds)
+        counted = sum(x.numel() // batch.size * len(self._picked) for x in tensors)
+        if self._rows is not None and not self._uses_kernel(tensors[0]):
+            # the sample copied out (the C kernel reads its sentences where they lie)
+            tensors = [x.index_select(0, self._rows.to(x.device)) for x in tensors]
         # held, then folded several layers at a time as more heads (stream.held_layers)
-        tensors = [take(cache[name, layer]) for name in ("pattern", "q", "k", "v")]
-        if self._held.add(layer, *tensors):
+        if self._held.add(layer, *tensors, counted=counted):
             self._fold_held()
 
     def end_batch(self, batch: Batch) -> None:
@@ -266,16 +273,18 @@ class LinearAttentionView(HeadPatternAnalyzer):
     def _kernel_measures(self, pattern: torch.Tensor, q_kv: torch.Tensor, k_kv: torch.Tensor,
                          v_kv: torch.Tensor) -> torch.Tensor:
         """``_torch_measures``' five results by the C kernel (``_linear_kernel.c``: one pass
-        per (sentence, head), every sum in float64), as ``[batch, head, 5]`` float64. The
-        pairs are split between the intra-op threads (the kernel releases the GIL)."""
-        # [batch, head, n, n] and [batch, n, *, d], float32 (compute_dtype)
+        per (sentence, head), every sum in float64), as ``[batch, head, 5]`` float64, for the
+        sample's sentences (``_picked``) of the fed batch's tensors. The pairs are split
+        between the intra-op threads (the kernel releases the GIL)."""
+        # [total, head, n, n] and [total, n, *, d], float32 (compute_dtype)
         pattern, q, k, v = (x.detach().to(self.compute_dtype).contiguous()
                             for x in (pattern, q_kv, k_kv, v_kv))
-        batch, n_all, n, _ = pattern.shape
+        total, n_all, n, _ = pattern.shape
+        batch = len(self._picked)
         out = torch.empty(batch, n_all, 5, dtype=torch.float64)
         args = (pattern.numpy(), q.numpy(), k.numpy(), v.numpy(),
-                self._real.to(torch.uint8).contiguous().numpy(), batch, n_all, n, k.shape[2],
-                k.shape[3], v.shape[3], self.causal)
+                self._real.to(torch.uint8).contiguous().numpy(), self._picked, total, batch,
+                n_all, n, k.shape[2], k.shape[3], v.shape[3], self.causal)
         buffer = out.numpy()
         run_split(lambda first, stop: _linear_kernel.fold(*args, first, stop, buffer),
                   batch * n_all)

@@ -22,11 +22,12 @@
  * same bits.
  *
  * Python interface:
- *   fold(pattern, values, rows, is_global, bigbird, windows, batch, heads, n, kv_heads, d,
- *        top, first, stop, squared, norms, by_distance, nonglobal, masses)
- * pattern float32 [batch, heads, n, n]; values float32 [batch, n, kv_heads, d] (query head
- * h reads kv head h / (heads / kv_heads)); rows, is_global uint8 [batch, n] (real tokens,
- * global keys); bigbird uint8 [batch, n, n]; windows int32 [n_windows] ascending, each
+ *   fold(pattern, values, rows, is_global, bigbird, windows, picked, total, batch, heads, n,
+ *        kv_heads, d, top, first, stop, squared, norms, by_distance, nonglobal, masses)
+ * pattern float32 [total, heads, n, n]; values float32 [total, n, kv_heads, d] (query head
+ * h reads kv head h / (heads / kv_heads)); picked int64 [batch]: the sentences of those read,
+ * in [0, total) (a sample read where it lies, not copied out first); rows, is_global uint8
+ * [batch, n] (the picked sentences' real tokens, global keys); bigbird uint8 [batch, n, n]; windows int32 [n_windows] ascending, each
  * <= top - 1; outputs float64, written for the (sentence, head) pairs first .. stop - 1 of
  * the batch-major order only (threads may split a batch): squared [batch, heads,
  * 2 * n_windows + 2] (window w, window+global w, global, BigBird; a window holding every key
@@ -46,6 +47,7 @@ typedef struct {
     const float *pattern, *values;
     const uint8_t *rows, *is_global, *bigbird;
     const int *windows;
+    const int64_t *picked;
     int n_windows, heads, n, kv_heads, d, top, buckets;
     double *squared, *norms, *by_distance, *nonglobal, *masses;
 } Fold;
@@ -146,8 +148,9 @@ static void fold_pairs(const Fold *f, Py_ssize_t first, Py_ssize_t stop, double 
     const size_t v_stride = (size_t)f->kv_heads * d;
     for (Py_ssize_t pair = first; pair < stop; pair++) {
         const int b = (int)(pair / f->heads), h = (int)(pair % f->heads);
-        const float *P = f->pattern + (size_t)pair * n * n;
-        const float *V = f->values + (size_t)b * n * v_stride + (size_t)(h / group) * d;
+        const size_t s = (size_t)f->picked[b]; /* the sentence read */
+        const float *P = f->pattern + (s * f->heads + h) * n * n;
+        const float *V = f->values + s * n * v_stride + (size_t)(h / group) * d;
         const uint8_t *rows = f->rows + (size_t)b * n, *global = f->is_global + (size_t)b * n;
         double *squared = f->squared + (size_t)pair * sets;
         double *by_distance = f->by_distance + (size_t)pair * f->buckets;
@@ -170,21 +173,21 @@ static void fold_pairs(const Fold *f, Py_ssize_t first, Py_ssize_t stop, double 
 }
 
 static PyObject *fold(PyObject *self, PyObject *args) {
-    Py_buffer pattern, values, rows, is_global, bigbird, windows, squared, norms, by_distance,
-        nonglobal, masses;
-    int batch, heads, n, kv_heads, d, top;
+    Py_buffer pattern, values, rows, is_global, bigbird, windows, picked, squared, norms,
+        by_distance, nonglobal, masses;
+    int total, batch, heads, n, kv_heads, d, top;
     Py_ssize_t first, stop;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*iiiiiinnw*w*w*w*w*", &pattern, &values, &rows,
-                          &is_global, &bigbird, &windows, &batch, &heads, &n, &kv_heads, &d,
-                          &top, &first, &stop, &squared, &norms, &by_distance, &nonglobal,
-                          &masses))
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*iiiiiiinnw*w*w*w*w*", &pattern, &values, &rows,
+                          &is_global, &bigbird, &windows, &picked, &total, &batch, &heads, &n,
+                          &kv_heads, &d, &top, &first, &stop, &squared, &norms, &by_distance,
+                          &nonglobal, &masses))
         return NULL;
     PyObject *result = NULL;
     const int nw = (int)(windows.len / sizeof(int));
     const int buckets = (n - 1 < top ? n - 1 : top) + 1;
-    const size_t B = (size_t)batch, H = (size_t)heads, N = (size_t)n;
-    int ok = batch >= 0 && heads >= 1 && n >= 1 && kv_heads >= 1 && heads % kv_heads == 0 &&
+    const size_t B = (size_t)batch, H = (size_t)heads, N = (size_t)n, T = (size_t)total;
+    int ok = batch >= 0 && total >= 0 && heads >= 1 && n >= 1 && kv_heads >= 1 && heads % kv_heads == 0 &&
              d >= 1 && top >= 1 && nw >= 1 && nw <= MAX_WINDOWS && first >= 0 &&
              first <= stop && (size_t)stop <= B * H;
     if (!ok) PyErr_SetString(PyExc_ValueError, "bad shapes or pair range");
@@ -195,8 +198,9 @@ static PyObject *fold(PyObject *self, PyObject *args) {
             ok = 0;
         }
     }
-    ok = ok && check_size(&pattern, B * H * N * N, sizeof(float), "pattern") &&
-         check_size(&values, B * N * kv_heads * d, sizeof(float), "values") &&
+    ok = ok && check_size(&pattern, T * H * N * N, sizeof(float), "pattern") &&
+         check_size(&values, T * N * kv_heads * d, sizeof(float), "values") &&
+         check_size(&picked, B, sizeof(int64_t), "picked") &&
          check_size(&rows, B * N, 1, "rows") && check_size(&is_global, B * N, 1, "is_global") &&
          check_size(&bigbird, B * N * N, 1, "bigbird") &&
          check_size(&squared, B * H * (2 * nw + 2), sizeof(double), "squared") &&
@@ -204,6 +208,11 @@ static PyObject *fold(PyObject *self, PyObject *args) {
          check_size(&by_distance, B * H * buckets, sizeof(double), "by_distance") &&
          check_size(&nonglobal, B * H * buckets, sizeof(double), "nonglobal") &&
          check_size(&masses, B * H * 2, sizeof(double), "masses");
+    for (size_t b = 0; ok && b < B; b++)
+        if (((const int64_t *)picked.buf)[b] < 0 || ((const int64_t *)picked.buf)[b] >= total) {
+            PyErr_SetString(PyExc_ValueError, "picked holds a sentence outside the batch");
+            ok = 0;
+        }
     if (ok) {
         double *work = malloc(sizeof(double) * (4 + 2 * (size_t)nw) * d);
         if (work == NULL) {
@@ -211,7 +220,7 @@ static PyObject *fold(PyObject *self, PyObject *args) {
         } else {
             Fold f = {.pattern = pattern.buf, .values = values.buf, .rows = rows.buf,
                       .is_global = is_global.buf, .bigbird = bigbird.buf,
-                      .windows = windows.buf, .n_windows = nw, .heads = heads, .n = n,
+                      .windows = windows.buf, .picked = picked.buf, .n_windows = nw, .heads = heads, .n = n,
                       .kv_heads = kv_heads, .d = d, .top = top, .buckets = buckets,
                       .squared = squared.buf, .norms = norms.buf,
                       .by_distance = by_distance.buf, .nonglobal = nonglobal.buf,
@@ -223,15 +232,15 @@ static PyObject *fold(PyObject *self, PyObject *args) {
             result = Py_NewRef(Py_None);
         }
     }
-    RELEASE_BUFFERS(&pattern, &values, &rows, &is_global, &bigbird, &windows, &squared, &norms,
-                    &by_distance, &nonglobal, &masses);
+    RELEASE_BUFFERS(&pattern, &values, &rows, &is_global, &bigbird, &windows, &picked,
+                    &squared, &norms, &by_distance, &nonglobal, &masses);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"fold", fold, METH_VARARGS,
-     "fold(pattern, values, rows, is_global, bigbird, windows, batch, heads, n, kv_heads, d, "
-     "top, first, stop, squared, norms, by_distance, nonglobal, masses) -> None"},
+     "fold(pattern, values, rows, is_global, bigbird, windows, picked, total, batch, heads, n, "
+     "kv_heads, d, top, first, stop, squared, norms, by_distance, nonglobal, masses) -> None"},
     {NULL, NULL, 0, NULL},
 };
 

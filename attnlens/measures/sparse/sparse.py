@@ -260,6 +260,9 @@ class SparseCoverage(HeadPatternAnalyzer):
         if self._skip:
             return
         real = batch.attention_mask.bool()  # [batch, pos]
+        # the sample's sentences of the fed batch (host), as the C kernel reads them in place
+        self._picked = (torch.arange(batch.size) if self._rows is None
+                        else self._rows).numpy()  # [batch] int64
         if self._rows is not None:  # the sample's index on the device, moved once per batch
             self._rows = self._rows.to(real.device)
         n = real.shape[1]
@@ -309,8 +312,10 @@ class SparseCoverage(HeadPatternAnalyzer):
                      cache: ActivationCache) -> None:
         if self._skip:
             return
-        pattern = self._take(block.pattern)  # [batch, head, rows, key_pos]
-        values = self._take(cache["v", layer])  # [batch, key_pos, kv_head, d_head_v]
+        # [batch, head, rows, key_pos] and [batch, key_pos, kv_head, d_head_v]
+        pattern, values = block.pattern, cache["v", layer]
+        if not (block.is_whole and self._uses_kernel(pattern)):  # (the kernel reads the
+            pattern, values = self._take(pattern), self._take(values)  # sample in place)
         if block.is_whole:  # held, then folded several layers at a time (``_fold_held``)
             self._whole = block
             if self._held.add(layer, pattern, values):
@@ -350,9 +355,9 @@ class SparseCoverage(HeadPatternAnalyzer):
 
     def _kernel_fold_held(self) -> None:
         """The held layers by the C kernel, one call per layer on its tensors where they lie
-        (no concatenation), the calls back to back (a large torch operation between two
-        calls, the sample's ``index_select``, leaves its threads spinning beside the
-        kernel's), then each layer's results added as a layer's own call added them."""
+        (no concatenation, the sample not copied out), the calls back to back (a large torch
+        operation between two calls leaves its threads spinning beside the kernel's), then
+        each layer's results added as a layer's own call added them."""
         block = self._whole
         folded = [(layer, pattern.shape[1], self._kernel_fold(pattern, values, block))
                   for layers, held in self._held.take_apart()
@@ -425,11 +430,13 @@ class SparseCoverage(HeadPatternAnalyzer):
                      block: PatternBlock) -> tuple[torch.Tensor, ...]:
         """``_fold_heads``' five results for every head of a whole block at once, by the C
         kernel (``_sparse_kernel.c``: one walk over each real row's keys, sums in float64;
-        float64 results). Every (sentence, head) pair is independent: the pairs are split
-        between the intra-op threads (the kernel releases the GIL)."""
-        pattern = pattern.detach().float().contiguous()  # [batch, head, n, n]
-        values = values_kv.detach().float().contiguous()  # [batch, n, kv_head, d]
-        batch, n_heads, n, _ = pattern.shape
+        float64 results), for the sample's sentences (``_picked``) of the fed batch's
+        tensors. Every (sentence, head) pair is independent: the pairs are split between the
+        intra-op threads (the kernel releases the GIL)."""
+        pattern = pattern.detach().float().contiguous()  # [total, head, n, n]
+        values = values_kv.detach().float().contiguous()  # [total, n, kv_head, d]
+        total, n_heads, n, _ = pattern.shape
+        batch = len(self._picked)
         _, _, kv_heads, d = values.shape
         rows, is_global, keep = self._kernel_sets(block)
         top = self.max_distance + 1
@@ -441,7 +448,7 @@ class SparseCoverage(HeadPatternAnalyzer):
                torch.empty(batch, n_heads, buckets, **f64),
                torch.empty(batch, n_heads, 2, **f64))
         args = (pattern.numpy(), values.numpy(), rows, is_global, keep, self._windows_i32,
-                batch, n_heads, n, kv_heads, d, top)
+                self._picked, total, batch, n_heads, n, kv_heads, d, top)
         outs = tuple(x.numpy() for x in out)
         run_split(lambda first, stop: _sparse_kernel.fold(*args, first, stop, *outs),
                   batch * n_heads)
