@@ -29,10 +29,11 @@ def test_example_pages_get_that_length(monkeypatch, tmp_path: Path):
 
     seen = {}
 
-    def write(model, tokenizer, out, max_length=None):
+    def start(model, tokenizer, out, max_length=None):
         seen["max_length"] = max_length
-        return []
+        return examples.PendingPages(0, list)
 
-    monkeypatch.setattr(examples, "write_example_pages", write)
-    assert runner._example_pages(Model(4096), None, tmp_path, max_length=16384) == []
+    monkeypatch.setattr(examples, "start_example_pages", start)
+    pages = runner._example_pages(Model(4096), None, tmp_path, max_length=16384)
+    assert pages.finish() == []
     assert seen["max_length"] == 4096

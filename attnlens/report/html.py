@@ -286,12 +286,13 @@ def report_page(report: ReportFiles, embed_figures: bool = True) -> str:
     )
 
 
-def write_report_page(report: ReportFiles) -> Path:
-    """Write ``index.html`` into the report folder (atomically)."""
+def write_report_page(report: ReportFiles, page: str | None = None) -> Path:
+    """Write ``index.html`` into the report folder (atomically): ``page`` (``report_page``'s
+    string, built elsewhere) or, when None, ``report_page(report)``."""
     from attnlens.runs.io import atomic_open
 
     with atomic_open(report.index) as handle:
-        handle.write(report_page(report))
+        handle.write(report_page(report) if page is None else page)
     return report.index
 
 
