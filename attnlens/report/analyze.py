@@ -255,7 +255,7 @@ def analyze(
         # The page reads the tables, never the example pages: it is built in a forked child
         # while this process runs the pages' forward passes (at its own thread count)
         page = side_job("page", functools.partial(report_page, Report(out)),
-                        forked and pages is not None)
+                        forked and pages is not None and pages.count > 0)
         if pages is not None:
             with stopwatch.phase("example pages: forward passes (beside the page)"):
                 pages.finish()

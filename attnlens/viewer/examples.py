@@ -21,8 +21,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from attnlens.runs.io import write_table
-
 MAX_PAGES = 12  # a short sentence's page is about 100-150 KB (MiniLM)
 EXAMPLES_DIR = "examples"
 
@@ -79,6 +77,8 @@ def start_example_pages(model, tokenizer, report_dir: str | Path, max_pages: int
 def _chosen_texts(report: Path, max_pages: int) -> dict[int, str]:
     """The chosen sentences' texts by index, recorded as pages in ``head_examples.csv``
     (unchanged where it is missing, empty or an encoder-decoder's)."""
+    from attnlens.runs.io import write_table
+
     table_path = report / "tables" / "head_examples.csv"
     if not table_path.is_file():
         return {}
