@@ -31,7 +31,6 @@ from attnlens.runs import collector
 if TYPE_CHECKING:
     from attnlens.data.corpus import Corpus
     from attnlens.report.sections import Section, SectionOutput
-    from attnlens.viewer.examples import PendingPages
 
 
 class Interrupted(Exception):
@@ -351,13 +350,13 @@ class CommandRun:
             self.note(line)
 
 
-def _example_pages(model, tokenizer, out: Path, max_length: int | None = None) -> PendingPages:
-    """Viewer pages of the head examples (attnlens.viewer.examples), for every report, started
-    (``PendingPages.finish()`` writes them); each page reads at most ``example_length``
-    tokens."""
-    from attnlens.viewer.examples import start_example_pages
+def _example_pages(model, tokenizer, out: Path, max_length: int | None = None) -> list[Path]:
+    """Viewer pages of the head examples (attnlens.viewer.examples), for every report: each
+    page reads at most ``example_length`` tokens."""
+    from attnlens.viewer.examples import write_example_pages
 
-    return start_example_pages(model, tokenizer, out, max_length=example_length(model, max_length))
+    return write_example_pages(model, tokenizer, out,
+                               max_length=example_length(model, max_length))
 
 
 def example_length(model, max_length: int | None) -> int | None:

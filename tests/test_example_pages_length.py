@@ -29,11 +29,10 @@ def test_example_pages_get_that_length(monkeypatch, tmp_path: Path):
 
     seen = {}
 
-    def start(model, tokenizer, out, max_length=None):
+    def write(model, tokenizer, out, max_length=None):
         seen["max_length"] = max_length
-        return examples.PendingPages(0, list)
+        return []
 
-    monkeypatch.setattr(examples, "start_example_pages", start)
-    pages = runner._example_pages(Model(4096), None, tmp_path, max_length=16384)
-    assert pages.finish() == []
+    monkeypatch.setattr(examples, "write_example_pages", write)
+    assert runner._example_pages(Model(4096), None, tmp_path, max_length=16384) == []
     assert seen["max_length"] == 4096

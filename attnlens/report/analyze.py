@@ -135,7 +135,7 @@ def analyze(
     dist: DistContext = SINGLE,
     checkpoint: AnalysisCheckpoint | None = None,
     null: NullOptions | None = None,
-    example_pages: Callable[[HookedTransformer, Any, Path], Any] | None = None,
+    example_pages: Callable[[HookedTransformer, Any, Path], list[Path]] | None = None,
     resolved_options: dict[str, Any] | None = None,
 ) -> list[SectionOutput]:
     """Run all sections' analyzers in one pass over ``batches``; write the report folder.
@@ -146,10 +146,8 @@ def analyze(
     resuming, restores them and skips the batches they already hold. ``null`` (default:
     ``NullOptions()``, a random-init null model; ``NullOptions("none")`` turns it off) adds
     the null model's columns to every per-head table (``attnlens.report.null_run``).
-    ``example_pages(model, tokenizer, out)``, when given, starts the viewer pages of the head
-    examples (``attnlens.viewer.examples.start_example_pages``; the commands pass it): their
-    table column first, then their forward passes, in this process while a forked child
-    builds the page when side workers are allowed (``side_workers_allowed``).
+    ``example_pages(model, tokenizer, out)``, when given, writes viewer pages of the head
+    examples before the page is rendered (``attnlens.viewer.examples``; the commands pass it).
     ``resolved_options`` replace the recorded options' values where the command settled them
     after reading the model (``max_length`` and ``max_length_source`` for a defaulted
     ``--max-length``).
@@ -209,64 +207,49 @@ def analyze(
             beside.cancel()
         for job in weights:
             job.cancel()
-    with stopwatch.phase("example pages"):  # the sentences chosen: their pages come below
-        pages = example_pages(model, tokenizer, out) if example_pages is not None else None
-    page = None
-    try:
-        if prune_dir is not None:
-            from attnlens.measures.pruning.section import attach_prune_run
+    with stopwatch.phase("example pages"):
+        pages = example_pages(model, tokenizer, out) if example_pages is not None else []
+    if prune_dir is not None:
+        from attnlens.measures.pruning.section import attach_prune_run
 
-            records.append(attach_prune_run(prune_dir, out / TABLES_DIR, out / FIGURES_DIR))
-        total = time.perf_counter() - start
-        record = {
-            "attnlens": _version(),
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "command": command,
-            "model": model_record(model),
-            "corpus": corpus_name,
-            "sentences": n_sentences,
-            "processes": dist.world_size,
-            "options": {**(options or {}), **(resolved_options or {})},
-            "packages": package_versions(),
-            "null": (null_result.record(total) if null_result is not None
-                     else {"kind": "none" if not null.on else "not run (no corpus)"}),
-            "timings": {
-                "total": round(total, 2),
-                "corpus pass (forward and every analyzer)": round(corpus_pass, 2),
-                **({"null model pass (included in total)": round(null_result.seconds, 2)}
-                   if null_result is not None else {}),
-                "fixed costs": fixed_costs(before, stopwatch.take()),
-                "sections": {
-                    name: {"analyzers (inside the corpus pass)": round(
-                        seconds.get(f"{name}.analyzers", 0.0), 2),
-                        "tables and figures": round(seconds.get(f"{name}.write", 0.0), 2)}
-                    for name in (s.name for s in sections)},
-            },
-            "seconds": round(total, 2),
-            "layers_and_heads_numbered_from": 0,
-            "example_pages": pages.count if pages is not None else 0,
-            "sections": [r.to_json() for r in records],
-            NUMERIC_RECORD: numeric_columns({n: t for o in outputs for n, t in o.tables.items()}),
-        }
-        write_run_record(out, record)
-        from attnlens.report.html import report_page, write_report_page
-
-        began = time.perf_counter()
-        # The page reads the tables, never the example pages: it is built in a forked child
-        # while this process runs the pages' forward passes (at its own thread count)
-        page = side_job("page", functools.partial(report_page, Report(out)),
-                        forked and pages is not None and pages.count > 0)
-        if pages is not None:
-            with stopwatch.phase("example pages: forward passes (beside the page)"):
-                pages.finish()
-        write_report_page(Report(out), page.result())
-        costs = record["timings"]["fixed costs"]
-        costs["page"] = round(time.perf_counter() - began, 2)
-        costs.update(stopwatch.take())
-        write_run_record(out, record)
-    finally:  # a failure ends the page's child
-        if page is not None:
-            page.cancel()
+        records.append(attach_prune_run(prune_dir, out / TABLES_DIR, out / FIGURES_DIR))
+    total = time.perf_counter() - start
+    record = {
+        "attnlens": _version(),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": command,
+        "model": model_record(model),
+        "corpus": corpus_name,
+        "sentences": n_sentences,
+        "processes": dist.world_size,
+        "options": {**(options or {}), **(resolved_options or {})},
+        "packages": package_versions(),
+        "null": (null_result.record(total) if null_result is not None
+                 else {"kind": "none" if not null.on else "not run (no corpus)"}),
+        "timings": {
+            "total": round(total, 2),
+            "corpus pass (forward and every analyzer)": round(corpus_pass, 2),
+            **({"null model pass (included in total)": round(null_result.seconds, 2)}
+               if null_result is not None else {}),
+            "fixed costs": fixed_costs(before, stopwatch.take()),
+            "sections": {
+                name: {"analyzers (inside the corpus pass)": round(
+                    seconds.get(f"{name}.analyzers", 0.0), 2),
+                    "tables and figures": round(seconds.get(f"{name}.write", 0.0), 2)}
+                for name in (s.name for s in sections)},
+        },
+        "seconds": round(total, 2),
+        "layers_and_heads_numbered_from": 0,
+        "example_pages": len(pages),
+        "sections": [r.to_json() for r in records],
+        NUMERIC_RECORD: numeric_columns({n: t for o in outputs for n, t in o.tables.items()}),
+    }
+    write_run_record(out, record)
+    began = time.perf_counter()
+    Report(out).render()
+    record["timings"]["fixed costs"]["page"] = round(
+        time.perf_counter() - began, 2)
+    write_run_record(out, record)
     return outputs
 
 

@@ -286,13 +286,12 @@ def report_page(report: ReportFiles, embed_figures: bool = True) -> str:
     )
 
 
-def write_report_page(report: ReportFiles, page: str | None = None) -> Path:
-    """Write ``index.html`` into the report folder (atomically): ``page`` (``report_page``'s
-    string, built elsewhere) or, when None, ``report_page(report)``."""
+def write_report_page(report: ReportFiles) -> Path:
+    """Write ``index.html`` into the report folder (atomically)."""
     from attnlens.runs.io import atomic_open
 
     with atomic_open(report.index) as handle:
-        handle.write(report_page(report) if page is None else page)
+        handle.write(report_page(report))
     return report.index
 
 
