@@ -8,16 +8,12 @@
 - ``ties``: the head statistics kernel's call on every cached pattern plus what the positional
   heads then read (``is_max``, ``max_count``), main's (its kernel, then ``max_count`` as a
   bool sum over ``is_max``) against this checkout's (the kernel counts the ties in the same
-  walk); the counts must be equal;
-- ``entropy`` (pass41): every cached pattern's row entropies, main's (``torch.special.entr``
-  then the row sums) against this checkout's (the stats kernel's ``entr`` terms, the same
-  row sums); the entropies must be equal bit for bit.
+  walk); the counts must be equal.
 
 Prints the minimum and median wall and CPU seconds of the rounds (CPU time: steadier on a
 shared machine) and their ratios main / now:
 
-    python benchmarks/pass40_ab.py --before /work/main
-        [--only linear,sparse,ties,entropy]
+    python benchmarks/pass40_ab.py --before /work/main [--only linear,sparse,ties]
         [--rounds 9] [--sentences 800] [--threads 2]
 """
 
@@ -105,27 +101,6 @@ def ties_rounds(root: Path, model, batches, caches, n: int):
     return wall, cpu, same
 
 
-def entropy_rounds(model, caches, n: int):
-    """Wall and CPU seconds per round of torch's entropy and of the kernel's terms summed
-    by torch, and whether the entropies agree bit for bit."""
-    from attnlens.measures.heads.head_stats import kernel_entr
-
-    names = [f"blocks.{i}.attn.hook_pattern" for i in range(model.n_layers)]
-    patterns = [cache[name].float().contiguous() for cache in caches for name in names]
-    ways = (lambda p: torch.special.entr(p).sum(-1), lambda p: kernel_entr(p).sum(-1))
-    wall: list[list[float]] = [[], []]
-    cpu: list[list[float]] = [[], []]
-    found: list[list[torch.Tensor]] = [[], []]
-    for r in range(n):
-        for j in ((0, 1) if r % 2 == 0 else (1, 0)):
-            start, start_cpu = time.perf_counter(), time.process_time()
-            found[j] = [ways[j](p) for p in patterns]  # [batch, head, rows] each
-            wall[j].append(time.perf_counter() - start)
-            cpu[j].append(time.process_time() - start_cpu)
-    same = all(torch.equal(a, b) for a, b in zip(*found, strict=True))
-    return wall, cpu, same
-
-
 def _main_rows(reader, p: torch.Tensor) -> torch.Tensor:
     """Main's ``_kernel_rows``: the kernel's 9 outputs."""
     from attnlens.measures.heads import head_stats
@@ -172,8 +147,6 @@ def main() -> None:
     for key in args.only.split(","):
         if key == "ties":
             wall, cpu, same = ties_rounds(args.before, model, batches, caches, args.rounds)
-        elif key == "entropy":
-            wall, cpu, same = entropy_rounds(model, caches, args.rounds)
         else:
             relative, name = PAIRS[key]
             module = importlib.import_module(relative.removesuffix(".py").replace("/", "."))
