@@ -274,9 +274,6 @@ def test_the_kernel_runs_once_per_layer_for_both_readers(monkeypatch, minilm_dat
             calls.extend([1] if args[-3] == 0 else [])
             return kernel.rows(*args)
 
-        def entr(self, *args):
-            return kernel.entr(*args)
-
     monkeypatch.setattr(module, "_stats_kernel", Counting())
     fed(model, tokenizer, data, [HeadExamples.for_model(model, tokenizer)])
     assert len(calls) == len(data) * model.cfg.n_layers
@@ -297,48 +294,3 @@ def test_each_build_gives_the_installed_bits(tmp_path, monkeypatch, name):
     installed = reader(batch)._kernel_rows(pattern)
     monkeypatch.setattr(module, "_stats_kernel", built)
     assert torch.equal(reader(batch)._kernel_rows(pattern), installed)
-
-
-def test_the_entropy_terms_are_torchs_bits(monkeypatch):
-    """``kernel_entr`` is ``torch.special.entr`` bit for bit (pass41): softmax weights, 0,
-    1, subnormals, values above 1, -inf, negatives, NaN; split between threads too."""
-    from attnlens.stream.threads import run_split
-
-    _, pattern = padded_batch(5, batch=3, heads=4, n=11)
-    pattern[0, 0, 0, :6] = torch.tensor([0.0, 1.0, 1e-40, 3.5, -0.25, torch.nan])
-    pattern[0, 0, 1, :3] = torch.tensor([torch.inf, -torch.inf, -0.0])
-    pattern[2] = torch.rand(4, 11, 11, generator=torch.Generator().manual_seed(0)) ** 8
-    expected = torch.special.entr(pattern)
-    one = module.kernel_entr(pattern)
-    monkeypatch.setattr(module, "run_split", lambda work, count: run_split(work, count, 5))
-    for found in (one, module.kernel_entr(pattern)):
-        assert torch.equal(found.isnan(), expected.isnan())  # NaN kept, nowhere else
-        assert torch.equal(found.nan_to_num(7.0), expected.nan_to_num(7.0))
-        assert torch.equal(found.view(torch.int32)[~found.isnan()],  # the sign of zero too
-                           expected.view(torch.int32)[~expected.isnan()])
-
-
-def test_the_entropy_is_handed_to_the_block_with_torchs_bits(monkeypatch):
-    """per_row hands the block the entropy summed from the kernel's terms (pass41), so the
-    head behaviour reading ``block.entropy`` later gets the torch path's value."""
-    batch, pattern = padded_batch(6)
-    block = PatternBlock.whole(pattern, 0)
-    reader(batch).per_row(block)
-    assert "entropy" in block.__dict__  # from the kernel's terms, before anyone read it
-    assert torch.equal(block.entropy, torch.special.entr(pattern).sum(-1))
-    # not offered when head statistics do not measure the entropy
-    quiet = PatternBlock.whole(pattern, 0)
-    reader(batch, ("confidence",)).per_row(quiet)
-    assert "entropy" not in quiet.__dict__
-
-
-def test_wrong_entropy_sizes_are_refused():
-    p = torch.rand(2, 2, 5, 5).numpy()
-    out = torch.empty(2, 2, 5, 5).numpy()
-    kernel = module._stats_kernel
-    with pytest.raises(ValueError, match=r"p holds 400 bytes, not 500"):
-        kernel.entr(p, 25, 5, 0, 4, out)
-    with pytest.raises(ValueError, match="bad shape or pair range"):
-        kernel.entr(p, 25, 4, 0, 5, out)
-    with pytest.raises(ValueError, match="out holds"):
-        kernel.entr(p, 25, 4, 0, 4, out[:1])

@@ -140,13 +140,6 @@ class PatternBlock:
         """``[batch, head, rows]`` ``-sum p log p`` in nats (``0 log 0 = 0``)."""
         return torch.special.entr(self.p).sum(-1)
 
-    def offer_entropy(self, terms: Callable[[], torch.Tensor]) -> None:
-        """Hand the block a maker of ``torch.special.entr(self.p)`` computed elsewhere (a C
-        kernel's: the same bits, laid out like ``p``), called only when ``entropy`` is not
-        computed yet; ``entropy`` then sums its terms as it sums torch's."""
-        if "entropy" not in self.__dict__:
-            self.__dict__["entropy"] = terms().sum(-1)  # [batch, head, rows]
-
     # Reading per-query tensors at the block's rows ----------------------------------------
     def query_rows(self, x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         """The block's rows of a tensor with a ``query_pos`` axis at ``dim``."""

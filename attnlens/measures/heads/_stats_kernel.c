@@ -25,11 +25,6 @@
  * Python interface: rows(p, bits, first, batch, heads, n_rows, n_keys, from, to, out) ->
  * None, for the (sentence, head) pairs from .. to - 1 of batch x heads (threads split a
  * layer between them); the GIL is released while computing.
- *
- * entr(p, per_pair, n_pairs, from, to, out) -> None: torch.special.entr(p) of the pairs
- * from .. to - 1 (per_pair = rows x keys weights each) into out, float32 like p: -x logf(x),
- * 0 at 0, -inf below it, NaN kept, the scalar computation of torch's CPU kernel (same bits,
- * a third of its time); the entropy's row sums stay torch's (its summation order).
  */
 #include "kernel_common.h"
 #include <math.h>
@@ -187,46 +182,9 @@ static PyObject *rows(PyObject *self, PyObject *args) {
     return result;
 }
 
-/* torch.special.entr's value of one weight, as its CPU kernel computes it (a scalar loop
- * calling the C library's logf: the same bits). */
-static float entr_term(float x) {
-    if (isnan(x))
-        return x;
-    if (x > 0)
-        return -x * logf(x);
-    return x == 0 ? 0.0f : -INFINITY;
-}
-
-static PyObject *entr(PyObject *self, PyObject *args) {
-    Py_buffer p, out;
-    Py_ssize_t per_pair, n_pairs, from, to;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "y*nnnnw*", &p, &per_pair, &n_pairs, &from, &to, &out))
-        return NULL;
-    PyObject *result = NULL;
-    const size_t n = (size_t)per_pair * (size_t)n_pairs;
-    if (per_pair < 0 || n_pairs < 0 || from < 0 || from > to || to > n_pairs) {
-        PyErr_SetString(PyExc_ValueError, "bad shape or pair range");
-    } else if (check_size(&p, n, sizeof(float), "p") &&
-               check_size(&out, n, sizeof(float), "out")) {
-        const float *x = p.buf;
-        float *y = out.buf;
-        Py_BEGIN_ALLOW_THREADS
-        for (size_t i = (size_t)from * per_pair; i < (size_t)to * per_pair; i++)
-            y[i] = entr_term(x[i]);
-        Py_END_ALLOW_THREADS
-        result = Py_NewRef(Py_None);
-    }
-    RELEASE_BUFFERS(&p, &out);
-    return result;
-}
-
 static PyMethodDef methods[] = {
     {"rows", rows, METH_VARARGS,
      "rows(p, bits, first, batch, heads, n_rows, n_keys, from, to, out) -> None"},
-    {"entr", entr, METH_VARARGS,
-     "entr(p, per_pair, n_pairs, from, to, out) -> None: torch.special.entr(p) of pairs "
-     "from .. to - 1"},
     {NULL, NULL, 0, NULL},
 };
 

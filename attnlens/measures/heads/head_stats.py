@@ -143,20 +143,6 @@ def uses_kernel(block: PatternBlock) -> bool:
     return _stats_kernel is not None and block.is_whole and block.pattern.device.type == "cpu"
 
 
-def kernel_entr(p: torch.Tensor) -> torch.Tensor:
-    """``torch.special.entr(p)`` of a contiguous float32 CPU tensor ``p [batch, head, rows,
-    key_pos]`` by the stats kernel, bit for bit (torch's CPU kernel is the same scalar
-    ``logf`` loop, on one thread per element range; this one skips its dispatch and runs the
-    (sentence, head) pairs split between the intra-op threads)."""
-    out = torch.empty_like(p)  # [batch, head, rows, key_pos]
-    n_pairs = p.shape[0] * p.shape[1]
-    per_pair = p.shape[2] * p.shape[3]
-    source, found = p.detach().numpy(), out.numpy()
-    run_split(lambda first, stop: _stats_kernel.entr(source, per_pair, n_pairs, first, stop,
-                                                     found), n_pairs)
-    return out
-
-
 class TokenMeasures:
     """How each statistic is read from one layer's patterns: the rows it averages over and
     its value on every query row (shared by ``HeadStats`` and the examples analyzer)."""
@@ -201,19 +187,16 @@ class TokenMeasures:
 
         Each measure's rows are computed once per block (``PatternBlock.shared``) and shared
         with every reader of the same block and id sets (``prepare`` with the same batch).
-        A whole CPU pattern's are the C kernel's (``uses_kernel``), which also hands the block
-        its row maxima and how many keys tie for each (``PatternBlock.offer_row_max``: amax's
-        values and ``max_count``'s counts, for the positional heads) and the terms of its
-        entropy (``kernel_entr``: torch's bits, summed by torch, so the value head behaviour
-        compares with its threshold is unchanged)."""
+        A whole CPU pattern's are the C kernel's (``uses_kernel``; entropy stays torch's, the
+        value head behaviour compares with its threshold), which also hands the block its
+        row maxima and how many keys tie for each (``PatternBlock.offer_row_max``: amax's
+        values and ``max_count``'s counts, for the positional heads)."""
         block = pattern if isinstance(pattern, PatternBlock) else PatternBlock.whole(pattern, 0)
         p = block.p  # [batch, head, rows, key_pos]
         if uses_kernel(block):
             found = block.shared(("token measures kernel", self.ids_key),
                                  lambda: self._kernel_rows(p))  # [10, batch, head, rows]
             block.offer_row_max(found[KERNEL_OUTPUTS["confidence"]], found[KERNEL_TIES])
-            if "entropy" in self.measures and p.is_contiguous():  # entr(p) laid out like p
-                block.offer_entropy(lambda: kernel_entr(p))
             return torch.stack([
                 block.entropy if m == "entropy" else found[KERNEL_OUTPUTS[m]]
                 for m in self.measures
