@@ -173,15 +173,14 @@ class SinkKeys(Analyzer):
             code = token * 2 + (positions == first[:, None, None])  # token, first or not
             pair = np.broadcast_to(np.arange(n * n_heads).reshape(n, n_heads, 1), shape)
             # (sentence-head pair, code) once, with the attention its top positions receive
-            # (sums in float64, added in order as index_add_ does)
+            # (sums in float64, added in order as index_add_ does: bincount's weights add
+            # each bin's entries in their order, as np.add.at did, without its per-entry cost)
             width = int(code.max()) + 1
             keyed, inverse = np.unique((pair * width + code)[real], return_inverse=True)
-            received = np.zeros(len(keyed), dtype=np.float64)
-            np.add.at(received, inverse, values[real])
+            received = np.bincount(inverse, values[real], len(keyed))  # float64
             codes, per_code = np.unique(keyed % width, return_inverse=True)
             n_top = np.bincount(per_code, minlength=len(codes))
-            total = np.zeros(len(codes), dtype=np.float64)
-            np.add.at(total, per_code, received)
+            total = np.bincount(per_code, received, len(codes))  # float64
             for c, count, share in zip(codes.tolist(), n_top.tolist(), total.tolist(),
                                        strict=True):
                 key = names.get((layer, c)) or self._name(layer, c)
