@@ -173,14 +173,15 @@ class SinkKeys(Analyzer):
             code = token * 2 + (positions == first[:, None, None])  # token, first or not
             pair = np.broadcast_to(np.arange(n * n_heads).reshape(n, n_heads, 1), shape)
             # (sentence-head pair, code) once, with the attention its top positions receive
-            # (sums in float64, added in order as index_add_ does: bincount's weights add
-            # each bin's entries in their order, as np.add.at did, without its per-entry cost)
+            # (sums in float64, added in order as index_add_ does)
             width = int(code.max()) + 1
             keyed, inverse = np.unique((pair * width + code)[real], return_inverse=True)
-            received = np.bincount(inverse, values[real], len(keyed))  # float64
+            received = np.zeros(len(keyed), dtype=np.float64)
+            np.add.at(received, inverse, values[real])
             codes, per_code = np.unique(keyed % width, return_inverse=True)
             n_top = np.bincount(per_code, minlength=len(codes))
-            total = np.bincount(per_code, received, len(codes))  # float64
+            total = np.zeros(len(codes), dtype=np.float64)
+            np.add.at(total, per_code, received)
             for c, count, share in zip(codes.tolist(), n_top.tolist(), total.tolist(),
                                        strict=True):
                 key = names.get((layer, c)) or self._name(layer, c)
