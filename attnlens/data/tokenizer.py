@@ -212,14 +212,8 @@ class Tokenizer:
     def tokens_per_text_word(self, texts: Sequence[str], spans: Sequence[Sequence[Span]]
                              ) -> list[list[int]]:
         """How many tokens of each raw text belong to each of its words, without truncation."""
-        counts = []
-        for ids, words in zip(self.text_word_ids(texts, spans), spans, strict=True):
-            row = [0] * len(words)
-            for w in ids:
-                if w >= 0:
-                    row[w] += 1
-            counts.append(row)
-        return counts
+        return [word_counts(ids, len(words))
+                for ids, words in zip(self.text_word_ids(texts, spans), spans, strict=True)]
 
     def encode_words(
         self,
@@ -238,46 +232,82 @@ class Tokenizer:
         spans: Sequence[Sequence[Span]],
         max_length: int = 128,
         full_counts: Sequence[Sequence[int]] | None = None,
+        full_word_ids: Sequence[Sequence[int]] | None = None,
     ) -> WordBatch:
         """Tokenise raw ``texts`` as the tokenizer does; give each token its word by offsets.
 
         ``spans[b]`` are the character spans of text ``b``'s words. Words whose tokens
         ``max_length`` cut (wholly or partly) are dropped: their tokens get -1 and they are
         counted in ``n_cut_words``. ``full_counts`` (from ``tokens_per_text_word``) saves
-        re-tokenising when the caller already has it.
+        re-tokenising when the caller already has it. ``full_word_ids`` (``text_word_ids``
+        of the same texts) saves aligning the offsets again: truncation cuts the text's
+        tokens from the end, so each row's text tokens are a prefix of its untruncated ones.
         """
         texts = list(texts)
+        if full_word_ids is None:
+            return self._encode_by_offsets(texts, spans, max_length, full_counts)
+        enc = self(texts, max_length=max_length)
+        if full_counts is None:
+            full_counts = [word_counts(ids, len(sp))
+                           for ids, sp in zip(full_word_ids, spans, strict=True)]
+        before, after = (len(side) for side in self.special_layout)
+        kept = (enc["attention_mask"].sum(dim=1) - before - after).tolist()  # text tokens
+        rows = [[-1] * before + list(ids[:k]) for ids, k in zip(full_word_ids, kept, strict=True)]
+        return _word_batch(enc, rows, full_counts)
+
+    def _encode_by_offsets(self, texts: list[str], spans: Sequence[Sequence[Span]],
+                           max_length: int, full_counts: Sequence[Sequence[int]] | None
+                           ) -> WordBatch:
+        """``encode_text_words`` aligning the truncated encoding's own offsets."""
         enc = self._encode_offsets(texts, padding=True, truncation=True,
                                    max_length=max_length, return_tensors="pt")
         if full_counts is None:
             full_counts = self.tokens_per_text_word(texts, spans)
         offsets, not_text = enc["offset_mapping"].tolist(), self._not_text(enc)
-        rows, n_words, n_cut, unaligned = [], [], [], []
-        for b, counts in enumerate(full_counts):
-            ids = token_words(offsets[b], not_text[b], spans[b], len(texts[b]))
-            got = [0] * len(counts)  # tokens each word kept
-            for w in ids:
-                if 0 <= w < len(counts):
-                    got[w] += 1
-            # Truncation cuts from the end, so complete words are a prefix of the sentence.
-            n = next((w for w, (g, c) in enumerate(zip(got, counts, strict=True)) if g != c),
-                     len(counts))
-            rows.append([w if w < n else -1 for w in ids])
-            n_words.append(n)
-            n_cut.append(len(counts) - n)
-            unaligned.append([w for w in range(n) if counts[w] == 0])
-        return WordBatch(
-            input_ids=enc["input_ids"],
-            attention_mask=enc["attention_mask"],
-            word_ids=_word_id_rows(rows, enc["input_ids"]),
-            n_words=n_words,
-            token_type_ids=enc.get("token_type_ids"),
-            n_cut_words=n_cut,
-            unaligned=unaligned,
-        )
+        rows = [token_words(offsets[b], not_text[b], spans[b], len(text))
+                for b, text in enumerate(texts)]
+        return _word_batch(enc, rows, full_counts)
 
     def decode_tokens(self, input_ids: Sequence[int]) -> list[str]:
         return self.hf.convert_ids_to_tokens(list(input_ids))
+
+
+def word_counts(ids: Sequence[int], n_words: int) -> list[int]:
+    """How many of the tokens ``ids`` (each token's word, -1: none) each word has."""
+    row = [0] * n_words
+    for w in ids:
+        if w >= 0:
+            row[w] += 1
+    return row
+
+
+def _word_batch(enc, rows: list[list[int]], full_counts: Sequence[Sequence[int]]
+                ) -> WordBatch:
+    """A ``WordBatch`` of a padded encoding ``enc`` whose row ``b``'s tokens have the words
+    ``rows[b]`` (-1: none; untruncated word counts ``full_counts[b]``): words cut by the
+    truncation dropped."""
+    word_rows, n_words, n_cut, unaligned = [], [], [], []
+    for ids, counts in zip(rows, full_counts, strict=True):
+        got = [0] * len(counts)  # tokens each word kept
+        for w in ids:
+            if 0 <= w < len(counts):
+                got[w] += 1
+        # Truncation cuts from the end, so complete words are a prefix of the sentence.
+        n = next((w for w, (g, c) in enumerate(zip(got, counts, strict=True)) if g != c),
+                 len(counts))
+        word_rows.append([w if w < n else -1 for w in ids])
+        n_words.append(n)
+        n_cut.append(len(counts) - n)
+        unaligned.append([w for w in range(n) if counts[w] == 0])
+    return WordBatch(
+        input_ids=enc["input_ids"],
+        attention_mask=enc["attention_mask"],
+        word_ids=_word_id_rows(word_rows, enc["input_ids"]),
+        n_words=n_words,
+        token_type_ids=enc.get("token_type_ids"),
+        n_cut_words=n_cut,
+        unaligned=unaligned,
+    )
 
 
 def _word_id_rows(rows: list[list[int]], input_ids: torch.Tensor) -> torch.Tensor:
