@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -132,12 +133,13 @@ class Tokenizer:
             "pad": self.hf.pad_token,
         }
 
-    @property
+    @cached_property
     def special_layout(self) -> tuple[list[str], list[str]]:
         """The special tokens added before and after one text.
 
         BERT: (["[CLS]"], ["[SEP]"]); RoBERTa: (["<s>"], ["</s>"]); Llama: (["<s>"], []);
-        GPT-2: ([], []). Found by encoding a probe with and without special tokens.
+        GPT-2: ([], []). Found once per tokenizer, by encoding a probe with and without
+        special tokens (``encode_text_words`` reads it for every chunk of a corpus).
         """
         with_special = self.hf("probe")["input_ids"]
         plain = self.hf("probe", add_special_tokens=False)["input_ids"]
