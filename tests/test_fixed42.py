@@ -1,10 +1,11 @@
-"""fixed42 (issue 29, fixed costs): the corpus's batches without a second word alignment.
+"""fixed42 (issue 29, fixed costs): the corpus's batches from one encoding of its texts.
 
 ``word_batches`` aligns each text's untruncated tokens to its words once and takes each
-truncated row's word ids as their prefix (``Tokenizer.encode_text_words(full_word_ids=)``);
-before, every chunk's truncated encoding was aligned again by its own offsets. Every batch's
-tensors and word lists must equal the offsets path's, for each tokenizer family, with and
-without truncation, on the sample treebank and UD EWT dev.
+truncated row's word ids as their prefix (``Tokenizer.encode_text_words(full_word_ids=)``),
+its token ids too, wrapped and padded by ``Tokenizer.single_template``; before, every chunk
+was encoded again and aligned again by its own offsets. Every batch's tensors and word lists
+must equal the offsets path's, for each tokenizer family, with and without truncation, with
+and without the template, on the sample treebank and UD EWT dev.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ def _offsets_path(tok, sentences, max_length):
             for chunk in length_sorted_chunks([sum(c) for c in counts], 16, None)]
 
 
-def _check_same(tok, sentences, max_length):
+def _check_same(tok, sentences, max_length, template=True):
+    assert (tok.single_template is not None) == template
     batches = treebank_batches(tok, sentences, 16, max_length)
     old = _offsets_path(tok, sentences, max_length)
     assert len(batches) == len(old)
@@ -73,3 +75,24 @@ def test_batches_as_before_on_ud_ewt_dev(minilm, max_length):
     _, tok = minilm
     _check_same(tok, conllu.read_conllu(shared_file("ud-ewt/en_ewt-ud-dev.conllu")),
                 max_length)
+
+
+@pytest.mark.parametrize("max_length", [4, 6, 128])
+def test_batches_as_before_without_template(minilm, max_length):
+    """A tokenizer whose probes do not show its template: the chunks are encoded."""
+    from attnlens.data.tokenizer import Tokenizer
+
+    tok = Tokenizer(minilm[1].hf)
+    tok.__dict__["single_template"] = None
+    _check_same(tok, conllu.sample_treebank() + conllu.parse_conllu(TRICKY), max_length,
+                template=False)
+
+
+def test_template_refused_when_it_truncates_otherwise(minilm, monkeypatch):
+    """The probes check the template's truncation too: one that cuts a token more is None."""
+    from attnlens.data.tokenizer import SingleTemplate, Tokenizer
+
+    encode = SingleTemplate.encode
+    monkeypatch.setattr(SingleTemplate, "encode",
+                        lambda self, tokens, max_length: encode(self, tokens, max_length - 1))
+    assert Tokenizer(minilm[1].hf).single_template is None

@@ -387,7 +387,7 @@ def word_batches(
     for name, values in annotations.items():
         if len(values) != len(sentences):
             raise DataError(f"{len(values)} values of {name!r} for {len(sentences)} sentences.")
-    full_ids = tokenizer.text_word_ids(texts, spans)  # each token's word, untruncated
+    full_tokens, full_ids = tokenizer.text_tokens(texts, spans)  # untruncated: ids, words
     counts = [word_counts(ids, len(sp)) for ids, sp in zip(full_ids, spans, strict=True)]
     added = sum(len(side) for side in tokenizer.special_layout) if batch_tokens else 0
     lengths = [min(sum(c) + added, max_length) if batch_tokens else sum(c) for c in counts]
@@ -397,6 +397,7 @@ def word_batches(
         enc = tokenizer.encode_text_words(
             [texts[i] for i in chunk], [spans[i] for i in chunk], max_length=max_length,
             full_counts=[counts[i] for i in chunk], full_word_ids=[full_ids[i] for i in chunk],
+            full_input_ids=[full_tokens[i] for i in chunk],
         )
         extra: dict[str, Any] = {"index": chunk, "n_words": enc.n_words,
                                  "unaligned": enc.unaligned, "corpus_size": len(sentences)}
