@@ -96,3 +96,16 @@ def test_template_refused_when_it_truncates_otherwise(minilm, monkeypatch):
     monkeypatch.setattr(SingleTemplate, "encode",
                         lambda self, tokens, max_length: encode(self, tokens, max_length - 1))
     assert Tokenizer(minilm[1].hf).single_template is None
+
+
+def test_a_slow_tokenizer_is_refused_as_before(minilm):
+    """Word batches need offsets: a slow tokenizer is the same one-line error as before."""
+    from transformers import BertTokenizerLegacy  # transformers 5's slow (Python) tokenizer
+
+    from attnlens.data.tokenizer import Tokenizer
+    from attnlens.errors import DataError
+
+    slow = Tokenizer(BertTokenizerLegacy.from_pretrained(minilm[1].hf.name_or_path,
+                                                         local_files_only=True))
+    with pytest.raises(DataError, match="needs a fast"):
+        treebank_batches(slow, conllu.sample_treebank())
