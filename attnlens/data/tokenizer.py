@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -132,12 +133,13 @@ class Tokenizer:
             "pad": self.hf.pad_token,
         }
 
-    @property
+    @cached_property
     def special_layout(self) -> tuple[list[str], list[str]]:
         """The special tokens added before and after one text.
 
         BERT: (["[CLS]"], ["[SEP]"]); RoBERTa: (["<s>"], ["</s>"]); Llama: (["<s>"], []);
-        GPT-2: ([], []). Found by encoding a probe with and without special tokens.
+        GPT-2: ([], []). Found once per tokenizer, by encoding a probe with and without
+        special tokens (``encode_text_words`` reads it for every chunk of a corpus).
         """
         with_special = self.hf("probe")["input_ids"]
         plain = self.hf("probe", add_special_tokens=False)["input_ids"]
@@ -147,6 +149,40 @@ class Tokenizer:
                 after = with_special[start + len(plain) :]
                 return self.decode_tokens(before), self.decode_tokens(after)
         raise DataError("cannot locate the text among the special tokens of this tokenizer.")
+
+    @cached_property
+    def single_template(self) -> SingleTemplate | None:
+        """How this tokenizer wraps and pads one text's tokens (``SingleTemplate``), found
+        by encoding probes; None when the probes do not show it (then texts are encoded)."""
+        texts = ["probe", "probe probe probe"]
+        plain = self.hf(texts, add_special_tokens=False)["input_ids"]
+        enc = self(texts, max_length=64)
+        types = enc.get("token_type_ids")
+        ids, mask = enc["input_ids"].tolist(), enc["attention_mask"].tolist()
+        short, long_ = plain
+        n_added = int(sum(mask[1])) - len(long_)
+        start = next((i for i in range(n_added + 1) if ids[1][i:i + len(long_)] == long_), None)
+        if start is None or len(short) >= len(long_):
+            return None
+        text_types = None if types is None else types[1].tolist()
+        template = SingleTemplate(
+            before=ids[1][:start], after=ids[1][start + len(long_):len(long_) + n_added],
+            pad_id=ids[0][-1],
+            before_types=None if types is None else text_types[:start],
+            after_types=None if types is None else text_types[start + len(long_):
+                                                              len(long_) + n_added],
+            text_type=None if types is None else text_types[start], pad_type=(
+                None if types is None else types[0].tolist()[-1]))
+        cut = n_added + len(long_) - 1  # the longer probe truncated by one token
+        if cut <= n_added:
+            return None
+        for max_length, expected in ((64, enc), (cut, self(texts, max_length=cut))):
+            again = template.encode(plain, max_length)  # as the tokenizer encoded them?
+            if set(again) != set(expected) or not all(
+                    again[k].dtype == expected[k].dtype and again[k].equal(expected[k])
+                    for k in expected):
+                return None
+        return template
 
     @property
     def pad_token_id(self) -> int:
@@ -188,10 +224,17 @@ class Tokenizer:
                       ) -> list[list[int]]:
         """Each token's word (-1: none) in each text's untruncated encoding, no special
         tokens (see ``attnlens.data.alignment``)."""
+        return self.text_tokens(texts, spans)[1]
+
+    def text_tokens(self, texts: Sequence[str], spans: Sequence[Sequence[Span]]
+                    ) -> tuple[list[list[int]], list[list[int]]]:
+        """Each text's untruncated token ids without special tokens, and each token's word
+        (``text_word_ids``)."""
         enc = self._encode_offsets(texts, add_special_tokens=False)
         not_text = self._not_text(enc)
-        return [token_words(enc["offset_mapping"][b], not_text[b], spans[b], len(text))
-                for b, text in enumerate(texts)]
+        return enc["input_ids"], [
+            token_words(enc["offset_mapping"][b], not_text[b], spans[b], len(text))
+            for b, text in enumerate(texts)]
 
     def _not_text(self, enc) -> list[list[bool]]:
         """Per row and token of an encoding: added by the tokenizer, or a special token (a
@@ -212,14 +255,8 @@ class Tokenizer:
     def tokens_per_text_word(self, texts: Sequence[str], spans: Sequence[Sequence[Span]]
                              ) -> list[list[int]]:
         """How many tokens of each raw text belong to each of its words, without truncation."""
-        counts = []
-        for ids, words in zip(self.text_word_ids(texts, spans), spans, strict=True):
-            row = [0] * len(words)
-            for w in ids:
-                if w >= 0:
-                    row[w] += 1
-            counts.append(row)
-        return counts
+        return [word_counts(ids, len(words))
+                for ids, words in zip(self.text_word_ids(texts, spans), spans, strict=True)]
 
     def encode_words(
         self,
@@ -238,46 +275,125 @@ class Tokenizer:
         spans: Sequence[Sequence[Span]],
         max_length: int = 128,
         full_counts: Sequence[Sequence[int]] | None = None,
+        full_word_ids: Sequence[Sequence[int]] | None = None,
+        full_input_ids: Sequence[Sequence[int]] | None = None,
     ) -> WordBatch:
         """Tokenise raw ``texts`` as the tokenizer does; give each token its word by offsets.
 
         ``spans[b]`` are the character spans of text ``b``'s words. Words whose tokens
         ``max_length`` cut (wholly or partly) are dropped: their tokens get -1 and they are
         counted in ``n_cut_words``. ``full_counts`` (from ``tokens_per_text_word``) saves
-        re-tokenising when the caller already has it.
+        re-tokenising when the caller already has it. ``full_word_ids`` (``text_word_ids``
+        of the same texts) saves aligning the offsets again: truncation cuts the text's
+        tokens from the end, so each row's text tokens are a prefix of its untruncated ones.
+        With ``full_input_ids`` too (``text_tokens``), the rows are built from those prefixes
+        and the tokenizer's ``single_template`` without encoding the texts again.
         """
         texts = list(texts)
+        if full_word_ids is None:
+            return self._encode_by_offsets(texts, spans, max_length, full_counts)
+        template = self.single_template if full_input_ids is not None else None
+        if template is not None and max_length > len(template.before) + len(template.after):
+            enc = template.encode(full_input_ids, max_length)
+        else:
+            enc = self(texts, max_length=max_length)
+        if full_counts is None:
+            full_counts = [word_counts(ids, len(sp))
+                           for ids, sp in zip(full_word_ids, spans, strict=True)]
+        before, after = (len(side) for side in self.special_layout)
+        kept = (enc["attention_mask"].sum(dim=1) - before - after).tolist()  # text tokens
+        rows = [[-1] * before + list(ids[:k]) for ids, k in zip(full_word_ids, kept, strict=True)]
+        return _word_batch(enc, rows, full_counts)
+
+    def _encode_by_offsets(self, texts: list[str], spans: Sequence[Sequence[Span]],
+                           max_length: int, full_counts: Sequence[Sequence[int]] | None
+                           ) -> WordBatch:
+        """``encode_text_words`` aligning the truncated encoding's own offsets."""
         enc = self._encode_offsets(texts, padding=True, truncation=True,
                                    max_length=max_length, return_tensors="pt")
         if full_counts is None:
             full_counts = self.tokens_per_text_word(texts, spans)
         offsets, not_text = enc["offset_mapping"].tolist(), self._not_text(enc)
-        rows, n_words, n_cut, unaligned = [], [], [], []
-        for b, counts in enumerate(full_counts):
-            ids = token_words(offsets[b], not_text[b], spans[b], len(texts[b]))
-            got = [0] * len(counts)  # tokens each word kept
-            for w in ids:
-                if 0 <= w < len(counts):
-                    got[w] += 1
-            # Truncation cuts from the end, so complete words are a prefix of the sentence.
-            n = next((w for w, (g, c) in enumerate(zip(got, counts, strict=True)) if g != c),
-                     len(counts))
-            rows.append([w if w < n else -1 for w in ids])
-            n_words.append(n)
-            n_cut.append(len(counts) - n)
-            unaligned.append([w for w in range(n) if counts[w] == 0])
-        return WordBatch(
-            input_ids=enc["input_ids"],
-            attention_mask=enc["attention_mask"],
-            word_ids=_word_id_rows(rows, enc["input_ids"]),
-            n_words=n_words,
-            token_type_ids=enc.get("token_type_ids"),
-            n_cut_words=n_cut,
-            unaligned=unaligned,
-        )
+        rows = [token_words(offsets[b], not_text[b], spans[b], len(text))
+                for b, text in enumerate(texts)]
+        return _word_batch(enc, rows, full_counts)
 
     def decode_tokens(self, input_ids: Sequence[int]) -> list[str]:
         return self.hf.convert_ids_to_tokens(list(input_ids))
+
+
+@dataclass
+class SingleTemplate:
+    """The special tokens a tokenizer adds around one text (``before``, ``after``, with
+    their token types), the text's token type and the padding (right), as its encodings
+    show them: ``encode`` makes a padded, truncated batch from the texts' own tokens."""
+
+    before: list[int]
+    after: list[int]
+    pad_id: int
+    before_types: list[int] | None
+    after_types: list[int] | None
+    text_type: int | None
+    pad_type: int | None
+
+    def encode(self, tokens: Sequence[Sequence[int]], max_length: int
+               ) -> dict[str, torch.Tensor]:
+        """``Tokenizer.__call__``'s tensors for texts of the untruncated tokens ``tokens``
+        (no special tokens): each cut to ``max_length`` with its special tokens (from the
+        end, as the tokenizer truncates), wrapped, padded to the longest."""
+        room = max_length - len(self.before) - len(self.after)
+        kept = [min(len(row), room) for row in tokens]
+        width = max(kept, default=0) + len(self.before) + len(self.after)
+        ids, mask, types = [], [], []
+        for row, k in zip(tokens, kept, strict=True):
+            pad = width - k - len(self.before) - len(self.after)
+            ids.append(self.before + list(row[:k]) + self.after + [self.pad_id] * pad)
+            mask.append([1] * (width - pad) + [0] * pad)
+            if self.text_type is not None:
+                types.append(self.before_types + [self.text_type] * k + self.after_types
+                             + [self.pad_type] * pad)
+        enc = {"input_ids": torch.tensor(ids), "attention_mask": torch.tensor(mask)}
+        if self.text_type is not None:
+            enc["token_type_ids"] = torch.tensor(types)
+        return enc
+
+
+def word_counts(ids: Sequence[int], n_words: int) -> list[int]:
+    """How many of the tokens ``ids`` (each token's word, -1: none) each word has."""
+    row = [0] * n_words
+    for w in ids:
+        if w >= 0:
+            row[w] += 1
+    return row
+
+
+def _word_batch(enc, rows: list[list[int]], full_counts: Sequence[Sequence[int]]
+                ) -> WordBatch:
+    """A ``WordBatch`` of a padded encoding ``enc`` whose row ``b``'s tokens have the words
+    ``rows[b]`` (-1: none; untruncated word counts ``full_counts[b]``): words cut by the
+    truncation dropped."""
+    word_rows, n_words, n_cut, unaligned = [], [], [], []
+    for ids, counts in zip(rows, full_counts, strict=True):
+        got = [0] * len(counts)  # tokens each word kept
+        for w in ids:
+            if 0 <= w < len(counts):
+                got[w] += 1
+        # Truncation cuts from the end, so complete words are a prefix of the sentence.
+        n = next((w for w, (g, c) in enumerate(zip(got, counts, strict=True)) if g != c),
+                 len(counts))
+        word_rows.append([w if w < n else -1 for w in ids])
+        n_words.append(n)
+        n_cut.append(len(counts) - n)
+        unaligned.append([w for w in range(n) if counts[w] == 0])
+    return WordBatch(
+        input_ids=enc["input_ids"],
+        attention_mask=enc["attention_mask"],
+        word_ids=_word_id_rows(word_rows, enc["input_ids"]),
+        n_words=n_words,
+        token_type_ids=enc.get("token_type_ids"),
+        n_cut_words=n_cut,
+        unaligned=unaligned,
+    )
 
 
 def _word_id_rows(rows: list[list[int]], input_ids: torch.Tensor) -> torch.Tensor:

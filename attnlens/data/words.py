@@ -38,7 +38,7 @@ import torch
 from attnlens.data.alignment import Span, join_words, word_spans
 from attnlens.data.batch import Batch
 from attnlens.data.text import length_sorted_chunks
-from attnlens.data.tokenizer import Tokenizer
+from attnlens.data.tokenizer import Tokenizer, word_counts
 from attnlens.errors import DataError
 from attnlens.hooks import QueryBlock
 from attnlens.stream.threads import run_split
@@ -387,7 +387,8 @@ def word_batches(
     for name, values in annotations.items():
         if len(values) != len(sentences):
             raise DataError(f"{len(values)} values of {name!r} for {len(sentences)} sentences.")
-    counts = tokenizer.tokens_per_text_word(texts, spans)
+    full_tokens, full_ids = tokenizer.text_tokens(texts, spans)  # untruncated: ids, words
+    counts = [word_counts(ids, len(sp)) for ids, sp in zip(full_ids, spans, strict=True)]
     added = sum(len(side) for side in tokenizer.special_layout) if batch_tokens else 0
     lengths = [min(sum(c) + added, max_length) if batch_tokens else sum(c) for c in counts]
     batches = []
@@ -395,7 +396,8 @@ def word_batches(
         chunk_sentences = [sentences[i] for i in chunk]
         enc = tokenizer.encode_text_words(
             [texts[i] for i in chunk], [spans[i] for i in chunk], max_length=max_length,
-            full_counts=[counts[i] for i in chunk],
+            full_counts=[counts[i] for i in chunk], full_word_ids=[full_ids[i] for i in chunk],
+            full_input_ids=[full_tokens[i] for i in chunk],
         )
         extra: dict[str, Any] = {"index": chunk, "n_words": enc.n_words,
                                  "unaligned": enc.unaligned, "corpus_size": len(sentences)}
