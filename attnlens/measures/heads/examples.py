@@ -160,15 +160,17 @@ class HeadExamples(HeadPatternAnalyzer):
         weight = reader.row_weight  # [measure, batch, 1, query_pos]
         value = (per_row * weight).sum(-1) / self._counted[:, :, None].clamp_min(1)
         value = value.masked_fill(~self._enough[:, :, None], -torch.inf)  # [measure, batch, head]
-        masked = per_row.masked_fill(self._uncounted, -torch.inf)
-        query = masked.argmax(-1)  # [measure, batch, head]: the row where it is largest
-        key = reader.keys_of(p, query)  # [measure, batch, head]
         # the batch's top k per (measure, head), ties to the smaller corpus index (top_k)
         value = value.transpose(1, 2)  # [measure, head, batch]
         ranked = value[..., self._by_id].argsort(dim=-1, descending=True, stable=True)
         best = self._by_id[ranked[..., : self.k]]  # [measure, head, k'] batch rows
-        query = query.transpose(1, 2).gather(-1, best)  # [measure, head, k']
-        key = key.transpose(1, 2).gather(-1, best)
+        # only the chosen sentences' rows: the query where the measure is largest, its key
+        n = per_row.shape[-1]
+        picked = per_row.transpose(1, 2).gather(2, best[..., None].expand(*best.shape, n))
+        flat = best.flatten(1)[..., None].expand(-1, -1, n)  # [measure, head * k', query_pos]
+        uncounted = self._uncounted[:, :, 0].gather(1, flat).view_as(picked)
+        query = picked.masked_fill(uncounted, -torch.inf).argmax(-1)  # [measure, head, k']
+        key = reader.keys_at(p, query, best)  # [measure, head, k']
         start = self._window_start(query, key, best)  # [measure, head, k']
         window = self._windows(p, best, start)  # [measure, head, k', w, w]
         first = self.reader.first[best]  # [measure, head, k'] each sentence's first token
