@@ -52,7 +52,10 @@ PAIRS = {  # name: (module path, class, section module, section class)
     "sink_scores": ("attnlens/measures/lm_heads/sinks.py", "SinkScores"),
     "streaming": ("attnlens/measures/lm_heads/streaming.py", "StreamingError"),
     "rollout": ("attnlens/measures/rollout/rollout.py", "RolloutAnalyzer"),
+    "head_examples": ("attnlens/measures/heads/examples.py", "HeadExamples"),
+    "positional": ("attnlens/measures/heads/positional.py", "PositionalHeads"),
 }
+NEEDS_TOKENIZER = {"head_examples"}  # for_model(model, tokenizer)
 REPORT_OPTIONS = {"linear": {"per_batch": 4, "max_sentences": 512},
                   "sparse": {"per_batch": 4, "max_sentences": 512},
                   "collapse": {"per_batch": 4, "max_sentences": 32},
@@ -62,8 +65,11 @@ REPORT_OPTIONS = {"linear": {"per_batch": 4, "max_sentences": 512},
 
 
 def old_class(root: Path, relative: str, name: str):
-    """``name`` from main's copy of the module (its own imports come from this tree)."""
-    spec = importlib.util.spec_from_file_location(f"old_{Path(relative).stem}", root / relative)
+    """``name`` from main's copy of the module (its own imports, relative ones too, come
+    from this tree: the copy is loaded as a sibling of this tree's module)."""
+    package = ".".join(Path(relative).parent.parts)
+    spec = importlib.util.spec_from_file_location(f"{package}.old_{Path(relative).stem}",
+                                                  root / relative)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return getattr(module, name)
@@ -158,7 +164,8 @@ def main() -> None:
         relative, name = PAIRS[key]
         module = importlib.import_module(relative.removesuffix(".py").replace("/", "."))
         classes = (old_class(args.before, relative, name), getattr(module, name))
-        pair = [c.for_model(model, **options.get(key, {})) for c in classes]
+        extra = (tokenizer,) if key in NEEDS_TOKENIZER else ()
+        pair = [c.for_model(model, *extra, **options.get(key, {})) for c in classes]
         spent = [0.0, 0.0]
         with torch.no_grad():
             for i, (batch, cache) in enumerate(zip(batches, caches, strict=True)):

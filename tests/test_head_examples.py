@@ -126,3 +126,19 @@ def test_every_head_has_examples_and_linked_viewer_pages(tiny_report: Path) -> N
         assert ".partial" not in html
     run = json.loads((tiny_report / "run.json").read_text())
     assert run["example_pages"] == len(set(linked["viewer_page"]))
+
+
+def test_windows_read_each_cell_and_zero_past_the_end() -> None:
+    """``_windows`` (one flat ``index_select``) against the cells read one by one."""
+    examples = HeadExamples(1, 3, {CLS}, {SEP}, set(), MEASURES, window=4)
+    p = torch.rand(5, 3, 6, 6)  # [batch, head, query_pos, key_pos]
+    rows = torch.randint(0, 5, (2, 3, 2))  # [measure, head, k]: batch rows
+    start = torch.randint(0, 6, (2, 3, 2))  # windows running past position 5 too
+    window = examples._windows(p, rows, start)  # [measure, head, k, w, w]
+    for m, h, r in torch.cartesian_prod(*(torch.arange(s) for s in rows.shape)).tolist():
+        s, b = int(start[m, h, r]), int(rows[m, h, r])
+        for i in range(4):
+            for j in range(4):
+                inside = s + i < 6 and s + j < 6
+                expected = p[b, h, s + i, s + j] if inside else torch.tensor(0.0)
+                assert torch.equal(window[m, h, r, i, j], expected)

@@ -136,16 +136,25 @@ def test_examples_equal_the_per_layer_path_of_main(heads_per_layer, layers):
     assert_states_equal(mine, main)
 
 
-def test_keys_of_every_measure_at_once_equal_key_of_each():
+def test_keys_at_every_measure_at_once_equal_key_of_each():
+    """``keys_at`` reads only the chosen (batch row, query) of each measure and head."""
     batch, cache = tied_batch(5, 8, list(range(5)), seed=3)
     reader = TokenMeasures(ALL_MEASURES, {CLS}, {SEP}, {DOT})
     reader.prepare(batch)
-    p = cache["pattern", 0]
+    p = cache["pattern", 0]  # [batch, head, query_pos, key_pos]
+    n_heads = p.shape[1]
     gen = torch.Generator().manual_seed(1)
-    query = torch.randint(0, 8, (len(ALL_MEASURES), 5, 3), generator=gen)
-    together = reader.keys_of(p, query)
+    shape = (len(ALL_MEASURES), n_heads, 2)  # [measure, head, k]
+    query = torch.randint(0, 8, shape, generator=gen)
+    rows = torch.randint(0, 5, shape, generator=gen)
+    together = reader.keys_at(p, query, rows)
+    heads = torch.arange(n_heads)
     for i, measure in enumerate(ALL_MEASURES):
-        assert torch.equal(together[i], reader.key_of(measure, p, query[i])), measure
+        for k in range(shape[-1]):
+            full = torch.zeros(5, n_heads, dtype=torch.long)  # [batch, head]
+            full[rows[i, :, k], heads] = query[i, :, k]
+            each = reader.key_of(measure, p, full)[rows[i, :, k], heads]
+            assert torch.equal(together[i, :, k], each), measure
 
 
 def test_a_shared_quantity_is_computed_once_per_block():

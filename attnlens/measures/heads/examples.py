@@ -160,15 +160,17 @@ class HeadExamples(HeadPatternAnalyzer):
         weight = reader.row_weight  # [measure, batch, 1, query_pos]
         value = (per_row * weight).sum(-1) / self._counted[:, :, None].clamp_min(1)
         value = value.masked_fill(~self._enough[:, :, None], -torch.inf)  # [measure, batch, head]
-        masked = per_row.masked_fill(self._uncounted, -torch.inf)
-        query = masked.argmax(-1)  # [measure, batch, head]: the row where it is largest
-        key = reader.keys_of(p, query)  # [measure, batch, head]
         # the batch's top k per (measure, head), ties to the smaller corpus index (top_k)
         value = value.transpose(1, 2)  # [measure, head, batch]
         ranked = value[..., self._by_id].argsort(dim=-1, descending=True, stable=True)
         best = self._by_id[ranked[..., : self.k]]  # [measure, head, k'] batch rows
-        query = query.transpose(1, 2).gather(-1, best)  # [measure, head, k']
-        key = key.transpose(1, 2).gather(-1, best)
+        # only the chosen sentences' rows: the query where the measure is largest, its key
+        n = per_row.shape[-1]
+        picked = per_row.transpose(1, 2).gather(2, best[..., None].expand(*best.shape, n))
+        flat = best.flatten(1)[..., None].expand(-1, -1, n)  # [measure, head * k', query_pos]
+        uncounted = self._uncounted[:, :, 0].gather(1, flat).view_as(picked)
+        query = picked.masked_fill(uncounted, -torch.inf).argmax(-1)  # [measure, head, k']
+        key = reader.keys_at(p, query, best)  # [measure, head, k']
         start = self._window_start(query, key, best)  # [measure, head, k']
         window = self._windows(p, best, start)  # [measure, head, k', w, w]
         first = self.reader.first[best]  # [measure, head, k'] each sentence's first token
@@ -179,7 +181,8 @@ class HeadExamples(HeadPatternAnalyzer):
     def _windows(self, p: torch.Tensor, rows: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
         """``[measure, head, k, w, w]``: the pattern ``p [batch, head, query_pos, key_pos]``
         of batch row ``rows [measure, head, k]`` over ``window`` positions from ``start``
-        (cells past the input's end: 0), read with one flat gather."""
+        (cells past the input's end: 0), read with one flat ``index_select`` (on the CPU about
+        5x faster than the same cells by advanced indexing, ``flat[index]``)."""
         n_heads, n = p.shape[1], p.shape[-1]
         inside = start[..., None] + torch.arange(self.window, device=p.device)  # [m, h, k, w]
         cells = inside.clamp_max(n - 1)
@@ -187,7 +190,7 @@ class HeadExamples(HeadPatternAnalyzer):
         base = (rows * n_heads + heads) * (n * n)  # [measure, head, k]
         index = (base[..., None, None] + cells[..., :, None] * n
                  + cells[..., None, :])  # [measure, head, k, w, w]
-        window = p.contiguous().view(-1)[index]
+        window = p.contiguous().view(-1).index_select(0, index.view(-1)).view(index.shape)
         inside = inside < n
         return window * (inside[..., :, None] & inside[..., None, :])
 

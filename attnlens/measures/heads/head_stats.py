@@ -268,37 +268,41 @@ class TokenMeasures:
             row = row * (pos[None, None, :] - query[..., None]).abs()
         return row.argmax(-1)
 
-    def keys_of(self, p: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
-        """``[measure, batch, head]``: ``key_of`` for every measure at once, on the rows
-        ``query [measure, batch, head]`` of ``p [batch, head, query_pos, key_pos]`` (one
-        gather and one argmax for the measures that pick their key by weight)."""
-        n = p.shape[-1]
-        fixed = {"to_prev": lambda q: (q - 1).clamp_min(0),
-                 "to_next": lambda q: (q + 1).clamp_max(n - 1),
-                 "to_self": lambda q: q,
-                 "sink": lambda q: self.first[:, None].expand_as(q)}
+    def keys_at(self, p: torch.Tensor, query: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """``[measure, head, k]``: ``key_of`` for every measure at once, on the query rows
+        ``query [measure, head, k]`` of batch rows ``rows [measure, head, k]`` of ``p [batch,
+        head, query_pos, key_pos]`` (only those rows read: one flat ``index_select`` and one
+        argmax for the measures that pick their key by weight)."""
+        n_heads, n = p.shape[1], p.shape[-1]
+        fixed = {"to_prev": lambda i: (query[i] - 1).clamp_min(0),
+                 "to_next": lambda i: (query[i] + 1).clamp_max(n - 1),
+                 "to_self": lambda i: query[i],
+                 "sink": lambda i: self.first[rows[i]]}
         weighed = [i for i, m in enumerate(self.measures) if m not in fixed]
         keys = [None] * len(self.measures)
         if weighed:
-            at = torch.stack([query[i] for i in weighed], -1)  # [batch, head, measure']
-            rows = p.gather(2, at[..., None].expand(*at.shape, n))  # [batch, head, m', key]
+            at, of = query[weighed], rows[weighed]  # [measure', head, k]
             pos = torch.arange(n, device=p.device)
-            scale = []  # what each measure weighs its row by, broadcast to [batch, head, key]
-            for i in weighed:
+            heads = torch.arange(n_heads, device=p.device)[None, :, None]  # [1, head, 1]
+            start = ((of * n_heads + heads) * n + at) * n  # [measure', head, k]
+            index = (start[..., None] + pos).view(-1)
+            cells = p.contiguous().view(-1).index_select(0, index).view(*at.shape, n)
+            scale = []  # what each measure weighs its row by, [head, k, key_pos]
+            for j, i in enumerate(weighed):
                 measure = self.measures[i]
                 if measure in ("to_cls", "to_sep", "to_punct"):
                     k = ("to_cls", "to_sep", "to_punct").index(measure)
-                    scale.append(self.targets[:, None, :, k].expand(*p.shape[:2], n))
+                    scale.append(self.targets[..., k][of[j]])
                 elif measure == "distance":
-                    scale.append((pos[None, None, :] - query[i][..., None]).abs().to(p.dtype))
+                    scale.append((pos - at[j][..., None]).abs().to(p.dtype))
                 else:  # the row's own largest weight
-                    scale.append(p.new_ones(1, 1, 1).expand(*p.shape[:2], n))
-            picked = (rows * torch.stack(scale, 2)).argmax(-1)  # [batch, head, measure']
+                    scale.append(p.new_ones(1, 1, 1).expand_as(cells[j]))
+            picked = (cells * torch.stack(scale)).argmax(-1)  # [measure', head, k]
             for j, i in enumerate(weighed):
-                keys[i] = picked[..., j]
+                keys[i] = picked[j]
         for i, measure in enumerate(self.measures):
             if measure in fixed:
-                keys[i] = fixed[measure](query[i])
+                keys[i] = fixed[measure](i)
         return torch.stack(keys)
 
 
