@@ -127,3 +127,13 @@ def write_report(folder: Path, tables: dict[str, pd.DataFrame] | None = None,
            "layers_and_heads_numbered_from": 0}
     (folder / "run.json").write_text(json.dumps(run), encoding="utf-8")
     return folder
+
+
+def same_table_files(a: Path, b: Path) -> list[str]:
+    """The names of report folder ``a``'s table files, asserted the same names and bytes
+    in report folder ``b``."""
+    tables = sorted(p.name for p in (a / "tables").iterdir())
+    assert tables == sorted(p.name for p in (b / "tables").iterdir())
+    for name in tables:
+        assert (a / "tables" / name).read_bytes() == (b / "tables" / name).read_bytes(), name
+    return tables

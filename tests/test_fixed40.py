@@ -10,6 +10,7 @@ import torch
 from attnlens.stats import null as null_module
 from attnlens.stats.bootstrap import percentile_interval
 from attnlens.stats.null import QUANTILES, _group_quantiles
+from tests.report_fixtures import same_table_files
 
 
 def _per_group(group: np.ndarray, values: np.ndarray, groups: int):
@@ -160,12 +161,8 @@ def test_weight_spectra_beside_the_pass_give_the_same_files(minilm, tmp_path, mo
     assert WEIGHTS_WAIT not in here["timings"]["fixed costs"]
     assert beside["null"]["tables"] == here["null"]["tables"]
     assert "circuit_summary" in here["null"]["tables"]  # the null model's own, with nulls
-    tables = sorted(p.name for p in (tmp_path / "here" / "tables").iterdir())
+    tables = same_table_files(tmp_path / "here", tmp_path / "beside")
     assert "circuit_summary.csv" in tables and "shared_subspace_dims.csv" in tables
-    assert tables == sorted(p.name for p in (tmp_path / "beside" / "tables").iterdir())
-    for name in tables:
-        assert ((tmp_path / "here" / "tables" / name).read_bytes()
-                == (tmp_path / "beside" / "tables" / name).read_bytes()), name
 
 
 def test_weight_spectra_are_taken_only_for_the_model_they_were_started_for(monkeypatch):
