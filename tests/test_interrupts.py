@@ -102,27 +102,44 @@ def test_ctrl_c_says_what_was_kept_and_the_resume_command_works(pairs, tmp_path)
     assert curve["step"].tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
 
 
-def test_ctrl_c_before_any_progress_leaves_nothing(tmp_path):
-    process = start_cli("spectrum", "--out", "rep", "--quiet", cwd=tmp_path)
+@pytest.fixture(scope="module")
+def long_text(tmp_path_factory) -> Path:
+    """400 sentences of 60 words: a spectrum run over them lasts tens of seconds, so a signal
+    sent once its work folder appears always arrives mid-run (the embedded sample corpus
+    can finish first)."""
+    words = ["the", "a", "cat", "dog", "sat", "on", "mat", "ran", "over", "hill", "quickly",
+             "bird", "sang", "near", "river"]
+    lines = (" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(60))
+             for i in range(400))
+    path = tmp_path_factory.mktemp("corpus") / "long.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _interrupt_spectrum(tmp_path: Path, text: Path, signum: int) -> tuple[int, str]:
+    process = start_cli("spectrum", "--text", str(text), "--out", "rep", "--quiet",
+                        cwd=tmp_path)
     # the work folder appears once the model is loaded and the corpus pass begins
     _wait_for(process, lambda: any(tmp_path.glob(".rep.*.tmp")), "the work folder")
-    process.send_signal(signal.SIGINT)
+    process.send_signal(signum)
     _, err = process.communicate(timeout=120)
-    assert process.returncode == 130
+    return process.returncode, err
+
+
+def test_ctrl_c_before_any_progress_leaves_nothing(tmp_path, long_text):
+    returncode, err = _interrupt_spectrum(tmp_path, long_text, signal.SIGINT)
+    assert returncode == 130, err
     assert err.strip() == ("Interrupted: nothing was written (rep is unchanged); rerun with: "
-                           "attnlens spectrum --out rep --quiet")
+                           f"attnlens spectrum --text {shlex.quote(str(long_text))} --out rep "
+                           "--quiet")
     assert list(tmp_path.iterdir()) == []
 
 
-def test_sigterm_is_handled_like_ctrl_c(tmp_path):
-    process = start_cli("asymmetry", "--weights-only", "--out", "rep", "--quiet", cwd=tmp_path)
-    _wait_for(process, lambda: any(tmp_path.glob(".rep.*.tmp")), "the work folder")
-    process.send_signal(signal.SIGTERM)
-    _, err = process.communicate(timeout=120)
-    if process.returncode == 0:
-        pytest.skip("the weights-only run finished before SIGTERM arrived")
-    assert process.returncode == 143 and err.startswith("Interrupted: nothing was written")
-    assert not (tmp_path / "rep").exists() and not list(tmp_path.glob(".rep.*"))
+def test_sigterm_is_handled_like_ctrl_c(tmp_path, long_text):
+    returncode, err = _interrupt_spectrum(tmp_path, long_text, signal.SIGTERM)
+    assert returncode == 143, err
+    assert err.startswith("Interrupted: nothing was written"), err
+    assert list(tmp_path.iterdir()) == []
 
 
 # analyze / heads -----------------------------------------------------------------------------

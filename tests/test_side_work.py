@@ -112,6 +112,39 @@ def test_a_parent_killed_outright_leaves_no_child_behind() -> None:
         parent.stdout.close()
 
 
+MID_FORK = """
+import os, signal, time
+from attnlens.report import side_work
+
+armed = []
+# A Ctrl-C delivered during os.fork is handled by the Python code that runs next: here, as
+# when it happened to `attnlens spectrum` in CI, an at-fork callback, where an exception is
+# printed and dropped.
+os.register_at_fork(after_in_parent=lambda: armed and signal.raise_signal(signal.SIGINT))
+
+def work():
+    time.sleep(60)
+
+armed.append(True)
+try:
+    side_work.side_job("test", work, forked=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+else:
+    print("not interrupted", flush=True)
+"""
+
+
+@needs_fork
+def test_a_ctrl_c_during_the_fork_is_raised_after_it_and_ends_the_child() -> None:
+    # Before the fix the interruption was lost and the run went on to the end (CI, 2026-11-28).
+    ran = subprocess.run([sys.executable, "-c", MID_FORK], capture_output=True, text=True,
+                         timeout=120)
+    assert ran.stdout.strip() == "interrupted", ran.stdout + ran.stderr
+    assert "Exception ignored" not in ran.stderr, ran.stderr
+    assert ran.returncode == 0, ran.stderr  # the child was killed, not waited for (60 s)
+
+
 def test_an_unforked_job_runs_here_when_its_result_is_asked() -> None:
     ran: list[int] = []
     job = side_work.side_job("test", lambda: ran.append(os.getpid()) or 7, forked=False)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlens.runs import io
+from attnlens.runs.held_signals import signals_held
 
 
 class _Pool:
@@ -87,10 +88,11 @@ class _LazyPool:
         self.pool: _Pool | None = None
 
     def submit(self, figure: Any, write: Callable[[Any, Path, str], None], jobs: list) -> None:
-        if self.pool is None:
-            _warm_up()  # forked workers inherit loaded fonts and text-layout caches
-            self.pool = _Pool(self.workers)
-        self.pool.submit(figure, write, jobs)
+        with signals_held():  # the first submit forks the workers: a Ctrl-C then is not lost
+            if self.pool is None:
+                _warm_up()  # forked workers inherit loaded fonts and text-layout caches
+                self.pool = _Pool(self.workers)
+            self.pool.submit(figure, write, jobs)
 
     def finish(self) -> None:
         if self.pool is not None:

@@ -21,11 +21,13 @@ survive a fork: the child hangs).
 ``side_workers_allowed`` says where forking is safe and useful: Linux, more than one usable
 CPU, the model on the CPU (a forked child may not use a CUDA context), one process (not under
 ``torchrun``), and ``ATTNLENS_SIDE_WORKERS`` not ``0``; elsewhere the work runs in this
-process, exactly as before. The child runs at one torch thread, resets SIGINT and SIGTERM
-(the parent reports an interruption), ends with ``os._exit`` (never the parent's ``atexit``
-handlers, such as the output folder's lock), writes no file, ends with its parent (a parent
-killed with SIGKILL leaves no child behind: ``PR_SET_PDEATHSIG``, and the child closes its
-inherited copy of the pipe's read end), and returns the wall seconds of
+process, exactly as before. Ctrl-C and SIGTERM are held back while the child is forked
+(``runs.held_signals``: one arriving mid-fork would otherwise be lost). The child runs at one
+torch thread, resets SIGINT and SIGTERM (the parent reports an interruption), ends with
+``os._exit`` (never the parent's ``atexit`` handlers, such as the output folder's lock),
+writes no file, ends with its parent (a parent killed with SIGKILL leaves no child behind:
+``PR_SET_PDEATHSIG``, and the child closes its inherited copy of the pipe's read end), and
+returns the wall seconds of
 every ``attnlens.runs.stopwatch`` phase it timed, which the parent records in ``run.json``'s
 fixed costs under ``SIDE_PREFIX`` (the time it waited under ``WAIT_PREFIX``).
 """
@@ -42,6 +44,7 @@ from collections.abc import Callable
 from typing import Any
 
 from attnlens.runs import stopwatch
+from attnlens.runs.held_signals import signals_held
 
 SIDE_PREFIX = "beside the corpus pass: "  # run.json's fixed costs of work done in a child
 WAIT_PREFIX = "waited for: "  # what the parent waited for a child's result
@@ -77,9 +80,15 @@ class SideJob:
                                            daemon=True, name=f"attnlens-{name}")
             for stream in (sys.stdout, sys.stderr):  # the child flushes what it inherits
                 stream.flush()
-            self.process.start()
-            send.close()  # the child's end: the parent sees EOF if the child dies
             self.pipe = receive
+            try:
+                with signals_held():  # a Ctrl-C during the fork is raised after it, not lost
+                    self.process.start()
+            except BaseException:
+                self.cancel()
+                raise
+            finally:
+                send.close()  # the child's end: the parent sees EOF if the child dies
 
     def result(self) -> Any:
         """``work()``'s value (the child's, waiting for it); re-raises its failure."""
@@ -107,12 +116,16 @@ class SideJob:
         return payload
 
     def cancel(self) -> None:
-        """End the child if it still runs (a failed report does not wait for it)."""
-        if self.process is not None and self.process.is_alive():
-            self.process.terminate()
-            self.process.join()
+        """End the child if it still runs (a failed report does not wait for it).
+
+        SIGKILL, not SIGTERM: a child forked while signals were held (``signals_held``) runs
+        the parent's deferring handler until it resets its own, and would hold a SIGTERM
+        sent then for ever; it writes no file, so nothing is left half done."""
         if self.pipe is not None:
             self.pipe.close()
+        if self.process is not None and self.process.is_alive():
+            self.process.kill()
+            self.process.join()
 
 
 def side_job(name: str, work: Callable[[], Any], forked: bool) -> SideJob:

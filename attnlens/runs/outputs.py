@@ -24,17 +24,15 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import tempfile
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from attnlens.errors import AttnlensError, ConfigError
 from attnlens.runs import folder_lock
+from attnlens.runs.held_signals import HeldSignals
 from attnlens.runs.io import (
     WORK_SUFFIX_BYTES,
     atomic_write_json,
@@ -350,7 +348,7 @@ class OutputFolder:
 
     def _write(self, manifest: dict | None) -> Iterator[Path]:
         work = None
-        held = _HeldSignals()
+        held = HeldSignals()
         try:
             if self._lock is None:  # its parent did not exist when checked: lock it now
                 self._make_parents()
@@ -380,7 +378,7 @@ class OutputFolder:
             raise
         finally:
             _ACTIVE.folder = None
-        held = _HeldSignals()
+        held = HeldSignals()
         try:
             shutil.rmtree(work / CHECKPOINT_DIR, ignore_errors=True)
             if manifest is not None:
@@ -390,38 +388,6 @@ class OutputFolder:
             self.work = None
         finally:
             held.release()
-
-
-_HELD = (signal.SIGINT, signal.SIGTERM)
-
-
-class _HeldSignals:
-    """Ctrl-C and SIGTERM deferred until ``release()``, then raised as they came.
-
-    The Python-level handlers are swapped for one that records the signal: Python runs
-    signal handlers in the main thread whichever thread the OS delivered the signal to, so
-    this holds with worker threads running (a per-thread signal mask would not: the signal
-    would go to a worker and be handled at once). Off the main thread it holds nothing.
-    """
-
-    def __init__(self) -> None:
-        self.pending: list[int] = []
-        self.previous: dict[int, Any] = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in _HELD:
-                self.previous[sig] = signal.signal(sig, self._defer)
-
-    def _defer(self, signum: int, frame: Any) -> None:
-        self.pending.append(signum)
-
-    def release(self) -> None:
-        """Restore the handlers; a deferred signal is handled now (by the restored one)."""
-        previous, self.previous = self.previous, {}
-        for sig, handler in previous.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-        pending, self.pending = self.pending, []
-        for signum in dict.fromkeys(pending):
-            signal.raise_signal(signum)
 
 
 def active_folder() -> OutputFolder | None:
