@@ -30,6 +30,16 @@ def _wait_for(process: subprocess.Popen, ready, what: str, timeout: float = 600)
         time.sleep(0.01)
 
 
+def _stderr_at_exit(process: subprocess.Popen, timeout: float = 120) -> str:
+    """The process's stderr once it has exited; killed (and the test failed) if it hangs."""
+    try:
+        return process.communicate(timeout=timeout)[1]
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        pytest.fail(f"the interrupted run did not exit within {timeout:g} s")
+
+
 def _rows(path: Path) -> int:
     try:
         return max(len(path.read_text().splitlines()) - 1, 0)
@@ -89,7 +99,7 @@ def test_ctrl_c_says_what_was_kept_and_the_resume_command_works(pairs, tmp_path)
     partial_curve = tmp_path / ".out.partial" / "prune_curve.csv"
     _wait_for(process, lambda: _rows(partial_curve) >= 2, "two rows of the curve")
     process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=120)
+    err = _stderr_at_exit(process)
     assert process.returncode == 130
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
@@ -122,7 +132,7 @@ def _interrupt_spectrum(tmp_path: Path, text: Path, signum: int) -> tuple[int, s
     # the work folder appears once the model is loaded and the corpus pass begins
     _wait_for(process, lambda: any(tmp_path.glob(".rep.*.tmp")), "the work folder")
     process.send_signal(signum)
-    _, err = process.communicate(timeout=120)
+    err = _stderr_at_exit(process)
     return process.returncode, err
 
 
