@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
+import torch
 
 from attnlens.runs import io
 
@@ -199,6 +201,34 @@ def test_head_examples_table_equals_the_per_record_path() -> None:
     calls.clear()
     table = examples.examples(decode)
     assert len(calls) == table["sentence_index"].nunique() < len(table)  # once per sentence
+    # ties (12.5 -> 12, 37.5 -> 38, half to even) from one conversion of every window
+    examples.top_window[..., 0, :2] = torch.tensor([0.125, 0.375], dtype=torch.float16)
+    new = examples.examples(decode)
+    assert new.to_csv(index=False) == _old_examples(examples, decode).to_csv(index=False)
+    assert new["window"].str.startswith("12 38").any()
+
+
+def test_head_examples_window_not_finite_keeps_the_error() -> None:
+    """A NaN in an example's window raises as each window's own text did (fixed43: every
+    window converted at once, each on its own when one is not finite)."""
+    from attnlens.measures.heads.examples import HeadExamples, window_percents
+    from attnlens.measures.heads.head_stats import MEASURES
+    from tests.test_head_examples import CLS, SEP, previous_token_batch
+
+    examples = HeadExamples(1, 2, {CLS}, {SEP}, set(), MEASURES, k=3, window=4)
+    examples.update(*previous_token_batch([0.5, 0.9, 0.7], [10, 11, 12]))
+    decode = lambda ids: [f"t{i}" for i in ids]  # noqa: E731
+    assert window_percents(examples.top_window) is not None
+    examples.top_window[0, 0, 0, 0, 0, 0] = float("nan")
+    assert window_percents(examples.top_window) is None
+    with pytest.raises(ValueError):
+        examples.examples(decode)
+    examples.top_window[0, 0, 0, 0, 0, 0] = 0
+    examples.top_sentence[0, 0, 0, 2] = -1  # no example there: its window is not read
+    examples.top_window[0, 0, 0, 2] = float("inf")
+    assert window_percents(examples.top_window) is None
+    assert examples.examples(decode).to_csv(index=False) == _old_examples(
+        examples, decode).to_csv(index=False)
 
 
 def _old_head_rows(heads_per_layer, values, extra) -> pd.DataFrame:
