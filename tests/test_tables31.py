@@ -81,6 +81,36 @@ def test_neutralise_formulas_writes_the_same_csv_as_the_cell_by_cell_path() -> N
     assert io.neutralise_formulas(plain) is plain
 
 
+def _old_restore_formulas(df: pd.DataFrame) -> pd.DataFrame:
+    """``io.restore_formulas`` before fixed43 (every column as a Series, always renamed)."""
+    text_columns = [c for c in df.columns if not io._is_numeric(df[c])]
+    for column in text_columns:
+        if not df.columns.is_unique or io._changes(df[column], io.restore_cell):
+            df[column] = df[column].map(io.restore_cell)
+    return df.rename(columns={c: io.restore_cell(c) for c in df.columns})
+
+
+def test_restore_formulas_reads_back_what_the_csv_held() -> None:
+    """fixed43: the tables read back (dtypes read once, no copy without a renamed header)
+    are those the old path gave, written tables with formulas, headers and repeats."""
+    from io import StringIO
+
+    table = _mixed_table()
+    plain = table.drop(columns=["=header"]).assign(
+        text=pd.array(["a", None] * 5 + ["b"], dtype="str"),
+        object=pd.Series(["a", 1, None] * 3 + ["b", "c"], dtype=object),
+        category=pd.Categorical(["p", "q"] * 5 + ["p"]))
+    duplicated = table.rename(columns={"object": "text"})
+    for frame in (table, plain, table[["int", "float"]], duplicated, table.iloc[:0]):
+        text = io.neutralise_formulas(frame).to_csv(index=False)
+        new = io.restore_formulas(pd.read_csv(StringIO(text)))
+        old = _old_restore_formulas(pd.read_csv(StringIO(text)))
+        pd.testing.assert_frame_equal(new, old, check_exact=True)
+        assert new.to_csv(index=False) == old.to_csv(index=False)
+    read = pd.read_csv(StringIO(plain.to_csv(index=False)))
+    assert io.restore_formulas(read) is read  # nothing to rename: no copy
+
+
 def _old_add_null_columns(table, null, value="value", declared_keys=()):
     from attnlens.stats.null import NULL_COLUMNS, QUANTILES, null_keys, per_layer
 
