@@ -347,3 +347,34 @@ def test_punctuation_ids_read_once_per_vocabulary() -> None:
     assert punctuation_ids(tok) == {1, 2, 4, 5} and tok.hf.reads == 2
     tok.special_ids = {3, 1}  # other special tokens: read again
     assert punctuation_ids(tok) == {2, 4, 5} and tok.hf.reads == 3
+
+
+def test_payload_text_columns_equal_the_bool_checked_path() -> None:
+    """fixed43: a text (``str`` dtype) column skips the all-booleans check; object columns
+    keep it. Every kind of text column encodes as before."""
+    import json
+
+    from attnlens.report import payload
+
+    def old_text(series):
+        present = series.dropna()
+        if len(present) and all(isinstance(v, bool | np.bool_) for v in present.tolist()):
+            return {"kind": "bool",
+                    "values": [None if pd.isna(v) else bool(v) for v in series.tolist()]}
+        texts = [v if type(v) is str else None if pd.isna(v) else str(v)
+                 for v in series.tolist()]
+        distinct = list(dict.fromkeys(texts))
+        if len(texts) >= payload.DICTIONARY_REPEAT * len(distinct) and len(texts) > 8:
+            index = {v: i for i, v in enumerate(distinct)}
+            return {"kind": "str", "dict": distinct, "codes": [index[v] for v in texts]}
+        return {"kind": "str", "values": texts}
+
+    columns = [pd.Series(pd.array(FORMULA_TEXT, dtype="str")),
+               pd.Series(pd.array(["True", "False", None], dtype="str")),
+               pd.Series(pd.array([None, None], dtype="str")),
+               pd.Series(pd.array(["a", "b"] * 6, dtype="str")),
+               pd.Series([True, None, False], dtype=object),
+               pd.Series(["a|b", 1, 2.5, None, True], dtype=object),
+               pd.Series(pd.Categorical(["p", "=q", "p"]))]
+    for column in columns:
+        assert json.dumps(payload.encode_column(column)) == json.dumps(old_text(column))
