@@ -124,7 +124,8 @@ def _table_grids(name: str, table: pd.DataFrame, keys: tuple[str, ...], layers: 
         ends = [*starts[1:].tolist(), len(order)]
         for g, start, end in zip(ids.tolist(), starts.tolist(), ends, strict=True):
             if g < 0 or (varying and end - start < 2):
-                continue  # a missing label (ngroup's NaN): the group-by leaves the rows out
+                continue  # a missing label (ngroup's NaN: the group-by leaves the rows out),
+                # or one row only where the caller keeps grids that vary
             rows = order[start:end]
             if repeated[rows].any():
                 continue  # more labels than this split sees: not one value per head
