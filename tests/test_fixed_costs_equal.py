@@ -237,3 +237,19 @@ def test_example_windows_equal_the_per_entry_path() -> None:
         assert window_text(grid.float()) == _old_window_text(grid.float())
     with pytest.raises(ValueError):  # NaN: the same error as before
         window_text(torch.tensor([[float("nan")]]))
+
+
+def test_head_grids_skip_one_row_splits_with_the_same_grids() -> None:
+    """fixed43: the head map leaves out a long table's one-row splits before building their
+    grids (one value cannot vary); its grids stay those of the group-by path."""
+    layer, head = np.repeat(np.arange(2), 3), np.tile(np.arange(3), 2)
+    varied = pd.DataFrame({"layer": layer, "head": head, "label": "many", "measure": "m",
+                           "value": np.arange(6) / 7})
+    single = pd.DataFrame({"layer": layer, "head": head, "label": [f"s{i}" for i in range(6)],
+                           "measure": "m", "value": np.arange(6) / 7})
+    table = pd.concat([single, varied], ignore_index=True)
+    every = heads_grid.table_grids("t", table, (), 2, 3)
+    kept = list(heads_grid._table_grids("t", table, (), 2, 3, varying=True))
+    assert len(every) == 7 and [g["label"] for g in kept] == ["many m"]
+    assert [g for g in every if heads_grid._varies(g)] == kept
+    assert every == _old_table_grids("t", table, (), 2, 3)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
 import pytest
 import torch
 
@@ -333,3 +334,32 @@ def test_fused_row_error_equals_the_weighted_definition():
                                atol=0)
     assert torch.equal(squared_row_error(pattern @ values, kept_raw @ values, kept_raw.sum(-1),
                                          weight), want)
+
+
+def _old_window_curve(analyzer: SparseCoverage) -> pd.DataFrame:
+    """``sparse_window_curve`` before fixed43: one record per head and window."""
+    window, plus = analyzer._window_curves()
+    curve = []
+    for layer in range(analyzer.n_layers):
+        for head in range(analyzer.heads_per_layer[layer]):
+            curve += [{"layer": layer, "head": head, "window": w,
+                       "window_mass": float(window[layer, head, w]),
+                       "window_global_mass": float(plus[layer, head, w])}
+                      for w in range(analyzer.max_distance + 1)]
+    return pd.DataFrame.from_records(curve)
+
+
+@pytest.mark.parametrize("heads", [[3, 3], [2, 0, 3], [0, 0]])
+def test_window_curve_columns_equal_the_per_record_table(heads: list[int]) -> None:
+    """fixed43: the window curve built as columns is the per-record table (values, dtypes,
+    CSV), pruned layers and a model without heads included."""
+    analyzer = SparseCoverage(len(heads), max(heads), heads_per_layer=heads, max_distance=6)
+    generator = torch.Generator().manual_seed(0)
+    for field in ("by_distance", "nonglobal_by_distance", "masses"):
+        setattr(analyzer, field, torch.rand(getattr(analyzer, field).shape,
+                                            generator=generator, dtype=torch.float64))
+    analyzer.rows, analyzer.sentences = 7, 3
+    new = analyzer.result()["sparse_window_curve"]
+    old = _old_window_curve(analyzer)
+    pd.testing.assert_frame_equal(new, old, check_exact=True)
+    assert new.to_csv(index=False) == old.to_csv(index=False)

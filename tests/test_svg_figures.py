@@ -274,3 +274,47 @@ def test_long_headings_wrap_inside_the_figure() -> None:
     spans = heading[0].findall("s:tspan", NS)
     assert len(spans) > 1
     assert all(text_width(s.text, 10) <= canvas.width for s in spans)
+
+
+def _old_shared_subspace_curves(curve: pd.DataFrame, d_model: int, title: str):
+    """``svg.curves.shared_subspace_curves`` before fixed43 (each line's rows by two masks)."""
+    from attnlens.plots.svg.axes import LegendEntry
+    from attnlens.plots.svg.colormaps import cycle_colour
+    from attnlens.plots.svg.curves import DASHED, DOTTED, GREY, _share_panels
+    from attnlens.plots.svg.layout import layer_grid, suptitle
+    from attnlens.plots.svg.ticks import data_range
+
+    n_layers = int(curve["layer"].max()) + 1
+    canvas, boxes, cols = layer_grid(n_layers, width=3.0, kind="shared_subspace", top=0.6,
+                                     hspace=0.5)
+    panels = _share_panels(canvas, boxes, cols, data_range(curve["k"]), "dimensions k",
+                           "cumulative energy (sum s^2)")
+    matrices = list(dict.fromkeys(curve["matrix"]))
+    entries = []
+    for index, matrix in enumerate(matrices):
+        for scope, dash in (("concat", None), ("per_head_mean", DASHED)):
+            label = f"{matrix} {'all heads' if scope == 'concat' else 'one head'}"
+            entries.append(LegendEntry(label, cycle_colour(index), dash=dash))
+    for layer, rows in curve.groupby("layer"):
+        panel = panels[int(layer)]
+        for index, matrix in enumerate(matrices):
+            for scope, dash in (("concat", None), ("per_head_mean", DASHED)):
+                part = rows[(rows["matrix"] == matrix) & (rows["scope"] == scope)]
+                panel.line(part["k"].to_list(), part["energy"].to_list(), cycle_colour(index),
+                           1.2, dash=dash)
+        panel.vline(d_model, GREY, DOTTED)
+    panels[0].legend(entries, "lower right", size=6)
+    suptitle(canvas, title)
+    return canvas
+
+
+def test_shared_subspace_curves_equal_the_per_line_masks() -> None:
+    """fixed43: each line's rows from one group-by give the very SVG two masks per line gave
+    (rows in any order, a layer without one matrix's lines)."""
+    shared = _curve_tables()["shared"]
+    shuffled = shared.sample(frac=1.0, random_state=0)
+    missing = shared[~((shared["layer"] == 1) & (shared["matrix"] == "W_K"))]
+    three = pd.concat([shared, shared.assign(layer=2, energy=shared["energy"] / 2)])
+    for table in (shared, shuffled, missing, three):
+        new = svg.curves.shared_subspace_curves(table, 32, "Shared").render()
+        assert new == _old_shared_subspace_curves(table, 32, "Shared").render()

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
+import torch
 
 from attnlens.runs import io
 
@@ -77,6 +79,36 @@ def test_neutralise_formulas_writes_the_same_csv_as_the_cell_by_cell_path() -> N
         assert new.to_csv(index=False) == old.to_csv(index=False)
     # nothing to change: the table itself comes back (no copy)
     assert io.neutralise_formulas(plain) is plain
+
+
+def _old_restore_formulas(df: pd.DataFrame) -> pd.DataFrame:
+    """``io.restore_formulas`` before fixed43 (every column as a Series, always renamed)."""
+    text_columns = [c for c in df.columns if not io._is_numeric(df[c])]
+    for column in text_columns:
+        if not df.columns.is_unique or io._changes(df[column], io.restore_cell):
+            df[column] = df[column].map(io.restore_cell)
+    return df.rename(columns={c: io.restore_cell(c) for c in df.columns})
+
+
+def test_restore_formulas_reads_back_what_the_csv_held() -> None:
+    """fixed43: the tables read back (dtypes read once, no copy without a renamed header)
+    are those the old path gave, written tables with formulas, headers and repeats."""
+    from io import StringIO
+
+    table = _mixed_table()
+    plain = table.drop(columns=["=header"]).assign(
+        text=pd.array(["a", None] * 5 + ["b"], dtype="str"),
+        object=pd.Series(["a", 1, None] * 3 + ["b", "c"], dtype=object),
+        category=pd.Categorical(["p", "q"] * 5 + ["p"]))
+    duplicated = table.rename(columns={"object": "text"})
+    for frame in (table, plain, table[["int", "float"]], duplicated, table.iloc[:0]):
+        text = io.neutralise_formulas(frame).to_csv(index=False)
+        new = io.restore_formulas(pd.read_csv(StringIO(text)))
+        old = _old_restore_formulas(pd.read_csv(StringIO(text)))
+        pd.testing.assert_frame_equal(new, old, check_exact=True)
+        assert new.to_csv(index=False) == old.to_csv(index=False)
+    read = pd.read_csv(StringIO(plain.to_csv(index=False)))
+    assert io.restore_formulas(read) is read  # nothing to rename: no copy
 
 
 def _old_add_null_columns(table, null, value="value", declared_keys=()):
@@ -199,6 +231,34 @@ def test_head_examples_table_equals_the_per_record_path() -> None:
     calls.clear()
     table = examples.examples(decode)
     assert len(calls) == table["sentence_index"].nunique() < len(table)  # once per sentence
+    # ties (12.5 -> 12, 37.5 -> 38, half to even) from one conversion of every window
+    examples.top_window[..., 0, :2] = torch.tensor([0.125, 0.375], dtype=torch.float16)
+    new = examples.examples(decode)
+    assert new.to_csv(index=False) == _old_examples(examples, decode).to_csv(index=False)
+    assert new["window"].str.startswith("12 38").any()
+
+
+def test_head_examples_window_not_finite_keeps_the_error() -> None:
+    """A NaN in an example's window raises as each window's own text did (fixed43: every
+    window converted at once, each on its own when one is not finite)."""
+    from attnlens.measures.heads.examples import HeadExamples, window_percents
+    from attnlens.measures.heads.head_stats import MEASURES
+    from tests.test_head_examples import CLS, SEP, previous_token_batch
+
+    examples = HeadExamples(1, 2, {CLS}, {SEP}, set(), MEASURES, k=3, window=4)
+    examples.update(*previous_token_batch([0.5, 0.9, 0.7], [10, 11, 12]))
+    decode = lambda ids: [f"t{i}" for i in ids]  # noqa: E731
+    assert window_percents(examples.top_window) is not None
+    examples.top_window[0, 0, 0, 0, 0, 0] = float("nan")
+    assert window_percents(examples.top_window) is None
+    with pytest.raises(ValueError):
+        examples.examples(decode)
+    examples.top_window[0, 0, 0, 0, 0, 0] = 0
+    examples.top_sentence[0, 0, 0, 2] = -1  # no example there: its window is not read
+    examples.top_window[0, 0, 0, 2] = float("inf")
+    assert window_percents(examples.top_window) is None
+    assert examples.examples(decode).to_csv(index=False) == _old_examples(
+        examples, decode).to_csv(index=False)
 
 
 def _old_head_rows(heads_per_layer, values, extra) -> pd.DataFrame:
@@ -287,3 +347,34 @@ def test_punctuation_ids_read_once_per_vocabulary() -> None:
     assert punctuation_ids(tok) == {1, 2, 4, 5} and tok.hf.reads == 2
     tok.special_ids = {3, 1}  # other special tokens: read again
     assert punctuation_ids(tok) == {2, 4, 5} and tok.hf.reads == 3
+
+
+def test_payload_text_columns_equal_the_bool_checked_path() -> None:
+    """fixed43: a text (``str`` dtype) column skips the all-booleans check; object columns
+    keep it. Every kind of text column encodes as before."""
+    import json
+
+    from attnlens.report import payload
+
+    def old_text(series):
+        present = series.dropna()
+        if len(present) and all(isinstance(v, bool | np.bool_) for v in present.tolist()):
+            return {"kind": "bool",
+                    "values": [None if pd.isna(v) else bool(v) for v in series.tolist()]}
+        texts = [v if type(v) is str else None if pd.isna(v) else str(v)
+                 for v in series.tolist()]
+        distinct = list(dict.fromkeys(texts))
+        if len(texts) >= payload.DICTIONARY_REPEAT * len(distinct) and len(texts) > 8:
+            index = {v: i for i, v in enumerate(distinct)}
+            return {"kind": "str", "dict": distinct, "codes": [index[v] for v in texts]}
+        return {"kind": "str", "values": texts}
+
+    columns = [pd.Series(pd.array(FORMULA_TEXT, dtype="str")),
+               pd.Series(pd.array(["True", "False", None], dtype="str")),
+               pd.Series(pd.array([None, None], dtype="str")),
+               pd.Series(pd.array(["a", "b"] * 6, dtype="str")),
+               pd.Series([True, None, False], dtype=object),
+               pd.Series(["a|b", 1, 2.5, None, True], dtype=object),
+               pd.Series(pd.Categorical(["p", "=q", "p"]))]
+    for column in columns:
+        assert json.dumps(payload.encode_column(column)) == json.dumps(old_text(column))

@@ -94,8 +94,10 @@ def table_grids(name: str, table: pd.DataFrame, keys: tuple[str, ...], layers: i
 
 
 def _table_grids(name: str, table: pd.DataFrame, keys: tuple[str, ...], layers: int,
-                 heads: int) -> Iterator[dict[str, Any]]:
-    """``table_grids``, one grid at a time (the page stops at ``MAX_GRIDS``)."""
+                 heads: int, varying: bool = False) -> Iterator[dict[str, Any]]:
+    """``table_grids``, one grid at a time (the page stops at ``MAX_GRIDS``); ``varying``:
+    without a long table's one-row splits, whose grid holds one value and cannot vary
+    (``head_examples``: most of its splits)."""
     if not {"layer", "head"} <= set(table.columns) or table.empty:
         return
     if {"measure", "value"} <= set(table.columns):
@@ -121,8 +123,9 @@ def _table_grids(name: str, table: pd.DataFrame, keys: tuple[str, ...], layers: 
         ids, starts = np.unique(group[order], return_index=True)
         ends = [*starts[1:].tolist(), len(order)]
         for g, start, end in zip(ids.tolist(), starts.tolist(), ends, strict=True):
-            if g < 0:
-                continue  # a missing label (ngroup's NaN): the group-by leaves the rows out
+            if g < 0 or (varying and end - start < 2):
+                continue  # a missing label (ngroup's NaN: the group-by leaves the rows out),
+                # or one row only where the caller keeps grids that vary
             rows = order[start:end]
             if repeated[rows].any():
                 continue  # more labels than this split sees: not one value per head
@@ -161,7 +164,8 @@ def head_grids(tables: Mapping[str, pd.DataFrame], sections: list, layers: int,
         for name in section.tables:
             if name in tables and name != "head_roles":
                 keys = section.doc.table_doc(name).keys
-                for grid in _table_grids(name, tables[name], tuple(keys), layers, heads):
+                for grid in _table_grids(name, tables[name], tuple(keys), layers, heads,
+                                         varying=True):
                     if _varies(grid):
                         grids.append(grid)
                         if len(grids) == MAX_GRIDS:

@@ -43,10 +43,11 @@ def encode_column(series: pd.Series, digits: int = EMBEDDED_DIGITS) -> dict[str,
             ints = [int(v) if math.isfinite(v) else None for v in values.tolist()]
             return {"kind": "int", "values": ints}
         return {"kind": "num", "values": _floats(values, digits)}
-    present = series.dropna()
-    if len(present) and all(isinstance(v, bool | np.bool_) for v in present.tolist()):
-        return {"kind": "bool",
-                "values": [None if pd.isna(v) else bool(v) for v in series.tolist()]}
+    if not isinstance(series.dtype, pd.StringDtype):  # text columns hold no booleans
+        present = series.dropna()
+        if len(present) and all(isinstance(v, bool | np.bool_) for v in present.tolist()):
+            return {"kind": "bool",
+                    "values": [None if pd.isna(v) else bool(v) for v in series.tolist()]}
     texts = [v if type(v) is str else None if pd.isna(v) else str(v) for v in series.tolist()]
     distinct = list(dict.fromkeys(texts))
     if len(texts) >= DICTIONARY_REPEAT * len(distinct) and len(texts) > 8:

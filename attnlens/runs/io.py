@@ -177,11 +177,16 @@ def _changes(column: pd.Series, cell: Callable[[Any], Any]) -> bool:
 def restore_formulas(df: pd.DataFrame) -> pd.DataFrame:
     """A table read back from CSV with ``neutralise_formulas`` undone (report pages show
     the data's own text)."""
-    text_columns = [c for c in df.columns if not _is_numeric(df[c])]
+    if df.columns.is_unique:  # each column's dtype read once, not through a Series
+        text_columns = [c for c, dtype in zip(df.columns, df.dtypes, strict=True)
+                        if not _is_numeric(dtype)]
+    else:
+        text_columns = [c for c in df.columns if not _is_numeric(df[c])]
     for column in text_columns:
         if not df.columns.is_unique or _changes(df[column], restore_cell):
             df[column] = df[column].map(restore_cell)
-    return df.rename(columns={c: restore_cell(c) for c in df.columns})
+    renamed = {c: restore_cell(c) for c in df.columns if restore_cell(c) is not c}
+    return df.rename(columns=renamed) if renamed else df  # no copy when no header changes
 
 
 def markdown_cell(text: str) -> str:

@@ -302,6 +302,7 @@ class HeadExamples(HeadPatternAnalyzer):
         # Read once: the scalars as Python numbers, each sentence's tokens and text
         values, sentences = self.top_value.tolist(), self.top_sentence.tolist()
         places = [t.tolist() for t in (self.top_query, self.top_key, self.top_start)]
+        percents = window_percents(self.top_window)
         texts: dict[int, tuple[list[str], str]] = {}
         for mi, measure in enumerate(self.measures):
             for layer in range(self.n_layers):
@@ -316,7 +317,7 @@ class HeadExamples(HeadPatternAnalyzer):
                         at = (mi, layer, head, rank)
                         query, key, start = (p[mi][layer][head][rank] for p in places)
                         records.append(self._record(at, measure, value, index, texts[index],
-                                                    (query, key, start)))
+                                                    (query, key, start), percents))
         return pd.DataFrame.from_records(records, columns=list(EXAMPLE_COLUMNS))
 
     def _text(self, index: int, decode, text_of) -> tuple[list[str], str]:
@@ -327,12 +328,16 @@ class HeadExamples(HeadPatternAnalyzer):
         sentence = " ".join(words) if words else (text_of(ids) if text_of else " ".join(tokens))
         return tokens, sentence
 
-    def _record(self, at, measure, value, index, text, place) -> dict:
+    def _record(self, at, measure, value, index, text, place, percents) -> dict:
+        """One row; ``percents``: ``window_percents(self.top_window)``."""
         (tokens, sentence), (query, key, start) = text, place
-        _, layer, head, rank = at
+        mi, layer, head, rank = at
         width = max(0, min(self.window, len(tokens) - start))
-        grid = self.top_window[at][:width, :width].float()
-        window = window_text(grid)
+        if percents is None:  # a non-finite entry somewhere: each window on its own
+            window = window_text(self.top_window[at][:width, :width].float())
+        else:
+            rows = percents[mi][layer][head][rank][:width]
+            window = ";".join(" ".join(map(str, row[:width])) for row in rows)
 
         def token(i: int) -> str:
             return tokens[i] if 0 <= i < len(tokens) else ""
@@ -347,6 +352,16 @@ class HeadExamples(HeadPatternAnalyzer):
     def result(self) -> dict[str, pd.DataFrame]:
         """Without a tokenizer: tokens as their ids (the section decodes them)."""
         return {"head_examples": self.examples(lambda ids: [str(i) for i in ids])}
+
+
+def window_percents(windows: torch.Tensor) -> list | None:
+    """Every window's ``round(100 * p)`` as nested lists ``[..., query, key]`` of Python ints
+    (what ``window_text`` writes of each window, from one conversion of all of them), or None
+    when an entry is not finite (``window_text`` on each window then keeps its error)."""
+    percent = windows.double() * 100  # [measure, layer, head, k, query, key]
+    if not bool(torch.isfinite(percent).all()):
+        return None
+    return percent.round().long().tolist()
 
 
 def window_text(grid: torch.Tensor) -> str:

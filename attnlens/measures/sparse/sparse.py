@@ -582,7 +582,7 @@ class SparseCoverage(HeadPatternAnalyzer):
         errors = (self.errors / sentences).cpu().numpy()
         masses = (self.masses / rows).cpu().numpy()
         n_w = len(self.windows)
-        coverage, heads, curve = [], [], []
+        coverage, heads = [], []
         for layer in range(self.n_layers):
             for head in range(self.heads_per_layer[layer]):  # only heads the model has
                 rows_of = []
@@ -600,13 +600,24 @@ class SparseCoverage(HeadPatternAnalyzer):
                         coverage.append({"layer": layer, "head": head, "pattern": pattern,
                                          "window": w, "measure": measure, "value": float(value)})
                 heads += self._head_rows(layer, head, window, plus, errors)
-                curve += [{"layer": layer, "head": head, "window": w,
-                           "window_mass": float(window[layer, head, w]),
-                           "window_global_mass": float(plus[layer, head, w])}
-                          for w in range(self.max_distance + 1)]
         return {"sparse_coverage": pd.DataFrame.from_records(coverage),
                 "sparse_heads": pd.DataFrame.from_records(heads),
-                "sparse_window_curve": pd.DataFrame.from_records(curve)}
+                "sparse_window_curve": self._curve_table(window, plus)}
+
+    def _curve_table(self, window: np.ndarray, plus: np.ndarray) -> pd.DataFrame:
+        """``sparse_window_curve``: each head's mass within ``±w`` (``window_mass``) and with
+        the global keys (``window_global_mass``) for ``w = 0..max_distance``, as columns."""
+        layer = np.repeat(np.arange(self.n_layers), self.heads_per_layer)  # [head of model]
+        head = np.concatenate([np.arange(n) for n in self.heads_per_layer])  # [head of model]
+        if not len(layer):  # no head: the table of no records, without columns
+            return pd.DataFrame.from_records([])
+        width = self.max_distance + 1
+        return pd.DataFrame({
+            "layer": np.repeat(layer, width), "head": np.repeat(head, width),
+            "window": np.tile(np.arange(width), len(layer)),
+            "window_mass": window[layer, head, :width].astype(np.float64).reshape(-1),
+            "window_global_mass": plus[layer, head, :width].astype(np.float64).reshape(-1),
+        })
 
     def _head_rows(self, layer, head, window, plus, errors) -> list[dict]:
         all_w = range(self.max_distance + 1)

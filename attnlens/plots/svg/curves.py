@@ -3,6 +3,7 @@ window coverage, measures over layers, linear attention's keys by length."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from attnlens.plots.svg.axes import LegendEntry, Panel
@@ -71,13 +72,17 @@ def shared_subspace_curves(curve: pd.DataFrame, d_model: int, title: str) -> Can
         for scope, dash in (("concat", None), ("per_head_mean", DASHED)):
             label = f"{matrix} {'all heads' if scope == 'concat' else 'one head'}"
             entries.append(LegendEntry(label, cycle_colour(index), dash=dash))
-    for layer, rows in curve.groupby("layer"):
+    # each line's rows (ascending, as a mask picks them), found in one pass over the table
+    lines = curve.groupby(["layer", "matrix", "scope"], sort=False).indices
+    k, energy = curve["k"].to_numpy(), curve["energy"].to_numpy()
+    none = np.zeros(0, dtype=np.int64)
+    for layer in curve.groupby("layer").groups:
         panel = panels[int(layer)]
         for index, matrix in enumerate(matrices):
             for scope, dash in (("concat", None), ("per_head_mean", DASHED)):
-                part = rows[(rows["matrix"] == matrix) & (rows["scope"] == scope)]
-                panel.line(part["k"].to_list(), part["energy"].to_list(), cycle_colour(index),
-                           1.2, dash=dash)
+                rows = lines.get((layer, matrix, scope), none)
+                panel.line(k[rows].tolist(), energy[rows].tolist(), cycle_colour(index), 1.2,
+                           dash=dash)
         panel.vline(d_model, GREY, DOTTED)
     panels[0].legend(entries, "lower right", size=6)
     suptitle(canvas, title)
