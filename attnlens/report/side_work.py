@@ -27,9 +27,9 @@ torch thread, resets SIGINT and SIGTERM (the parent reports an interruption), en
 ``os._exit`` (never the parent's ``atexit`` handlers, such as the output folder's lock),
 writes no file, ends with its parent (a parent killed with SIGKILL leaves no child behind:
 ``PR_SET_PDEATHSIG``, and the child closes its inherited copy of the pipe's read end), and
-returns the wall seconds of
-every ``attnlens.runs.stopwatch`` phase it timed, which the parent records in ``run.json``'s
-fixed costs under ``SIDE_PREFIX`` (the time it waited under ``WAIT_PREFIX``).
+returns the wall seconds of every ``attnlens.runs.stopwatch`` phase it timed, which the
+parent records in ``run.json``'s fixed costs under ``SIDE_PREFIX`` (the time it waited under
+``WAIT_PREFIX``).
 """
 
 from __future__ import annotations
