@@ -22,10 +22,11 @@ from tests.test_readers_fuzz import FUZZ, NASTY, conllu_text
 
 
 def _outcome(text: str, monkeypatch: pytest.MonkeyPatch, plain: bool):
-    """The sentences, or the error's type and message, with or without the plain path."""
+    """The sentences, or the error's type and message, with or without the plain paths."""
     with monkeypatch.context() as patch:
         if not plain:
             patch.setattr(conllu_module, "_plain_tokens", lambda lines: None)
+            patch.setattr(conllu_module, "_simple_sentence", lambda lines, block: None)
         try:
             return parse_conllu(text, source="t.conllu")
         except AttnlensError as exc:

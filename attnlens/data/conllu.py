@@ -12,7 +12,7 @@ sentence, the word (by its CoNLL-U ID) and the column to fix.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -119,7 +119,7 @@ def _sentence_from_tokens(tokens, block: _Block) -> DepSentence:
                             "fix the DEPREL column (the relation to its head, e.g. nsubj).")
         heads.append(ROOT if head == 0 else index[head])
         relations.append(str(relation))
-    _check_tree(heads, words, block.at())
+    _check_tree(heads, lambda i: _word(words, i), block.at())
     text, spans = _surface(tokens, words)
     return DepSentence(
         words=tuple(str(t["form"]) for t in words),
@@ -180,25 +180,26 @@ def _word(words, i: int) -> str:
     return f"word {words[i]['id']} ({words[i]['form']!r})"
 
 
-def _check_tree(heads: list[int], words, where: str) -> None:
-    """Refuse a sentence that is not a tree (0-based ``heads``, ROOT for HEAD 0)."""
+def _check_tree(heads: list[int], word: Callable[[int], str], where: str) -> None:
+    """Refuse a sentence that is not a tree (0-based ``heads``, ROOT for HEAD 0); ``word(i)``
+    names word i in the message (``word 3 ('go')``)."""
     fix = "fix the HEAD column"
     roots = [i for i, h in enumerate(heads) if h == ROOT]
     if not roots:
         raise DataError(f"{where}: no word has HEAD 0, so the sentence has no root; {fix}.")
     if len(roots) > 1:
-        named = ", ".join(_word(words, i) for i in roots[:4])
+        named = ", ".join(word(i) for i in roots[:4])
         raise DataError(f"{where}: {len(roots)} words have HEAD 0 ({named}); a tree has one "
                         f"root; {fix}.")
     for i, h in enumerate(heads):
         if h == i:
-            raise DataError(f"{where}: {_word(words, i)} is its own head; {fix}.")
+            raise DataError(f"{where}: {word(i)} is its own head; {fix}.")
     reaches_root = {roots[0]}
     for start in range(len(heads)):
         path, node = [], start
         while node not in reaches_root:
             if node in path:
-                cycle = " -> ".join(_word(words, j) for j in [*path[path.index(node):], node])
+                cycle = " -> ".join(word(j) for j in [*path[path.index(node):], node])
                 raise DataError(f"{where}: {cycle} form a cycle (no path to the root); {fix}.")
             path.append(node)
             node = heads[node]
@@ -273,6 +274,63 @@ def _plain_tokens(lines: list[tuple[int, str]]) -> _Tokens | None:
     return _Tokens(tokens, metadata)
 
 
+def _simple_sentence(lines: list[tuple[int, str]], block: _Block) -> DepSentence | None:
+    """A plain block (``_plain_tokens``) of words only, numbered 1, 2, 3, ... with HEADs and
+    DEPRELs a sentence accepts, read straight into its sentence: what ``_plain_tokens`` and
+    ``_sentence_from_tokens`` give it, without a dict per token. None for any other block
+    (a multiword token, an empty node, a comment-only block, an error but a tree's)."""
+    from conllu.parser import parse_comment_line, parse_dict_value
+
+    metadata: dict = {}
+    forms, upos, heads, relations, spaces = [], [], [], [], []
+    for _, line in lines:
+        if line != line.strip() or "  " in line:
+            return None
+        if line.startswith("#"):
+            if line.startswith("# global.columns = "):
+                return None
+            for key, value in parse_comment_line(line):
+                metadata[key] = value
+            continue
+        columns = line.split("\t")
+        if len(columns) != 10 or "-" in columns[8] or columns[0] != str(len(forms) + 1):
+            return None
+        head, relation = _plain_int(columns[6]), columns[7]
+        if head is None or not relation or relation == "_":
+            return None
+        forms.append(columns[1])
+        upos.append(columns[3] or "_")
+        heads.append(head - 1 if head else ROOT)
+        relations.append(relation)
+        misc = columns[9]  # SpaceAfter read as the library reads MISC, only where it is named
+        spaces.append("SpaceAfter" not in misc
+                      or (parse_dict_value(misc) or {}).get("SpaceAfter") != "No")
+    if not forms or max(heads) >= len(forms):
+        return None
+    sent_id = metadata.get("sent_id")
+    if sent_id:
+        block = _Block(block.source, block.number, block.first_line, block.token_lines,
+                       str(sent_id))
+    _check_tree(heads, lambda i: f"word {i + 1} ({forms[i]!r})", block.at())
+    text, spans = _words_surface(str(metadata.get("text") or ""), forms, spaces)
+    return DepSentence(words=tuple(forms), heads=tuple(heads), relations=tuple(relations),
+                       upos=tuple(upos), sent_id=str(metadata.get("sent_id", "")), text=text,
+                       spans=tuple(spans))
+
+
+def _words_surface(text: str, forms: list[str],
+                   spaces: list[bool]) -> tuple[str, list[tuple[int, int]]]:
+    """``_surface`` of a sentence without multiword tokens: each word its own unit."""
+    located = locate(text, forms) if text else None
+    if located is None:
+        text = "".join(form + (" " if space else "")
+                       for form, space in zip(forms, spaces, strict=True)).rstrip()
+        located = locate(text, forms)
+    if located is None:
+        return join_words(forms)
+    return text, located
+
+
 _FIELDS = ("id", "form", "lemma", "upos", "xpos", "feats", "head", "deprel", "deps", "misc")
 
 
@@ -305,6 +363,12 @@ def parse_conllu(text: str, source: str = "<string>") -> list[DepSentence]:
     sentences = []
     for _, lines in _blocks(text):
         token_lines = tuple(n for n, line in lines if not line.startswith("#"))
+        simple = _simple_sentence(lines, _Block(source, len(sentences) + 1,
+                                                token_lines[0] if token_lines else 0,
+                                                token_lines))
+        if simple is not None:
+            sentences.append(simple)
+            continue
         plain = _plain_tokens(lines)
         for tokens in [plain] if plain is not None else _parse_block(lines, source):
             if not len(tokens):
