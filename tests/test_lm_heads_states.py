@@ -138,43 +138,88 @@ def _sink_counts_one_layer_at_a_time(found, ids, first, lengths):
     return counts, received_by_key, pairs
 
 
-def test_sink_keys_counters_equal_the_one_layer_reference():
-    """matrix30: SinkKeys' counters (key strings made once per run) hold the keys, in their
-    order, with the integer counts and float sums of the reference counting, with layers of
-    different head counts (a pruned model) and short, left-padded sentences."""
+HEADS = [3, 1, 2]  # layers of different head counts (a pruned model)
+
+
+def _sink_key_batches(n: int = 3) -> list[tuple[Batch, list]]:
+    """``n`` batches of short, left-padded sentences with repeated tokens, and each layer's
+    top keys (ties: the attention rounded to one decimal)."""
     gen = torch.Generator().manual_seed(4)
     ids = torch.randint(3, 9, (4, 7), generator=gen)
     mask = torch.ones(4, 7, dtype=torch.long)
     mask[1, 5:] = 0
     mask[2, :3] = 0  # padded on the left: the first real token is at 3
-    keys = SinkKeys([3, 1, 2], top=3)
-    for _ in range(2):  # two batches: the second adds to the first's counters
-        batch = Batch(input_ids=ids, attention_mask=mask)
-        keys.begin_batch(batch)
+    batches = []
+    for _ in range(n):
         found = []
-        for layer, heads in enumerate([3, 1, 2]):
+        for layer, heads in enumerate(HEADS):
             received = torch.rand(4, heads, 7, generator=gen).round(decimals=1)  # ties
             top = received.topk(3, dim=-1)
             found.append((layer, top.values, top.indices))
+        batches.append((Batch(input_ids=ids, attention_mask=mask), found))
+        ids = ids.roll(1, 1)
+    return batches
+
+
+def _feed_sink_keys(keys: SinkKeys, batches: list[tuple[Batch, list]]) -> None:
+    for batch, found in batches:
+        keys.begin_batch(batch)
         keys._found = list(found)
         keys.end_batch(batch)
-        ids = ids.roll(1, 1)
+
+
+def _reference_counters(batches: list[tuple[Batch, list]]) -> list[Counter]:
     want = [Counter(), Counter(), Counter()]
-    gen = torch.Generator().manual_seed(4)
-    ids = torch.randint(3, 9, (4, 7), generator=gen)
-    for _ in range(2):
-        found = []
-        for layer, heads in enumerate([3, 1, 2]):
-            received = torch.rand(4, heads, 7, generator=gen).round(decimals=1)
-            top = received.topk(3, dim=-1)
-            found.append((layer, top.values, top.indices))
-        lengths = mask.sum(1)
-        first = mask.bool().to(torch.int8).argmax(1)
-        for total, part in zip(want, _sink_counts_one_layer_at_a_time(found, ids, first,
-                                                                        lengths), strict=True):
+    for batch, found in batches:
+        mask = batch.attention_mask
+        lengths, first = mask.sum(1), mask.bool().to(torch.int8).argmax(1)
+        for total, part in zip(want, _sink_counts_one_layer_at_a_time(
+                found, batch.input_ids, first, lengths), strict=True):
             for key, value in part.items():
                 total[key] += value
-        ids = ids.roll(1, 1)
+    return want
+
+
+def _assert_counters(keys: SinkKeys, want: list[Counter]) -> None:
+    """Keys in their order, integer counts and float sums the same bits."""
     assert list(keys.counts.items()) == list(want[0].items())
     assert list(keys.received.items()) == list(want[1].items())
     assert keys.pairs == want[2]
+
+
+def test_sink_keys_counters_equal_the_one_layer_reference():
+    """matrix30: SinkKeys' counters hold the keys, in their order, with the integer counts
+    and float sums of the reference counting, with layers of different head counts (a
+    pruned model), short, left-padded sentences and a token twice among a pair's top keys;
+    later batches add to the earlier ones' counters."""
+    batches = _sink_key_batches()
+    keys = SinkKeys(HEADS, top=3)
+    _feed_sink_keys(keys, batches)
+    _assert_counters(keys, _reference_counters(batches))
+
+
+def test_sink_keys_resume_from_a_state_saved_mid_run(tmp_path):
+    """pass45 (counts held in arrays, Counters made when read): a run resumed from a state
+    saved after its first batch, or from the reference's Counters after it (the form main's
+    code saves), counts as the uninterrupted run, keys in the same order, the same bits; the
+    saved state is that form (Counters of the reference's keys, in order)."""
+    batches = _sink_key_batches()
+    whole = SinkKeys(HEADS, top=3)
+    _feed_sink_keys(whole, batches[:1])
+    saved = whole.state_dict()
+    _assert_counters(whole, _reference_counters(batches[:1]))
+    assert list(saved["state"]["counts"]) == list(_reference_counters(batches[:1])[0])
+    _feed_sink_keys(whole, batches[1:])  # read mid-run, then counting on
+    want = _reference_counters(batches)
+    _assert_counters(whole, want)
+    save_state(saved, tmp_path / "state")
+    resumed = SinkKeys(HEADS, top=3)
+    resumed.load_state_dict(load_state(tmp_path / "state"))
+    _feed_sink_keys(resumed, batches[1:])
+    _assert_counters(resumed, want)
+    counts, received, pairs = _reference_counters(batches[:1])
+    from_main = SinkKeys(HEADS, top=3)
+    from_main.load_state_dict({**saved, "state": {"counts": counts, "received": received,
+                                                  "pairs": pairs}})
+    _feed_sink_keys(from_main, batches[1:])
+    _assert_counters(from_main, want)

@@ -102,16 +102,33 @@ class SinkKeys(Analyzer):
     name = "lm_sink_keys"
     layerwise = True
     reads_blocks = True  # column sums over the real query rows, added block by block
+    # ``counts`` and ``received`` are Counters made from ``_tally``'s arrays when read
     state_fields = ("counts", "received", "pairs")
 
     def __init__(self, heads_per_layer: list[int], top: int = TOP_KEYS) -> None:
         self.heads_per_layer, self.top = list(heads_per_layer), top
         self.n_layers, self.n_heads = len(self.heads_per_layer), max(self.heads_per_layer)
-        # keys "layer:token_id:first|other" -> times among the top / attention received
-        self.counts: Counter = Counter()
-        self.received: Counter = Counter()
+        # per layer and token code: times among the top keys, attention received
+        self._tally = CodeTally(self.n_layers)
         self.pairs: Counter = Counter()  # "layer" -> (sentence, head) pairs seen
-        self._names: dict[tuple[int, int], str] = {}  # (layer, code) -> key, made once
+
+    @property
+    def counts(self) -> Counter:
+        """Keys ``"layer:token_id:first|other"`` -> times among the top, first seen first."""
+        return self._tally.counters()[0]
+
+    @counts.setter
+    def counts(self, value: Counter) -> None:
+        self._tally.load_counts(value)
+
+    @property
+    def received(self) -> Counter:
+        """The same keys -> attention received there, summed (float64, batch after batch)."""
+        return self._tally.counters()[1]
+
+    @received.setter
+    def received(self, value: Counter) -> None:
+        self._tally.load_received(value)
 
     @classmethod
     def for_model(cls, model: HookedTransformer, top: int = TOP_KEYS) -> SinkKeys:
@@ -150,55 +167,140 @@ class SinkKeys(Analyzer):
 
     def end_batch(self, batch: Batch) -> None:
         # every layer's top keys in one transfer per batch (a transfer per layer waits for the
-        # device once per layer); counting by key on the CPU, layer by layer. (Every layer in
-        # one unique over (layer, pair, code) measured slower at 2 threads: 0.5-0.8x.)
+        # device once per layer), counted on the host in NumPy for every layer at once
         if not self._found:
             return
-        # read on the host once, then counted in NumPy (no dispatched tensor op per layer)
         ids, first = batch.input_ids.cpu().numpy(), self._first.cpu().numpy()
         lengths = batch.attention_mask.sum(1).cpu().numpy()
-        names, counts, received_by_key = self._names, self.counts, self.received
-        shapes = [values.shape for _, values, _ in self._found]  # [batch, head, top] each
-        ends = np.cumsum([shape.numel() for shape in shapes])[:-1]
-        all_values = np.split(  # float64 (exact for any float dtype; NumPy lacks bfloat16)
-            torch.cat([v.flatten() for _, v, _ in self._found]).cpu().double().numpy(), ends)
-        all_positions = np.split(
-            torch.cat([i.flatten() for _, _, i in self._found]).cpu().numpy(), ends)
-        for (layer, _, _), shape, values, positions in zip(
-                self._found, shapes, all_values, all_positions, strict=True):
-            values, positions = values.reshape(shape), positions.reshape(shape)
-            n, n_heads, _ = values.shape
-            real = positions < lengths[:, None, None]  # short sentences: fewer real keys
-            token = np.take_along_axis(ids, positions.reshape(n, -1), 1).reshape(shape)
-            code = token * 2 + (positions == first[:, None, None])  # token, first or not
-            pair = np.broadcast_to(np.arange(n * n_heads).reshape(n, n_heads, 1), shape)
-            # (sentence-head pair, code) once, with the attention its top positions receive
-            # (sums in float64, added in order as index_add_ does)
-            width = int(code.max()) + 1
-            keyed, inverse = np.unique((pair * width + code)[real], return_inverse=True)
-            received = np.zeros(len(keyed), dtype=np.float64)
-            np.add.at(received, inverse, values[real])
-            codes, per_code = np.unique(keyed % width, return_inverse=True)
-            n_top = np.bincount(per_code, minlength=len(codes))
-            total = np.zeros(len(codes), dtype=np.float64)
-            np.add.at(total, per_code, received)
-            for c, count, share in zip(codes.tolist(), n_top.tolist(), total.tolist(),
-                                       strict=True):
-                key = names.get((layer, c)) or self._name(layer, c)
-                counts[key] += count
-                received_by_key[key] += share
-            self.pairs[str(layer)] += n * n_heads
+        layers = [layer for layer, _, _ in self._found]
+        # [layer, batch, head, top], fewer heads (pruned layers) padded with unreal keys;
+        # float64: exact for any float dtype (NumPy lacks bfloat16)
+        values = _stacked([v for _, v, _ in self._found], self.n_heads, 0).double().numpy()
+        positions = _stacked([i for _, _, i in self._found], self.n_heads,
+                             ids.shape[1]).numpy()
+        real = positions < lengths[:, None, None]  # short sentences: fewer real keys
+        token = ids[np.arange(len(ids))[:, None, None], np.minimum(positions, ids.shape[1] - 1)]
+        code = token * 2 + (positions == first[:, None, None])  # token, first or not
+        kept, received = _once_per_pair(code, real, values)
+        rows = np.broadcast_to(np.asarray(layers)[:, None, None, None], code.shape)[kept]
+        self._tally.add(np.asarray(layers), rows, code[kept], received[kept])
+        for layer, (_, v, _) in zip(layers, self._found, strict=True):
+            self.pairs[str(layer)] += v.shape[0] * v.shape[1]
         self._found = []
-
-    def _name(self, layer: int, code: int) -> str:
-        """``"layer:token_id:first|other"`` of a token code (``token * 2 + first``), made once
-        per run."""
-        key = self._names[layer, code] = (
-            f"{layer}:{code // 2}:{'first' if code % 2 else 'other'}")
-        return key
 
     def result(self) -> dict[str, pd.DataFrame]:
         return {"sink_keys": sink_key_table(self, str)}
+
+
+def _stacked(tensors: list[torch.Tensor], n_heads: int, fill: int) -> torch.Tensor:
+    """``[batch, head, top]`` tensors as one ``[layer, batch, n_heads, top]`` on the host,
+    those of fewer heads padded with ``fill``."""
+    padded = [t if t.shape[1] == n_heads else torch.nn.functional.pad(
+        t, (0, 0, 0, n_heads - t.shape[1]), value=fill) for t in tensors]
+    return torch.stack(padded).cpu()
+
+
+def _once_per_pair(code: np.ndarray, real: np.ndarray,
+                   values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each (sentence-head pair, code) once: ``code``, ``real``, ``values [..., top]`` ->
+    (the real entries whose code no earlier real entry of their pair has, and there the
+    attention every real entry of that code receives, summed in top order)."""
+    kept, received = real.copy(), values.copy()
+    for j in range(code.shape[-1]):
+        for i in range(j + 1, code.shape[-1]):
+            same = real[..., j] & real[..., i] & (code[..., i] == code[..., j])
+            kept[..., i] &= ~same
+            received[..., j] += np.where(same, values[..., i], 0.0)
+    return kept, received
+
+
+class CodeTally:
+    """Per layer and token code: times among the top keys (``count``, int64) and attention
+    received (``received``, float64, each batch's sum added once), in arrays by slot (codes
+    get slots as they come); ``seen`` orders the keys as first counted (a step per batch and
+    layer, then the code)."""
+
+    def __init__(self, n_layers: int) -> None:
+        self.n_layers = n_layers
+        self.slot = np.full(0, -1, dtype=np.int64)  # code -> slot (-1: none yet)
+        self.code = np.zeros(0, dtype=np.int64)  # slot -> code
+        self.count = np.zeros((n_layers, 0), dtype=np.int64)
+        self.received = np.zeros((n_layers, 0), dtype=np.float64)
+        self.seen = np.zeros((n_layers, 0), dtype=np.int64)  # step of the first count
+        self.step = 0
+        self._counters: tuple[Counter, Counter] | None = None
+
+    def add(self, layers: np.ndarray, rows: np.ndarray, codes: np.ndarray,
+            received: np.ndarray) -> None:
+        """One batch: per entry its layer, code and attention received (in the batch's
+        pair order: the sums add in that order); ``layers`` in the order they came."""
+        self._counters = None
+        slots = self._slots(codes)
+        width = len(self.code)
+        at = rows * width + slots  # [entry] into [layer, slot] flattened
+        n_top = np.bincount(at, minlength=self.n_layers * width).reshape(self.n_layers, width)
+        total = np.bincount(at, received, minlength=self.n_layers * width).reshape(
+            self.n_layers, width)
+        step = np.zeros(self.n_layers, dtype=np.int64)
+        step[layers] = self.step + np.arange(1, len(layers) + 1)
+        new = (n_top > 0) & (self.count == 0)
+        self.seen[new] = np.broadcast_to(step[:, None], new.shape)[new]
+        self.step += len(layers)
+        self.count += n_top
+        touched = n_top > 0
+        self.received[touched] += total[touched]
+
+    def _slots(self, codes: np.ndarray) -> np.ndarray:
+        """Each code's slot, new codes given new slots (and the arrays' columns)."""
+        top = int(codes.max(initial=-1)) + 1
+        if top > len(self.slot):
+            self.slot = np.concatenate([self.slot, np.full(top - len(self.slot), -1)])
+        new = np.unique(codes[self.slot[codes] < 0])
+        if len(new):
+            self.slot[new] = len(self.code) + np.arange(len(new))
+            self.code = np.concatenate([self.code, new])
+            more = np.zeros((self.n_layers, len(new)), dtype=np.int64)
+            self.count = np.concatenate([self.count, more], 1)
+            self.seen = np.concatenate([self.seen, more], 1)
+            self.received = np.concatenate([self.received, more.astype(np.float64)], 1)
+        return self.slot[codes]
+
+    def counters(self) -> tuple[Counter, Counter]:
+        """(keys ``"layer:token_id:first|other"`` -> count, keys -> received) in the order the
+        keys were first counted (made again after each batch)."""
+        if self._counters is None:
+            layer, slot = np.nonzero(self.count)
+            order = np.lexsort((self.code[slot], self.seen[layer, slot]))
+            layer, slot = layer[order], slot[order]
+            keys = [f"{n}:{code >> 1}:{'first' if code & 1 else 'other'}"
+                    for n, code in zip(layer.tolist(), self.code[slot].tolist(), strict=True)]
+            self._counters = (
+                Counter(dict(zip(keys, self.count[layer, slot].tolist(), strict=True))),
+                Counter(dict(zip(keys, self.received[layer, slot].tolist(), strict=True))))
+        return self._counters
+
+    def load_counts(self, counts: Counter) -> None:
+        """Counts saved as keys (their order: the order first counted)."""
+        layer, slot = self._parse(counts)
+        self.count[:] = 0
+        self.count[layer, slot] = list(counts.values())
+        self.seen[:] = 0
+        self.seen[layer, slot] = np.arange(1, len(layer) + 1)
+        self.step = len(layer)
+
+    def load_received(self, received: Counter) -> None:
+        """Attention received saved as keys (keys absent: 0.0)."""
+        layer, slot = self._parse(received)
+        self.received[:] = 0.0
+        self.received[layer, slot] = list(received.values())
+
+    def _parse(self, saved: Counter) -> tuple[np.ndarray, np.ndarray]:
+        """The (layer, slot) of each key of ``saved``, new codes given slots."""
+        self._counters = None
+        parts = [key.split(":") for key in saved]
+        layer = np.array([int(p[0]) for p in parts], dtype=np.int64)
+        code = np.array([int(p[1]) * 2 + (p[2] == "first") for p in parts], dtype=np.int64)
+        return layer, self._slots(code)
 
 
 def sink_key_table(keys: SinkKeys, decode: Callable[[int], str],
