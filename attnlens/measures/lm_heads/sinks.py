@@ -182,8 +182,8 @@ class SinkKeys(Analyzer):
         token = ids[np.arange(len(ids))[:, None, None], np.minimum(positions, ids.shape[1] - 1)]
         code = token * 2 + (positions == first[:, None, None])  # token, first or not
         kept, received = _once_per_pair(code, real, values)
-        rows = np.broadcast_to(np.asarray(layers)[:, None, None, None], code.shape)[kept]
-        self._tally.add(np.asarray(layers), rows, code[kept], received[kept])
+        layer_of = np.broadcast_to(np.asarray(layers)[:, None, None, None], code.shape)
+        self._tally.add(np.asarray(layers), layer_of[kept], code[kept], received[kept])
         for layer, (_, v, _) in zip(layers, self._found, strict=True):
             self.pairs[str(layer)] += v.shape[0] * v.shape[1]
         self._found = []
@@ -230,14 +230,14 @@ class CodeTally:
         self.step = 0
         self._counters: tuple[Counter, Counter] | None = None
 
-    def add(self, layers: np.ndarray, rows: np.ndarray, codes: np.ndarray,
+    def add(self, layers: np.ndarray, layer_of: np.ndarray, codes: np.ndarray,
             received: np.ndarray) -> None:
         """One batch: per entry its layer, code and attention received (in the batch's
         pair order: the sums add in that order); ``layers`` in the order they came."""
         self._counters = None
         slots = self._slots(codes)
         width = len(self.code)
-        at = rows * width + slots  # [entry] into [layer, slot] flattened
+        at = layer_of * width + slots  # [entry] into [layer, slot] flattened
         n_top = np.bincount(at, minlength=self.n_layers * width).reshape(self.n_layers, width)
         total = np.bincount(at, received, minlength=self.n_layers * width).reshape(
             self.n_layers, width)
