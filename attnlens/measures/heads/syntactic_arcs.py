@@ -48,12 +48,14 @@ class SentenceArcs:
         if keep is not None:
             pairs &= _members(self.pair_sentence, keep)
             arcs &= _members(self.arc_sentence, keep)
-        ids, rows = torch.unique(self.pair_sentence[pairs], return_inverse=True)
+        pick = pairs.nonzero()[:, 0]  # [pair chosen], ascending: the mask's rows, in order
+        ids, rows = torch.unique(self.pair_sentence[pick], return_inverse=True)
         width = self.pair_hits.shape[1:]
-        hits = torch.zeros((len(ids), *width), dtype=torch.float64)
-        hits.index_add_(0, rows, self.pair_hits[pairs].double())  # [sentence, dir, layer, head]
+        hits = torch.zeros((len(ids), *width), dtype=torch.float64)  # [sentence, dir, layer, head]
+        # the chosen rows by index_select: the same rows as a boolean mask, ~2x faster
+        hits.index_add_(0, rows, self.pair_hits.index_select(0, pick).double())
         n_arcs = torch.zeros(len(ids), dtype=torch.float64).index_add_(
-            0, rows, self.pair_arcs[pairs])
+            0, rows, self.pair_arcs[pick])
         offsets, columns = torch.unique(self.arc_offset[arcs], return_inverse=True)
         arc_rows = torch.searchsorted(ids, self.arc_sentence[arcs])
         counts = torch.zeros(len(ids), len(offsets), dtype=torch.float64)
