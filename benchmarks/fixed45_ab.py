@@ -10,9 +10,9 @@ One ``SyntacticHeads`` state is made first (MiniLM over the treebank, default UD
 - ``syntactic_tables``: ``syntactic_tables`` (accuracies, bootstrap intervals, tests);
 - ``held_out_selection``: the seeded half-split held-out selection;
 
-each against the same functions with main's ``SentenceArcs.group`` and main's ``p_above``
-(``attnlens/stats/bootstrap.py`` and ``attnlens/measures/heads/syntactic_arcs.py`` read from
-git).
+each against main's functions with main's ``SentenceArcs.group`` and ``p_above``
+(``attnlens/measures/heads/syntactic_tables.py``, ``syntactic_arcs.py`` and
+``attnlens/stats/bootstrap.py`` read from git).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from unittest import mock
@@ -62,23 +63,25 @@ def main_module(path: str):
     return module
 
 
-def main_paths():
-    """A function that makes a context in which the syntactic tables run main's ``group``
-    and ``p_above`` (main's modules read once)."""
-    from attnlens.measures.heads import syntactic_arcs, syntactic_tables
+def main_functions() -> tuple[dict, Callable[[], ExitStack]]:
+    """main's ``syntactic_tables`` and ``held_out_selection`` (main's module read from git),
+    and a function that makes the context they run in: main's ``p_above`` and
+    ``SentenceArcs.group`` in place of this checkout's."""
+    from attnlens.measures.heads import syntactic_arcs
 
     old_bootstrap = main_module("attnlens/stats/bootstrap.py")
     old_arcs = main_module("attnlens/measures/heads/syntactic_arcs.py")
+    old_tables = main_module("attnlens/measures/heads/syntactic_tables.py")
 
     def context() -> ExitStack:
         stack = ExitStack()
-        stack.enter_context(mock.patch.object(syntactic_tables, "p_above",
-                                              old_bootstrap.p_above))
+        stack.enter_context(mock.patch.object(old_tables, "p_above", old_bootstrap.p_above))
         stack.enter_context(mock.patch.object(syntactic_arcs.SentenceArcs, "group",
                                               old_arcs.SentenceArcs.group))
         return stack
 
-    return context
+    return {"syntactic_tables": old_tables.syntactic_tables,
+            "held_out_selection": old_tables.held_out_selection}, context
 
 
 def main() -> None:
@@ -91,14 +94,14 @@ def main() -> None:
     from attnlens.measures.heads.syntactic_tables import held_out_selection, syntactic_tables
 
     analyzer = syntactic_state(args.treebank, args.max_sentences)
-    old_paths = main_paths()
+    old_functions, old_context = main_functions()
     for name, function in (("syntactic_tables", syntactic_tables),
                            ("held_out_selection", held_out_selection)):
         def new(function=function):
             return function(analyzer)
 
-        def old(function=function):
-            with old_paths():
+        def old(function=old_functions[name]):
+            with old_context():
                 return function(analyzer)
 
         a, b = new(), old()

@@ -37,17 +37,14 @@ class SentenceArcs:
     arc_relation: torch.Tensor  # [arc]
     arc_offset: torch.Tensor  # [arc]
 
-    def group(self, relation: str | None, keep: torch.Tensor | None = None) -> RelationArcs:
-        """Per-sentence data of one relation (``None``: every arc), on sentences ``keep``."""
+    def group(self, relation: str | None) -> RelationArcs:
+        """Per-sentence data of one relation (``None``: every arc)."""
         if relation is None:
             pairs = torch.ones_like(self.pair_sentence, dtype=torch.bool)
             arcs = torch.ones_like(self.arc_sentence, dtype=torch.bool)
         else:
             r = self.relations.index(relation)
             pairs, arcs = self.pair_relation == r, self.arc_relation == r
-        if keep is not None:
-            pairs &= _members(self.pair_sentence, keep)
-            arcs &= _members(self.arc_sentence, keep)
         pick = pairs.nonzero()[:, 0]  # [pair chosen], ascending: the mask's rows, in order
         ids, rows = torch.unique(self.pair_sentence[pick], return_inverse=True)
         width = self.pair_hits.shape[1:]
@@ -63,6 +60,18 @@ class SentenceArcs:
                           accumulate=True)  # [sentence, offset]
         return RelationArcs(ids, n_arcs, hits, offsets, counts)
 
+
+    def kept(self, keep: torch.Tensor) -> SentenceArcs:
+        """The pairs and arcs of the sentences ``keep`` only, in their order: every group of
+        it is the group of those sentences (the masks made once, not once per relation)."""
+        pairs = _members(self.pair_sentence, keep).nonzero()[:, 0]  # [pair kept]
+        arcs = _members(self.arc_sentence, keep).nonzero()[:, 0]  # [arc kept]
+        return SentenceArcs(
+            relations=self.relations, sentences=self.sentences[_members(self.sentences, keep)],
+            pair_sentence=self.pair_sentence[pairs], pair_relation=self.pair_relation[pairs],
+            pair_arcs=self.pair_arcs[pairs], pair_hits=self.pair_hits.index_select(0, pairs),
+            arc_sentence=self.arc_sentence[arcs], arc_relation=self.arc_relation[arcs],
+            arc_offset=self.arc_offset[arcs])
 
 def _members(values: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """``torch.isin(values, keep)`` for corpus indices, by a table of the kept ones."""
