@@ -256,7 +256,7 @@ def _se_and_count(reps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     r = reps.double()
     valid = ~torch.isnan(r)
     if bool(valid.all()):  # no NaN: the same sums without the masks (where(True, v, 0) is v)
-        count = torch.full(r.shape[1:], r.shape[0], dtype=torch.long)
+        count = torch.full(r.shape[1:], r.shape[0], dtype=torch.long, device=r.device)
         mean = r.sum(0) / count.clamp_min(1)
         return (((r - mean) ** 2).sum(0) / (count - 1).clamp_min(1)).sqrt(), count
     count = valid.sum(0)
