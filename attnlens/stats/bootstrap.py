@@ -237,8 +237,7 @@ def p_above(
     estimate = estimate.double()
     reference = torch.as_tensor(reference, dtype=torch.float64).expand_as(estimate)
     df = torch.as_tensor(df, dtype=torch.float64).expand_as(estimate)
-    se = bootstrap_se(reps)
-    count = (~torch.isnan(reps)).sum(0)
+    se, count = _se_and_count(reps)
     gap = estimate - reference
     nu = df.clamp_min(1.0)
     t = gap / (se * torch.sqrt(1 + 1 / nu)).clamp_min(1e-300)  # sqrt(n / (n - 1))
@@ -249,11 +248,21 @@ def p_above(
 
 def bootstrap_se(reps: torch.Tensor) -> torch.Tensor:
     """Standard deviation ``[share]`` of the replicates (NaN replicates left out)."""
+    return _se_and_count(reps)[0]
+
+
+def _se_and_count(reps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(``bootstrap_se``, non-NaN replicates) ``[share]`` of ``reps``, from one NaN check."""
     r = reps.double()
     valid = ~torch.isnan(r)
+    if bool(valid.all()):  # no NaN: the same sums without the masks (where(True, v, 0) is v)
+        count = torch.full(r.shape[1:], r.shape[0], dtype=torch.long, device=r.device)
+        mean = r.sum(0) / count.clamp_min(1)
+        return (((r - mean) ** 2).sum(0) / (count - 1).clamp_min(1)).sqrt(), count
     count = valid.sum(0)
     mean = torch.where(valid, r, 0).sum(0) / count.clamp_min(1)
-    return (torch.where(valid, (r - mean) ** 2, 0).sum(0) / (count - 1).clamp_min(1)).sqrt()
+    se = (torch.where(valid, (r - mean) ** 2, 0).sum(0) / (count - 1).clamp_min(1)).sqrt()
+    return se, count
 
 
 @dataclass

@@ -37,29 +37,40 @@ class SentenceArcs:
     arc_relation: torch.Tensor  # [arc]
     arc_offset: torch.Tensor  # [arc]
 
-    def group(self, relation: str | None, keep: torch.Tensor | None = None) -> RelationArcs:
-        """Per-sentence data of one relation (``None``: every arc), on sentences ``keep``."""
+    def group(self, relation: str | None) -> RelationArcs:
+        """Per-sentence data of one relation (``None``: every arc)."""
         if relation is None:
             pairs = torch.ones_like(self.pair_sentence, dtype=torch.bool)
             arcs = torch.ones_like(self.arc_sentence, dtype=torch.bool)
         else:
             r = self.relations.index(relation)
             pairs, arcs = self.pair_relation == r, self.arc_relation == r
-        if keep is not None:
-            pairs &= _members(self.pair_sentence, keep)
-            arcs &= _members(self.arc_sentence, keep)
-        ids, rows = torch.unique(self.pair_sentence[pairs], return_inverse=True)
+        pick = pairs.nonzero()[:, 0]  # [pair chosen], ascending: the mask's rows, in order
+        ids, rows = torch.unique(self.pair_sentence[pick], return_inverse=True)
         width = self.pair_hits.shape[1:]
-        hits = torch.zeros((len(ids), *width), dtype=torch.float64)
-        hits.index_add_(0, rows, self.pair_hits[pairs].double())  # [sentence, dir, layer, head]
+        hits = torch.zeros((len(ids), *width), dtype=torch.float64)  # [sentence, dir, layer, head]
+        # the chosen rows by index_select: the same rows as a boolean mask, ~2x faster
+        hits.index_add_(0, rows, self.pair_hits.index_select(0, pick).double())
         n_arcs = torch.zeros(len(ids), dtype=torch.float64).index_add_(
-            0, rows, self.pair_arcs[pairs])
+            0, rows, self.pair_arcs[pick])
         offsets, columns = torch.unique(self.arc_offset[arcs], return_inverse=True)
         arc_rows = torch.searchsorted(ids, self.arc_sentence[arcs])
         counts = torch.zeros(len(ids), len(offsets), dtype=torch.float64)
         counts.index_put_((arc_rows, columns), torch.ones(len(arc_rows), dtype=torch.float64),
                           accumulate=True)  # [sentence, offset]
         return RelationArcs(ids, n_arcs, hits, offsets, counts)
+
+    def kept(self, keep: torch.Tensor) -> SentenceArcs:
+        """The pairs and arcs of the sentences ``keep`` only, in their order: every group of
+        it is the group of those sentences (the masks made once, not once per relation)."""
+        pairs = _members(self.pair_sentence, keep).nonzero()[:, 0]  # [pair kept]
+        arcs = _members(self.arc_sentence, keep).nonzero()[:, 0]  # [arc kept]
+        return SentenceArcs(
+            relations=self.relations, sentences=self.sentences[_members(self.sentences, keep)],
+            pair_sentence=self.pair_sentence[pairs], pair_relation=self.pair_relation[pairs],
+            pair_arcs=self.pair_arcs[pairs], pair_hits=self.pair_hits.index_select(0, pairs),
+            arc_sentence=self.arc_sentence[arcs], arc_relation=self.arc_relation[arcs],
+            arc_offset=self.arc_offset[arcs])
 
 
 def _members(values: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:

@@ -288,11 +288,12 @@ def held_out_selection(
     exists = evaluate.head_exists()
     if select is None:
         keep_select, keep_eval = split_sentences(data.sentences, fraction, inference.seed)
-        select_data = data
+        select_data = data.kept(keep_select)
         selected_on = selected_on or f"{len(keep_select)} sentences (seed {inference.seed})"
         evaluated_on = evaluated_on or f"the other {len(keep_eval)} sentences"
     else:
-        select_data, keep_select, keep_eval = select.per_sentence(), None, None
+        select_data, keep_eval = select.per_sentence(), None
+    eval_data = data if keep_eval is None else data.kept(keep_eval)
     all_weights = (poisson_weights(data.sentences, inference.bootstrap, inference.seed)
                    if inference.bootstrap else None)  # keyed by sentence: any subset's columns
     rows = []
@@ -301,8 +302,8 @@ def held_out_selection(
         if key is not None and key not in select_data.relations:
             chosen_group = None
         else:
-            chosen_group = select_data.group(key, keep_select)
-        ev = data.group(key, keep_eval)
+            chosen_group = select_data.group(key)
+        ev = eval_data.group(key)
         weights = _columns_of(data.sentences, all_weights, ev.sentences)
         ev_stats = relation_stats(ev, inference, weights, evaluate.margin, tests=False)
         ev_best = _best_heads(torch.from_numpy(ev_stats.accuracy), exists)
