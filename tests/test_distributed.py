@@ -123,6 +123,37 @@ def test_sharded_head_roles_merge_to_the_single_process_tables(minilm, world):
         compare_frames(expected[name], got[name], atol=1e-9, name=name)
 
 
+def test_every_corpus_analyzer_of_analyze_merges_to_the_single_process_tables(minilm):
+    """Each analyzer of `analyze`'s corpus pass, fed two shards and merged as rank 0 merges
+    them (a shallow copy of its own analyzer loads the other rank's state), gives the tables
+    of one analyzer fed every batch. Before the fix, sink keys' counts lived in an object
+    the shallow copy shared, so loading rank 1's state overwrote rank 0's (2026-11-28)."""
+    from attnlens.data.corpus import load_corpus
+    from attnlens.distributed import batch_tokens, merge_states, shipped_states
+    from attnlens.report.analyze import default_sections
+    from attnlens.stream.runner import run_analyzers
+
+    model, tokenizer = minilm
+    batches = load_corpus().batches(tokenizer, 8, 128)
+
+    def analyzers() -> list:
+        return [a for section in default_sections() for a in section.analyzers(model, tokenizer)
+                if not prefix_bound(a) and not getattr(a, "needs_model_pass", False)]
+
+    whole = run_analyzers(model, batches, analyzers(), show_progress=False)
+    ranks = [run_analyzers(model, shard(batches, DistContext(rank, 2), batch_tokens),
+                           analyzers(), show_progress=False) for rank in range(2)]
+    merge_states(ranks[0], [shipped_states(ranks[1])])
+    names = {type(a).__name__ for a in whole}
+    assert "SinkKeys" in names and len(names) >= 10, names
+    for single, combined in zip(whole, ranks[0], strict=True):
+        expected, got = single.result(), combined.result()
+        assert sorted(got) == sorted(expected), type(single).__name__
+        for name in expected:  # float64 running sums added in another order: a few ulps
+            compare_frames(expected[name], got[name], atol=1e-9,
+                           name=f"{type(single).__name__}.{name}")
+
+
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory, minilm) -> Path:
     """A tiny random BERT with MiniLM's tokenizer files, saved as a checkpoint folder."""

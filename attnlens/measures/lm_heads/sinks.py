@@ -15,6 +15,7 @@ tokens by their strings.
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from collections.abc import Callable
 
@@ -119,6 +120,7 @@ class SinkKeys(Analyzer):
 
     @counts.setter
     def counts(self, value: Counter) -> None:
+        self._tally = self._tally.copy()  # not in place: a shallow copy of self may share it
         self._tally.load_counts(value)
 
     @property
@@ -128,6 +130,7 @@ class SinkKeys(Analyzer):
 
     @received.setter
     def received(self, value: Counter) -> None:
+        self._tally = self._tally.copy()  # (``distributed.merge_states`` loads into one)
         self._tally.load_received(value)
 
     @classmethod
@@ -229,6 +232,14 @@ class CodeTally:
         self.seen = np.zeros((n_layers, 0), dtype=np.int64)  # step of the first count
         self.step = 0
         self._counters: tuple[Counter, Counter] | None = None
+
+    def copy(self) -> CodeTally:
+        """An independent copy (the arrays copied)."""
+        tally = copy.copy(self)
+        for field in ("slot", "code", "count", "received", "seen"):
+            setattr(tally, field, getattr(self, field).copy())
+        tally._counters = None
+        return tally
 
     def add(self, layers: np.ndarray, layer_of: np.ndarray, codes: np.ndarray,
             received: np.ndarray) -> None:
