@@ -238,17 +238,15 @@ def _plain_int(value: str) -> int | None:
     return None
 
 
-def _plain_tokens(lines: list[tuple[int, str]]) -> _Tokens | None:
-    """One block read without the ``conllu`` library, where it is plain: every line without
-    surrounding whitespace or a double space, 10 tab-separated columns, IDs and HEADs that
-    the library reads without an error, no ``global.columns`` comment. The fields attnlens
-    reads (ID, FORM, UPOS, HEAD, DEPREL, MISC, the comments) have the library's values, by
-    its own functions where a value is not a plain number; the others are kept as written.
-    None for any other block: ``_parse_block`` reads it (and names what is wrong)."""
-    from conllu.exceptions import ParseException
-    from conllu.parser import parse_comment_line, parse_dict_value, parse_id_value
+def _plain_rows(lines: list[tuple[int, str]]) -> tuple[dict, list[list[str]]] | None:
+    """A plain block's comments (by the library's ``parse_comment_line``) and its token lines'
+    columns: every line without surrounding whitespace or a double space, 10 tab-separated
+    columns, no range in DEPS (there it may be an error), no ``global.columns`` comment; None
+    for any other block."""
+    from conllu.parser import parse_comment_line
 
-    tokens, metadata = [], {}
+    metadata: dict = {}
+    rows = []
     for _, line in lines:
         if line != line.strip() or "  " in line:
             return None
@@ -259,8 +257,27 @@ def _plain_tokens(lines: list[tuple[int, str]]) -> _Tokens | None:
                 metadata[key] = value
             continue
         columns = line.split("\t")
-        if len(columns) != 10 or "-" in columns[8]:  # DEPS: a range there may be an error
+        if len(columns) != 10 or "-" in columns[8]:
             return None
+        rows.append(columns)
+    return metadata, rows
+
+
+def _plain_tokens(lines: list[tuple[int, str]]) -> _Tokens | None:
+    """One block read without the ``conllu`` library, where it is plain (``_plain_rows``) and
+    its IDs and HEADs are ones the library reads without an error. The fields attnlens
+    reads (ID, FORM, UPOS, HEAD, DEPREL, MISC, the comments) have the library's values, by
+    its own functions where a value is not a plain number; the others are kept as written.
+    None for any other block: ``_parse_block`` reads it (and names what is wrong)."""
+    from conllu.exceptions import ParseException
+    from conllu.parser import parse_dict_value, parse_id_value
+
+    plain = _plain_rows(lines)
+    if plain is None:
+        return None
+    metadata, rows = plain
+    tokens = []
+    for columns in rows:
         ident, head = _plain_int(columns[0]), _plain_int(columns[6])
         if ident is None:
             try:
@@ -279,21 +296,15 @@ def _simple_sentence(lines: list[tuple[int, str]], block: _Block) -> DepSentence
     DEPRELs a sentence accepts, read straight into its sentence: what ``_plain_tokens`` and
     ``_sentence_from_tokens`` give it, without a dict per token. None for any other block
     (a multiword token, an empty node, a comment-only block, an error but a tree's)."""
-    from conllu.parser import parse_comment_line, parse_dict_value
+    from conllu.parser import parse_dict_value
 
-    metadata: dict = {}
+    plain = _plain_rows(lines)
+    if plain is None:
+        return None
+    metadata, rows = plain
     forms, upos, heads, relations, spaces = [], [], [], [], []
-    for _, line in lines:
-        if line != line.strip() or "  " in line:
-            return None
-        if line.startswith("#"):
-            if line.startswith("# global.columns = "):
-                return None
-            for key, value in parse_comment_line(line):
-                metadata[key] = value
-            continue
-        columns = line.split("\t")
-        if len(columns) != 10 or "-" in columns[8] or columns[0] != str(len(forms) + 1):
+    for columns in rows:
+        if columns[0] != str(len(forms) + 1):
             return None
         head, relation = _plain_int(columns[6]), columns[7]
         if head is None or not relation or relation == "_":
