@@ -9,7 +9,8 @@ CPU seconds of the process that ran it (a forked child's count from its fork):
 - each side job's child (``report.side_work``: start, end, CPU) and the main process's
   waits for it;
 - the corpus pass, the null model, each section's write (its end; its length is in
-  run.json), the example pages and the page.
+  run.json), the language-model heads' long probes (in whichever process ran them), the
+  example pages and the page.
 
 Then the windows where the main process ran alone (before the first fork; after the last
 child ended: its tail, where a second core idles) and what it did there. Wall times include
@@ -91,6 +92,8 @@ def instrument_analyze(module) -> None:
         setattr(module, name, timed_call(getattr(module, name), "call", name))
     module._write_held = timed_call(module._write_held, "written",
                                     lambda args: args[-1].name)  # staging/<section>
+    module.LmHeads._long_runs = timed_call(module.LmHeads._long_runs, "call",
+                                           "long probes (LmHeads._long_runs)")
     from attnlens.report.folder import Report
 
     Report.render = timed_call(Report.render, "call", "page (Report.render)")

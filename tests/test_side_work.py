@@ -235,8 +235,9 @@ def test_analyze_hands_the_probes_to_a_child_only_where_it_forks(monkeypatch) ->
     started: list[str] = []
 
     class Job:
-        def __init__(self, name, work, forked) -> None:
+        def __init__(self, name, work, forked, claim=None) -> None:
             started.append(name)
+            assert isinstance(claim, side_work.Claim)  # the long probes' (cancel closes it)
 
         def result(self):
             return "from the child"

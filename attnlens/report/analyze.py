@@ -41,7 +41,7 @@ from attnlens.report.null_run import NullOptions, NullResult, join_null, run_nul
 from attnlens.report.own_passes_beside import OwnPassesBeside
 from attnlens.report.provenance import invoked_command, model_record, package_versions
 from attnlens.report.sections import Section, SectionOutput
-from attnlens.report.side_work import SideJob, side_job, side_workers_allowed
+from attnlens.report.side_work import Claim, SideJob, side_job, side_workers_allowed
 from attnlens.runs import stopwatch
 from attnlens.runs.checkpointing import AnalysisCheckpoint
 from attnlens.runs.io import atomic_open, check_output_dir, held_tables, write_table
@@ -285,11 +285,15 @@ def _probes_beside(model, sections, forked: bool) -> SideJob | None:
         lm = getattr(section, "lm", None)
         if (section.name == "lm_heads" and isinstance(lm, LmHeads) and lm.made_for(model)
                 and lm.settings.probes):
-            # The long probes stay here: this process runs them once its own work is done,
-            # while the child may still run the rest (the two take about as long)
+            # The long probes go to whichever process reaches them first: the child after
+            # the rest (done long before this process needs them on a large corpus), or
+            # this process when it needs them before that (the demo: the child is the one
+            # it waits for). The same bits either way (one thread or two).
+            long = Claim()
             job = side_job("language-model probes",
-                           functools.partial(lm.synthetic_runs, model, long=False), forked)
-            lm.use_synthetic_runs(job.result, long_here=True)
+                           functools.partial(lm.synthetic_runs, model, long=long.take),
+                           forked, claim=long)
+            lm.use_synthetic_runs(job.result, long_here=long.take)
             return job
     return None
 

@@ -30,6 +30,13 @@ writes no file, ends with its parent (a parent killed with SIGKILL leaves no chi
 returns the wall seconds of every ``attnlens.runs.stopwatch`` phase it timed, which the
 parent records in ``run.json``'s fixed costs under ``SIDE_PREFIX`` (the time it waited under
 ``WAIT_PREFIX``).
+
+Work that either process may do goes to the one that asks first (``Claim``, made before
+the fork: the language-model heads' long probes run in the probes' child when it finishes
+the rest before the parent needs them, and in the parent otherwise). The claim is one byte
+in a pipe: a pipe's read is atomic, so exactly one process reads it; nothing lies on disk,
+and a process killed after claiming leaves the other to find the claim gone and the child's
+pipe closed (``SideJob.result`` raises), never to wait for ever.
 """
 
 from __future__ import annotations
@@ -65,11 +72,44 @@ def side_workers_allowed(model: Any, dist: Any = None) -> bool:
     return str(device) == "cpu"
 
 
-class SideJob:
-    """``work()`` run in a forked child (or, when ``forked`` is False, on ``result()``)."""
+class Claim:
+    """Work two processes of one fork may each do, done by the first to ``take`` it: made
+    before the fork, ``take()`` is True in exactly one process (each asks once: it closes
+    that process's end). ``close()`` gives up without asking (the parent on a failure)."""
 
-    def __init__(self, name: str, work: Callable[[], Any], forked: bool) -> None:
-        self.name, self.work = name, work
+    _TOKEN = b"c"
+
+    def __init__(self) -> None:
+        read, write = os.pipe()
+        try:
+            os.write(write, self._TOKEN)
+        finally:
+            os.close(write)  # a read after the token is taken sees EOF, never blocks
+        self._read: int | None = read
+
+    def take(self) -> bool:
+        """Whether this process got the work (the token was still in the pipe)."""
+        if self._read is None:
+            return False
+        try:
+            return os.read(self._read, 1) == self._TOKEN
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Close this process's end of the pipe (the claim left to the other process)."""
+        if self._read is not None:
+            os.close(self._read)
+            self._read = None
+
+
+class SideJob:
+    """``work()`` run in a forked child (or, when ``forked`` is False, on ``result()``);
+    ``claim``, one the work may take (``Claim``), is closed here by ``cancel``."""
+
+    def __init__(self, name: str, work: Callable[[], Any], forked: bool,
+                 claim: Claim | None = None) -> None:
+        self.name, self.work, self.claim = name, work, claim
         self.process = self.pipe = None
         self._done = False
         self._value: Any = None
@@ -123,14 +163,18 @@ class SideJob:
         sent then for ever; it writes no file, so nothing is left half done."""
         if self.pipe is not None:
             self.pipe.close()
+        if self.claim is not None:
+            self.claim.close()
         if self.process is not None and self.process.is_alive():
             self.process.kill()
             self.process.join()
 
 
-def side_job(name: str, work: Callable[[], Any], forked: bool) -> SideJob:
-    """Start ``work`` in a forked child when ``forked`` (``side_workers_allowed``)."""
-    return SideJob(name, work, forked)
+def side_job(name: str, work: Callable[[], Any], forked: bool,
+             claim: Claim | None = None) -> SideJob:
+    """Start ``work`` in a forked child when ``forked`` (``side_workers_allowed``); the job's
+    ``cancel`` closes ``claim``."""
+    return SideJob(name, work, forked, claim)
 
 
 def _child(work: Callable[[], Any], send, receive, parent: int) -> None:

@@ -176,7 +176,7 @@ class LmHeads:
         # Where ``synthetic_runs`` come from when another process ran them (``run_beside``),
         # and whether the long probes were left to this process (``use_synthetic_runs``)
         self._synthetic_source: Callable[[], tuple] | None = None
-        self._long_here = False
+        self._long_here: bool | Callable[[], bool] = False
 
     @property
     def ready(self) -> bool:
@@ -262,9 +262,10 @@ class LmHeads:
                 source, self._synthetic_source = self._synthetic_source, None
                 # The long probes left here first, while the other process may still run
                 # the rest (their facts first, as _synthetic orders them)
-                here = self._long_runs(model, facts) if self._long_here else None
+                long_here = _asked(self._long_here)
+                here = self._long_runs(model, facts) if long_here else None
                 probes, retrieval, long_errors, probe_batches, found = source()
-                if self._long_here:
+                if long_here:
                     long_errors = here
                 facts.update(found)
             else:
@@ -297,14 +298,17 @@ class LmHeads:
                              original_numbers(sink_rows(sinks), head_ids, sizes),
                              sink_rate(sinks), facts)
 
-    def synthetic_runs(self, model: HookedTransformer, long: bool = True) -> tuple:
+    def synthetic_runs(self, model: HookedTransformer,
+                       long: bool | Callable[[], bool] = True) -> tuple:
         """The runs on the measure's own sequences (probes, haystacks, long probes: most of
         ``compute``'s time), with what they were: ``(probe scores, retrieval scores, long-probe
         streaming errors or None, the probe batches, facts)``, every part picklable. They need
         the model and the corpus analyzers' tokenizer only, so a report may run them in
         another process beside the corpus pass and hand them back (``use_synthetic_runs``).
         ``long=False`` leaves the long probes out (None, no facts of theirs), for the process
-        that takes the result to run them (``use_synthetic_runs(..., long_here=True)``)."""
+        that takes the result to run them (``use_synthetic_runs(..., long_here=True)``); a
+        callable ``long`` is asked once the rest has run (the long probes run when it says
+        True: a claim the other process may have taken first)."""
         if not self.ready:
             raise ConfigError("the language-model heads measure needs its corpus analyzers "
                               "first (corpus_analyzers).")
@@ -312,17 +316,20 @@ class LmHeads:
         with torch.no_grad(), phase(LM_PROBES):
             return (*self._synthetic(model, facts, long), facts)
 
-    def use_synthetic_runs(self, source: Callable[[], tuple], long_here: bool = False) -> None:
+    def use_synthetic_runs(self, source: Callable[[], tuple],
+                           long_here: bool | Callable[[], bool] = False) -> None:
         """``compute`` takes its synthetic runs from ``source()`` (what ``synthetic_runs``
         returns, computed elsewhere for the same model) instead of running them; with
         ``long_here`` (``source`` ran ``synthetic_runs(model, long=False)``) it runs the long
-        probes itself, after taking the rest."""
+        probes itself, before taking the rest. A callable ``long_here`` is asked then, once:
+        True, they run here (``source`` left them out); False, ``source`` ran them."""
         self._synthetic_source, self._long_here = source, long_here
 
-    def _synthetic(self, model: HookedTransformer, facts: dict, long: bool = True) -> tuple:
+    def _synthetic(self, model: HookedTransformer, facts: dict,
+                   long: bool | Callable[[], bool] = True) -> tuple:
         """(probe scores, retrieval scores, long-probe streaming errors or None, the probe
         batches): the runs on sequences of the measure's own (the long probes only when
-        ``long``); what they were goes to ``facts``."""
+        ``long`` is or, asked after the rest, says True); what they were goes to ``facts``."""
         # The analyzers read patterns (and values): each forward stops after the last
         # layer's (stop_when_fed), whose output projection and MLP nobody reads.
         s, frame = self.settings, self._frame(model)
@@ -336,7 +343,7 @@ class LmHeads:
         retrieval = RetrievalScores.for_model(model, self.inference)
         run_analyzers(model, stacks.batches(), [retrieval], show_progress=False,
                       stop_when_fed=True)
-        long_errors = self._long_runs(model, facts, frame) if long else None
+        long_errors = self._long_runs(model, facts, frame) if _asked(long) else None
         facts.update(probes=len(probe_set), repeat=sorted(set(probe_set.repeat)),
                      haystacks=len(stacks), haystack_tokens=int(stacks.input_ids.shape[1]),
                      needle=NEEDLE)
@@ -401,3 +408,8 @@ class LmHeads:
         rows = ablation_rows(model, roles, metrics, s.controls, self.inference.seed,
                              s.ablation, means)
         return pd.DataFrame.from_records(rows, columns=ABLATION_COLUMNS)
+
+
+def _asked(answer: bool | Callable[[], bool]) -> bool:
+    """``answer``, or what it says when it is a question (a claim, asked once)."""
+    return answer() if callable(answer) else answer
