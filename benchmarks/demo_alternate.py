@@ -6,8 +6,9 @@ a label, ``NAME=VALUE`` pairs separated by commas (or nothing), and the ``attnle
 to run (a checkout's ``.venv/bin/attnlens``). Each run prints its wall seconds, its own CPU
 seconds (its child processes included) and the CPU seconds other processes used meanwhile
 (``/proc/stat``'s busy time less the run's own): a run with ~0 there had an idle machine.
-Then the figures of its ``run.json`` (corpus pass, null pass, the probes in the child, the
-wait for them, imports, example pages, page).
+Then the figures of its ``run.json`` (corpus pass, null pass, the probes in the child and
+the process that ran their long probes, "-" where run.json does not say (before lmplace46),
+the wait for them, imports, example pages, page).
 
     python benchmarks/demo_alternate.py --rounds 3 \\
         main::/work/main/.venv/bin/attnlens demo34::.venv/bin/attnlens \\
@@ -24,6 +25,9 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+from attnlens.report.side_work import SIDE_PREFIX
+from attnlens.runs.stopwatch import LM_PROBES, LONG_PROBES
 
 
 def busy_seconds() -> float:
@@ -49,11 +53,14 @@ def run_once(label: str, env: dict[str, str], attnlens: str, out: Path) -> str:
     other = busy_seconds() - busy - own
     timings = json.loads((out / "run.json").read_text())["timings"]
     fixed = timings["fixed costs"]
-    child = next((v for k, v in fixed.items() if k.startswith("beside the corpus pass")), None)
+    child = fixed.get(SIDE_PREFIX + LM_PROBES)
+    long_in = ("child" if SIDE_PREFIX + LONG_PROBES in fixed
+               else "main" if LONG_PROBES in fixed else "-")
     return (f"{label:10s} load {load:>5s}  wall {wall:6.2f}  cpu {own:6.2f}  other {other:6.2f} | "
             f"pass {timings['corpus pass (forward and every analyzer)']:5.2f}  "
             f"null {timings.get('null model pass (included in total)', 0.0):5.2f}  "
-            f"probes in the child {child}  waited {fixed.get('waited for: language-model probes')}"
+            f"probes in the child {child} (long in {long_in})  "
+            f"waited {fixed.get('waited for: language-model probes')}"
             f"  imports {fixed.get('imports and start-up')}  example pages "
             f"{fixed.get('example pages')}  page {fixed.get('page')}")
 

@@ -17,10 +17,18 @@ import torch
 
 from attnlens.report import analyze as report
 from attnlens.report import side_work
+from attnlens.runs import stopwatch
 
 needs_fork = pytest.mark.skipif(not side_work.side_workers_allowed(torch.nn.Linear(1, 1)),
                                 reason="side workers fork on Linux with 2+ CPUs")
 EVENTS = multiprocessing.get_context("fork")
+
+
+@pytest.fixture(autouse=True)
+def no_phases():
+    stopwatch.PHASES.clear()
+    yield
+    stopwatch.PHASES.clear()
 
 
 def _fds() -> set[str]:
@@ -129,6 +137,7 @@ def test_the_child_runs_the_long_probes_when_it_reaches_them_first(tiny_gpt2, tm
     long probes, runs them too; this process takes them from its result (the same bits)."""
     model, whole = _measure(tiny_gpt2)
     whole = whole.compute(model)
+    stopwatch.PHASES.clear()
     log = tmp_path / "long.log"
     model, lm = _measure(tiny_gpt2, log)
     job = report._probes_beside(model, [SimpleNamespace(name="lm_heads", lm=lm)], forked=True)
@@ -140,6 +149,8 @@ def test_the_child_runs_the_long_probes_when_it_reaches_them_first(tiny_gpt2, tm
     finally:
         job.cancel()
     assert _ran_in(log) == [job.process.pid]
+    assert side_work.SIDE_PREFIX + stopwatch.LONG_PROBES in stopwatch.PHASES  # run.json says
+    assert stopwatch.LONG_PROBES not in stopwatch.PHASES
     _assert_same(whole, split)
 
 
@@ -152,6 +163,7 @@ def test_this_process_runs_the_long_probes_when_it_needs_them_first(tiny_gpt2,
 
     model, whole = _measure(tiny_gpt2)
     whole = whole.compute(model)
+    stopwatch.PHASES.clear()
     log = tmp_path / "long.log"
     model, lm = _measure(tiny_gpt2, log)
     claim, claimed = Claim(), EVENTS.Event()
@@ -169,6 +181,8 @@ def test_this_process_runs_the_long_probes_when_it_needs_them_first(tiny_gpt2,
     finally:
         job.cancel()
     assert _ran_in(log) == [os.getpid()]
+    assert stopwatch.LONG_PROBES in stopwatch.PHASES
+    assert side_work.SIDE_PREFIX + stopwatch.LONG_PROBES not in stopwatch.PHASES
     _assert_same(whole, split)
 
 

@@ -21,6 +21,8 @@ LOAD_MODEL = "model and tokenizer load"
 TOKENIZE = "corpus tokenized"
 BEFORE_ANALYZE = (READ_CORPUS, LOAD_MODEL, TOKENIZE)
 LM_PROBES = "language-model probes and checks (inside the first section that reads them)"
+# Inside LM_PROBES, in whichever process ran them (a child's under side_work.SIDE_PREFIX)
+LONG_PROBES = "language-model long probes (inside the probes)"
 
 
 def add(name: str, seconds: float) -> None:

@@ -56,7 +56,7 @@ from attnlens.measures.lm_heads.tables import (
 )
 from attnlens.model.head_ids import head_ids_of
 from attnlens.model.transformer import HookedTransformer
-from attnlens.runs.stopwatch import LM_PROBES, phase
+from attnlens.runs.stopwatch import LM_PROBES, LONG_PROBES, phase
 from attnlens.stats.bootstrap import Inference
 from attnlens.stream.base import Analyzer, Batch
 from attnlens.stream.runner import run_analyzers
@@ -359,8 +359,9 @@ class LmHeads:
         if long is None:
             return None
         long_errors = StreamingError.for_model(model, s.sink_tokens, s.window)
-        run_analyzers(model, long.batches(long_batch_size(model, long.input_ids.shape[1])),
-                      [long_errors], show_progress=False, stop_when_fed=True)
+        with phase(LONG_PROBES):
+            run_analyzers(model, long.batches(long_batch_size(model, long.input_ids.shape[1])),
+                          [long_errors], show_progress=False, stop_when_fed=True)
         facts.update(long_repeat=long.repeat[0], long_probes=len(long))
         return long_errors
 
