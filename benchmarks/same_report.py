@@ -9,6 +9,9 @@ and ``manifest.json``, and ``index.html`` (which shows run.json) is compared aft
 copy's page is rendered again from the normalised ``run.json``, each with its own
 checkout's code (``--render-a``, ``--render-b``: the checkout whose ``.venv`` renders;
 default this one), so the page code of both checkouts is compared on the same input.
+``--new-timing TEXT`` (repeatable) leaves out of both run.json copies, before the page is
+rendered again, every fixed cost (``timings``, ``fixed costs``) whose name contains TEXT:
+a timing entry one side adds, the one difference such a change may make.
 
 ``--before TREE`` runs the command first, one checkout after the other, into the same
 ``--out`` (so that paths written into the report agree) and compares the two folders;
@@ -16,6 +19,7 @@ arguments after ``--`` are passed to ``attnlens analyze``:
 
     python benchmarks/same_report.py A B [--render-a /work/main]
     python benchmarks/same_report.py --before /work/main [-- --treebank FILE --max-sentences 200]
+    python benchmarks/same_report.py --before /work/main --new-timing "long probes"
 
 Exit status 0 when identical, 1 otherwise (the differing files listed).
 """
@@ -38,13 +42,17 @@ VOLATILE_NULL = ("seconds", "share_of_run")
 RENDER = "import sys; from attnlens.report.folder import Report; Report(sys.argv[1]).render()"
 
 
-def _normalised_json(path: Path, tree: Path) -> None:
-    """Replace the checkout's path and run.json's timings by fixed values, in place."""
+def _normalised_json(path: Path, tree: Path, new_timings: tuple[str, ...] = ()) -> None:
+    """Replace the checkout's path and run.json's timings by fixed values, in place (the
+    fixed costs named by any of ``new_timings`` left out)."""
     venv = tree / ".venv"  # a symlink to another checkout's venv: its real path too
     text = path.read_text().replace(str(venv.resolve()), "<checkout>/.venv")
     text = text.replace(str(tree), "<checkout>")
     data = json.loads(text)
     if path.name == "run.json":
+        costs = data.get("timings", {}).get("fixed costs", {})
+        for name in [n for n in costs if any(t in n for t in new_timings)]:
+            del costs[name]
         for key in VOLATILE_RUN:
             if key in data:
                 data[key] = _zeroed(data[key])
@@ -71,12 +79,12 @@ def _zeroed(value):
     return "" if isinstance(value, str) else value
 
 
-def _prepared(folder: Path, tree: Path, into: Path) -> Path:
+def _prepared(folder: Path, tree: Path, into: Path, new_timings: tuple[str, ...]) -> Path:
     copy = into / folder.name
     shutil.copytree(folder, copy)
     for name in ("run.json", "manifest.json"):
         if (copy / name).is_file():
-            _normalised_json(copy / name, tree)
+            _normalised_json(copy / name, tree, new_timings)
     if (copy / "run.json").is_file():
         python = tree / ".venv" / "bin" / "python"
         env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -89,11 +97,12 @@ def _files(folder: Path) -> set[str]:
     return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
 
 
-def differences(a: Path, b: Path, tree_a: Path = HERE, tree_b: Path = HERE) -> list[str]:
+def differences(a: Path, b: Path, tree_a: Path = HERE, tree_b: Path = HERE,
+                new_timings: tuple[str, ...] = ()) -> list[str]:
     """Relative paths that differ (or exist on one side only) after normalising."""
     with tempfile.TemporaryDirectory() as tmp:
-        left = _prepared(a, tree_a, Path(tmp) / "a")
-        right = _prepared(b, tree_b, Path(tmp) / "b")
+        left = _prepared(a, tree_a, Path(tmp) / "a", new_timings)
+        right = _prepared(b, tree_b, Path(tmp) / "b", new_timings)
         names_a, names_b = _files(left), _files(right)
         differ = [f"only in {a}: {n}" for n in sorted(names_a - names_b)]
         differ += [f"only in {b}: {n}" for n in sorted(names_b - names_a)]
@@ -121,6 +130,8 @@ def main() -> None:
     parser.add_argument("--render-b", type=Path, default=HERE)
     parser.add_argument("--before", type=Path, help="run main's command from this checkout")
     parser.add_argument("--keep", type=Path, help="keep the two folders here (a/, b/)")
+    parser.add_argument("--new-timing", action="append", default=[],
+                        help="leave out the fixed costs whose name contains this")
     args = parser.parse_args(argv)
     if args.before is not None:
         keep = args.keep or Path(tempfile.mkdtemp(prefix="same-report-"))
@@ -138,7 +149,7 @@ def main() -> None:
         tree_a, tree_b = args.render_a.resolve(), args.render_b.resolve()
     else:
         parser.error("give two folders, or --before TREE")
-    differ = differences(a, b, tree_a, tree_b)
+    differ = differences(a, b, tree_a, tree_b, tuple(args.new_timing))
     n = len(_files(a))
     if differ:
         print(f"{len(differ)} of {n} files differ ({a} against {b}):")
