@@ -13,6 +13,12 @@ the wait for them, imports, example pages, page).
     python benchmarks/demo_alternate.py --rounds 3 \\
         main::/work/main/.venv/bin/attnlens demo34::.venv/bin/attnlens \\
         spin:GOMP_SPINCOUNT=300000:.venv/bin/attnlens
+
+Arguments after ``--`` go to every run's ``attnlens analyze`` (another corpus); ``--swap``
+reverses the variants' order every other round.
+
+    python benchmarks/demo_alternate.py --rounds 4 --swap main::/work/main/.venv/bin/attnlens \
+        lm46::.venv/bin/attnlens -- --treebank ../shared/data/ud-ewt/en_ewt-ud-dev.conllu
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import json
 import os
 import resource
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -42,10 +49,11 @@ def children_cpu() -> float:
     return used.ru_utime + used.ru_stime
 
 
-def run_once(label: str, env: dict[str, str], attnlens: str, out: Path) -> str:
+def run_once(label: str, env: dict[str, str], attnlens: str, out: Path,
+             extra: tuple[str, ...] = ()) -> str:
     load = Path("/proc/loadavg").read_text().split()[0]
     cpu, busy, began = children_cpu(), busy_seconds(), time.perf_counter()
-    subprocess.run([attnlens, "analyze", "--out", str(out), "--force", "--quiet"],
+    subprocess.run([attnlens, "analyze", "--out", str(out), "--force", "--quiet", *extra],
                    env={**os.environ, **env}, check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
     wall = time.perf_counter() - began
@@ -75,12 +83,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("variants", nargs="+", help="LABEL:ENV:ATTNLENS")
     parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
+    parser.add_argument("--swap", action="store_true",
+                        help="every other round runs the variants in reverse order")
+    argv = sys.argv[1:]
+    extra = tuple(argv[argv.index("--") + 1:]) if "--" in argv else ()
+    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     variants = [parse_variant(v) for v in args.variants]
     with tempfile.TemporaryDirectory() as tmp:
-        for _ in range(args.rounds):
-            for label, env, attnlens in variants:
-                print(run_once(label, env, attnlens, Path(tmp) / label), flush=True)
+        for i in range(args.rounds):
+            order = variants[::-1] if args.swap and i % 2 else variants
+            for label, env, attnlens in order:
+                print(run_once(label, env, attnlens, Path(tmp) / label, extra), flush=True)
 
 
 if __name__ == "__main__":
