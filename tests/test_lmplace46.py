@@ -49,7 +49,7 @@ def test_a_claim_is_taken_once_and_a_closed_one_never() -> None:
 def test_a_cancelled_job_closes_its_claim() -> None:
     before = _fds()
     claim = side_work.Claim()
-    assert len(_fds()) == len(before) + 1  # one end of a pipe, nothing on disk
+    assert len(_fds()) == len(before) + 3  # ends of two pipes, nothing on disk
     side_work.side_job("claim", lambda: None, forked=False, claim=claim).cancel()
     assert _fds() == before
     assert not claim.take()
@@ -69,6 +69,23 @@ def test_a_claim_goes_to_exactly_one_process_of_a_fork(child_first: bool) -> Non
         assert claim.take()
         took.set()
         assert job.result() is False
+    job.cancel()
+
+
+@needs_fork
+@pytest.mark.parametrize("parent_takes", [False, True])
+def test_the_child_asks_once_the_parent_opens_the_claim_or_takes_it(parent_takes) -> None:
+    claim, asked = side_work.Claim(), EVENTS.Event()
+    job = side_work.side_job("claim", lambda: (claim.take_when_open(), asked.set())[0], True,
+                             claim)
+    assert not asked.wait(0.3)  # waiting for the parent
+    if parent_takes:
+        assert claim.take()
+    else:
+        claim.open()
+    assert asked.wait(60)
+    assert job.result() is not parent_takes
+    assert not claim.take()
     job.cancel()
 
 
@@ -134,7 +151,8 @@ def _assert_same(whole, split) -> None:
 @needs_fork
 def test_the_child_runs_the_long_probes_when_it_reaches_them_first(tiny_gpt2, tmp_path) -> None:
     """``analyze``'s probes job: the child, done with the rest before this process needs the
-    long probes, runs them too; this process takes them from its result (the same bits)."""
+    long probes, runs them too once this process opens the claim (its passes over); this
+    process takes them from its result (the same bits)."""
     model, whole = _measure(tiny_gpt2)
     whole = whole.compute(model)
     stopwatch.PHASES.clear()
@@ -142,6 +160,7 @@ def test_the_child_runs_the_long_probes_when_it_reaches_them_first(tiny_gpt2, tm
     model, lm = _measure(tiny_gpt2, log)
     job = report._probes_beside(model, [SimpleNamespace(name="lm_heads", lm=lm)], forked=True)
     try:
+        job.claim.open()
         deadline = time.monotonic() + 120
         while not _ran_in(log) and time.monotonic() < deadline:
             time.sleep(0.02)

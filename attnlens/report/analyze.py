@@ -193,6 +193,8 @@ def analyze(
         if null.on and batches:
             null_result = run_null(model, tokenizer, batches, sections, null, dist,
                                    show_progress=show_progress)
+        if probes is not None and probes.claim is not None:
+            probes.claim.open()  # this process's passes are over (_probes_beside)
         if not dist.is_main:
             return []
         last = _probe_readers(sections, probes) | {
@@ -286,12 +288,15 @@ def _probes_beside(model, sections, forked: bool) -> SideJob | None:
         if (section.name == "lm_heads" and isinstance(lm, LmHeads) and lm.made_for(model)
                 and lm.settings.probes):
             # The long probes go to whichever process reaches them first: the child after
-            # the rest (done long before this process needs them on a large corpus), or
+            # the rest once this process's passes are over (``analyze`` opens the claim
+            # then: at one thread beside them, the child would hold up their two-thread
+            # products), while this process writes the tables that do not read them; or
             # this process when it needs them before that (the demo: the child is the one
             # it waits for). The same bits either way (one thread or two).
             long = Claim()
             job = side_job("language-model probes",
-                           functools.partial(lm.synthetic_runs, model, long=long.take),
+                           functools.partial(lm.synthetic_runs, model,
+                                             long=long.take_when_open),
                            forked, claim=long)
             lm.use_synthetic_runs(job.result, long_here=long.take)
             return job

@@ -33,10 +33,13 @@ parent records in ``run.json``'s fixed costs under ``SIDE_PREFIX`` (the time it 
 
 Work that either process may do goes to the one that asks first (``Claim``, made before
 the fork: the language-model heads' long probes run in the probes' child when it finishes
-the rest before the parent needs them, and in the parent otherwise). The claim is one byte
-in a pipe: a pipe's read is atomic, so exactly one process reads it; nothing lies on disk,
-and a process killed after claiming leaves the other to find the claim gone and the child's
-pipe closed (``SideJob.result`` raises), never to wait for ever.
+the rest and the parent's passes are over before the parent needs them, and in the parent
+otherwise). The claim is one byte in a pipe: a pipe's read is atomic, so exactly one process
+reads it; the child waits for the parent's go (a byte in a second pipe, written when the
+parent opens the claim, takes it or gives up). Nothing lies on disk; a child killed after
+claiming leaves the parent to find the claim gone and the child's pipe closed
+(``SideJob.result`` raises), never to wait for ever; a parent killed leaves no child
+(``PR_SET_PDEATHSIG``, below).
 """
 
 from __future__ import annotations
@@ -73,11 +76,13 @@ def side_workers_allowed(model: Any, dist: Any = None) -> bool:
 
 
 class Claim:
-    """Work two processes of one fork may each do, done by the first to ``take`` it: made
-    before the fork, ``take()`` is True in exactly one process (each asks once: it closes
-    that process's end). ``close()`` gives up without asking (the parent on a failure)."""
+    """Work two processes of one fork may each do, done by the first to ask: made before the
+    fork, ``take()`` is True in exactly one process (each asks once: it closes that
+    process's end). The child asks with ``take_when_open()``, which first waits until the
+    parent ``open``s the claim (when the child's work would no longer slow its own) or
+    takes it. ``close()`` gives up without asking (the parent on a failure)."""
 
-    _TOKEN = b"c"
+    _TOKEN, _OPEN = b"c", b"o"
 
     def __init__(self) -> None:
         read, write = os.pipe()
@@ -86,9 +91,11 @@ class Claim:
         finally:
             os.close(write)  # a read after the token is taken sees EOF, never blocks
         self._read: int | None = read
+        self._gate: tuple[int, int | None] | None = os.pipe()  # (read, write)
 
     def take(self) -> bool:
-        """Whether this process got the work (the token was still in the pipe)."""
+        """Whether this process got the work (the token was still in the pipe); the other
+        process's wait (``take_when_open``) ends."""
         if self._read is None:
             return False
         try:
@@ -96,8 +103,32 @@ class Claim:
         finally:
             self.close()
 
+    def open(self) -> None:
+        """Let the other process's ``take_when_open`` ask (the parent, once)."""
+        if self._gate is not None and self._gate[1] is not None:
+            gate, opening = self._gate
+            self._gate = gate, None
+            try:
+                os.write(opening, self._OPEN)  # one byte: never blocks
+            finally:
+                os.close(opening)
+
+    def take_when_open(self) -> bool:
+        """``take()`` once the parent opens the claim, takes it or ends (the child)."""
+        if self._gate is not None:
+            gate, opening = self._gate
+            if opening is not None:
+                os.close(opening)  # the parent's end, inherited
+            self._gate = gate, None
+            os.read(gate, 1)  # the byte, or EOF
+        return self.take()
+
     def close(self) -> None:
-        """Close this process's end of the pipe (the claim left to the other process)."""
+        """Close this process's ends (the claim left to the other process, opened for it)."""
+        self.open()
+        if self._gate is not None:
+            os.close(self._gate[0])
+            self._gate = None
         if self._read is not None:
             os.close(self._read)
             self._read = None
