@@ -40,6 +40,16 @@ def phase(name: str) -> Iterator[None]:
         add(name, time.perf_counter() - began)
 
 
+@contextmanager
+def outside(name: str) -> Iterator[None]:
+    """This block's wall seconds taken off ``PHASES[name]`` (a wait inside that phase)."""
+    began = time.perf_counter()
+    try:
+        yield
+    finally:
+        add(name, began - time.perf_counter())
+
+
 def take() -> dict[str, float]:
     """The phases timed so far (rounded to 0.01 s), forgetting them."""
     taken = {name: round(seconds, 2) for name, seconds in PHASES.items()}

@@ -56,7 +56,7 @@ from attnlens.measures.lm_heads.tables import (
 )
 from attnlens.model.head_ids import head_ids_of
 from attnlens.model.transformer import HookedTransformer
-from attnlens.runs.stopwatch import LM_PROBES, LONG_PROBES, phase
+from attnlens.runs.stopwatch import LM_PROBES, LONG_PROBES, outside, phase
 from attnlens.stats.bootstrap import Inference
 from attnlens.stream.base import Analyzer, Batch
 from attnlens.stream.runner import run_analyzers
@@ -343,7 +343,9 @@ class LmHeads:
         retrieval = RetrievalScores.for_model(model, self.inference)
         run_analyzers(model, stacks.batches(), [retrieval], show_progress=False,
                       stop_when_fed=True)
-        long_errors = self._long_runs(model, facts, frame) if _asked(long) else None
+        with outside(LM_PROBES):  # a claim may wait for the other process's go
+            long_here = _asked(long)
+        long_errors = self._long_runs(model, facts, frame) if long_here else None
         facts.update(probes=len(probe_set), repeat=sorted(set(probe_set.repeat)),
                      haystacks=len(stacks), haystack_tokens=int(stacks.input_ids.shape[1]),
                      needle=NEEDLE)
