@@ -220,7 +220,7 @@ def markdown_table(df: pd.DataFrame, float_format: str = "{:.4g}", markup: bool 
         if kind == "f":  # Python floats only
             return by_distinct(column.to_numpy(), lambda values: list(map(number, values)))
         if kind and kind in "iub":  # Python ints and bools: no character to escape
-            return [str(v) for v in column.tolist()]
+            return list(map(str, column.tolist()))
         plain = kind == "O" or isinstance(column.dtype, pd.StringDtype)
         memo: dict[str, str] = {}  # text cells repeat (labels, tokens): each escaped once
         cells = []
@@ -238,8 +238,8 @@ def markdown_table(df: pd.DataFrame, float_format: str = "{:.4g}", markup: bool 
     rule = "|" + "|".join("---" for _ in df.columns) + "|"
     columns = [column_cells(df.iloc[:, k]) for k in range(df.shape[1])]
     cells = zip(*columns, strict=True) if columns else [()] * len(df)
-    rows = ["| " + " | ".join(row) + " |" for row in cells]
-    return "\n".join([header, rule, *rows]) + "\n"
+    rows = "| " + " |\n| ".join(map(" | ".join, cells)) + " |\n" if len(df) else ""
+    return header + "\n" + rule + "\n" + rows
 
 
 def by_distinct(values, convert: Callable[[list[float]], list]) -> list:
