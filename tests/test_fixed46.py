@@ -83,6 +83,10 @@ def test_csv_floats_same_text_as_numpy_on_random_bits():
     pd.DataFrame([[1, 2.5], [3, 4.5]], columns=["same", "same"]),
     pd.DataFrame({0: [1.5, 2.5], "b": [1, 2]}),
     pd.DataFrame({"mixed": pd.Series([1.5, "x", 3], dtype=object), "b": [1, 2, 3]}),
+    pd.DataFrame({"lists": pd.Series([[1], "x"], dtype=object), "b": [1, 2]}),  # unhashable
+    pd.DataFrame({"numpy text": pd.Series([np.str_("a,b"), "c"], dtype=object), "b": [1, 2]}),
+    pd.DataFrame({"missing": pd.Series([None, math.nan, pd.NA, "x", float("nan")],
+                                       dtype=object), "b": range(5)}),
     pd.DataFrame({"nullable": pd.array([1, None], dtype="Int64"), "b": [0.5, 1.5]}),
     pd.DataFrame({"category": pd.Categorical(["a", "b"]), "b": [0.5, 1.5]}),
     pd.DataFrame({"a": pd.Series([], dtype=float), "b": pd.Series([], dtype=str)}),

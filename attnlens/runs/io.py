@@ -297,11 +297,22 @@ def _csv_cells(column: pd.Series, quote: _CsvQuoter) -> list[str] | None:
         return by_distinct(column.to_numpy(), _float_reprs) if dtype == np.float64 else None
     if not (dtype == np.dtype(object) or isinstance(dtype, pd.StringDtype)):
         return None
-    missing = column.isna().tolist()
     values = column.tolist()
-    if not all(gone or type(value) is str for value, gone in zip(values, missing, strict=True)):
+    try:
+        distinct = dict.fromkeys(values)
+    except TypeError:  # values that cannot be hashed: pandas writes them
+        return None
+    if not all(type(value) is str or _missing(value) for value in distinct):
         return None  # numbers or other objects in a text column: pandas writes them
-    return ["" if gone else quote(value) for value, gone in zip(values, missing, strict=True)]
+    cells = {value: quote(value) if type(value) is str else "" for value in distinct}
+    return list(map(cells.__getitem__, values))
+
+
+def _missing(value) -> bool:
+    """None, NaN or ``pd.NA``: an empty cell in pandas' CSV."""
+    import pandas as pd
+
+    return value is None or value is pd.NA or (type(value) is float and value != value)
 
 
 def write_csv(df: pd.DataFrame, handle: IO[str]) -> None:
