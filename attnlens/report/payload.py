@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from attnlens.runs.io import by_distinct
+
 # Values are shown with 4 significant digits; 6 are embedded so that sorting, filtering and
 # the head cards' ranks agree with the CSV except between values equal to 6 digits.
 EMBEDDED_DIGITS = 6
@@ -17,8 +19,11 @@ DICTIONARY_REPEAT = 2
 
 
 def _floats(values: np.ndarray, digits: int) -> list[float | None]:
+    """Each value to ``digits`` significant digits (non-finite: None), each distinct value
+    rounded once."""
     spec = f".{digits}g"
-    return [float(format(v, spec)) if math.isfinite(v) else None for v in values.tolist()]
+    return by_distinct(values, lambda distinct: [
+        float(format(v, spec)) if math.isfinite(v) else None for v in distinct])
 
 
 def _is_integral(values: np.ndarray) -> bool:

@@ -218,9 +218,9 @@ def markdown_table(df: pd.DataFrame, float_format: str = "{:.4g}", markup: bool 
         # numbers, objects and text, ``tolist()`` gives the same values at once
         kind = column.dtype.kind if isinstance(column.dtype, np.dtype) else ""
         if kind == "f":  # Python floats only
-            return [number(v) for v in column.tolist()]
+            return by_distinct(column.to_numpy(), lambda values: list(map(number, values)))
         if kind and kind in "iub":  # Python ints and bools: no character to escape
-            return [str(v) for v in column.tolist()]
+            return list(map(str, column.tolist()))
         plain = kind == "O" or isinstance(column.dtype, pd.StringDtype)
         memo: dict[str, str] = {}  # text cells repeat (labels, tokens): each escaped once
         cells = []
@@ -238,8 +238,99 @@ def markdown_table(df: pd.DataFrame, float_format: str = "{:.4g}", markup: bool 
     rule = "|" + "|".join("---" for _ in df.columns) + "|"
     columns = [column_cells(df.iloc[:, k]) for k in range(df.shape[1])]
     cells = zip(*columns, strict=True) if columns else [()] * len(df)
-    rows = ["| " + " | ".join(row) + " |" for row in cells]
-    return "\n".join([header, rule, *rows]) + "\n"
+    rows = "| " + " |\n| ".join(map(" | ".join, cells)) + " |\n" if len(df) else ""
+    return header + "\n" + rule + "\n" + rows
+
+
+def by_distinct(values, convert: Callable[[list[float]], list]) -> list:
+    """``convert(values.tolist())`` of a 1-d float64 array, each distinct value (by its bits:
+    ``-0.0`` is not ``0.0``) converted once: tables repeat values (baselines, q-values).
+    ``convert`` maps a list of floats to a list as long, value by value."""
+    import numpy as np
+
+    if values.dtype != np.float64 or values.size < 2:
+        return convert(values.tolist())
+    # [value] -> [distinct], [value] (sorted bit patterns, and where each value's lies)
+    distinct, where = np.unique(np.ascontiguousarray(values).view(np.int64), return_inverse=True)
+    return np.array(convert(distinct.view(np.float64).tolist()), dtype=object)[where].tolist()
+
+
+def _float_reprs(values: list[float]) -> list[str]:
+    """``repr`` of each float (numpy's float64 text is the same), NaN as an empty cell."""
+    return ["" if text == "nan" else text for text in repr(values)[1:-1].split(", ")] \
+        if values else []
+
+
+class _CsvQuoter:
+    """Each text as the ``csv`` writer pandas uses (minimal quoting, ``"`` doubled, the
+    system's line end) writes it in a row of several cells; each distinct text asked once."""
+
+    def __init__(self) -> None:
+        import csv
+        import io
+
+        self._buffer = io.StringIO()
+        self._writer = csv.writer(self._buffer, lineterminator=os.linesep)
+        self._end = len("," + os.linesep)
+        self._done: dict[str, str] = {}
+
+    def __call__(self, text: str) -> str:
+        done = self._done.get(text)
+        if done is None:
+            self._buffer.seek(0)
+            self._buffer.truncate()
+            self._writer.writerow((text, ""))
+            done = self._done[text] = self._buffer.getvalue()[:-self._end]
+        return done
+
+
+def _csv_cells(column: pd.Series, quote: _CsvQuoter) -> list[str] | None:
+    """The cells pandas' ``to_csv`` writes for ``column`` (float64 by ``repr``, integers and
+    booleans by ``str``, text quoted, missing values empty), or None for any other column."""
+    import numpy as np
+    import pandas as pd
+
+    dtype = column.dtype
+    if isinstance(dtype, np.dtype) and dtype.kind in "fiub":
+        if dtype.kind != "f":
+            return list(map(str, column.tolist()))
+        return by_distinct(column.to_numpy(), _float_reprs) if dtype == np.float64 else None
+    if not (dtype == np.dtype(object) or isinstance(dtype, pd.StringDtype)):
+        return None
+    values = column.tolist()
+    try:
+        distinct = dict.fromkeys(values)
+    except TypeError:  # values that cannot be hashed: pandas writes them
+        return None
+    if not all(type(value) is str or _missing(value) for value in distinct):
+        return None  # numbers or other objects in a text column: pandas writes them
+    cells = {value: quote(value) if type(value) is str else "" for value in distinct}
+    return list(map(cells.__getitem__, values))
+
+
+def _missing(value) -> bool:
+    """None, NaN or ``pd.NA``: an empty cell in pandas' CSV."""
+    import pandas as pd
+
+    return value is None or value is pd.NA or (type(value) is float and value != value)
+
+
+def write_csv(df: pd.DataFrame, handle: IO[str]) -> None:
+    """``df.to_csv(handle, index=False)``, the same text: a table of two or more uniquely
+    named columns of float64, integers, booleans or text is written from each column's cells
+    at once (``_csv_cells``); any other table by pandas."""
+    quote = _CsvQuoter()
+    names = list(df.columns)
+    cells = None
+    if len(names) >= 2 and df.columns.is_unique and all(type(n) is str for n in names):
+        cells = [_csv_cells(df.iloc[:, k], quote) for k in range(len(names))]
+    if cells is None or any(column is None for column in cells):
+        df.to_csv(handle, index=False)
+        return
+    end = os.linesep
+    handle.write(",".join(map(quote, names)) + end)
+    if len(df):
+        handle.write(end.join(map(",".join, zip(*cells, strict=True))) + end)
 
 
 def write_table(
@@ -261,7 +352,7 @@ def write_table(
             continue
         with atomic_open(path) as handle:
             if fmt == "csv":
-                neutralise_formulas(df).to_csv(handle, index=False)
+                write_csv(neutralise_formulas(df), handle)
             else:
                 handle.write(markdown_table(df))
         paths.append(path)
