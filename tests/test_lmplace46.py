@@ -248,7 +248,6 @@ def test_without_side_workers_this_process_runs_every_probe(tiny_gpt2, tmp_path,
 def test_a_wait_inside_a_phase_is_left_out_of_it() -> None:
     """The probes' child waits for the parent's go inside its probes' phase; run.json's
     figure for them leaves the wait out (``stopwatch.outside``)."""
-    with stopwatch.phase("work"):
-        with stopwatch.outside("work"):
-            time.sleep(0.3)
+    with stopwatch.phase("work"), stopwatch.outside("work"):
+        time.sleep(0.3)
     assert 0.0 <= stopwatch.PHASES["work"] < 0.1
