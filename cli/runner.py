@@ -218,6 +218,7 @@ class CommandRun:
         """``(HookedTransformer, Tokenizer)`` from MODEL and the loading options, with the
         query-block settings (--query-block, --whole-matrix-limit) applied; a --max-length
         left out becomes the model's trained length."""
+        collector.freeze_imports()  # the command's imports are done (attnlens/runs/collector.py)
         model, tokenizer = (self.model or ModelOptions()).load()
         if self.max_length is None:
             from attnlens.loaders.trained_length import resolved_max_length
