@@ -134,3 +134,16 @@ def fed_lm_heads(model: HookedTransformer):
     run_analyzers(model, random_batches(n=12, length=10),
                   lm.corpus_analyzers(model, toy_tokenizer()), show_progress=False)
     return lm
+
+
+def assert_same_measure(whole, split) -> None:
+    """Two ``LmHeads.compute`` results (the probes run at once, and split between
+    processes) equal bit for bit: facts in the same order, every table, the role tests."""
+    import pandas as pd
+
+    assert whole.facts["long_probes"] >= 1
+    assert list(whole.facts.items()) == list(split.facts.items())
+    assert whole.tables.keys() == split.tables.keys()
+    for name in whole.tables:
+        pd.testing.assert_frame_equal(whole.tables[name], split.tables[name], check_exact=True)
+    pd.testing.assert_frame_equal(whole.role_tests, split.role_tests, check_exact=True)

@@ -11,13 +11,13 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-import pandas as pd
 import pytest
 import torch
 
 from attnlens.report import analyze as report
 from attnlens.report import side_work
 from attnlens.runs import stopwatch
+from tests.lm_heads_toys import assert_same_measure
 
 needs_fork = pytest.mark.skipif(not side_work.side_workers_allowed(torch.nn.Linear(1, 1)),
                                 reason="side workers fork on Linux with 2+ CPUs")
@@ -139,15 +139,6 @@ def _ran_in(log: Path) -> list[int]:
     return [int(pid) for pid in log.read_text().split()] if log.exists() else []
 
 
-def _assert_same(whole, split) -> None:
-    assert whole.facts["long_probes"] >= 1
-    assert list(whole.facts.items()) == list(split.facts.items())
-    assert whole.tables.keys() == split.tables.keys()
-    for name in whole.tables:
-        pd.testing.assert_frame_equal(whole.tables[name], split.tables[name], check_exact=True)
-    pd.testing.assert_frame_equal(whole.role_tests, split.role_tests, check_exact=True)
-
-
 @needs_fork
 def test_the_child_runs_the_long_probes_when_it_reaches_them_first(tiny_gpt2, tmp_path) -> None:
     """``analyze``'s probes job: the child, done with the rest before this process needs the
@@ -170,7 +161,7 @@ def test_the_child_runs_the_long_probes_when_it_reaches_them_first(tiny_gpt2, tm
     assert _ran_in(log) == [job.process.pid]
     assert side_work.SIDE_PREFIX + stopwatch.LONG_PROBES in stopwatch.PHASES  # run.json says
     assert stopwatch.LONG_PROBES not in stopwatch.PHASES
-    _assert_same(whole, split)
+    assert_same_measure(whole, split)
 
 
 @needs_fork
@@ -202,7 +193,7 @@ def test_this_process_runs_the_long_probes_when_it_needs_them_first(tiny_gpt2,
     assert _ran_in(log) == [os.getpid()]
     assert stopwatch.LONG_PROBES in stopwatch.PHASES
     assert side_work.SIDE_PREFIX + stopwatch.LONG_PROBES not in stopwatch.PHASES
-    _assert_same(whole, split)
+    assert_same_measure(whole, split)
 
 
 @needs_fork

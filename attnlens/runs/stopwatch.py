@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 PHASES: dict[str, float] = {}
 # The phases a command times before ``analyze`` (the rest of that time: imports and start-up)
@@ -31,23 +31,22 @@ def add(name: str, seconds: float) -> None:
 
 
 @contextmanager
-def phase(name: str) -> Iterator[None]:
+def _timed(name: str, sign: float) -> Iterator[None]:
+    began = time.perf_counter()
+    try:
+        yield
+    finally:
+        add(name, sign * (time.perf_counter() - began))
+
+
+def phase(name: str) -> AbstractContextManager[None]:
     """Add this block's wall seconds to ``PHASES[name]``."""
-    began = time.perf_counter()
-    try:
-        yield
-    finally:
-        add(name, time.perf_counter() - began)
+    return _timed(name, 1.0)
 
 
-@contextmanager
-def outside(name: str) -> Iterator[None]:
+def outside(name: str) -> AbstractContextManager[None]:
     """This block's wall seconds taken off ``PHASES[name]`` (a wait inside that phase)."""
-    began = time.perf_counter()
-    try:
-        yield
-    finally:
-        add(name, began - time.perf_counter())
+    return _timed(name, -1.0)
 
 
 def take() -> dict[str, float]:
