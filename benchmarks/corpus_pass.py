@@ -54,6 +54,10 @@ of the corpus pass (``--profile-out FILE``: also its stats, for ``pstats``'
 ``print_callers``). ``--cpu`` times with the process's CPU time instead of wall time (less
 sensitive to other work on a shared machine; the command's fixed costs stay wall time; the
 children beside the pass are not this process).
+
+Idle OpenMP threads sleep (``OMP_WAIT_POLICY=PASSIVE``, set before torch loads, as the
+`attnlens` program sets it: ``attnlens/runs/openmp.py``; a policy in the environment is
+kept), so the pass is timed as the command runs it, beside its forked children.
 """
 
 from __future__ import annotations
@@ -69,8 +73,12 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-import torch
-from bench_record import record, this_command
+from attnlens.runs import openmp
+
+openmp.passive_waits()  # before torch loads: idle OpenMP threads sleep, as in the command
+
+import torch  # noqa: E402
+from bench_record import record, this_command  # noqa: E402
 
 SHARED_UD = Path(__file__).resolve().parents[2] / "shared/data/ud-ewt/en_ewt-ud-dev.conllu"
 CLOCK = time.perf_counter  # --cpu: time.process_time (every thread of this process)

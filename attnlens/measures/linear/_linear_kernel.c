@@ -75,43 +75,45 @@ STEP void add_scaled(double *restrict acc, const double *restrict x, double a, i
 }
 
 #if defined(__GNUC__)
-/* Eight doubles (GCC's vector extension: one AVX-512 register, two AVX2 or four SSE2 ones;
- * element-wise IEEE arithmetic, so the same bits in every build), read unaligned. */
-typedef double lanes8 __attribute__((vector_size(64), aligned(8), may_alias));
+/* Four doubles (GCC's vector extension: one AVX2 register, half an AVX-512 one, two SSE2
+ * ones; element-wise IEEE arithmetic, so the same bits in every build), read unaligned.
+ * Four, not eight: an eight-double type has no AVX2 register, and GCC then kept such
+ * accumulators on the stack (measured: the AVX2 clone slower than plain x86-64). */
+typedef double lanes4 __attribute__((vector_size(32), aligned(8), may_alias));
 #endif
 
 /* out[c] = sum_r weights[r] * rows[r][c] for c < width, row r at base + (index ? index[r] :
- * r) * stride: each column adds its terms in order of r, in registers (32 or 8 columns at a
+ * r) * stride: each column adds its terms in order of r, in registers (16 or 4 columns at a
  * time where the compiler has vector types). */
 STEP void combine(double *restrict out, const double *restrict weights,
                   const double *restrict base, const int *index, int count, size_t stride,
                   int width) {
     int c = 0;
 #if defined(__GNUC__)
-    for (; c + 32 <= width; c += 32) {
-        lanes8 a0 = {0.0}, a1 = {0.0}, a2 = {0.0}, a3 = {0.0};
+    for (; c + 16 <= width; c += 16) {
+        lanes4 a0 = {0.0}, a1 = {0.0}, a2 = {0.0}, a3 = {0.0};
         for (int r = 0; r < count; r++) {
             const size_t at = (size_t)(index ? index[r] : r) * stride + c;
-            const lanes8 *row = (const lanes8 *)(base + at);
+            const lanes4 *row = (const lanes4 *)(base + at);
             const double w = weights[r];
             a0 += w * row[0];
             a1 += w * row[1];
             a2 += w * row[2];
             a3 += w * row[3];
         }
-        lanes8 *to = (lanes8 *)(out + c);
+        lanes4 *to = (lanes4 *)(out + c);
         to[0] = a0;
         to[1] = a1;
         to[2] = a2;
         to[3] = a3;
     }
-    for (; c + 8 <= width; c += 8) {
-        lanes8 a0 = {0.0};
+    for (; c + 4 <= width; c += 4) {
+        lanes4 a0 = {0.0};
         for (int r = 0; r < count; r++) {
             const size_t at = (size_t)(index ? index[r] : r) * stride + c;
-            a0 += weights[r] * *(const lanes8 *)(base + at);
+            a0 += weights[r] * *(const lanes4 *)(base + at);
         }
-        *(lanes8 *)(out + c) = a0;
+        *(lanes4 *)(out + c) = a0;
     }
 #endif
     for (; c < width; c++) {
@@ -152,22 +154,22 @@ STEP double phi(double x) {
     return p * scale;
 }
 
-/* out[c] = phi(x[c]) over c < count (eight at a time where the compiler has vector types:
+/* out[c] = phi(x[c]) over c < count (four at a time where the compiler has vector types:
  * the same steps as phi, lane by lane, so the same bits). */
 STEP void phi_all(double *restrict out, const double *restrict x, int count) {
     int c = 0;
 #if defined(__GNUC__)
-    typedef int64_t ints8 __attribute__((vector_size(64)));
-    for (; c + 8 <= count; c += 8) {
-        const lanes8 v = *(const lanes8 *)(x + c);
-        const ints8 positive = v > 0.0, low = v < EXP_LOW;
-        const lanes8 t = v * EXP_INV_LN2 + EXP_SHIFT, n = t - EXP_SHIFT;
-        const lanes8 r = (v - n * EXP_LN2_HI) - n * EXP_LN2_LO;
-        lanes8 p = (lanes8){0.0} + EXP_TERMS[0];
+    typedef int64_t ints4 __attribute__((vector_size(32)));
+    for (; c + 4 <= count; c += 4) {
+        const lanes4 v = *(const lanes4 *)(x + c);
+        const ints4 positive = v > 0.0, low = v < EXP_LOW;
+        const lanes4 t = v * EXP_INV_LN2 + EXP_SHIFT, n = t - EXP_SHIFT;
+        const lanes4 r = (v - n * EXP_LN2_HI) - n * EXP_LN2_LO;
+        lanes4 p = (lanes4){0.0} + EXP_TERMS[0];
         for (int k = 1; k < 14; k++) p = p * r + EXP_TERMS[k];
-        const ints8 scale_bits = ((ints8)t - 0x4338000000000000LL + 1023) << 52;
-        const ints8 e = (ints8)(p * (lanes8)scale_bits) & ~low;
-        *(lanes8 *)(out + c) = (lanes8)((positive & (ints8)(v + 1.0)) | (~positive & e));
+        const ints4 scale_bits = ((ints4)t - 0x4338000000000000LL + 1023) << 52;
+        const ints4 e = (ints4)(p * (lanes4)scale_bits) & ~low;
+        *(lanes4 *)(out + c) = (lanes4)((positive & (ints4)(v + 1.0)) | (~positive & e));
     }
 #endif
     for (; c < count; c++) out[c] = phi(x[c]);
