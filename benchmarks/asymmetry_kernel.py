@@ -16,7 +16,7 @@ Prints each form's CPU seconds (``--wall``: wall time) and whether its counts eq
 torch path's (they must) and its ratio sums lie within 1e-5 relative (float32 norms there).
 
     python benchmarks/asymmetry_kernel.py [--sentences 2001] [--threads 1] [--batch-tokens 1024]
-        [--wall] [--profile]
+        [--wall] [--profile] [--levels]
 
 ``--profile``: then the kept form once more over every batch under cProfile (the 12 functions
 of most own time).
@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from kernel_ab import alternate, cached_ewt, options, print_times, profile
+from kernel_ab import alternate, cached_ewt, level_forms, options, print_times, profile
 
 from attnlens.measures.asymmetry import pattern_asymmetry as module
 from attnlens.measures.asymmetry.pattern_asymmetry import PatternAsymmetry
@@ -62,6 +62,9 @@ def main() -> None:
     forms = {"torch, held": (PatternAsymmetry, None), "kernel, held": (HeldAsymmetry, kernel),
              "kernel, per layer": (PerLayerAsymmetry, kernel),
              "kernel, inputs held": (PatternAsymmetry, kernel)}
+    if args.levels:
+        forms |= {name: (PatternAsymmetry, build) for name, build in level_forms(
+            "attnlens/measures/asymmetry/_asymmetry_kernel.c", kernel).items()}
     analyzers, spent = alternate(module, "_asymmetry_kernel",
                                  {name: k for name, (_, k) in forms.items()},
                                  lambda name: [forms[name][0].for_model(model)], model,

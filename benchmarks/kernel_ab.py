@@ -4,6 +4,12 @@ the forms of an analyzer fed batch by batch in alternation (issue 29).
 Each form is a kernel module (or None: the torch path) that the benchmark's analyzer module
 sees while that form's analyzers are fed; the forms alternate batch by batch, their order
 too, so that all of them see the same load of a shared machine.
+
+``--levels`` (every kernel benchmark) adds the kernel's source built once per x86-64 level
+this CPU runs (``x86-64``, ``x86-64-v3``, ``x86-64-v4``: tests/kernel_builds.py, one version
+each) as forms beside the installed build, which runs the CPU's own clone: a level slower
+than a lower one shows code the compiler handled badly on this CPU (avx2lin47: the linear
+view's v3 clone was slower than plain x86-64 on an AVX2 machine, its vectors on the stack).
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from corpus_pass import SHARED_UD, load_batches
 from hot_paths import feed_all as feed
 
+ROOT = Path(__file__).resolve().parents[1]  # the repository
+
 
 def options(doc: str, profile: dict[str, Any] | None = None) -> argparse.ArgumentParser:
     """The common options: ``--sentences``, ``--threads``, ``--batch-tokens``, ``--wall``,
@@ -33,11 +41,31 @@ def options(doc: str, profile: dict[str, Any] | None = None) -> argparse.Argumen
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--batch-tokens", type=int, default=1024)
     parser.add_argument("--wall", action="store_true")
+    parser.add_argument("--levels", action="store_true",
+                        help="also each x86-64 level's build of the kernel, as forms")
     if profile is None:
         parser.add_argument("--profile", action="store_true")
     else:
         parser.add_argument("--profile", choices=list(profile))
     return parser
+
+
+def level_forms(source: str, installed: ModuleType) -> dict[str, ModuleType]:
+    """The kernel at ``source`` (a path under the repository) built once per x86-64 level
+    this CPU runs, by name (``x86-64``, ...); the benchmarks compare each one's results
+    with the installed build's."""
+    import tempfile
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from kernel_builds import CPU_FLAGS, LEVEL_BUILDS, build_kernel
+
+    builds = {}
+    for name, (flags, needs) in LEVEL_BUILDS.items():
+        if needs <= CPU_FLAGS:
+            folder = Path(tempfile.mkdtemp(prefix=f"attnlens-{name}-"))
+            builds[name] = build_kernel(ROOT / source, folder, flags)
+    print(f"installed {installed.__file__}; built: {', '.join(builds)}")
+    return builds
 
 
 def cached_ewt(args: argparse.Namespace) -> tuple:

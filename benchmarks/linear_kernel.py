@@ -10,7 +10,7 @@ Prints each form's CPU seconds (``--wall``: wall time), the ratio, and the large
 difference of the kernel's sums from the torch path's (float32 rounding there).
 
     python benchmarks/linear_kernel.py [--sentences 2001] [--threads 1] [--batch-tokens 1024]
-        [--wall] [--profile]
+        [--wall] [--profile] [--levels]
 
 ``--profile``: the torch path once more over every batch under cProfile (the 12 functions
 of most own time).
@@ -21,8 +21,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).parent))
-from kernel_ab import alternate, cached_ewt, options, print_times, profile
+from kernel_ab import alternate, cached_ewt, level_forms, options, print_times, profile
 
 from attnlens.measures.linear import linear_attention as module
 from attnlens.measures.linear.linear_attention import LinearAttentionView
@@ -34,7 +36,10 @@ def main() -> None:
     if kernel is None:
         raise SystemExit("the linear kernel is not built")
     model, _, batches, caches = cached_ewt(args)
-    analyzers, spent = alternate(module, "_linear_kernel", {"torch": None, "kernel": kernel},
+    forms = {"torch": None, "kernel": kernel}
+    if args.levels:
+        forms |= level_forms("attnlens/measures/linear/_linear_kernel.c", kernel)
+    analyzers, spent = alternate(module, "_linear_kernel", forms,
                                  lambda _: [LinearAttentionView.for_model(model)], model,
                                  batches, caches, args.wall)
     print_times(args, batches, spent)
@@ -43,6 +48,11 @@ def main() -> None:
         a, b = getattr(after, field), getattr(before, field)
         worst = float(((a - b).abs() / b.abs().clamp_min(1e-300)).max())
         print(f"  {field}: largest relative difference kernel - torch {worst:.2e}")
+    for name in list(forms)[2:]:  # the level builds: the installed kernel's bits
+        (built,) = analyzers[name]
+        same = all(torch.equal(getattr(built, f), getattr(after, f))
+                   for f in ("sums", "by_length"))
+        print(f"  {name}: the installed kernel's bits: {same}")
     if args.profile:
         profile(module, "_linear_kernel", None, [LinearAttentionView.for_model(model)], model,
                 batches, caches)

@@ -15,7 +15,7 @@ the head statistics' sums (kernel against torch) and whether the head examples' 
 (sentence, query, key of every kept example) are the same.
 
     python benchmarks/stats_kernel.py [--sentences 2001] [--threads 1] [--batch-tokens 1024]
-        [--wall] [--profile {torch,kernel}]
+        [--wall] [--profile {torch,kernel}] [--levels]
 
 ``--profile FORM``: then that form once more over every batch under cProfile (the 12
 functions of most own time).
@@ -26,8 +26,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).parent))
-from kernel_ab import alternate, cached_ewt, options, print_times, profile
+from kernel_ab import alternate, cached_ewt, level_forms, options, print_times, profile
 
 from attnlens.measures.heads import head_stats as module
 from attnlens.measures.heads.examples import HeadExamples
@@ -51,7 +53,10 @@ def main() -> None:
     if FORMS["kernel"] is None:
         raise SystemExit("the head statistics kernel is not built")
     model, tokenizer, batches, caches = cached_ewt(args)
-    analyzers, spent = alternate(module, "_stats_kernel", FORMS,
+    forms = dict(FORMS)
+    if args.levels:
+        forms |= level_forms("attnlens/measures/heads/_stats_kernel.c", FORMS["kernel"])
+    analyzers, spent = alternate(module, "_stats_kernel", forms,
                                  lambda _: pair(model, tokenizer), model, batches, caches,
                                  args.wall)
     print_times(args, batches, spent)
@@ -59,6 +64,11 @@ def main() -> None:
     moved = ((stats.sums - ref_stats.sums).abs() / ref_stats.sums.abs().clamp_min(1e-30)).max()
     print(f"  head statistics' sums: largest relative difference {float(moved):.2e}")
     print(f"  head examples' picks the same: {picks(examples) == picks(ref_examples)}")
+    for name in list(forms)[2:]:  # the level builds: the installed kernel's bits
+        built_stats, built_examples = analyzers[name]
+        same = (torch.equal(built_stats.sums, stats.sums)
+                and picks(built_examples) == picks(examples))
+        print(f"  {name}: the installed kernel's bits: {same}")
     if args.profile:
         profile(module, "_stats_kernel", FORMS[args.profile], pair(model, tokenizer), model,
                 batches, caches)

@@ -17,7 +17,7 @@ as tests/kernel_builds.py builds, or a copy of an earlier installed build), its 
 compared with the installed kernel's.
 
     python benchmarks/words_kernel.py [--sentences 2001] [--threads 1] [--batch-tokens 1024]
-        [--wall] [--profile {torch,kernel}] [--build before=/tmp/old/_words_kernel.so]
+        [--wall] [--profile {torch,kernel}] [--build before=/tmp/old/_words_kernel.so] [--levels]
 
 ``--profile FORM``: then that form once more over every batch under cProfile (the 12
 functions of most own time).
@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from kernel_ab import alternate, cached_ewt, options, print_times, profile
+from kernel_ab import alternate, cached_ewt, level_forms, options, print_times, profile
 
 from attnlens.data import words as module
 from attnlens.data.words import WordAttentionContext
@@ -73,6 +73,8 @@ def main() -> None:
     if FORMS["kernel"] is None:
         raise SystemExit("the words kernel is not built")
     forms = {**FORMS, **dict(built(spec) for spec in args.build)}
+    if args.levels:
+        forms |= level_forms("attnlens/data/_words_kernel.c", FORMS["kernel"])
     model, _, batches, caches = cached_ewt(args)
     analyzers, spent = alternate(module, "_words_kernel", forms, lambda _: pair(model), model,
                                  batches, caches, args.wall)
