@@ -23,9 +23,10 @@ passes (docs/performance.md, spec35), as a burst of load fell on one method only
 Where the time goes: svdvals is LAPACK (float32 ``gesdd``) one matrix at a time, on one core.
 The spectral path uses attnlens' C kernel (``attnlens/measures/spectrum/_spectral_kernel.c``): the
 float64 Gram matrix (4 x 4 entries per pass, in registers), its Householder reduction and
-square-root-free QR sweeps, on 8 matrices at once with their entries interleaved so every
-loop vectorises across matrices (an AVX-512 clone, an AVX2 one, plain x86-64; with AVX-512
-the QR sweeps of two groups run side by side in vector registers), one thread per core.
+square-root-free QR sweeps, on 8 matrices at once (AVX-512; 4 elsewhere, spec47) with their
+entries interleaved so every loop vectorises across matrices (an AVX-512 clone, an AVX2 one,
+plain x86-64; with AVX-512 the QR sweeps of two groups run side by side in vector
+registers), one thread per core.
 Per matrix on one core (random softmax matrices; ``benchmarks/spectrum_builds.py``, best of
 9 interleaved rounds, 2026-11-27 20:08 on the Intel AVX-512 machine, load 3): n = 16: 2.5 us
 against 20.0 us for svdvals (8.1x); n = 64: 34.1 us against 173 us (5.1x); n = 128: 200 us

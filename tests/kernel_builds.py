@@ -53,15 +53,17 @@ def skip_unless_cpu_has(needs: set[str]) -> None:
         pytest.skip(f"this CPU lacks {sorted(needs - CPU_FLAGS)}")
 
 
-def build_kernel(source: Path, folder: Path, flags: list[str]) -> ModuleType:
+def build_kernel(source: Path, folder: Path, flags: list[str],
+                 clones: bool = False) -> ModuleType:
     """The extension ``source`` compiled as one version with ``flags`` into ``folder`` (empty,
     made by the caller) and imported under a name of its own (several builds live side by
-    side)."""
+    side); with ``clones``, as setup.py builds it instead (one version per x86-64 level)."""
     name = source.stem  # the module's init function is named after it
     library = folder / f"{name}{sysconfig.get_config_var('EXT_SUFFIX')}"
     subprocess.run([COMPILER, "-O3", "-std=c99", "-Wall", "-Werror", "-fPIC", "-shared",
                     f"-I{sysconfig.get_paths()['include']}", f"-I{HEADERS}",
-                    "-DKERNEL_NO_CLONES", *flags, str(source), "-o", str(library)],
+                    *([] if clones else ["-DKERNEL_NO_CLONES"]), *flags, str(source),
+                    "-o", str(library)],
                    check=True, capture_output=True)
     spec = importlib.util.spec_from_file_location(f"{folder.name}.{name}", library)
     module = importlib.util.module_from_spec(spec)

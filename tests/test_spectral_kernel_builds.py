@@ -10,7 +10,8 @@ Every form does the same arithmetic in the same order without floating-point con
 each gives the installed build's bits; all are checked against ``numpy.linalg.eigvalsh`` of
 the float64 Gram matrix (tolerance: tests/test_spectral_kernel.py) on hand-built and random
 matrices, sizes below, at and past multiples of the lane count and of the Gram matrix's
-block (4).
+block (4). A build without -DLANES holds both lane counts (8 and 4) and chooses one for the
+CPU (8 with AVX-512): both are compared bit for bit in each such build.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ import numpy as np
 import pytest
 import torch
 
+from attnlens.measures.spectrum import singular_values as spectral
 from attnlens.measures.spectrum.singular_values import kernel_available, kernel_eigenvalues
 from tests.kernel_builds import (
+    CPU_FLAGS,
     LEVEL_BUILDS,
     V4,
     build_kernel,
@@ -70,12 +73,13 @@ def build(tmp_path_factory):
     return get
 
 
-def eigenvalues(module, P: torch.Tensor) -> np.ndarray:
-    """``[matrices, r]`` unsorted eigenvalues of the Gram matrices of ``P`` by ``module``."""
+def eigenvalues(module, P: torch.Tensor, lanes: int = 0) -> np.ndarray:
+    """``[matrices, r]`` unsorted eigenvalues of the Gram matrices of ``P`` by ``module``, at
+    ``lanes`` lanes (0: the module's choice, ``LANES``)."""
     count, m, n = P.shape
     out = np.empty((count, min(m, n)))
     failures = module.gram_eigenvalues(P.contiguous().numpy(), out, count, m, n,
-                                       P.dtype == torch.float64)
+                                       P.dtype == torch.float64, lanes)
     assert failures == 0
     return out
 
@@ -132,3 +136,49 @@ def test_each_build_isolates_lanes(build, name):
     together = eigenvalues(module, P)
     for t in (0, 5, 17, 36):
         assert np.array_equal(eigenvalues(module, P[t:t + 1]), together[t:t + 1])
+
+
+def awkward_cases() -> list[torch.Tensor]:
+    """Counts that are no multiple of 4 or 8 (partial groups, empty QR groups), m != n,
+    float32 and float64 input."""
+    gen = torch.Generator().manual_seed(47)
+    shapes = [(1, 5, 5), (3, 9, 9), (5, 7, 12), (13, 12, 7), (21, 23, 37), (7, 40, 40),
+              (9, 64, 64), (2, 70, 33), (11, 1, 6), (6, 2, 2)]
+    out = [torch.softmax(3 * torch.randn(*shape, generator=gen), dim=-1) for shape in shapes]
+    out += [P.double() for P in out[2:6]]
+    out.append(torch.randn(19, 17, 17, generator=gen, dtype=torch.float64))  # any real matrix
+    return out
+
+
+@pytest.mark.parametrize("name", ["installed", *LEVEL_BUILDS, "plain C"])
+def test_both_lane_counts_give_the_same_bits(build, name):
+    """Every build without -DLANES holds 8 and 4 lanes (the CPU's choice, LANES, is one of
+    them): the same bits from both, and from the choice."""
+    module = spectral._spectral_kernel if name == "installed" else build(name)
+    assert module.LANES in (4, 8)
+    for P in awkward_cases():
+        wide, narrow = eigenvalues(module, P, 8), eigenvalues(module, P, 4)
+        assert np.array_equal(wide, narrow), (name, tuple(P.shape), P.dtype)
+        assert np.array_equal(eigenvalues(module, P), narrow), (name, tuple(P.shape))
+
+
+def test_the_installed_build_chooses_8_lanes_with_avx512_and_4_without():
+    chosen = spectral._spectral_kernel.LANES
+    assert chosen == (8 if V4 <= CPU_FLAGS else 4)
+
+
+@pytest.mark.parametrize("name", LEVEL_BUILDS)
+def test_a_build_for_one_level_chooses_by_its_target(build, name):
+    chosen = build(name).LANES
+    assert chosen == (8 if name == "x86-64-v4" else 4)
+
+
+def test_a_lane_count_not_built_is_refused(build):
+    P = torch.softmax(torch.randn(3, 6, 6), dim=-1)
+    with pytest.raises(ValueError, match="lanes"):
+        eigenvalues(spectral._spectral_kernel, P, 16)
+    only16 = build("lanes 16")  # -DLANES=16 builds that count alone
+    assert only16.LANES == 16
+    assert np.array_equal(eigenvalues(only16, P, 16), eigenvalues(only16, P))
+    with pytest.raises(ValueError, match="lanes"):
+        eigenvalues(only16, P, 8)

@@ -22,40 +22,48 @@
  * No floating-point contraction (ISO C mode, -std=c99: no FMA), so every build and
  * clone gives the same bits.
  *
+ * Lane counts: the body (the end of this file, from SPECTRAL_BODY) is read twice, for
+ * LANES = 8 and LANES = 4, its names suffixed _8 and _4 (LANE_NAME), each with its own
+ * clones. The lane count changes only which matrices share a vector, never a matrix's
+ * arithmetic: both give the same bits. The fast count depends on the registers: 8 lanes
+ * with AVX-512 (32 registers of 8 doubles: the Gram step's 16 accumulators fit), 4
+ * elsewhere (AVX2 has 16 registers of 4 doubles: at 8 lanes the 16 accumulators need 32
+ * and spill; on an AVX2 EPYC the x86-64-v3 clone ran 1.2-2.5x slower at 8 lanes than at 4,
+ * plain x86-64 code 1.1-1.2x; docs/performance.md, "spec47").
+ * The clones' build asks the CPU once, at import (preferred_lanes; the module's LANES); a
+ * build for one target decides by its target; -DLANES=N builds that count alone.
+ *
  * Accuracy: each step is backward stable in float64, so every eigenvalue is within a few
  * eps64 * trace(G) of the exact one (Weyl); a converged sweep is declared when an
  * off-diagonal entry is negligible relative to its neighbours or to eps64 * trace(G).
  *
- * Python interface: gram_eigenvalues(src, out, count, m, n, double_input) -> failures.
+ * Python interface: gram_eigenvalues(src, out, count, m, n, double_input[, lanes]) ->
+ * failures (lanes: 0, the default, for LANES; or a lane count built, to compare them).
  * ``src`` holds count * m * n floats (float32, or float64 when double_input), C order;
  * ``out`` receives count * r float64 eigenvalues, unsorted. The return value is the number
  * of matrices whose step 3 did not converge (their rows of ``out`` are NaN). The GIL is
  * released while computing, so threads can split a batch.
  */
+#ifndef SPECTRAL_BODY /* the outer part; the body (below) is read once per lane count */
 #include "kernel_common.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#ifndef LANES
-#define LANES 8
-#endif
 #define MAX_SWEEPS_PER_EIGENVALUE 40
-
-#if defined(__GNUC__) && !defined(SPECTRAL_PLAIN_C) && (LANES & (LANES - 1)) == 0
-/* The LANES entries of one position as one value (GCC and clang vector extension): a
- * LANES-wide accumulator stays in registers, where an array of them goes to the stack.
- * Other compilers, a LANES that is not a power of two, or SPECTRAL_PLAIN_C: plain C,
- * the same arithmetic in the same order (the same bits), slower. */
-typedef double lanes_t __attribute__((vector_size(LANES * sizeof(double))));
-#define LANES_AT(p) (*(lanes_t *)(p))
-#define LANE_VECTORS 1
-#define GRAM_BLOCK 4 /* Gram entries per block side: 16 accumulators, 8 loads per step */
-#else
-#define LANE_VECTORS 0
-#define GRAM_BLOCK 1
+#define AT(p, i) ((p) + (size_t)(i) * LANES)
+/* Step 3 runs QR_GROUPS groups side by side (QW lanes): as many independent chains of
+ * divisions in flight. Their diagonals d and squared off-diagonals e2 are [r][QW]. */
+#ifndef QR_GROUPS
+#define QR_GROUPS 2
 #endif
+#define QW (QR_GROUPS * LANES)
+#define DE(p, i) ((p) + (size_t)(i) * QW)
+/* LANE_NAME(f): f_<LANES>, the body's f for the lane count it is read for */
+#define LANE_NAME(f) LANE_NAME_(f, LANES)
+#define LANE_NAME_(f, lanes) LANE_NAME__(f, lanes)
+#define LANE_NAME__(f, lanes) f##_##lanes
 
 typedef struct {
     int m, n, r, samples; /* samples: the length of the sums forming G (max(m, n)) */
@@ -71,13 +79,136 @@ typedef struct {
     int vector_sweeps;    /* step 3 by sweep_rows_vectors (SWEEP_VECTORS builds only) */
 } Work;
 
-#define AT(p, i) ((p) + (size_t)(i) * LANES)
-/* Step 3 runs QR_GROUPS groups side by side (QW lanes): as many independent chains of
- * divisions in flight. Their diagonals d and squared off-diagonals e2 are [r][QW]. */
-#ifndef QR_GROUPS
-#define QR_GROUPS 2
+#if defined(KERNEL_CLONES)
+/* 1 when the CPU has x86-64-v4's AVX-512 (the clones' resolver runs their v4 version). */
+static inline int cpu_has_avx512(void) {
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512cd");
+}
 #endif
-#define QW (QR_GROUPS * LANES)
+
+/* solve_<lanes>: the body for one lane count (SOLVERS below) */
+typedef int Solve(const void *src, int double_input, Py_ssize_t count, int m, int n,
+                  double *out, Py_ssize_t *failures);
+typedef struct {
+    int lanes;
+    Solve *solve;
+} Solver;
+
+#define SPECTRAL_BODY
+#ifdef LANES /* one lane count, fixed at build time (-DLANES=N: the tests' other builds) */
+#include "_spectral_kernel.c"
+static const Solver SOLVERS[] = {{LANES, LANE_NAME(solve)}};
+#else        /* both, the CPU chooses (preferred_lanes) */
+#define LANES 8
+#include "_spectral_kernel.c"
+#undef LANES
+#define LANES 4
+#include "_spectral_kernel.c"
+#undef LANES
+static const Solver SOLVERS[] = {{8, solve_8}, {4, solve_4}};
+#endif
+#undef SPECTRAL_BODY
+
+/* The lane count that runs fastest here (docs/performance.md, "spec47"): 8 with AVX-512,
+ * 4 without (measured faster on AVX2 and on plain x86-64 code alike). */
+static int preferred_lanes(void) {
+#if defined(LANES)
+    return LANES;
+#elif defined(KERNEL_CLONES)
+    return cpu_has_avx512() ? 8 : 4;
+#elif defined(__AVX512F__)
+    return 8;
+#else
+    return 4;
+#endif
+}
+
+static int chosen_lanes; /* preferred_lanes(), at import */
+
+static PyObject *gram_eigenvalues(PyObject *self, PyObject *args) {
+    Py_buffer src, out;
+    Py_ssize_t count;
+    int m, n, double_input, lanes = 0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*w*niip|i", &src, &out, &count, &m, &n, &double_input,
+                          &lanes))
+        return NULL;
+    PyObject *result = NULL;
+    const int r = m < n ? m : n;
+    const size_t item = double_input ? sizeof(double) : sizeof(float);
+    const Solver *solver = NULL;
+    for (size_t k = 0; k < sizeof SOLVERS / sizeof SOLVERS[0]; k++)
+        if (SOLVERS[k].lanes == (lanes ? lanes : chosen_lanes)) solver = &SOLVERS[k];
+    if (count < 0 || m < 1 || n < 1) {
+        PyErr_SetString(PyExc_ValueError, "count must be >= 0 and m, n >= 1");
+    } else if (solver == NULL) {
+        PyErr_Format(PyExc_ValueError, "lanes must be 0 (this CPU's choice, %d) or a lane "
+                     "count built (8 and 4, or -DLANES)", chosen_lanes);
+    } else if (check_size(&src, (size_t)count * m * n, item, "src") &&
+               check_size(&out, (size_t)count * r, sizeof(double), "out")) {
+        Py_ssize_t failures = 0;
+        if (solver->solve(src.buf, double_input, count, m, n, out.buf, &failures) < 0)
+            PyErr_NoMemory();
+        else
+            result = PyLong_FromSsize_t(failures);
+    }
+    RELEASE_BUFFERS(&src, &out);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"gram_eigenvalues", gram_eigenvalues, METH_VARARGS,
+     "gram_eigenvalues(src, out, count, m, n, double_input, lanes=0) -> number of failed "
+     "matrices (lanes: 0 for this CPU's lane count, or one built, to compare them)"},
+    {NULL, NULL, 0, NULL},
+};
+
+MODULE_TABLE(_spectral_kernel,
+             "Eigenvalues of the float64 Gram matrices of small matrices, many at a time.");
+
+PyMODINIT_FUNC PyInit__spectral_kernel(void) {
+    chosen_lanes = preferred_lanes();
+    PyObject *mod = PyModule_Create(&module);
+    if (mod != NULL && PyModule_AddIntConstant(mod, "LANES", chosen_lanes) < 0) {
+        Py_DECREF(mod);
+        return NULL;
+    }
+    return mod;
+}
+
+#else /* SPECTRAL_BODY: all that depends on LANES, its names suffixed _<LANES> */
+#define lanes_t LANE_NAME(lanes_t)
+#define lanes_mask_t LANE_NAME(lanes_mask_t)
+#define load_group LANE_NAME(load_group)
+#define gram_trace LANE_NAME(gram_trace)
+#define gram LANE_NAME(gram)
+#define reflector LANE_NAME(reflector)
+#define finish_update_vector LANE_NAME(finish_update_vector)
+#define multiply LANE_NAME(multiply)
+#define update_and_multiply LANE_NAME(update_and_multiply)
+#define tridiagonalise LANE_NAME(tridiagonalise)
+#define sweep_rows_vectors LANE_NAME(sweep_rows_vectors)
+#define sweep_rows LANE_NAME(sweep_rows)
+#define tridiagonal_eigenvalues LANE_NAME(tridiagonal_eigenvalues)
+#define solve_all LANE_NAME(solve_all)
+#define solve LANE_NAME(solve)
+
+#if defined(__GNUC__) && !defined(SPECTRAL_PLAIN_C) && (LANES & (LANES - 1)) == 0
+/* The LANES entries of one position as one value (GCC and clang vector extension): a
+ * LANES-wide accumulator stays in registers, where an array of them goes to the stack.
+ * Other compilers, a LANES that is not a power of two, or SPECTRAL_PLAIN_C: plain C,
+ * the same arithmetic in the same order (the same bits), slower. */
+typedef double lanes_t __attribute__((vector_size(LANES * sizeof(double))));
+#define LANES_AT(p) (*(lanes_t *)(p))
+#define LANE_VECTORS 1
+#define GRAM_BLOCK 4 /* Gram entries per block side: 16 accumulators, 8 loads per step */
+#else
+#define LANE_VECTORS 0
+#define GRAM_BLOCK 1
+#endif
+
 #if QW > 64
 #error "LANES * QR_GROUPS must be at most 64 (a mask of failed lanes is 64 bits)"
 #endif
@@ -95,7 +226,6 @@ typedef struct {
 #else
 #define SWEEP_VECTORS 0
 #endif
-#define DE(p, i) ((p) + (size_t)(i) * QW)
 
 /* Interleave matrices first .. first + count - 1 of src into w->x as float64 columns of X.
  * Lanes past count repeat the last matrix (their results are not written out). */
@@ -530,72 +660,58 @@ static Py_ssize_t solve_all(Work *w, const void *src, int double_input, Py_ssize
     return failures;
 }
 
-static PyObject *gram_eigenvalues(PyObject *self, PyObject *args) {
-    Py_buffer src, out;
-    Py_ssize_t count;
-    int m, n, double_input;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "y*w*niip", &src, &out, &count, &m, &n, &double_input))
-        return NULL;
-    PyObject *result = NULL;
+/* gram_eigenvalues for LANES lanes, once its arguments are checked: 0, or -1 when the work
+ * space cannot be allocated. Called with the GIL held; releases it while computing. */
+static int solve(const void *src, int double_input, Py_ssize_t count, int m, int n,
+                 double *out, Py_ssize_t *failures) {
     const int r = m < n ? m : n;
-    const size_t item = double_input ? sizeof(double) : sizeof(float);
-    if (count < 0 || m < 1 || n < 1) {
-        PyErr_SetString(PyExc_ValueError, "count must be >= 0 and m, n >= 1");
-    } else if (check_size(&src, (size_t)count * m * n, item, "src") &&
-               check_size(&out, (size_t)count * r, sizeof(double), "out")) {
-        Work w = {.m = m, .n = n, .r = r, .samples = m > n ? m : n};
+    Work w = {.m = m, .n = n, .r = r, .samples = m > n ? m : n};
 #if SWEEP_VECTORS && defined(KERNEL_CLONES)
-        w.vector_sweeps =
-            __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-            __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-            __builtin_cpu_supports("avx512cd");
+    w.vector_sweeps = cpu_has_avx512();
 #elif SWEEP_VECTORS
-        w.vector_sweeps = 1;
+    w.vector_sweeps = 1;
 #endif
-        const size_t lanes = LANES * sizeof(double);
-        const size_t columns = ((size_t)r + GRAM_BLOCK - 1) / GRAM_BLOCK * GRAM_BLOCK;
-        /* one spare row of lanes to align the work space to a whole row (lanes_t loads) */
-        double *block = calloc(columns * w.samples + (size_t)r * r + 4 * (size_t)r +
-                               2 * QR_GROUPS * (size_t)r + QR_GROUPS + 1, lanes);
-        if (block == NULL) {
-            PyErr_NoMemory();
-        } else {
-            w.x = (double *)(((uintptr_t)block + lanes - 1) / lanes * lanes);
-            w.g = w.x + columns * w.samples * LANES;
-            w.v = w.g + (size_t)r * r * LANES;
-            w.w = w.v + (size_t)r * LANES;
-            w.v2 = w.w + (size_t)r * LANES;
-            w.w2 = w.v2 + (size_t)r * LANES;
-            w.d_all = w.w2 + (size_t)r * LANES;
-            w.e2_all = w.d_all + (size_t)r * QW;
-            w.trace_all = w.e2_all + (size_t)r * QW;
-            Py_ssize_t failures = 0;
-            Py_BEGIN_ALLOW_THREADS
-            if (count > 0) failures = solve_all(&w, src.buf, double_input, count, out.buf);
-            Py_END_ALLOW_THREADS
-            free(block);
-            result = PyLong_FromSsize_t(failures);
-        }
-    }
-    RELEASE_BUFFERS(&src, &out);
-    return result;
+    const size_t lanes = LANES * sizeof(double);
+    const size_t columns = ((size_t)r + GRAM_BLOCK - 1) / GRAM_BLOCK * GRAM_BLOCK;
+    /* one spare row of lanes to align the work space to a whole row (lanes_t loads) */
+    double *block = calloc(columns * w.samples + (size_t)r * r + 4 * (size_t)r +
+                           2 * QR_GROUPS * (size_t)r + QR_GROUPS + 1, lanes);
+    if (block == NULL) return -1;
+    w.x = (double *)(((uintptr_t)block + lanes - 1) / lanes * lanes);
+    w.g = w.x + columns * w.samples * LANES;
+    w.v = w.g + (size_t)r * r * LANES;
+    w.w = w.v + (size_t)r * LANES;
+    w.v2 = w.w + (size_t)r * LANES;
+    w.w2 = w.v2 + (size_t)r * LANES;
+    w.d_all = w.w2 + (size_t)r * LANES;
+    w.e2_all = w.d_all + (size_t)r * QW;
+    w.trace_all = w.e2_all + (size_t)r * QW;
+    Py_BEGIN_ALLOW_THREADS
+    if (count > 0) *failures = solve_all(&w, src, double_input, count, out);
+    Py_END_ALLOW_THREADS
+    free(block);
+    return 0;
 }
 
-static PyMethodDef methods[] = {
-    {"gram_eigenvalues", gram_eigenvalues, METH_VARARGS,
-     "gram_eigenvalues(src, out, count, m, n, double_input) -> number of failed matrices"},
-    {NULL, NULL, 0, NULL},
-};
-
-MODULE_TABLE(_spectral_kernel,
-             "Eigenvalues of the float64 Gram matrices of small matrices, many at a time.");
-
-PyMODINIT_FUNC PyInit__spectral_kernel(void) {
-    PyObject *mod = PyModule_Create(&module);
-    if (mod != NULL && PyModule_AddIntConstant(mod, "LANES", LANES) < 0) {
-        Py_DECREF(mod);
-        return NULL;
-    }
-    return mod;
-}
+#undef LANE_VECTORS
+#undef GRAM_BLOCK
+#undef LANES_AT
+#undef SWEEP_VECTORS
+#undef SWEEP_TARGET
+#undef LANES_SELECT
+#undef lanes_t
+#undef lanes_mask_t
+#undef load_group
+#undef gram_trace
+#undef gram
+#undef reflector
+#undef finish_update_vector
+#undef multiply
+#undef update_and_multiply
+#undef tridiagonalise
+#undef sweep_rows_vectors
+#undef sweep_rows
+#undef tridiagonal_eigenvalues
+#undef solve_all
+#undef solve
+#endif
