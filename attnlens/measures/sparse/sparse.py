@@ -389,7 +389,8 @@ class SparseCoverage(HeadPatternAnalyzer):
 
         The heads go by chunks of about ``CHUNK_ELEMENTS`` pattern entries (``_fold_heads``),
         so that the dozens of passes over each stay in the core's cache; every result is per
-        sentence and head, so the chunks change no number."""
+        sentence and head, so the chunks change no mass (the output errors' batched float32
+        products may round otherwise for another number of heads on some CPUs)."""
         n_heads = pattern.shape[1]
         # values: [batch, head, key_pos, d_head_v] (a view; each chunk made contiguous once)
         values = per_query_head(values_kv, n_heads)
